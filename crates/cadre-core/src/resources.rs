@@ -185,7 +185,7 @@ mod tests {
             nics: 1,
         };
         assert!(!a.fits_in(&b));
-        assert!(a.min(&b).fits_in(&b));
+        assert!(Amounts::min(&a, &b).fits_in(&b));
         assert_eq!((a * 2).gpu_milli, 2000);
     }
 }
