@@ -4,5 +4,7 @@ pub mod alloc;
 pub mod cluster;
 pub mod hostlist;
 pub mod job;
+pub mod policy;
+pub mod priority;
 pub mod resources;
 pub mod time;

@@ -1,0 +1,498 @@
+//! The policy: every knob of the scheduler, as one versioned TOML document.
+//!
+//! A policy file starts with `version = 1` and rejects unknown keys everywhere, so a typo is
+//! an error rather than a silently ignored setting. Every section is optional; what is left
+//! out takes cadre's defaults ([`Policy::default`]). Durations are whole seconds or a number
+//! with a unit: `90s`, `30m`, `12h`, `7d`. Presets for comparisons: [`Policy::fifo`],
+//! [`Policy::slurm`] and [`Policy::default`] (cadre's own).
+
+use crate::priority::PriorityWeights;
+use crate::time::Dur;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The version of the policy format this build reads.
+pub const POLICY_VERSION: u32 = 1;
+
+/// Errors reading a policy document.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("failed to parse policy {origin}: {source}")]
+    Syntax {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("policy {origin} has version {found}; this build reads version {POLICY_VERSION}")]
+    Version { origin: String, found: u32 },
+    #[error("policy {origin}: {what}")]
+    Invalid { origin: String, what: String },
+}
+
+/// All scheduler settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    pub version: u32,
+    /// Start jobs strictly in priority order: the first job that cannot start blocks every
+    /// job behind it in its partition (no backfill). The `fifo` baseline.
+    pub strict_order: bool,
+    pub priority: PriorityWeights,
+    pub fairshare: FairShareSettings,
+    pub billing: BillingWeights,
+    pub backfill: BackfillSettings,
+    pub preemption: PreemptionSettings,
+    pub qos: Vec<QosConfig>,
+    pub priority_class: Vec<PriorityClassConfig>,
+    pub account: Vec<AccountConfig>,
+    /// Create a missing account (under root) or user association with 1 share on first
+    /// submission, instead of refusing the job.
+    pub auto_associations: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            version: POLICY_VERSION,
+            strict_order: false,
+            priority: PriorityWeights::default(),
+            fairshare: FairShareSettings::default(),
+            billing: BillingWeights::default(),
+            backfill: BackfillSettings::default(),
+            preemption: PreemptionSettings::default(),
+            qos: Vec::new(),
+            priority_class: Vec::new(),
+            account: Vec::new(),
+            auto_associations: true,
+        }
+    }
+}
+
+impl Policy {
+    /// Strict first-come first-served: submit order, no backfill, no preemption.
+    pub fn fifo() -> Policy {
+        Policy {
+            strict_order: true,
+            priority: PriorityWeights {
+                age: 1000,
+                fairshare: 0,
+                job_size: 0,
+                partition: 0,
+                qos: 0,
+                max_age: Dur::days(365),
+                favor_small: false,
+            },
+            backfill: BackfillSettings {
+                enabled: false,
+                ..BackfillSettings::default()
+            },
+            preemption: PreemptionSettings {
+                enabled: false,
+                ..PreemptionSettings::default()
+            },
+            ..Policy::default()
+        }
+    }
+
+    /// Slurm as commonly deployed: multifactor priority with Fair Tree, EASY-like backfill
+    /// over a 500-job test depth reserving for the top job, no preemption.
+    pub fn slurm() -> Policy {
+        Policy {
+            priority: PriorityWeights {
+                age: 1000,
+                fairshare: 10_000,
+                job_size: 1000,
+                partition: 1000,
+                qos: 1000,
+                max_age: Dur::days(7),
+                favor_small: false,
+            },
+            backfill: BackfillSettings {
+                enabled: true,
+                mode: BackfillMode::Easy,
+                reservation_depth: 1,
+                max_job_test: 500,
+                window: Dur::days(1),
+            },
+            preemption: PreemptionSettings {
+                enabled: false,
+                ..PreemptionSettings::default()
+            },
+            ..Policy::default()
+        }
+    }
+
+    /// A preset by name: `fifo`, `slurm` or `cadre`.
+    pub fn preset(name: &str) -> Option<Policy> {
+        match name {
+            "fifo" => Some(Policy::fifo()),
+            "slurm" => Some(Policy::slurm()),
+            "cadre" | "default" => Some(Policy::default()),
+            _ => None,
+        }
+    }
+
+    /// Reads a policy document; `origin` names it in errors (a file path).
+    pub fn from_toml(text: &str, origin: &str) -> Result<Policy, PolicyError> {
+        #[derive(Deserialize)]
+        struct VersionOnly {
+            version: Option<u32>,
+        }
+        let syntax = |source| PolicyError::Syntax {
+            origin: origin.to_string(),
+            source,
+        };
+        let probe: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let found = VersionOnly::deserialize(probe).map_err(syntax)?.version;
+        match found {
+            Some(POLICY_VERSION) => {}
+            Some(found) => {
+                return Err(PolicyError::Version {
+                    origin: origin.into(),
+                    found,
+                });
+            }
+            None => {
+                return Err(PolicyError::Invalid {
+                    origin: origin.into(),
+                    what: format!("missing `version = {POLICY_VERSION}` at the top"),
+                });
+            }
+        }
+        let policy: Policy = toml::from_str(text).map_err(syntax)?;
+        policy.validate().map_err(|what| PolicyError::Invalid {
+            origin: origin.into(),
+            what,
+        })?;
+        Ok(policy)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::BTreeSet::new();
+        for q in &self.qos {
+            if !seen.insert(q.name.as_str()) {
+                return Err(format!("qos `{}` is defined twice", q.name));
+            }
+        }
+        for q in &self.qos {
+            if let Some(p) = q.preempt.iter().find(|p| !seen.contains(p.as_str())) {
+                return Err(format!(
+                    "qos `{}` may preempt `{p}`, which is not defined",
+                    q.name
+                ));
+            }
+        }
+        let mut classes = std::collections::BTreeSet::new();
+        for c in &self.priority_class {
+            if !classes.insert(c.name.as_str()) {
+                return Err(format!("priority class `{}` is defined twice", c.name));
+            }
+        }
+        if self.backfill.enabled && self.backfill.max_job_test == 0 {
+            return Err("backfill.max_job_test must be at least 1".into());
+        }
+        if self.fairshare.dampening <= 0.0 {
+            return Err("fairshare.dampening must be positive".into());
+        }
+        Ok(())
+    }
+
+    pub fn qos(&self, name: &str) -> Option<&QosConfig> {
+        self.qos.iter().find(|q| q.name == name)
+    }
+
+    pub fn priority_class(&self, name: &str) -> Option<&PriorityClassConfig> {
+        self.priority_class.iter().find(|c| c.name == name)
+    }
+}
+
+/// Which fair-share algorithm ranks users.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FairShareMode {
+    /// Slurm's Fair Tree (the default since Slurm 19.05).
+    #[default]
+    FairTree,
+    /// Classic `2^(-U/S)` (Slurm `PriorityFlags=NO_FAIR_TREE`).
+    Classic,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairShareSettings {
+    pub algorithm: FairShareMode,
+    /// Usage halves after this long (Slurm `PriorityDecayHalfLife`); 0 = never decays.
+    #[serde(with = "secs")]
+    pub half_life: Dur,
+    /// How often fair-share factors are recomputed (Slurm `PriorityCalcPeriod`).
+    #[serde(with = "secs")]
+    pub calc_period: Dur,
+    /// Classic fair-share's dampening factor (Slurm `FairShareDampeningFactor`).
+    pub dampening: f64,
+}
+
+impl Default for FairShareSettings {
+    fn default() -> Self {
+        FairShareSettings {
+            algorithm: FairShareMode::FairTree,
+            half_life: Dur::days(7),
+            calc_period: Dur::minutes(5),
+            dampening: 1.0,
+        }
+    }
+}
+
+/// What one second of use costs in billing units (Slurm `TRESBillingWeights`, summed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingWeights {
+    /// Per GPU (whole; a shared GPU bills its share).
+    pub gpu: f64,
+    /// Per CPU core.
+    pub cpu: f64,
+    /// Per GiB of memory.
+    pub mem_gib: f64,
+    /// Per-model GPU weights that replace `gpu` for that model (`h100 = 2.0`).
+    pub gpu_models: BTreeMap<String, f64>,
+}
+
+impl Default for BillingWeights {
+    /// A GPU bills 1; 16 cores bill as much as one GPU, so CPU-only work is not free.
+    fn default() -> Self {
+        BillingWeights {
+            gpu: 1.0,
+            cpu: 1.0 / 16.0,
+            mem_gib: 0.0,
+            gpu_models: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackfillMode {
+    /// Reservations for the top `reservation_depth` blocked jobs only.
+    #[default]
+    Easy,
+    /// A reservation for every blocked job tested.
+    Conservative,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackfillSettings {
+    pub enabled: bool,
+    pub mode: BackfillMode,
+    /// With `easy`: how many of the top blocked jobs get reservations.
+    pub reservation_depth: u32,
+    /// Pending jobs considered per pass (Slurm `bf_max_job_test`).
+    pub max_job_test: u32,
+    /// How far ahead reservations are planned (Slurm `bf_window`).
+    #[serde(with = "secs")]
+    pub window: Dur,
+}
+
+impl Default for BackfillSettings {
+    fn default() -> Self {
+        BackfillSettings {
+            enabled: true,
+            mode: BackfillMode::Easy,
+            reservation_depth: 4,
+            max_job_test: 100_000,
+            window: Dur::days(14),
+        }
+    }
+}
+
+/// What happens to a preempted job.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptMode {
+    /// Back to the queue (if the job allows requeue; cancelled otherwise).
+    #[default]
+    Requeue,
+    Cancel,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreemptionSettings {
+    pub enabled: bool,
+    pub mode: PreemptMode,
+    /// Time a victim gets between the signal and the kill (Slurm `GraceTime`).
+    #[serde(with = "secs")]
+    pub grace: Dur,
+    /// A job is not preempted before it has run this long (Slurm `PreemptExemptTime`).
+    #[serde(with = "secs")]
+    pub exempt_time: Dur,
+    /// A partition of a higher `priority_tier` may preempt jobs of lower tiers
+    /// (Slurm `preempt/partition_prio`).
+    pub partition_tier: bool,
+}
+
+impl Default for PreemptionSettings {
+    fn default() -> Self {
+        PreemptionSettings {
+            enabled: true,
+            mode: PreemptMode::Requeue,
+            grace: Dur::secs(60),
+            exempt_time: Dur::secs(0),
+            partition_tier: true,
+        }
+    }
+}
+
+/// A quality of service (Slurm QOS).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    pub name: String,
+    /// The QOS priority factor (normalised over all QOS).
+    #[serde(default)]
+    pub priority: u32,
+    /// QOS whose jobs this QOS may preempt (Slurm `Preempt=`).
+    #[serde(default)]
+    pub preempt: Vec<String>,
+}
+
+/// A priority class (Kubernetes `PriorityClass`): higher values schedule first, and a
+/// `preempting` class may preempt jobs of lower classes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityClassConfig {
+    pub name: String,
+    pub value: i32,
+    #[serde(default = "yes")]
+    pub preempting: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An account of the fair-share tree and the users under it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    pub name: String,
+    /// The parent account; `root` if unset.
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default = "one")]
+    pub shares: u32,
+    /// Users and their shares.
+    #[serde(default)]
+    pub users: BTreeMap<String, u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Serde for durations: whole seconds, or a string `90s`, `30m`, `12h`, `7d`.
+pub mod secs {
+    use crate::time::Dur;
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<S: Serializer>(d: &Dur, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.0)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) => Ok(Dur(s)),
+            Raw::Text(t) => parse(&t).map_err(de::Error::custom),
+        }
+    }
+
+    /// Parses `90s`, `30m`, `12h`, `7d` or a bare number of seconds.
+    pub fn parse(text: &str) -> Result<Dur, String> {
+        let t = text.trim();
+        let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+        let n: u64 = num.parse().map_err(|_| {
+            format!("failed to parse duration `{text}`: expected a number and s, m, h or d")
+        })?;
+        let mult = match unit {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            other => {
+                return Err(format!(
+                    "failed to parse duration `{text}`: unknown unit `{other}` (use s, m, h or d)"
+                ));
+            }
+        };
+        n.checked_mul(mult)
+            .map(Dur)
+            .ok_or_else(|| format!("duration `{text}` is too large"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_versioned_policy_is_the_default() {
+        assert_eq!(
+            Policy::from_toml("version = 1\n", "t.toml").unwrap(),
+            Policy::default()
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_versions_are_refused_with_their_place() {
+        let err =
+            Policy::from_toml("version = 1\n[backfill]\nbf_interval = 3\n", "p.toml").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("p.toml") && msg.contains("bf_interval"),
+            "{msg}"
+        );
+        assert!(msg.contains("line 3"), "{msg}");
+        let err = Policy::from_toml("version = 2\n", "p.toml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy p.toml has version 2; this build reads version 1"
+        );
+        let err = Policy::from_toml("[backfill]\n", "p.toml").unwrap_err();
+        assert!(err.to_string().contains("missing `version = 1`"));
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let p = Policy::from_toml(
+            "version = 1\n[fairshare]\nhalf_life = \"2d\"\ncalc_period = 30\n[preemption]\ngrace = \"5m\"\n",
+            "p",
+        )
+        .unwrap();
+        assert_eq!(p.fairshare.half_life, Dur::days(2));
+        assert_eq!(p.fairshare.calc_period, Dur(30));
+        assert_eq!(p.preemption.grace, Dur(300));
+        assert!(Policy::from_toml("version = 1\n[preemption]\ngrace = \"5y\"\n", "p").is_err());
+    }
+
+    #[test]
+    fn qos_preempting_an_undefined_qos_is_refused() {
+        let text = "version = 1\n[[qos]]\nname = \"high\"\npreempt = [\"scavenger\"]\n";
+        let err = Policy::from_toml(text, "p").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy p: qos `high` may preempt `scavenger`, which is not defined"
+        );
+    }
+
+    #[test]
+    fn presets_by_name() {
+        assert!(Policy::preset("fifo").unwrap().strict_order);
+        assert_eq!(Policy::preset("slurm").unwrap().backfill.max_job_test, 500);
+        assert!(Policy::preset("lottery").is_none());
+    }
+}

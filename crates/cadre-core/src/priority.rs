@@ -1,0 +1,145 @@
+//! Multifactor priority with Slurm's semantics.
+//!
+//! Given the factors of a pending job, each a number in [0, 1], and integer weights, the
+//! priority is the weighted sum minus the job's nice value, clamped to [1, 2^32 - 1] as
+//! Slurm's is (0 is Slurm's "held"). Factors:
+//! - age: time eligible in the queue over `max_age`, capped at 1;
+//! - fair-share: from the fair-share tree ([`crate::fairshare`]);
+//! - job size: the job's GPUs (CPUs for CPU-only jobs) over the cluster's, or one minus that
+//!   with `favor_small`;
+//! - partition: the partition's `priority_job_factor` over the highest of all partitions;
+//! - QOS: the QOS's priority over the highest of all QOS.
+//!
+//! Only configured (non-zero) weights count, as in Slurm.
+
+use crate::time::Dur;
+use serde::{Deserialize, Serialize};
+
+/// Weights of the priority factors and the age cap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityWeights {
+    pub age: u32,
+    pub fairshare: u32,
+    pub job_size: u32,
+    pub partition: u32,
+    pub qos: u32,
+    /// Age at which the age factor reaches 1 (Slurm `PriorityMaxAge`, default 7 days).
+    #[serde(with = "crate::policy::secs")]
+    pub max_age: Dur,
+    /// Small jobs get the larger job-size factor (Slurm `PriorityFavorSmall`).
+    pub favor_small: bool,
+}
+
+impl Default for PriorityWeights {
+    /// cadre's defaults: fair-share dominates, then QOS, age, partition and size, in the
+    /// proportions Slurm's documentation suggests for a shared GPU cluster.
+    fn default() -> Self {
+        PriorityWeights {
+            age: 1000,
+            fairshare: 10_000,
+            job_size: 500,
+            partition: 1000,
+            qos: 2000,
+            max_age: Dur::days(7),
+            favor_small: false,
+        }
+    }
+}
+
+/// The factors of one job, each in [0, 1], plus its nice value.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Factors {
+    pub age: f64,
+    pub fairshare: f64,
+    pub job_size: f64,
+    pub partition: f64,
+    pub qos: f64,
+    pub nice: i32,
+}
+
+/// The highest priority a job can have.
+pub const MAX_PRIORITY: u64 = u32::MAX as u64;
+
+impl PriorityWeights {
+    /// The age factor of a job eligible for `waited`.
+    pub fn age_factor(&self, waited: Dur) -> f64 {
+        if self.max_age.0 == 0 {
+            return 1.0;
+        }
+        (waited.0 as f64 / self.max_age.0 as f64).min(1.0)
+    }
+
+    /// The job-size factor of a job holding `share` (in [0, 1]) of the cluster.
+    pub fn job_size_factor(&self, share: f64) -> f64 {
+        let s = share.clamp(0.0, 1.0);
+        if self.favor_small { 1.0 - s } else { s }
+    }
+
+    /// The priority of a job with these factors.
+    pub fn priority(&self, f: &Factors) -> u64 {
+        let term = |w: u32, x: f64| f64::from(w) * x.clamp(0.0, 1.0);
+        let sum = term(self.age, f.age)
+            + term(self.fairshare, f.fairshare)
+            + term(self.job_size, f.job_size)
+            + term(self.partition, f.partition)
+            + term(self.qos, f.qos)
+            - f64::from(f.nice);
+        (sum.round().max(1.0) as u64).min(MAX_PRIORITY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_doc_example_partition_normalisation() {
+        // Partition A factor 20, B factor 10, weight 5000 -> 5000 and 2500.
+        let w = PriorityWeights {
+            age: 0,
+            fairshare: 0,
+            job_size: 0,
+            partition: 5000,
+            qos: 0,
+            ..Default::default()
+        };
+        let a = Factors {
+            partition: 20.0 / 20.0,
+            ..Default::default()
+        };
+        let b = Factors {
+            partition: 10.0 / 20.0,
+            ..Default::default()
+        };
+        assert_eq!(w.priority(&a), 5000);
+        assert_eq!(w.priority(&b), 2500);
+    }
+
+    #[test]
+    fn age_saturates_and_nice_lowers() {
+        let w = PriorityWeights::default();
+        assert_eq!(w.age_factor(Dur::days(14)), 1.0);
+        assert_eq!(w.age_factor(Dur::days(0)), 0.0);
+        let base = Factors {
+            fairshare: 0.5,
+            ..Default::default()
+        };
+        let nice = Factors { nice: 100, ..base };
+        assert_eq!(w.priority(&base) - w.priority(&nice), 100);
+        let very_nice = Factors {
+            nice: i32::MAX,
+            ..base
+        };
+        assert_eq!(w.priority(&very_nice), 1, "priority never reaches 0 (held)");
+    }
+
+    #[test]
+    fn favor_small_inverts_size() {
+        let w = PriorityWeights {
+            favor_small: true,
+            ..Default::default()
+        };
+        assert_eq!(w.job_size_factor(0.25), 0.75);
+    }
+}
