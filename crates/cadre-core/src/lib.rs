@@ -2,6 +2,7 @@
 
 pub mod alloc;
 pub mod cluster;
+pub mod config;
 pub mod fairshare;
 pub mod hostlist;
 pub mod job;
