@@ -3,5 +3,6 @@
 pub mod alloc;
 pub mod cluster;
 pub mod job;
+pub mod quota;
 pub mod resources;
 pub mod time;
