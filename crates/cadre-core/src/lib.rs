@@ -8,5 +8,6 @@ pub mod hostlist;
 pub mod job;
 pub mod policy;
 pub mod priority;
+pub mod quota;
 pub mod resources;
 pub mod time;
