@@ -3,5 +3,6 @@
 pub mod alloc;
 pub mod cluster;
 pub mod job;
+pub mod placement;
 pub mod resources;
 pub mod time;

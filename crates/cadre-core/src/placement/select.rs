@@ -1,0 +1,476 @@
+//! Node selection: which nodes, and how many tasks of each group on each, for a gang.
+//!
+//! Given: candidate nodes (already filtered for state, features and labels) with, per task
+//! group, how many tasks fit on each now, and a [`Pool`] that recounts a node once earlier
+//! groups of the same job have been put on it. Decided: a [`Plan`], or nothing. Must hold:
+//! every count in a plan is within what the pool said fits; `tasks_per_node`, `nodes`,
+//! `one_task_per_node` and the network span are honoured; the answer depends only on the
+//! input (ties end on node ids, leaves are visited in id order).
+//!
+//! Both [`super::place`] (device-level pool) and [`super::select_nodes`] (aggregate pool)
+//! run this same code; only the way a node is counted differs.
+
+use super::GroupReq;
+use crate::cluster::{BlockId, NodeId, SwitchId};
+use crate::job::{JobSpec, NetworkSpan};
+use crate::resources::Amounts;
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+/// A node that can take at least one task of some group.
+#[derive(Clone, Debug)]
+pub(super) struct Cand {
+    pub node: NodeId,
+    pub leaf: Option<SwitchId>,
+    pub block: Option<BlockId>,
+    /// Nothing runs on it.
+    pub idle: bool,
+    /// Aggregate free amounts, for the best-fit order.
+    pub free: Amounts,
+}
+
+/// Recounts a node in the middle of a trial.
+pub(super) trait Pool {
+    /// Tasks of group `g` (processing order) that fit on candidate `i` once `placed` (tasks
+    /// of earlier groups of this trial: (group, count), in the order they were placed) are
+    /// there.
+    fn recap(&self, i: usize, g: usize, placed: &[(usize, u32)]) -> u32;
+}
+
+/// Tasks per node per group: (candidate, group in processing order, tasks), in the order
+/// they were chosen (groups in processing order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Plan {
+    pub entries: Vec<(usize, usize, u32)>,
+}
+
+/// How good a plan is; lower is better. Field order is the preference order written in the
+/// module doc of [`super`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Score {
+    /// Idle nodes the job breaks into.
+    idle_taken: u32,
+    /// Milli-GPUs left free on the nodes the job uses (best fit on GPUs).
+    gpu_left: u64,
+    /// Cores left free on the nodes the job uses.
+    cores_left: u64,
+    leaves: u32,
+    blocks: u32,
+    /// Idle nodes left under the leaves the job uses: fuller leaves first, so that whole
+    /// free leaves stay whole.
+    leaf_idle_left: u32,
+    /// The nodes used, ascending: the final tie-break.
+    nodes: Vec<NodeId>,
+}
+
+/// One candidate node of one group in a trial.
+#[derive(Clone, Copy, Debug)]
+struct Opt {
+    i: usize,
+    cap: u32,
+    take: u32,
+    key: FitKey,
+}
+
+/// Best fit of one node for some tasks: breaks an idle node, then milli-GPUs and cores left
+/// on it afterwards, then its id.
+type FitKey = (bool, u64, u64, NodeId);
+
+pub(super) struct Engine<'a> {
+    pub job: &'a JobSpec,
+    /// In processing order.
+    pub groups: &'a [GroupReq<'a>],
+    pub cands: &'a [Cand],
+    /// `caps[i * groups.len() + g]`: tasks of group `g` that fit on candidate `i`.
+    pub caps: &'a [u32],
+}
+
+/// Per-run scratch, reset between trials.
+struct Scratch {
+    used: Vec<Amounts>,
+    tasks_on: Vec<u32>,
+    touched: Vec<usize>,
+    opts: Vec<Opt>,
+    placed: Vec<(usize, u32)>,
+}
+
+impl Engine<'_> {
+    fn cap(&self, i: usize, g: usize) -> u32 {
+        self.caps[i * self.groups.len() + g]
+    }
+
+    /// The best plan for the given task counts (per group, processing order), or `None`.
+    pub(super) fn run(&self, pool: &dyn Pool, counts: &[u32]) -> Option<Plan> {
+        let n = self.cands.len();
+        let mut s = Scratch {
+            used: vec![Amounts::ZERO; n],
+            tasks_on: vec![0; n],
+            touched: Vec::new(),
+            opts: Vec::with_capacity(n),
+            placed: Vec::new(),
+        };
+        let all: Vec<usize> = (0..n).collect();
+        let leaves = self.partition_by(|c| c.leaf.map(|l| l.0));
+        let mut leaf_idle: BTreeMap<Option<u32>, u32> = BTreeMap::new();
+        for c in self.cands {
+            *leaf_idle.entry(c.leaf.map(|l| l.0)).or_insert(0) += u32::from(c.idle);
+        }
+        let mut best: Option<(Score, Plan)> = None;
+        let mut consider = |dom: &[usize], max_leaves: u32, s: &mut Scratch| -> bool {
+            let Some(plan) = self.trial(pool, dom, counts, s) else {
+                return false;
+            };
+            let score = self.score(&plan, &leaf_idle);
+            if score.leaves > max_leaves {
+                return false;
+            }
+            if best.as_ref().is_none_or(|(b, _)| score < *b) {
+                best = Some((score, plan));
+            }
+            true
+        };
+        match self.job.topology.span {
+            NetworkSpan::OneBlock => {
+                for dom in self.partition_by(|c| c.block.map(|b| b.0)).values() {
+                    consider(dom, u32::MAX, &mut s);
+                }
+            }
+            NetworkSpan::OneLeaf => {
+                for dom in leaves.values() {
+                    consider(dom, 1, &mut s);
+                }
+            }
+            NetworkSpan::Any | NetworkSpan::MaxSwitches(_) => {
+                let limit = match self.job.topology.span {
+                    NetworkSpan::MaxSwitches(m) => m.max(1),
+                    _ => u32::MAX,
+                };
+                let mut one_leaf = false;
+                if leaves.len() > 1 {
+                    for dom in leaves.values() {
+                        one_leaf |= consider(dom, 1, &mut s);
+                    }
+                }
+                consider(&all, limit, &mut s);
+                if !one_leaf && leaves.len() > 1 && limit > 1 {
+                    self.leaf_greedy(pool, counts, &leaves, limit, &mut s, &mut consider);
+                }
+            }
+        }
+        best.map(|(_, plan)| plan)
+    }
+
+    /// Candidates grouped by a key (leaf or block; `None` is one group of its own), each
+    /// group in candidate order.
+    fn partition_by(
+        &self,
+        key: impl Fn(&Cand) -> Option<u32>,
+    ) -> BTreeMap<Option<u32>, Vec<usize>> {
+        let mut out: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
+        for (i, c) in self.cands.iter().enumerate() {
+            out.entry(key(c)).or_default().push(i);
+        }
+        out
+    }
+
+    /// A job too big for one leaf: leaves with the most room for it first (ties by leaf id),
+    /// added one at a time until the job fits or `limit` leaves are used.
+    fn leaf_greedy(
+        &self,
+        _pool: &dyn Pool,
+        counts: &[u32],
+        leaves: &BTreeMap<Option<u32>, Vec<usize>>,
+        limit: u32,
+        s: &mut Scratch,
+        consider: &mut dyn FnMut(&[usize], u32, &mut Scratch) -> bool,
+    ) {
+        let Some(main) = counts.iter().position(|&c| c > 0) else {
+            return;
+        };
+        let mut room: Vec<(u64, Option<u32>)> = leaves
+            .iter()
+            .map(|(leaf, dom)| {
+                let r = dom.iter().map(|&i| u64::from(self.cap(i, main))).sum();
+                (r, *leaf)
+            })
+            .collect();
+        room.sort_by_key(|&(r, leaf)| (Reverse(r), leaf));
+        let mut dom: Vec<usize> = Vec::new();
+        let mut total = 0u64;
+        for (k, (r, leaf)) in room.iter().enumerate() {
+            if k as u32 >= limit || *r == 0 {
+                break;
+            }
+            dom.extend_from_slice(&leaves[leaf]);
+            total += r;
+            if total < u64::from(counts[main]) || k == 0 {
+                continue;
+            }
+            dom.sort_unstable();
+            if consider(&dom, limit, s) {
+                return;
+            }
+        }
+    }
+
+    fn score(&self, plan: &Plan, leaf_idle: &BTreeMap<Option<u32>, u32>) -> Score {
+        let mut nodes: Vec<usize> = plan.entries.iter().map(|e| e.0).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut used = vec![Amounts::ZERO; nodes.len()];
+        for &(i, g, n) in &plan.entries {
+            if let Ok(k) = nodes.binary_search(&i) {
+                used[k] += self.groups[g].res.amounts() * u64::from(n);
+            }
+        }
+        let mut leaves: Vec<Option<u32>> = nodes
+            .iter()
+            .map(|&i| self.cands[i].leaf.map(|l| l.0))
+            .collect();
+        leaves.sort_unstable();
+        leaves.dedup();
+        let mut blocks: Vec<Option<u32>> = nodes
+            .iter()
+            .map(|&i| self.cands[i].block.map(|b| b.0))
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let idle_taken = nodes.iter().filter(|&&i| self.cands[i].idle).count() as u32;
+        let idle_in_leaves: u32 = leaves
+            .iter()
+            .map(|l| leaf_idle.get(l).copied().unwrap_or(0))
+            .sum();
+        Score {
+            idle_taken,
+            gpu_left: nodes
+                .iter()
+                .zip(&used)
+                .map(|(&i, u)| self.cands[i].free.gpu_milli.saturating_sub(u.gpu_milli))
+                .sum(),
+            cores_left: nodes
+                .iter()
+                .zip(&used)
+                .map(|(&i, u)| self.cands[i].free.cpus.saturating_sub(u.cpus))
+                .sum(),
+            leaves: leaves.len() as u32,
+            blocks: blocks.len() as u32,
+            leaf_idle_left: idle_in_leaves.saturating_sub(idle_taken),
+            nodes: nodes.iter().map(|&i| self.cands[i].node).collect(),
+        }
+    }
+
+    /// Places every group within `dom` (candidate indices, ascending).
+    fn trial(
+        &self,
+        pool: &dyn Pool,
+        dom: &[usize],
+        counts: &[u32],
+        s: &mut Scratch,
+    ) -> Option<Plan> {
+        for &i in &s.touched {
+            s.used[i] = Amounts::ZERO;
+            s.tasks_on[i] = 0;
+        }
+        s.touched.clear();
+        let mut plan = Plan::default();
+        for (g, &need) in counts.iter().enumerate() {
+            if need == 0 {
+                continue;
+            }
+            s.opts.clear();
+            for &i in dom {
+                let mut cap = if s.tasks_on[i] > 0 {
+                    if self.job.one_task_per_node {
+                        continue;
+                    }
+                    s.placed.clear();
+                    s.placed.extend(
+                        plan.entries
+                            .iter()
+                            .filter(|e| e.0 == i)
+                            .map(|&(_, pg, pn)| (pg, pn)),
+                    );
+                    pool.recap(i, g, &s.placed)
+                } else {
+                    self.cap(i, g)
+                };
+                if self.job.one_task_per_node {
+                    cap = cap.min(1);
+                }
+                if cap > 0 {
+                    s.opts.push(Opt {
+                        i,
+                        cap,
+                        take: 0,
+                        key: (false, 0, 0, NodeId(0)),
+                    });
+                }
+            }
+            let start = plan.entries.len();
+            if !self.choose(g, need, s, &mut plan) {
+                return None;
+            }
+            for &(i, _, n) in &plan.entries[start..] {
+                if s.tasks_on[i] == 0 {
+                    s.touched.push(i);
+                }
+                s.tasks_on[i] += n;
+                s.used[i] += self.groups[g].res.amounts() * u64::from(n);
+            }
+        }
+        Some(plan)
+    }
+
+    fn key(&self, i: usize, g: usize, n: u32, s: &Scratch) -> FitKey {
+        let c = &self.cands[i];
+        let after = c
+            .free
+            .saturating_sub(&s.used[i])
+            .saturating_sub(&(self.groups[g].res.amounts() * u64::from(n)));
+        (
+            c.idle && s.tasks_on[i] == 0,
+            after.gpu_milli,
+            after.cpus,
+            c.node,
+        )
+    }
+
+    /// Chooses the nodes of group `g` for `need` tasks among `s.opts`.
+    fn choose(&self, g: usize, need: u32, s: &mut Scratch, plan: &mut Plan) -> bool {
+        let group = self.groups[g].group;
+        let mut opts = std::mem::take(&mut s.opts);
+        let ok = match (group.nodes, group.tasks_per_node) {
+            (Some(nn), Some(k)) => {
+                // Exactly `nn` nodes of exactly `k` tasks.
+                need == nn.saturating_mul(k) && self.take_full(g, k, nn, &mut opts, s, plan)
+            }
+            (None, Some(k)) => {
+                let (full, rem) = (need / k, need % k);
+                self.take_full(g, k, full, &mut opts, s, plan)
+                    && (rem == 0 || self.take_best(g, rem, &opts, s, plan))
+            }
+            (Some(nn), None) => self.take_spread(g, need, nn, &mut opts, s, plan),
+            (None, None) => {
+                // One node if one can hold the group; else the roomiest nodes until the rest
+                // fits on one node, which is then the best-fitting one.
+                if self.take_best(g, need, &opts, s, plan) {
+                    true
+                } else {
+                    for o in opts.iter_mut() {
+                        o.take = o.cap.min(need);
+                        o.key = self.key(o.i, g, o.take, s);
+                    }
+                    opts.sort_unstable_by_key(|o| (Reverse(o.take), o.key));
+                    let mut rest = need;
+                    let mut pos = 0;
+                    loop {
+                        let Some(o) = opts.get(pos) else {
+                            break false;
+                        };
+                        if o.take >= rest {
+                            let end = opts[pos..]
+                                .iter()
+                                .position(|o| o.take < rest)
+                                .map_or(opts.len(), |k| pos + k);
+                            let best = opts[pos..end]
+                                .iter()
+                                .min_by_key(|o| self.key(o.i, g, rest, s))
+                                .map(|o| o.i);
+                            if let Some(i) = best {
+                                plan.entries.push((i, g, rest));
+                            }
+                            break best.is_some();
+                        }
+                        plan.entries.push((o.i, g, o.take));
+                        rest -= o.take;
+                        pos += 1;
+                    }
+                }
+            }
+        };
+        opts.clear();
+        s.opts = opts;
+        ok
+    }
+
+    /// The best-fitting single node for `n` tasks of group `g`, not yet in this group.
+    fn take_best(&self, g: usize, n: u32, opts: &[Opt], s: &Scratch, plan: &mut Plan) -> bool {
+        let taken = |i: usize| plan.entries.iter().any(|e| e.0 == i && e.1 == g);
+        let best = opts
+            .iter()
+            .filter(|o| o.cap >= n && !taken(o.i))
+            .min_by_key(|o| self.key(o.i, g, n, s));
+        match best {
+            Some(o) => {
+                plan.entries.push((o.i, g, n));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `count` nodes of `k` tasks each, best-fitting first.
+    fn take_full(
+        &self,
+        g: usize,
+        k: u32,
+        count: u32,
+        opts: &mut Vec<Opt>,
+        s: &Scratch,
+        plan: &mut Plan,
+    ) -> bool {
+        if count == 0 {
+            return true;
+        }
+        opts.retain(|o| o.cap >= k);
+        if (opts.len() as u64) < u64::from(count) {
+            return false;
+        }
+        for o in opts.iter_mut() {
+            o.key = self.key(o.i, g, k, s);
+        }
+        let count = count as usize;
+        if count < opts.len() {
+            opts.select_nth_unstable_by_key(count - 1, |o| o.key);
+        }
+        let mut chosen: Vec<usize> = opts[..count].iter().map(|o| o.i).collect();
+        chosen.sort_unstable_by_key(|&i| self.cands[i].node);
+        plan.entries.extend(chosen.into_iter().map(|i| (i, g, k)));
+        opts.drain(..count);
+        true
+    }
+
+    /// Exactly `nn` nodes with at least one task each: the roomiest (then best-fitting)
+    /// nodes, filled in that order after each got its first task.
+    fn take_spread(
+        &self,
+        g: usize,
+        need: u32,
+        nn: u32,
+        opts: &mut [Opt],
+        s: &Scratch,
+        plan: &mut Plan,
+    ) -> bool {
+        if nn == 0 || nn > need || (opts.len() as u64) < u64::from(nn) {
+            return false;
+        }
+        let most = need - (nn - 1);
+        for o in opts.iter_mut() {
+            o.take = o.cap.min(most);
+            o.key = self.key(o.i, g, o.take, s);
+        }
+        opts.sort_unstable_by_key(|o| (Reverse(o.take), o.key));
+        let chosen = &opts[..nn as usize];
+        let room: u64 = chosen.iter().map(|o| u64::from(o.take)).sum();
+        if room < u64::from(need) {
+            return false;
+        }
+        let mut extra = need - nn;
+        for o in chosen {
+            let more = (o.take - 1).min(extra);
+            extra -= more;
+            plan.entries.push((o.i, g, 1 + more));
+        }
+        true
+    }
+}
