@@ -1,0 +1,1 @@
+//! Property tests of placement.
