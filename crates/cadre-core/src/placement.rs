@@ -84,7 +84,7 @@ use crate::cluster::{Cluster, NodeAvail, NodeId};
 use crate::job::{JobId, JobSpec, NetworkSpan, NumaPolicy, TaskGroup};
 use crate::resources::{Amounts, MILLI_PER_GPU, TaskResources};
 use device::{Layout, Shortage, UsageRef, Work};
-use select::{Cand, Engine, Plan, Pool};
+use select::{Cand, Engine, Plan, Pool, slot_key};
 use std::fmt;
 
 /// Why a job cannot be placed. [`PlacementFailure::reason`] says whether it never can
@@ -326,6 +326,11 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// Bound of the dense leaf and block keys.
+    fn slots(&self) -> usize {
+        self.cluster.switches.len().max(self.cluster.blocks.len()) + 2
+    }
+
     fn shape_id(&self, node: NodeId) -> usize {
         self.cluster.node(node).shape.0 as usize
     }
@@ -416,8 +421,8 @@ impl<'a> Ctx<'a> {
             };
             cands.push(Cand {
                 node,
-                leaf: n.leaf,
-                block: n.block,
+                leaf_key: slot_key(n.leaf.map(|l| l.0), self.cluster.switches.len()),
+                block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
                 idle: view != View::Now || n.usage.jobs.is_empty(),
                 free,
             });
@@ -453,6 +458,7 @@ impl<'a> Ctx<'a> {
             groups: &self.groups,
             cands: &cands,
             caps: &caps,
+            slots: self.slots(),
         };
         let pool = DevicePool {
             ctx: self,
@@ -868,8 +874,8 @@ pub fn select_nodes(
         let n = cluster.node(node);
         cands.push(Cand {
             node,
-            leaf: n.leaf,
-            block: n.block,
+            leaf_key: slot_key(n.leaf.map(|l| l.0), cluster.switches.len()),
+            block_key: slot_key(n.block.map(|b| b.0), cluster.blocks.len()),
             idle,
             free: f,
         });
@@ -880,6 +886,7 @@ pub fn select_nodes(
         groups: &ctx.groups,
         cands: &cands,
         caps: &caps,
+        slots: ctx.slots(),
     };
     let pool = AmountsPool {
         groups: &ctx.groups,

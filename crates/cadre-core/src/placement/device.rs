@@ -43,12 +43,16 @@ struct GroupOnShape {
     gpus: Vec<Vec<u32>>,
     /// Positions in [`NodeShape::named`] of the group's named resources, in request order.
     named: Vec<usize>,
+    /// Every GPU of the shape is of the wanted model.
+    all_gpus: bool,
 }
 
 #[derive(Clone, Debug)]
 struct ShapeLayout {
     domains: Vec<DomainLayout>,
     groups: Vec<GroupOnShape>,
+    /// Every core is in exactly one domain, so free cores can be counted on the whole set.
+    cores_covered: bool,
 }
 
 /// Per-call index of the shapes for the job's groups: built once per call, so that the per
@@ -184,12 +188,32 @@ impl Layout {
                         let named_ok = named.iter().all(Option::is_some);
                         GroupOnShape {
                             usable: has_model && named_ok,
+                            all_gpus: gpus.iter().map(Vec::len).sum::<usize>() == shape.gpus.len(),
                             gpus,
                             named: named.into_iter().map(|p| p.unwrap_or(usize::MAX)).collect(),
                         }
                     })
                     .collect();
-                ShapeLayout { domains, groups }
+                let mut seen = FixedBitSet::with_capacity(shape.cores as usize);
+                let mut listed = 0usize;
+                for d in &domains {
+                    match &d.cores {
+                        CoreSet::Range(a, b) => {
+                            listed += b - a;
+                            seen.insert_range(*a..*b);
+                        }
+                        CoreSet::List(l) => {
+                            listed += l.len();
+                            l.iter().for_each(|&c| seen.insert(c as usize));
+                        }
+                    }
+                }
+                let cores_covered = listed == shape.cores as usize && seen.count_ones(..) == listed;
+                ShapeLayout {
+                    domains,
+                    groups,
+                    cores_covered,
+                }
             })
             .collect();
         Layout { shapes }
@@ -237,6 +261,17 @@ impl Layout {
                 sum = sum.saturating_add(domain_cap(self.domain_free(sl, gs, d, u, g)));
             }
             cap.min(sum)
+        } else if sl.cores_covered && gs.all_gpus && g.share.is_none() {
+            // The common case, counted on whole sets rather than domain by domain.
+            let busy_gpus = u.gpu_milli.iter().filter(|&&m| m > 0).count();
+            let busy_cores = u.cores.map_or(0, |c| c.count_ones(..));
+            let busy_nics = u.nics.map_or(0, |c| c.count_ones(..));
+            cap.min(domain_cap(DomainFree {
+                whole_gpus: (shape.gpus.len() - busy_gpus.min(shape.gpus.len())) as u32,
+                share_slots: 0,
+                cores: (shape.cores as usize).saturating_sub(busy_cores) as u32,
+                nics: shape.nics.len().saturating_sub(busy_nics) as u32,
+            }))
         } else {
             let mut total = DomainFree::default();
             for d in 0..sl.domains.len() {

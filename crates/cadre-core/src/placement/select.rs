@@ -11,18 +11,19 @@
 //! run this same code; only the way a node is counted differs.
 
 use super::GroupReq;
-use crate::cluster::{BlockId, NodeId, SwitchId};
+use crate::cluster::NodeId;
 use crate::job::{JobSpec, NetworkSpan};
 use crate::resources::Amounts;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 
 /// A node that can take at least one task of some group.
 #[derive(Clone, Debug)]
 pub(super) struct Cand {
     pub node: NodeId,
-    pub leaf: Option<SwitchId>,
-    pub block: Option<BlockId>,
+    /// Dense leaf key, below [`Engine::slots`]: see [`slot_key`].
+    pub leaf_key: u32,
+    /// Dense block key, below [`Engine::slots`].
+    pub block_key: u32,
     /// Nothing runs on it.
     pub idle: bool,
     /// Aggregate free amounts, for the best-fit order.
@@ -63,6 +64,8 @@ struct Score {
     nodes: Vec<NodeId>,
 }
 
+type Best = Option<(Score, Plan)>;
+
 /// One candidate node of one group in a trial.
 #[derive(Clone, Copy, Debug)]
 struct Opt {
@@ -73,8 +76,8 @@ struct Opt {
 }
 
 /// Best fit of one node for some tasks: breaks an idle node, then milli-GPUs and cores left
-/// on it afterwards, then its id.
-type FitKey = (bool, u64, u64, NodeId);
+/// on it afterwards, then idle nodes under its leaf (fuller leaves first), then its id.
+type FitKey = (bool, u64, u64, u32, NodeId);
 
 pub(super) struct Engine<'a> {
     pub job: &'a JobSpec,
@@ -83,6 +86,18 @@ pub(super) struct Engine<'a> {
     pub cands: &'a [Cand],
     /// `caps[i * groups.len() + g]`: tasks of group `g` that fit on candidate `i`.
     pub caps: &'a [u32],
+    /// Bound of the leaf and block keys.
+    pub slots: usize,
+}
+
+/// The dense key of an optional leaf or block id among `len` of them: 0 for none, the id
+/// plus one, or `len + 1` for an id out of range (lumped together rather than dropped).
+pub(super) fn slot_key(id: Option<u32>, len: usize) -> u32 {
+    match id {
+        None => 0,
+        Some(x) if (x as usize) < len => x + 1,
+        Some(_) => len as u32 + 1,
+    }
 }
 
 /// Per-run scratch, reset between trials.
@@ -92,6 +107,8 @@ struct Scratch {
     touched: Vec<usize>,
     opts: Vec<Opt>,
     placed: Vec<(usize, u32)>,
+    /// Idle candidates per leaf key.
+    leaf_idle: Vec<u32>,
 }
 
 impl Engine<'_> {
@@ -108,68 +125,78 @@ impl Engine<'_> {
             touched: Vec::new(),
             opts: Vec::with_capacity(n),
             placed: Vec::new(),
+            leaf_idle: vec![0; self.slots],
         };
-        let all: Vec<usize> = (0..n).collect();
-        let leaves = self.partition_by(|c| c.leaf.map(|l| l.0));
-        let mut leaf_idle: BTreeMap<Option<u32>, u32> = BTreeMap::new();
         for c in self.cands {
-            *leaf_idle.entry(c.leaf.map(|l| l.0)).or_insert(0) += u32::from(c.idle);
+            s.leaf_idle[c.leaf_key as usize] += u32::from(c.idle);
         }
+        let span = self.job.topology.span;
+        let limit = match span {
+            NetworkSpan::MaxSwitches(m) => m.max(1),
+            NetworkSpan::OneLeaf => 1,
+            _ => u32::MAX,
+        };
+        // All candidates first: a plan on one node is the best plan of every span (the fit
+        // key already prefers fuller leaves), so the per-leaf trials are not needed.
+        let all: Vec<usize> = (0..n).collect();
         let mut best: Option<(Score, Plan)> = None;
-        let mut consider = |dom: &[usize], max_leaves: u32, s: &mut Scratch| -> bool {
+        let mut consider = |dom: &[usize], max_leaves: u32, s: &mut Scratch, best: &mut Best| {
             let Some(plan) = self.trial(pool, dom, counts, s) else {
                 return false;
             };
-            let score = self.score(&plan, &leaf_idle);
+            let score = self.score(&plan, &s.leaf_idle);
             if score.leaves > max_leaves {
                 return false;
             }
             if best.as_ref().is_none_or(|(b, _)| score < *b) {
-                best = Some((score, plan));
+                *best = Some((score, plan));
             }
             true
         };
-        match self.job.topology.span {
-            NetworkSpan::OneBlock => {
-                for dom in self.partition_by(|c| c.block.map(|b| b.0)).values() {
-                    consider(dom, u32::MAX, &mut s);
-                }
+        if span != NetworkSpan::OneBlock || self.block_count() <= 1 {
+            consider(&all, limit, &mut s, &mut best);
+        }
+        if best
+            .as_ref()
+            .is_some_and(|(score, _)| score.nodes.len() == 1)
+        {
+            return best.map(|(_, plan)| plan);
+        }
+        if span == NetworkSpan::OneBlock {
+            for dom in self.buckets(|c| c.block_key) {
+                consider(&dom, u32::MAX, &mut s, &mut best);
             }
-            NetworkSpan::OneLeaf => {
-                for dom in leaves.values() {
-                    consider(dom, 1, &mut s);
-                }
+            return best.map(|(_, plan)| plan);
+        }
+        let leaves = self.buckets(|c| c.leaf_key);
+        if leaves.len() > 1 {
+            let mut one_leaf = false;
+            for dom in &leaves {
+                one_leaf |= consider(dom, 1, &mut s, &mut best);
             }
-            NetworkSpan::Any | NetworkSpan::MaxSwitches(_) => {
-                let limit = match self.job.topology.span {
-                    NetworkSpan::MaxSwitches(m) => m.max(1),
-                    _ => u32::MAX,
-                };
-                let mut one_leaf = false;
-                if leaves.len() > 1 {
-                    for dom in leaves.values() {
-                        one_leaf |= consider(dom, 1, &mut s);
-                    }
-                }
-                consider(&all, limit, &mut s);
-                if !one_leaf && leaves.len() > 1 && limit > 1 {
-                    self.leaf_greedy(pool, counts, &leaves, limit, &mut s, &mut consider);
-                }
+            if !one_leaf && limit > 1 {
+                self.leaf_greedy(counts, &leaves, limit, &mut s, &mut best, &mut consider);
             }
         }
         best.map(|(_, plan)| plan)
     }
 
-    /// Candidates grouped by a key (leaf or block; `None` is one group of its own), each
-    /// group in candidate order.
-    fn partition_by(
-        &self,
-        key: impl Fn(&Cand) -> Option<u32>,
-    ) -> BTreeMap<Option<u32>, Vec<usize>> {
-        let mut out: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
+    fn block_count(&self) -> usize {
+        let mut seen = vec![false; self.slots];
+        self.cands
+            .iter()
+            .for_each(|c| seen[c.block_key as usize] = true);
+        seen.iter().filter(|&&b| b).count()
+    }
+
+    /// Candidates grouped by a dense key (leaf or block), groups in key order, each group
+    /// in candidate order.
+    fn buckets(&self, key: impl Fn(&Cand) -> u32) -> Vec<Vec<usize>> {
+        let mut out: Vec<Vec<usize>> = vec![Vec::new(); self.slots];
         for (i, c) in self.cands.iter().enumerate() {
-            out.entry(key(c)).or_default().push(i);
+            out[key(c) as usize].push(i);
         }
+        out.retain(|b| !b.is_empty());
         out
     }
 
@@ -177,21 +204,22 @@ impl Engine<'_> {
     /// added one at a time until the job fits or `limit` leaves are used.
     fn leaf_greedy(
         &self,
-        _pool: &dyn Pool,
         counts: &[u32],
-        leaves: &BTreeMap<Option<u32>, Vec<usize>>,
+        leaves: &[Vec<usize>],
         limit: u32,
         s: &mut Scratch,
-        consider: &mut dyn FnMut(&[usize], u32, &mut Scratch) -> bool,
+        best: &mut Best,
+        consider: &mut dyn FnMut(&[usize], u32, &mut Scratch, &mut Best) -> bool,
     ) {
         let Some(main) = counts.iter().position(|&c| c > 0) else {
             return;
         };
-        let mut room: Vec<(u64, Option<u32>)> = leaves
+        let mut room: Vec<(u64, usize)> = leaves
             .iter()
+            .enumerate()
             .map(|(leaf, dom)| {
                 let r = dom.iter().map(|&i| u64::from(self.cap(i, main))).sum();
-                (r, *leaf)
+                (r, leaf)
             })
             .collect();
         room.sort_by_key(|&(r, leaf)| (Reverse(r), leaf));
@@ -201,19 +229,19 @@ impl Engine<'_> {
             if k as u32 >= limit || *r == 0 {
                 break;
             }
-            dom.extend_from_slice(&leaves[leaf]);
+            dom.extend_from_slice(&leaves[*leaf]);
             total += r;
             if total < u64::from(counts[main]) || k == 0 {
                 continue;
             }
             dom.sort_unstable();
-            if consider(&dom, limit, s) {
+            if consider(&dom, limit, s, best) {
                 return;
             }
         }
     }
 
-    fn score(&self, plan: &Plan, leaf_idle: &BTreeMap<Option<u32>, u32>) -> Score {
+    fn score(&self, plan: &Plan, leaf_idle: &[u32]) -> Score {
         let mut nodes: Vec<usize> = plan.entries.iter().map(|e| e.0).collect();
         nodes.sort_unstable();
         nodes.dedup();
@@ -223,23 +251,14 @@ impl Engine<'_> {
                 used[k] += self.groups[g].res.amounts() * u64::from(n);
             }
         }
-        let mut leaves: Vec<Option<u32>> = nodes
-            .iter()
-            .map(|&i| self.cands[i].leaf.map(|l| l.0))
-            .collect();
+        let mut leaves: Vec<u32> = nodes.iter().map(|&i| self.cands[i].leaf_key).collect();
         leaves.sort_unstable();
         leaves.dedup();
-        let mut blocks: Vec<Option<u32>> = nodes
-            .iter()
-            .map(|&i| self.cands[i].block.map(|b| b.0))
-            .collect();
+        let mut blocks: Vec<u32> = nodes.iter().map(|&i| self.cands[i].block_key).collect();
         blocks.sort_unstable();
         blocks.dedup();
         let idle_taken = nodes.iter().filter(|&&i| self.cands[i].idle).count() as u32;
-        let idle_in_leaves: u32 = leaves
-            .iter()
-            .map(|l| leaf_idle.get(l).copied().unwrap_or(0))
-            .sum();
+        let idle_in_leaves: u32 = leaves.iter().map(|&l| leaf_idle[l as usize]).sum();
         Score {
             idle_taken,
             gpu_left: nodes
@@ -302,7 +321,7 @@ impl Engine<'_> {
                         i,
                         cap,
                         take: 0,
-                        key: (false, 0, 0, NodeId(0)),
+                        key: (false, 0, 0, 0, NodeId(0)),
                     });
                 }
             }
@@ -331,6 +350,7 @@ impl Engine<'_> {
             c.idle && s.tasks_on[i] == 0,
             after.gpu_milli,
             after.cpus,
+            s.leaf_idle[c.leaf_key as usize],
             c.node,
         )
     }
