@@ -66,6 +66,9 @@ struct Score {
 
 type Best = Option<(Score, Plan)>;
 
+/// Tries one domain of candidates under a leaf limit; true if the job fits there.
+type Consider<'c> = dyn FnMut(&[usize], u32, &mut Scratch, &mut Best) -> bool + 'c;
+
 /// One candidate node of one group in a trial.
 #[derive(Clone, Copy, Debug)]
 struct Opt {
@@ -209,7 +212,7 @@ impl Engine<'_> {
         limit: u32,
         s: &mut Scratch,
         best: &mut Best,
-        consider: &mut dyn FnMut(&[usize], u32, &mut Scratch, &mut Best) -> bool,
+        consider: &mut Consider<'_>,
     ) {
         let Some(main) = counts.iter().position(|&c| c > 0) else {
             return;
