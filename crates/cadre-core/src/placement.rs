@@ -530,7 +530,8 @@ impl<'a> Ctx<'a> {
             return PlacementFailure::NoMatchingNode { what };
         }
         for (gi, g) in self.groups.iter().enumerate() {
-            if g.group.count == 0 {
+            // An elastic group that may start empty is no reason for "never".
+            if g.group.min_tasks() == 0 {
                 continue;
             }
             let fits = statically_ok
