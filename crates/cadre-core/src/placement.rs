@@ -529,15 +529,39 @@ impl<'a> Ctx<'a> {
             };
             return PlacementFailure::NoMatchingNode { what };
         }
+        // On idle nodes a node's capacity depends on its shape only.
+        let ng = self.groups.len();
+        let mut idle_caps: Vec<Option<u32>> = vec![None; self.cluster.shapes.len() * ng];
+        let mut idle_cap = |node: NodeId, gi: usize| -> u32 {
+            let slot = self.shape_id(node) * ng + gi;
+            *idle_caps[slot].get_or_insert_with(|| self.capacity(node, UsageRef::IDLE, gi))
+        };
+        // An elastic group that may start empty is no reason for "never", unless every group
+        // may (a gang starts with at least one task) and none fits anywhere.
+        let all_optional = self.groups.iter().all(|g| g.group.min_tasks() == 0);
+        let mut any_fits = false;
         for (gi, g) in self.groups.iter().enumerate() {
-            // An elastic group that may start empty is no reason for "never".
-            if g.group.min_tasks() == 0 {
+            if g.group.count == 0 {
                 continue;
             }
-            let fits = statically_ok
-                .iter()
-                .any(|&n| self.capacity(n, UsageRef::IDLE, gi) > 0);
-            if !fits {
+            let fits = statically_ok.iter().any(|&n| idle_cap(n, gi) > 0);
+            any_fits |= fits;
+            let last = gi + 1 == self.groups.len();
+            let report = if all_optional {
+                last && !any_fits
+            } else {
+                !fits && g.group.min_tasks() > 0
+            };
+            if report {
+                let gi = if all_optional {
+                    self.groups
+                        .iter()
+                        .position(|g| g.group.count > 0)
+                        .unwrap_or(gi)
+                } else {
+                    gi
+                };
+                let g = &self.groups[gi];
                 let n = statically_ok[0];
                 let why = self.explain(n, UsageRef::IDLE, gi);
                 if let (Some(model), NodeRefusal::NoGpuModel(_)) = (&g.res.gpu_model, &why) {
@@ -551,6 +575,30 @@ impl<'a> Ctx<'a> {
                 };
             }
         }
+        // The common case without running the engine: one group whose minimum fits on one
+        // idle node that is up (one node satisfies every span).
+        let busy = PlacementFailure::Busy {
+            nodes: self.eligible.len(),
+        };
+        let mut active = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.group.count > 0);
+        if let (Some((gi, g)), None) = (active.next(), active.next()) {
+            let t = g.group;
+            let need = self.counts(Some(0))[gi].max(1);
+            let one_node = t.nodes.is_none_or(|n| n == 1)
+                && t.tasks_per_node.is_none_or(|k| k >= need)
+                && (!self.job.one_task_per_node || need == 1);
+            if one_node
+                && statically_ok.iter().any(|&n| {
+                    self.cluster.node(n).avail == NodeAvail::Up && idle_cap(n, gi) >= need
+                })
+            {
+                return busy;
+            }
+        }
         if self.plan(View::IdleAll).is_none() {
             return PlacementFailure::NeverFits {
                 nodes: self.eligible.len(),
@@ -558,7 +606,11 @@ impl<'a> Ctx<'a> {
                 numa: self.job.topology.numa,
             };
         }
-        if self.plan(View::IdleUp).is_none() {
+        let all_up = self
+            .eligible
+            .iter()
+            .all(|&n| self.cluster.node(n).avail == NodeAvail::Up);
+        if !all_up && self.plan(View::IdleUp).is_none() {
             let unavailable = self
                 .eligible
                 .iter()
@@ -566,9 +618,7 @@ impl<'a> Ctx<'a> {
                 .count();
             return PlacementFailure::NodesNotAvailable { unavailable };
         }
-        PlacementFailure::Busy {
-            nodes: self.eligible.len(),
-        }
+        busy
     }
 
     /// Why one task of group `gi` does not fit on `node` with usage `u`.
@@ -719,8 +769,13 @@ fn run_elastic(ctx: &Ctx<'_>, engine: &Engine<'_>, pool: &dyn Pool) -> Option<Pl
     if max_step == 0 {
         return None;
     }
-    let mut best = engine.run(pool, &ctx.counts(Some(0)))?;
-    let (mut lo, mut hi) = (0u32, max_step);
+    // A gang starts with at least one task, even if every group's minimum is 0.
+    let first = u32::from(ctx.counts(Some(0)).iter().all(|&c| c == 0));
+    if first > max_step {
+        return None;
+    }
+    let mut best = engine.run(pool, &ctx.counts(Some(first)))?;
+    let (mut lo, mut hi) = (first, max_step);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         match engine.run(pool, &ctx.counts(Some(mid))) {
@@ -770,22 +825,42 @@ impl Pool for DevicePool<'_, '_> {
 
 /// Counts nodes from aggregate free amounts.
 struct AmountsPool<'c> {
+    cluster: &'c Cluster,
     groups: &'c [GroupReq<'c>],
-    free: &'c [Amounts],
+    cands: &'c [Cand],
 }
 
 impl Pool for AmountsPool<'_> {
     fn recap(&self, i: usize, g: usize, placed: &[(usize, u32)]) -> u32 {
-        let mut free = self.free[i];
+        let shape = self.cluster.shape(self.cands[i].node);
+        let mut free = self.cands[i].free;
+        let mut named: Vec<(&str, u64)> =
+            shape.named.iter().map(|(n, c)| (n.as_str(), *c)).collect();
         for &(pg, pn) in placed {
-            free = free.saturating_sub(&(self.groups[pg].res.amounts() * u64::from(pn)));
+            let r = self.groups[pg].res;
+            free = free.saturating_sub(&(r.amounts() * u64::from(pn)));
+            for (name, want) in &r.named {
+                if let Some(slot) = named.iter_mut().find(|(n, _)| n == name) {
+                    slot.1 = slot.1.saturating_sub(want.saturating_mul(u64::from(pn)));
+                }
+            }
         }
-        aggregate_capacity(&free, &self.groups[g])
+        let g = &self.groups[g];
+        g.res
+            .named
+            .iter()
+            .fold(aggregate_capacity(&free, g), |cap, (name, want)| {
+                let have = named.iter().find(|(n, _)| n == name).map_or(0, |s| s.1);
+                cap.min(
+                    have.checked_div(*want)
+                        .map_or(u32::MAX, |q| u32::try_from(q).unwrap_or(u32::MAX)),
+                )
+            })
     }
 }
 
-/// Tasks of a group that fit in aggregate amounts (named resources are not in [`Amounts`]
-/// and are not counted).
+/// Tasks of a group that fit in aggregate amounts. Named resources are not in [`Amounts`]:
+/// callers count them at the shape's capacity (what is in use at a future time is unknown).
 fn aggregate_capacity(free: &Amounts, g: &GroupReq<'_>) -> u32 {
     let r = g.res;
     let per = |have: u64, want: u64| -> u32 {
@@ -825,7 +900,8 @@ pub fn place(
 /// Nodes that are not up, or lack the job's features, labels, GPU model or named resources,
 /// are skipped; an exclusive job uses only nodes whose `free` is their whole capacity. NUMA
 /// and device identity are not known here: GPUs count as free milli-GPUs (whole GPUs as
-/// whole thousands of them), so this view is never stricter than [`place`]'s.
+/// whole thousands of them, of any model), and named resources at the node's capacity
+/// (their use at a future time is unknown), so this view is never stricter than [`place`]'s.
 pub fn select_nodes(
     cluster: &Cluster,
     job: &JobSpec,
@@ -836,7 +912,6 @@ pub fn select_nodes(
     let ng = ctx.groups.len();
     let mut cands = Vec::new();
     let mut caps = Vec::new();
-    let mut frees = Vec::new();
     for &node in &ctx.eligible {
         if ctx.refusal_fast(node, View::IdleUp) {
             continue;
@@ -860,10 +935,25 @@ pub fn select_nodes(
                 gi,
                 job.topology.numa,
             );
+            let named_cap = ctx.groups[gi]
+                .res
+                .named
+                .iter()
+                .fold(u32::MAX, |cap, (name, want)| {
+                    let have = cluster.shapes[sid]
+                        .named
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map_or(0, |(_, c)| *c);
+                    cap.min(
+                        have.checked_div(*want)
+                            .map_or(u32::MAX, |q| u32::try_from(q).unwrap_or(u32::MAX)),
+                    )
+                });
             let c = if static_cap == 0 {
                 0
             } else {
-                aggregate_capacity(&f, &ctx.groups[gi])
+                aggregate_capacity(&f, &ctx.groups[gi]).min(named_cap)
             };
             any |= c > 0;
             caps.push(c);
@@ -880,7 +970,6 @@ pub fn select_nodes(
             idle,
             free: f,
         });
-        frees.push(f);
     }
     let engine = Engine {
         job,
@@ -890,8 +979,9 @@ pub fn select_nodes(
         slots: ctx.slots(),
     };
     let pool = AmountsPool {
+        cluster,
         groups: &ctx.groups,
-        free: &frees,
+        cands: &cands,
     };
     let plan = run_elastic(&ctx, &engine, &pool)?;
     let mut per_node: Vec<(NodeId, u32)> = Vec::new();

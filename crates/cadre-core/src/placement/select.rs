@@ -121,6 +121,9 @@ impl Engine<'_> {
 
     /// The best plan for the given task counts (per group, processing order), or `None`.
     pub(super) fn run(&self, pool: &dyn Pool, counts: &[u32]) -> Option<Plan> {
+        if counts.iter().all(|&c| c == 0) {
+            return None;
+        }
         let n = self.cands.len();
         let mut s = Scratch {
             used: vec![Amounts::ZERO; n],
@@ -281,7 +284,9 @@ impl Engine<'_> {
         }
     }
 
-    /// Places every group within `dom` (candidate indices, ascending).
+    /// Places every group within `dom` (candidate indices, ascending), in processing order;
+    /// when a later group does not fit on what the earlier ones left, it is moved to the
+    /// front and the trial starts over (at most once per group).
     fn trial(
         &self,
         pool: &dyn Pool,
@@ -289,16 +294,37 @@ impl Engine<'_> {
         counts: &[u32],
         s: &mut Scratch,
     ) -> Option<Plan> {
+        let mut order: Vec<usize> = (0..counts.len()).filter(|&g| counts[g] > 0).collect();
+        for _ in 0..order.len() {
+            match self.trial_in_order(pool, dom, counts, &order, s) {
+                Ok(plan) => return Some(plan),
+                Err(0) => return None,
+                Err(p) => {
+                    let g = order.remove(p);
+                    order.insert(0, g);
+                }
+            }
+        }
+        None
+    }
+
+    /// One trial with the groups in `order`; `Err(p)`: the group at position `p` failed.
+    fn trial_in_order(
+        &self,
+        pool: &dyn Pool,
+        dom: &[usize],
+        counts: &[u32],
+        order: &[usize],
+        s: &mut Scratch,
+    ) -> Result<Plan, usize> {
         for &i in &s.touched {
             s.used[i] = Amounts::ZERO;
             s.tasks_on[i] = 0;
         }
         s.touched.clear();
         let mut plan = Plan::default();
-        for (g, &need) in counts.iter().enumerate() {
-            if need == 0 {
-                continue;
-            }
+        for (pos, &g) in order.iter().enumerate() {
+            let need = counts[g];
             s.opts.clear();
             for &i in dom {
                 let mut cap = if s.tasks_on[i] > 0 {
@@ -330,7 +356,7 @@ impl Engine<'_> {
             }
             let start = plan.entries.len();
             if !self.choose(g, need, s, &mut plan) {
-                return None;
+                return Err(pos);
             }
             for &(i, _, n) in &plan.entries[start..] {
                 if s.tasks_on[i] == 0 {
@@ -340,7 +366,7 @@ impl Engine<'_> {
                 s.used[i] += self.groups[g].res.amounts() * u64::from(n);
             }
         }
-        Some(plan)
+        Ok(plan)
     }
 
     fn key(&self, i: usize, g: usize, n: u32, s: &Scratch) -> FitKey {

@@ -570,6 +570,71 @@ fn same_input_same_output() {
     assert_eq!(place(&c, &j, &shuffled).unwrap(), a);
 }
 
+#[test]
+fn regression_elastic_group_with_minimum_zero_is_not_never_and_never_starts_empty() {
+    let c = Cluster::flat_gpu(1, 0); // no GPUs, no NICs
+    let mut nic = job(1, 0, 1);
+    nic.groups[0].per_task.nics = 1;
+    nic.groups[0].min_count = Some(0);
+    // Alone, the group can never place a task: the gang never starts empty.
+    let err = place(&c, &nic, &all(&c)).unwrap_err();
+    assert_eq!(err.reason(), "BadConstraints", "{err}");
+    // Next to a group that fits, it is left out rather than blocking the job.
+    let mut both = nic.clone();
+    both.groups.push(TaskGroup {
+        name: "cpu".into(),
+        count: 1,
+        min_count: None,
+        per_task: task_res(0, 1),
+        tasks_per_node: None,
+        nodes: None,
+    });
+    let a = place(&c, &both, &all(&c)).unwrap();
+    assert_eq!(a.tasks.len(), 1);
+    assert_eq!(a.tasks[0].group, 1);
+}
+
+#[test]
+fn regression_select_nodes_agrees_with_place_when_groups_compete_for_a_node() {
+    // node0: 1 h100 GPU; node1: 3 a100 GPUs; one license each. Workers (1 GPU, 3 cores, a
+    // license) must spread over both nodes so that the a100 task still finds cores on node1.
+    let mut h100 = NodeShape::uniform("h", 5, 8192, 1, "h100", 0, 1);
+    h100.named.push(("license".into(), 1));
+    let mut a100 = NodeShape::uniform("a", 6, 8192, 3, "a100", 0, 1);
+    a100.named.push(("license".into(), 1));
+    let nodes = vec![
+        Node::new("n0".into(), ShapeId(0), &h100),
+        Node::new("n1".into(), ShapeId(1), &a100),
+    ];
+    let c = Cluster::from_parts(
+        "t".into(),
+        vec![h100, a100],
+        nodes,
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
+    let mut j = job(1, 1, 1);
+    j.groups[0].per_task.gpu_model = Some("a100".into());
+    let mut worker = task_res(1, 3);
+    worker.named = vec![("license".into(), 1)];
+    j.groups.push(TaskGroup {
+        name: "worker".into(),
+        count: 2,
+        min_count: None,
+        per_task: worker,
+        tasks_per_node: None,
+        nodes: None,
+    });
+    let a = place(&c, &j, &all(&c)).unwrap();
+    assert_eq!(a.tasks.len(), 3);
+    assert_eq!(
+        select_nodes(&c, &j, &all(&c), &|n| c.free_amounts(n)),
+        Some(vec![(NodeId(0), 1), (NodeId(1), 2)])
+    );
+}
+
 /// A quick measurement, printed and not asserted: run with
 /// `cargo test -p cadre-core --release -- --ignored --nocapture place_timing`.
 #[test]
