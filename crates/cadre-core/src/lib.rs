@@ -6,6 +6,7 @@ pub mod config;
 pub mod fairshare;
 pub mod hostlist;
 pub mod job;
+pub mod placement;
 pub mod policy;
 pub mod priority;
 pub mod quota;
