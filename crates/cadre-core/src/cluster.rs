@@ -526,7 +526,22 @@ impl Cluster {
     /// nothing is booked.
     pub fn book(&mut self, job: JobId, alloc: &Allocation) -> Result<(), BookingError> {
         for (i, task) in alloc.tasks.iter().enumerate() {
-            if let Err(e) = self.book_task(job, task, alloc.exclusive) {
+            if let Err(e) = self.book_task(job, task, alloc.exclusive, true) {
+                for done in alloc.tasks[..i].iter().rev() {
+                    self.release_task(job, done, alloc.exclusive);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Books an allocation that already exists (a running job put back after a what-if, or
+    /// found running after a restart), on nodes in any state. Device conflicts are still
+    /// errors, and all or nothing.
+    pub fn restore(&mut self, job: JobId, alloc: &Allocation) -> Result<(), BookingError> {
+        for (i, task) in alloc.tasks.iter().enumerate() {
+            if let Err(e) = self.book_task(job, task, alloc.exclusive, false) {
                 for done in alloc.tasks[..i].iter().rev() {
                     self.release_task(job, done, alloc.exclusive);
                 }
@@ -548,11 +563,12 @@ impl Cluster {
         job: JobId,
         t: &TaskAlloc,
         exclusive: bool,
+        require_up: bool,
     ) -> Result<(), BookingError> {
         let shape = &self.shapes[self.nodes[t.node.0 as usize].shape.0 as usize];
         let node = &mut self.nodes[t.node.0 as usize];
         let name = || node.name.clone();
-        if node.avail != NodeAvail::Up {
+        if require_up && node.avail != NodeAvail::Up {
             return Err(BookingError::NodeNotUp {
                 node: node.name.clone(),
                 avail: node.avail,

@@ -916,7 +916,7 @@ struct Levels {
 }
 
 /// The fair-share factor of every user association, each in `[0, 1]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FairShareFactors {
     by_assoc: Vec<f64>,
 }

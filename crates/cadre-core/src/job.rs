@@ -306,3 +306,95 @@ impl fmt::Display for JobState {
         })
     }
 }
+
+/// What happens to a job, as the job lifecycle sees it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lifecycle {
+    /// The scheduler started it.
+    Start,
+    /// The scheduler asked it to stop for another job.
+    Preempt,
+    /// It was cancelled while pending.
+    CancelPending,
+    /// Its tasks are gone, with this outcome.
+    End(JobState),
+    /// It goes back to the queue whole (after a failed launch, a preemption, a node failure
+    /// or an administrator's requeue).
+    Requeue,
+}
+
+/// A transition the job lifecycle does not allow.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("job {job} is {from}; it cannot take {event:?}")]
+pub struct IllegalTransition {
+    pub job: JobId,
+    pub from: JobState,
+    pub event: Lifecycle,
+}
+
+impl JobState {
+    /// The one transition function of the job lifecycle.
+    pub fn on(self, job: JobId, event: Lifecycle) -> Result<JobState, IllegalTransition> {
+        use JobState::*;
+        let next = match (self, event) {
+            (Pending, Lifecycle::Start) => Some(Running),
+            (Pending, Lifecycle::CancelPending) => Some(Cancelled),
+            (Running, Lifecycle::Preempt) => Some(Preempting),
+            (Running | Preempting, Lifecycle::End(end)) if end.is_final() => Some(end),
+            (Running | Preempting, Lifecycle::Requeue) => Some(Pending),
+            _ => None,
+        };
+        next.ok_or(IllegalTransition {
+            job,
+            from: self,
+            event,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_allows_only_its_transitions() {
+        let j = JobId(7);
+        assert_eq!(
+            JobState::Pending.on(j, Lifecycle::Start),
+            Ok(JobState::Running)
+        );
+        assert_eq!(
+            JobState::Running.on(j, Lifecycle::Preempt),
+            Ok(JobState::Preempting)
+        );
+        assert_eq!(
+            JobState::Preempting.on(j, Lifecycle::End(JobState::Preempted)),
+            Ok(JobState::Preempted)
+        );
+        assert_eq!(
+            JobState::Running.on(j, Lifecycle::Requeue),
+            Ok(JobState::Pending)
+        );
+        let err = JobState::Pending.on(j, Lifecycle::Preempt).unwrap_err();
+        assert_eq!(err.to_string(), "job 7 is PENDING; it cannot take Preempt");
+        assert!(JobState::Completed.on(j, Lifecycle::Start).is_err());
+        assert!(
+            JobState::Running
+                .on(j, Lifecycle::End(JobState::Running))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn elastic_minimum_never_exceeds_count() {
+        let g = TaskGroup {
+            name: "w".into(),
+            count: 4,
+            min_count: Some(9),
+            per_task: TaskResources::default(),
+            tasks_per_node: None,
+            nodes: None,
+        };
+        assert_eq!(g.min_tasks(), 4);
+    }
+}

@@ -894,8 +894,9 @@ pub fn place(
 }
 
 /// The node selection of [`place`] on aggregate free amounts per node (`free`, e.g. what the
-/// backfill planner expects free at a future time): per node used, ascending, the number of
-/// tasks of the job (all groups together) that go there; `None` if the job does not fit.
+/// backfill planner expects free at a future time): per node used, ascending, the amounts the
+/// job's tasks (all groups together) hold there, whole nodes for an exclusive job; `None` if
+/// the job does not fit.
 ///
 /// Nodes that are not up, or lack the job's features, labels, GPU model or named resources,
 /// are skipped; an exclusive job uses only nodes whose `free` is their whole capacity. NUMA
@@ -907,7 +908,7 @@ pub fn select_nodes(
     job: &JobSpec,
     eligible: &[NodeId],
     free: &dyn Fn(NodeId) -> Amounts,
-) -> Option<Vec<(NodeId, u32)>> {
+) -> Option<Vec<(NodeId, Amounts)>> {
     let ctx = Ctx::new(cluster, job, eligible).ok()?;
     let ng = ctx.groups.len();
     let mut cands = Vec::new();
@@ -984,16 +985,21 @@ pub fn select_nodes(
         cands: &cands,
     };
     let plan = run_elastic(&ctx, &engine, &pool)?;
-    let mut per_node: Vec<(NodeId, u32)> = Vec::new();
-    for &(i, _, n) in &plan.entries {
-        per_node.push((cands[i].node, n));
+    let mut per_node: Vec<(NodeId, Amounts)> = Vec::new();
+    for &(i, g, n) in &plan.entries {
+        per_node.push((cands[i].node, ctx.groups[g].res.amounts() * u64::from(n)));
     }
-    per_node.sort_unstable();
-    let mut out: Vec<(NodeId, u32)> = Vec::with_capacity(per_node.len());
-    for (node, n) in per_node {
+    per_node.sort_unstable_by_key(|(node, _)| *node);
+    let mut out: Vec<(NodeId, Amounts)> = Vec::with_capacity(per_node.len());
+    for (node, a) in per_node {
         match out.last_mut() {
-            Some((last, k)) if *last == node => *k += n,
-            _ => out.push((node, n)),
+            Some((last, held)) if *last == node => *held += a,
+            _ => out.push((node, a)),
+        }
+    }
+    if job.exclusive {
+        for (node, held) in &mut out {
+            *held = cluster.shape(*node).capacity();
         }
     }
     Some(out)

@@ -45,6 +45,9 @@ pub struct Policy {
     pub qos: Vec<QosConfig>,
     pub priority_class: Vec<PriorityClassConfig>,
     pub account: Vec<AccountConfig>,
+    /// Queues, cohorts and limits (Kueue's quotas, Volcano's capability, Slurm's GrpTRES and
+    /// MaxTRESPerUser).
+    pub quotas: crate::quota::QuotaConfig,
     /// Create a missing account (under root) or user association with 1 share on first
     /// submission, instead of refusing the job.
     pub auto_associations: bool,
@@ -63,6 +66,7 @@ impl Default for Policy {
             qos: Vec::new(),
             priority_class: Vec::new(),
             account: Vec::new(),
+            quotas: crate::quota::QuotaConfig::default(),
             auto_associations: true,
         }
     }
@@ -191,9 +195,6 @@ impl Policy {
         if self.backfill.enabled && self.backfill.max_job_test == 0 {
             return Err("backfill.max_job_test must be at least 1".into());
         }
-        if self.fairshare.dampening <= 0.0 {
-            return Err("fairshare.dampening must be positive".into());
-        }
         Ok(())
     }
 
@@ -227,8 +228,8 @@ pub struct FairShareSettings {
     /// How often fair-share factors are recomputed (Slurm `PriorityCalcPeriod`).
     #[serde(with = "secs")]
     pub calc_period: Dur,
-    /// Classic fair-share's dampening factor (Slurm `FairShareDampeningFactor`).
-    pub dampening: f64,
+    /// Classic fair-share's dampening factor (Slurm `FairShareDampeningFactor`), at least 1.
+    pub dampening: std::num::NonZeroU32,
 }
 
 impl Default for FairShareSettings {
@@ -237,7 +238,7 @@ impl Default for FairShareSettings {
             algorithm: FairShareMode::FairTree,
             half_life: Dur::days(7),
             calc_period: Dur::minutes(5),
-            dampening: 1.0,
+            dampening: std::num::NonZeroU32::MIN,
         }
     }
 }

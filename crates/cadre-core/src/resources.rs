@@ -95,7 +95,7 @@ impl Amounts {
     }
 
     /// Component-wise minimum.
-    pub fn min(&self, other: &Amounts) -> Amounts {
+    pub fn component_min(&self, other: &Amounts) -> Amounts {
         Amounts {
             cpus: self.cpus.min(other.cpus),
             mem_mib: self.mem_mib.min(other.mem_mib),
@@ -185,7 +185,7 @@ mod tests {
             nics: 1,
         };
         assert!(!a.fits_in(&b));
-        assert!(Amounts::min(&a, &b).fits_in(&b));
+        assert!(a.component_min(&b).fits_in(&b));
         assert_eq!((a * 2).gpu_milli, 2000);
     }
 }

@@ -1,1 +1,146 @@
-fn main() {}
+//! The `cadre` binary: one command with subcommands.
+//!
+//! Today it holds the scheduling core's tools: `cadre cluster` (check and show a cluster
+//! description), `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass
+//! over a job list, with every decision and reason) and `cadre bench scheduler`. The
+//! controller (`cadre up`), the Slurm command names and the Kubernetes front end come with
+//! their own crates.
+
+mod bench;
+mod plan;
+
+use anyhow::{Context, Result};
+use cadre_core::cluster::Cluster;
+use cadre_core::policy::Policy;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// cadre: one workload manager for GPU training clusters.
+#[derive(Parser, Debug)]
+#[command(name = "cadre", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check a cluster description and show what it describes.
+    Cluster {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a policy file (or a preset) and print it in full, defaults included.
+    Policy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Run one scheduling pass over a list of jobs and show every decision and reason.
+    Plan(plan::PlanArgs),
+    /// Run a benchmark and print its figures.
+    Bench {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Time full scheduling passes on a large cluster with a deep queue.
+    Scheduler(bench::SchedulerBenchArgs),
+}
+
+/// Where the cluster comes from: a description file, or a flat cluster from flags.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// A cluster description (versioned TOML; see docs/cluster.md).
+    #[arg(long, env = "CADRE_CLUSTER", conflicts_with_all = ["nodes", "gpus_per_node"])]
+    pub cluster: Option<PathBuf>,
+    /// A flat cluster of this many nodes `node[001-N]` in one partition `gpu`.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: u32,
+    /// GPUs per node of the flat cluster (2 NUMA domains, 16 cores and 128 GiB per GPU,
+    /// one NIC per 2 GPUs).
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+}
+
+impl ClusterArgs {
+    pub fn load(&self) -> Result<Cluster> {
+        match &self.cluster {
+            Some(path) => Ok(cadre_core::config::load_cluster_file(path)?),
+            None => {
+                anyhow::ensure!(self.nodes > 0, "--nodes must be at least 1");
+                Ok(Cluster::flat_gpu(self.nodes, self.gpus_per_node))
+            }
+        }
+    }
+}
+
+/// Where the policy comes from: a file, or a preset.
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// A policy file (versioned TOML).
+    #[arg(long, env = "CADRE_POLICY", conflicts_with = "preset")]
+    pub policy: Option<PathBuf>,
+    /// A built-in policy: `cadre` (the default), `slurm` or `fifo`.
+    #[arg(long, default_value = "cadre")]
+    pub preset: String,
+}
+
+impl PolicyArgs {
+    pub fn load(&self) -> Result<Policy> {
+        match &self.policy {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("failed to read policy file {}", path.display()))?;
+                Ok(Policy::from_toml(&text, &path.display().to_string())?)
+            }
+            None => Policy::preset(&self.preset).with_context(|| {
+                format!(
+                    "unknown policy preset `{}`: use cadre, slurm or fifo",
+                    self.preset
+                )
+            }),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("cadre: error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Cluster { cluster, json } => {
+            let cluster = cluster.load()?;
+            let summary = plan::cluster_summary(&cluster);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", plan::render_cluster_summary(&summary));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Policy { policy } => {
+            let policy = policy.load()?;
+            print!("{}", toml::to_string(&policy)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plan(args) => plan::run(&args),
+        Command::Bench {
+            bench: BenchCommand::Scheduler(args),
+        } => bench::run_scheduler(&args),
+    }
+}

@@ -527,7 +527,8 @@ fn select_nodes_uses_the_amounts_it_is_given() {
     let mut j = job(2, 8, 8);
     j.topology.span = NetworkSpan::OneLeaf;
     let now = select_nodes(&c, &j, &all(&c), &|n| c.free_amounts(n)).unwrap();
-    assert_eq!(now, vec![(NodeId(0), 1), (NodeId(1), 1)]);
+    let task = task_res(8, 8).amounts();
+    assert_eq!(now, vec![(NodeId(0), task), (NodeId(1), task)]);
     // In the future only nodes 1 and 2 are free: different leaves, so no.
     let future = |n: NodeId| {
         if n == NodeId(1) || n == NodeId(2) {
@@ -540,7 +541,7 @@ fn select_nodes_uses_the_amounts_it_is_given() {
     j.topology = TopologyReq::default();
     assert_eq!(
         select_nodes(&c, &j, &all(&c), &future),
-        Some(vec![(NodeId(1), 1), (NodeId(2), 1)])
+        Some(vec![(NodeId(1), task), (NodeId(2), task)])
     );
 }
 
@@ -631,7 +632,13 @@ fn regression_select_nodes_agrees_with_place_when_groups_compete_for_a_node() {
     assert_eq!(a.tasks.len(), 3);
     assert_eq!(
         select_nodes(&c, &j, &all(&c), &|n| c.free_amounts(n)),
-        Some(vec![(NodeId(0), 1), (NodeId(1), 2)])
+        Some(vec![
+            (NodeId(0), task_res(1, 3).amounts()),
+            (
+                NodeId(1),
+                task_res(1, 1).amounts() + task_res(1, 3).amounts()
+            )
+        ])
     );
 }
 

@@ -1,0 +1,206 @@
+//! Backfill planning: what will be free on each node, when, and the reservations made on it.
+//!
+//! Given: the amounts free on every node now, the running jobs with the end times their time
+//! limits promise, and the reservations made so far in this pass.
+//! Decided: for a blocked job, the earliest time its gang fits (its reservation); for a job
+//! that could start now, whether starting it would take anything a reservation counts on.
+//! Must hold: a job started by backfill never makes a reservation made before it in the same
+//! pass infeasible, assuming running jobs run to their time limits. Reservations are held in
+//! amounts per node (cores, memory, GPUs, NICs), not whole nodes as Slurm's are, so a
+//! reservation for one GPU does not idle the seven others of its node.
+//!
+//! Device-level detail (which GPU, which NUMA domain) is not planned ahead: when the
+//! reservation's time comes, placement picks devices from what is then free.
+
+use crate::cluster::{Cluster, NodeAvail, NodeId};
+use crate::job::JobId;
+use crate::resources::Amounts;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+
+/// A promise to a blocked job: these amounts on these nodes from `start` to `end`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub job: JobId,
+    pub start: Time,
+    pub end: Time,
+    pub nodes: Vec<(NodeId, Amounts)>,
+}
+
+/// Amounts held on a node over `[start, end)`: a reservation, or a job started in this pass.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Hold {
+    start: Time,
+    end: Time,
+    amounts: Amounts,
+}
+
+/// Free amounts on every node over time, from `now` on.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    now: Time,
+    /// Free now, per node (zero on nodes that are not up).
+    base: Vec<Amounts>,
+    /// Per node: amounts released when running jobs end, sorted by time.
+    releases: Vec<Vec<(Time, Amounts)>>,
+    /// Per node: holds, in the order they were made.
+    holds: Vec<Vec<Hold>>,
+    /// Every release time in the cluster, sorted and deduplicated: the candidate start times.
+    release_times: Vec<Time>,
+}
+
+impl Profile {
+    /// The profile of a cluster whose running jobs end at the times given: `ends` lists, for
+    /// each running job, its expected end and the amounts it holds per node.
+    pub fn new<'a>(
+        cluster: &Cluster,
+        now: Time,
+        ends: impl IntoIterator<Item = (Time, &'a [(NodeId, Amounts)])>,
+    ) -> Profile {
+        let n = cluster.nodes.len();
+        let base = (0..n as u32)
+            .map(|i| cluster.free_amounts(NodeId(i)))
+            .collect();
+        let mut releases = vec![Vec::new(); n];
+        let mut release_times = Vec::new();
+        for (end, per_node) in ends {
+            let end = end.max(now);
+            for &(node, amounts) in per_node {
+                if cluster.node(node).avail == NodeAvail::Up {
+                    releases[node.0 as usize].push((end, amounts));
+                }
+            }
+            release_times.push(end);
+        }
+        for r in &mut releases {
+            r.sort_by_key(|&(t, _)| t);
+        }
+        release_times.sort_unstable();
+        release_times.dedup();
+        Profile {
+            now,
+            base,
+            releases,
+            holds: vec![Vec::new(); n],
+            release_times,
+        }
+    }
+
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Amounts free on `node` at time `t`, counting holds.
+    pub fn free_at(&self, node: NodeId, t: Time) -> Amounts {
+        let i = node.0 as usize;
+        let mut free = self.base[i];
+        for &(end, amounts) in &self.releases[i] {
+            if end > t {
+                break;
+            }
+            free += amounts;
+        }
+        let held = self.holds[i]
+            .iter()
+            .filter(|h| h.start <= t && t < h.end)
+            .fold(Amounts::ZERO, |acc, h| acc + h.amounts);
+        free.saturating_sub(&held)
+    }
+
+    /// The least free on `node` at any time in `[from, to)`. Free amounts only fall where a
+    /// hold starts, so only `from` and hold starts inside the window need looking at.
+    pub fn min_free(&self, node: NodeId, from: Time, to: Time) -> Amounts {
+        let mut least = self.free_at(node, from);
+        for h in &self.holds[node.0 as usize] {
+            if h.start > from && h.start < to {
+                least = least.component_min(&self.free_at(node, h.start));
+            }
+        }
+        least
+    }
+
+    /// Whether `amounts` per node fit over `[from, to)` without touching any hold.
+    pub fn fits(&self, per_node: &[(NodeId, Amounts)], from: Time, to: Time) -> bool {
+        per_node
+            .iter()
+            .all(|(n, a)| a.fits_in(&self.min_free(*n, from, to)))
+    }
+
+    /// Holds `amounts` per node over `[start, end)`.
+    pub fn hold(&mut self, per_node: &[(NodeId, Amounts)], start: Time, end: Time) {
+        for &(n, amounts) in per_node {
+            self.holds[n.0 as usize].push(Hold {
+                start,
+                end,
+                amounts,
+            });
+        }
+    }
+
+    /// Candidate start times after now, in order: when running jobs end. (Hold ends need not
+    /// be candidates: a hold of a job started now ends at a release time of its own, and a
+    /// reservation's end is where its job is expected to release.)
+    pub fn candidate_times(&self) -> impl Iterator<Item = Time> + '_ {
+        self.release_times
+            .iter()
+            .copied()
+            .filter(move |&t| t > self.now)
+    }
+
+    /// The free total of `nodes` now, and every later release on them sorted by time: the
+    /// cumulative sum up to `t` bounds from above what is free on them at `t`.
+    pub fn release_series(&self, nodes: &[NodeId]) -> (Amounts, Vec<(Time, Amounts)>) {
+        let mut base = Amounts::ZERO;
+        let mut series = Vec::new();
+        for &n in nodes {
+            base += self.base[n.0 as usize];
+            series.extend_from_slice(&self.releases[n.0 as usize]);
+        }
+        series.sort_by_key(|&(t, _)| t);
+        (base, series)
+    }
+
+    /// Total free on `nodes` at time `t`, ignoring holds: an upper bound used to skip
+    /// candidate times cheaply.
+    pub fn total_free_upper_bound(&self, nodes: &[NodeId], t: Time) -> Amounts {
+        nodes.iter().fold(Amounts::ZERO, |acc, &n| {
+            let i = n.0 as usize;
+            let released = self.releases[i]
+                .iter()
+                .take_while(|(end, _)| *end <= t)
+                .fold(Amounts::ZERO, |a, (_, r)| a + *r);
+            acc + self.base[i] + released
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(n: u64) -> Amounts {
+        Amounts {
+            gpu_milli: n * 1000,
+            ..Amounts::ZERO
+        }
+    }
+
+    #[test]
+    fn releases_raise_and_holds_lower_free_amounts() {
+        let cluster = Cluster::flat_gpu(2, 8);
+        let running = [(NodeId(0), gpus(0))];
+        let mut p = Profile::new(&cluster, Time(100), [(Time(200), &running[..])]);
+        // Node 0 is idle in the cluster; pretend 0 GPUs were released (job holds none).
+        assert_eq!(p.free_at(NodeId(0), Time(100)).gpu_milli, 8000);
+        p.hold(&[(NodeId(0), gpus(6))], Time(150), Time(300));
+        assert_eq!(p.free_at(NodeId(0), Time(149)).gpu_milli, 8000);
+        assert_eq!(p.free_at(NodeId(0), Time(150)).gpu_milli, 2000);
+        assert_eq!(p.free_at(NodeId(0), Time(300)).gpu_milli, 8000);
+        assert_eq!(p.min_free(NodeId(0), Time(100), Time(150)).gpu_milli, 8000);
+        assert_eq!(p.min_free(NodeId(0), Time(100), Time(151)).gpu_milli, 2000);
+        assert!(p.fits(&[(NodeId(0), gpus(2))], Time(100), Time(400)));
+        assert!(!p.fits(&[(NodeId(0), gpus(3))], Time(100), Time(400)));
+        assert!(p.fits(&[(NodeId(0), gpus(8))], Time(100), Time(150)));
+        assert_eq!(p.candidate_times().collect::<Vec<_>>(), vec![Time(200)]);
+    }
+}

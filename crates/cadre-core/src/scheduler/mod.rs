@@ -1,0 +1,979 @@
+//! The scheduler: one state machine that takes events and the time, and returns decisions.
+//!
+//! Given: the cluster ([`Cluster`]), the policy ([`Policy`]) and a stream of [`Event`]s, each
+//! with the time `now` at which it happened (the caller's clock, real or simulated).
+//! Decided: by [`Scheduler::schedule`], which jobs start now and where (a full
+//! [`Allocation`]), which jobs are preempted for which, and the reservations that backfill
+//! plans for blocked jobs; by [`Scheduler::explain`], why a job waits.
+//! Must hold (checked by [`Scheduler::check_invariants`], which tests call after every
+//! mutation):
+//! - no core, GPU share or NIC is in two allocations; usage on every node equals the sum of
+//!   the allocations of the jobs active there; nothing is booked on a node that is not up;
+//! - every active job holds a whole gang: every task group has between its minimum and its
+//!   count of tasks placed, never a part;
+//! - quotas are within nominal plus what borrowing allows;
+//! - a job started by backfill never makes a reservation made before it infeasible;
+//! - the same cluster, policy, events and times give the same decisions, bit for bit
+//!   (every collection iterated is ordered; no clock, no randomness).
+//!
+//! How a pass works ([`Scheduler::schedule`]): usage is charged and decayed up to `now`;
+//! pending jobs that are eligible (not held, dependencies met, begin time reached) are
+//! ordered by partition tier, priority class, multifactor priority, submit time and id; each
+//! in turn is checked against its quotas, then placed on what is free now. A job that fits
+//! and takes nothing a reservation counts on starts. A job that does not fit may preempt
+//! lower jobs (when the policy allows and the victims free enough for it to really fit), and
+//! otherwise the top blocked jobs get reservations at the earliest time they fit.
+
+mod explain;
+mod pass;
+mod preempt;
+mod reason;
+
+pub use explain::{Explanation, NodeWhyNot};
+pub use reason::PendingReason;
+
+use crate::alloc::Allocation;
+use crate::backfill::Reservation;
+use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
+use crate::job::{IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy};
+use crate::policy::{FairShareMode, Policy, PreemptMode};
+use crate::quota::{QueueIx, QuotaBook};
+use crate::resources::{Amounts, MILLI_PER_GPU};
+use crate::time::{Dur, Time};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Something that happened, told to the scheduler with the time it happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A new job, already committed by the caller under this id.
+    Submit { id: JobId, spec: Box<JobSpec> },
+    /// Cancel a job: pending jobs end at once; active ones are asked to stop.
+    Cancel { id: JobId },
+    /// Hold a pending job (by its user, or by an administrator).
+    Hold { id: JobId, admin: bool },
+    /// Release a held job.
+    Release { id: JobId },
+    /// An administrator's requeue: an active job is stopped and goes back to the queue.
+    Requeue { id: JobId },
+    /// Every task of an active job is gone, with this outcome (one of the final states).
+    Ended { id: JobId, outcome: JobState },
+    /// A started job could not launch all its tasks; it goes back to the queue whole.
+    LaunchFailed { id: JobId, reason: String },
+    /// A node's availability changed (drain, resume, down, agent registered).
+    NodeAvail {
+        node: NodeId,
+        avail: NodeAvail,
+        reason: Option<String>,
+    },
+    /// A new time limit for a pending or running job.
+    SetTimeLimit { id: JobId, limit: Dur },
+    /// A new nice value for a pending job.
+    SetNice { id: JobId, nice: i32 },
+}
+
+/// Why the scheduler asks the executor to stop a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    Cancelled,
+    /// An administrator requeued it.
+    Requeue,
+    /// One of its nodes went down: the rest of the gang must stop too.
+    NodeFailure {
+        node: NodeId,
+    },
+}
+
+/// What the scheduler decided; the caller commits and carries out each in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Launch every task of the job where the allocation says.
+    Start { job: JobId, allocation: Allocation },
+    /// Signal the victim, then kill it after `grace`; report [`Event::Ended`] when its tasks
+    /// are gone. Its resources go to `by`.
+    Preempt {
+        victim: JobId,
+        by: JobId,
+        mode: PreemptMode,
+        grace: Dur,
+    },
+    /// Stop every task of the job (after `grace`), then report [`Event::Ended`].
+    Stop {
+        job: JobId,
+        grace: Dur,
+        why: StopReason,
+    },
+    /// The job is planned to start at this time on these nodes (backfill reservation).
+    Reserve(Reservation),
+}
+
+/// Errors of the scheduler's inputs: what was wrong and with which job or node.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CoreError {
+    #[error("job {0} does not exist")]
+    UnknownJob(JobId),
+    #[error("job {0} already exists")]
+    DuplicateJob(JobId),
+    #[error("node id {0} does not exist")]
+    UnknownNode(u32),
+    #[error("job {id} is invalid: {what}")]
+    InvalidJob { id: JobId, what: String },
+    #[error("job {id} is {state}; {what}")]
+    WrongState {
+        id: JobId,
+        state: JobState,
+        what: &'static str,
+    },
+    #[error(transparent)]
+    Transition(#[from] IllegalTransition),
+}
+
+/// How a job is held.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Hold {
+    User,
+    Admin,
+}
+
+/// A job as the scheduler keeps it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub partition: PartitionId,
+    pub assoc: AssocIx,
+    /// The queue the job names (its account's queue applies otherwise; see [`QuotaBook`]).
+    pub queue: Option<QueueIx>,
+    /// Value of the job's priority class (0 without one).
+    pub class_value: i32,
+    /// Whether the job's priority class may preempt.
+    pub class_preempting: bool,
+    /// The QOS factor of multifactor priority, in [0, 1].
+    pub qos_factor: f64,
+    pub reason: PendingReason,
+    /// Multifactor priority at the last pass.
+    pub priority: u64,
+    /// When the job first became eligible in its current pending period (age counts from here).
+    pub eligible_since: Option<Time>,
+    pub hold: Option<Hold>,
+    pub start_time: Option<Time>,
+    /// Start plus time limit: when the job must end at the latest.
+    pub end_time: Option<Time>,
+    pub allocation: Option<Allocation>,
+    /// Amounts held per node (whole nodes for exclusive jobs), in node order.
+    pub per_node: Vec<(NodeId, Amounts)>,
+    /// Billing units per second while running.
+    pub billing_rate: f64,
+    pub accrued_until: Time,
+    pub requeues: u32,
+    /// Why the job was asked to stop, while it stops.
+    pub stopping: Option<Stopping>,
+    /// Jobs preempted for this one that have not ended yet.
+    pub awaiting_victims: BTreeSet<JobId>,
+    /// Whether the job has ever started (for `after` dependencies).
+    pub ever_started: bool,
+}
+
+/// Why an active job is stopping, which decides where it goes when it ends.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stopping {
+    Cancelled,
+    Requeue,
+    Preempted { by: JobId, mode: PreemptMode },
+    NodeFailure,
+}
+
+/// The scheduler's whole state.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    cluster: Cluster,
+    policy: Policy,
+    jobs: BTreeMap<JobId, Job>,
+    /// Final states of jobs that have ended, for dependencies.
+    ended: BTreeMap<JobId, JobState>,
+    pending: BTreeSet<JobId>,
+    active: BTreeSet<JobId>,
+    fairshare: FairShareTree,
+    fairshare_factors: FairShareFactors,
+    /// When factors were last computed; `None` forces a recomputation.
+    fairshare_computed: Option<Time>,
+    quota: QuotaBook,
+    /// Running jobs per (user, name), for `singleton` dependencies.
+    singletons: BTreeMap<(String, String), u32>,
+    last_decay: Option<Time>,
+    reservations: Vec<Reservation>,
+    max_partition_factor: u32,
+    max_qos_priority: u32,
+}
+
+impl Scheduler {
+    /// A scheduler for this cluster and policy, with no jobs.
+    pub fn new(cluster: Cluster, policy: Policy) -> Result<Scheduler, CoreError> {
+        let mut fairshare = FairShareTree::new();
+        let invalid = |what: String| CoreError::InvalidJob { id: JobId(0), what };
+        // Parents first: accounts may be listed in any order.
+        let mut remaining: Vec<&crate::policy::AccountConfig> = policy.account.iter().collect();
+        while !remaining.is_empty() {
+            let before = remaining.len();
+            let mut i = 0;
+            while i < remaining.len() {
+                let a = remaining[i];
+                let parent = a.parent.as_deref().unwrap_or("root");
+                if fairshare.account(parent).is_some() {
+                    fairshare
+                        .add_account(&a.name, parent, a.shares)
+                        .map_err(|e| invalid(format!("policy account `{}`: {e}", a.name)))?;
+                    for (user, shares) in &a.users {
+                        fairshare
+                            .add_user(user, &a.name, Shares::Raw(*shares))
+                            .map_err(|e| invalid(format!("policy account `{}`: {e}", a.name)))?;
+                    }
+                    remaining.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            if remaining.len() == before {
+                let a = remaining[0];
+                return Err(invalid(format!(
+                    "policy account `{}` has parent `{}`, which is not defined",
+                    a.name,
+                    a.parent.as_deref().unwrap_or("root")
+                )));
+            }
+        }
+        let quota =
+            QuotaBook::new(&policy.quotas).map_err(|e| invalid(format!("policy quotas: {e}")))?;
+        let max_partition_factor = cluster
+            .partitions
+            .iter()
+            .map(|p| p.priority_job_factor)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let max_qos_priority = policy.qos.iter().map(|q| q.priority).max().unwrap_or(0);
+        Ok(Scheduler {
+            cluster,
+            policy,
+            jobs: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            active: BTreeSet::new(),
+            fairshare,
+            fairshare_factors: FairShareFactors::default(),
+            fairshare_computed: None,
+            quota,
+            singletons: BTreeMap::new(),
+            last_decay: None,
+            reservations: Vec::new(),
+            max_partition_factor,
+            max_qos_priority,
+        })
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// Jobs not yet ended, in id order.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.active.len()
+    }
+
+    /// The final state of an ended job.
+    pub fn ended_state(&self, id: JobId) -> Option<JobState> {
+        self.ended.get(&id).copied()
+    }
+
+    /// Reservations made by the last pass.
+    pub fn reservations(&self) -> &[Reservation] {
+        &self.reservations
+    }
+
+    pub fn fairshare(&self) -> &FairShareTree {
+        &self.fairshare
+    }
+
+    pub fn quota(&self) -> &QuotaBook {
+        &self.quota
+    }
+
+    /// Applies one event. Decisions that follow from it directly (stopping the tasks of a
+    /// cancelled job, or of the gangs on a node that went down) are returned; starting jobs
+    /// waits for the next [`Scheduler::schedule`].
+    pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
+        match event {
+            Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
+            Event::Cancel { id } => self.cancel(id, now),
+            Event::Hold { id, admin } => {
+                let job = self.pending_job_mut(id, "only pending jobs can be held")?;
+                job.hold = Some(if admin { Hold::Admin } else { Hold::User });
+                job.eligible_since = None;
+                Ok(Vec::new())
+            }
+            Event::Release { id } => {
+                let job = self.pending_job_mut(id, "only pending jobs can be released")?;
+                job.hold = None;
+                Ok(Vec::new())
+            }
+            Event::Requeue { id } => self.request_stop(id, Stopping::Requeue, StopReason::Requeue),
+            Event::Ended { id, outcome } => self.ended(id, outcome, now).map(|()| Vec::new()),
+            Event::LaunchFailed { id, .. } => {
+                self.finish_active(id, now, Lifecycle::Requeue)?;
+                Ok(Vec::new())
+            }
+            Event::NodeAvail {
+                node,
+                avail,
+                reason,
+            } => self.node_avail(node, avail, reason),
+            Event::SetTimeLimit { id, limit } => {
+                let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+                job.spec.time_limit = limit;
+                if let Some(start) = job.start_time {
+                    job.end_time = Some(end_of(start, limit));
+                }
+                Ok(Vec::new())
+            }
+            Event::SetNice { id, nice } => {
+                self.pending_job_mut(id, "only a pending job's nice value can change")?
+                    .spec
+                    .nice = nice;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn pending_job_mut(&mut self, id: JobId, what: &'static str) -> Result<&mut Job, CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        if job.state != JobState::Pending {
+            return Err(CoreError::WrongState {
+                id,
+                state: job.state,
+                what,
+            });
+        }
+        Ok(job)
+    }
+
+    fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+        if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
+            return Err(CoreError::DuplicateJob(id));
+        }
+        let invalid = |what: String| CoreError::InvalidJob { id, what };
+        validate_spec(&spec).map_err(invalid)?;
+        let partition = match &spec.partition {
+            Some(name) => self
+                .cluster
+                .partition_id(name)
+                .ok_or_else(|| invalid(format!("partition `{name}` does not exist")))?,
+            None => self.cluster.default_partition().ok_or_else(|| {
+                invalid("no partition given and the cluster has no default partition".into())
+            })?,
+        };
+        let qos_factor = match &spec.qos {
+            Some(name) => {
+                let qos = self
+                    .policy
+                    .qos(name)
+                    .ok_or_else(|| invalid(format!("qos `{name}` does not exist")))?;
+                if self.max_qos_priority == 0 {
+                    0.0
+                } else {
+                    f64::from(qos.priority) / f64::from(self.max_qos_priority)
+                }
+            }
+            None => 0.0,
+        };
+        let (class_value, class_preempting) = match &spec.priority_class {
+            Some(name) => {
+                let class = self
+                    .policy
+                    .priority_class(name)
+                    .ok_or_else(|| invalid(format!("priority class `{name}` does not exist")))?;
+                (class.value, class.preempting)
+            }
+            None => (0, false),
+        };
+        for dep in &spec.dependencies {
+            if let crate::job::Dependency::On { job, .. } = dep {
+                if !self.jobs.contains_key(job) && !self.ended.contains_key(job) {
+                    return Err(invalid(format!(
+                        "dependency on job {job}, which does not exist"
+                    )));
+                }
+            }
+        }
+        let assoc = match self.fairshare.assoc(&spec.user, &spec.account) {
+            Some(a) => a,
+            None if self.policy.auto_associations => {
+                let assoc = self
+                    .fairshare
+                    .ensure_assoc(&spec.user, &spec.account)
+                    .map_err(|e| invalid(e.to_string()))?;
+                self.fairshare_computed = None;
+                assoc
+            }
+            None => {
+                return Err(invalid(format!(
+                    "user `{}` has no association with account `{}`",
+                    spec.user, spec.account
+                )));
+            }
+        };
+        let queue = match &spec.queue {
+            Some(name) => Some(
+                self.quota
+                    .queue_ix(name)
+                    .ok_or_else(|| invalid(format!("queue `{name}` does not exist")))?,
+            ),
+            None => None,
+        };
+        let hold = spec.hold.then_some(Hold::User);
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                spec,
+                state: JobState::Pending,
+                partition,
+                assoc,
+                queue,
+                class_value,
+                class_preempting,
+                qos_factor,
+                reason: PendingReason::None,
+                priority: 0,
+                eligible_since: None,
+                hold,
+                start_time: None,
+                end_time: None,
+                allocation: None,
+                per_node: Vec::new(),
+                billing_rate: 0.0,
+                accrued_until: now,
+                requeues: 0,
+                stopping: None,
+                awaiting_victims: BTreeSet::new(),
+                ever_started: false,
+            },
+        );
+        self.pending.insert(id);
+        Ok(())
+    }
+
+    fn cancel(&mut self, id: JobId, now: Time) -> Result<Vec<Decision>, CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if job.state == JobState::Pending {
+            let state = job.state.on(id, Lifecycle::CancelPending)?;
+            self.pending.remove(&id);
+            self.retire(id, state, now);
+            return Ok(Vec::new());
+        }
+        self.request_stop(id, Stopping::Cancelled, StopReason::Cancelled)
+    }
+
+    fn request_stop(
+        &mut self,
+        id: JobId,
+        why: Stopping,
+        reason: StopReason,
+    ) -> Result<Vec<Decision>, CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        if !job.state.is_active() {
+            return Err(CoreError::WrongState {
+                id,
+                state: job.state,
+                what: "only running jobs can be stopped",
+            });
+        }
+        // A cancel overrides a requeue or preemption in flight; nothing else overrides.
+        if job.stopping.is_none() || why == Stopping::Cancelled {
+            job.stopping = Some(why);
+        }
+        Ok(vec![Decision::Stop {
+            job: id,
+            grace: Dur(0),
+            why: reason,
+        }])
+    }
+
+    fn ended(&mut self, id: JobId, outcome: JobState, now: Time) -> Result<(), CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if !outcome.is_final() {
+            return Err(CoreError::InvalidJob {
+                id,
+                what: format!("{outcome} is not a final state"),
+            });
+        }
+        let requeue_allowed = job.spec.requeue == RequeuePolicy::Requeue;
+        let event = match (job.stopping, outcome) {
+            (Some(Stopping::Cancelled), _) => Lifecycle::End(JobState::Cancelled),
+            (Some(Stopping::Requeue), _) => Lifecycle::Requeue,
+            (
+                Some(Stopping::Preempted {
+                    mode: PreemptMode::Requeue,
+                    ..
+                }),
+                _,
+            ) if requeue_allowed => Lifecycle::Requeue,
+            (Some(Stopping::Preempted { .. }), _) => Lifecycle::End(JobState::Preempted),
+            (Some(Stopping::NodeFailure), _) | (None, JobState::NodeFail) if requeue_allowed => {
+                Lifecycle::Requeue
+            }
+            (Some(Stopping::NodeFailure), _) => Lifecycle::End(JobState::NodeFail),
+            (None, outcome) => Lifecycle::End(outcome),
+        };
+        self.finish_active(id, now, event)
+    }
+
+    /// Releases an active job's resources and moves it to its next state.
+    fn finish_active(&mut self, id: JobId, now: Time, event: Lifecycle) -> Result<(), CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        let next = job.state.on(id, event)?;
+        let elapsed = now.since(job.accrued_until).0 as f64;
+        charge(&mut self.fairshare, job.assoc, job.billing_rate * elapsed);
+        job.accrued_until = now;
+        let amounts = job.spec_amounts_held();
+        let alloc = job.allocation.take().unwrap_or_default();
+        self.cluster.release(id, &alloc);
+        let released = self
+            .quota
+            .release(job.queue, &job.spec.account, &job.spec.user, amounts);
+        debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
+        let key = (job.spec.user.clone(), job.spec.name.clone());
+        let preemptor = match job.stopping {
+            Some(Stopping::Preempted { by, .. }) => Some(by),
+            _ => None,
+        };
+        job.per_node.clear();
+        job.stopping = None;
+        job.billing_rate = 0.0;
+        self.active.remove(&id);
+        if let Some(n) = self.singletons.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.singletons.remove(&key);
+            }
+        }
+        if let Some(by) = preemptor.and_then(|by| self.jobs.get_mut(&by)) {
+            by.awaiting_victims.remove(&id);
+        }
+        if next == JobState::Pending {
+            let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+            job.state = next;
+            job.requeues += 1;
+            job.reason = PendingReason::None;
+            job.eligible_since = None;
+            job.start_time = None;
+            job.end_time = None;
+            self.pending.insert(id);
+        } else {
+            self.retire(id, next, now);
+        }
+        Ok(())
+    }
+
+    /// Moves a job to the ended table.
+    fn retire(&mut self, id: JobId, state: JobState, _now: Time) {
+        if let Some(job) = self.jobs.remove(&id) {
+            for victim in job.awaiting_victims {
+                if let Some(v) = self.jobs.get_mut(&victim) {
+                    if let Some(Stopping::Preempted { by, .. }) = v.stopping {
+                        debug_assert_eq!(by, id);
+                    }
+                }
+            }
+        }
+        self.ended.insert(id, state);
+    }
+
+    fn node_avail(
+        &mut self,
+        node: NodeId,
+        avail: NodeAvail,
+        reason: Option<String>,
+    ) -> Result<Vec<Decision>, CoreError> {
+        let n = self
+            .cluster
+            .nodes
+            .get_mut(node.0 as usize)
+            .ok_or(CoreError::UnknownNode(node.0))?;
+        n.avail = avail;
+        n.reason = if avail == NodeAvail::Up { None } else { reason };
+        let mut out = Vec::new();
+        if avail == NodeAvail::Down {
+            let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
+            for id in on_node {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    if job.stopping != Some(Stopping::Cancelled) {
+                        job.stopping = Some(Stopping::NodeFailure);
+                    }
+                    out.push(Decision::Stop {
+                        job: id,
+                        grace: Dur(0),
+                        why: StopReason::NodeFailure { node },
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Starts a job on an allocation found by placement: books it and records it.
+    fn start(
+        &mut self,
+        id: JobId,
+        alloc: Allocation,
+        per_node: Vec<(NodeId, Amounts)>,
+        now: Time,
+    ) -> Decision {
+        let billing = &self.policy.billing;
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .expect("the pass starts only jobs it holds");
+        let booked = self.cluster.book(id, &alloc);
+        debug_assert!(
+            booked.is_ok(),
+            "placement returned an allocation that does not book: {booked:?}"
+        );
+        let amounts = alloc.amounts();
+        let admitted = self
+            .quota
+            .admit(job.queue, &job.spec.account, &job.spec.user, amounts);
+        debug_assert!(
+            admitted.is_ok(),
+            "the pass checked job {id}'s quota before starting it: {admitted:?}"
+        );
+        job.state = JobState::Running;
+        job.ever_started = true;
+        job.start_time = Some(now);
+        job.end_time = Some(end_of(now, job.spec.time_limit));
+        job.accrued_until = now;
+        job.reason = PendingReason::None;
+        job.billing_rate = billing_rate(billing, &self.cluster, &alloc);
+        job.per_node = per_node;
+        job.allocation = Some(alloc.clone());
+        *self
+            .singletons
+            .entry((job.spec.user.clone(), job.spec.name.clone()))
+            .or_insert(0) += 1;
+        self.pending.remove(&id);
+        self.active.insert(id);
+        Decision::Start {
+            job: id,
+            allocation: alloc,
+        }
+    }
+
+    /// Charges running jobs' usage up to `now`, decays all usage, and recomputes fair-share
+    /// factors when the calc period has passed.
+    fn accrue(&mut self, now: Time) {
+        for id in &self.active {
+            let job = self
+                .jobs
+                .get_mut(id)
+                .expect("active jobs are in the job table");
+            let elapsed = now.since(job.accrued_until).0 as f64;
+            if elapsed > 0.0 {
+                charge(&mut self.fairshare, job.assoc, job.billing_rate * elapsed);
+                job.accrued_until = now;
+            }
+        }
+        let half_life = self.policy.fairshare.half_life.0 as f64;
+        if let Some(last) = self.last_decay {
+            let elapsed = now.since(last).0 as f64;
+            if elapsed > 0.0 && half_life > 0.0 {
+                let decayed = self.fairshare.decay(elapsed, half_life);
+                debug_assert!(
+                    decayed.is_ok(),
+                    "decay of {elapsed} s by half-life {half_life} s: {decayed:?}"
+                );
+            }
+        }
+        self.last_decay = Some(now);
+        let due = match self.fairshare_computed {
+            None => true,
+            Some(at) => now.since(at) >= self.policy.fairshare.calc_period,
+        };
+        if due {
+            self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
+            self.fairshare_computed = Some(now);
+        }
+    }
+
+    fn fairshare_algorithm(&self) -> FairShareAlgorithm {
+        match self.policy.fairshare.algorithm {
+            FairShareMode::FairTree => FairShareAlgorithm::FairTree,
+            FairShareMode::Classic => FairShareAlgorithm::Classic {
+                dampening: self.policy.fairshare.dampening,
+            },
+        }
+    }
+
+    /// Checks every invariant of the scheduler's state; tests call it after every mutation.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.cluster.check_invariants().map_err(|e| e.to_string())?;
+        // Usage equals the sum of active allocations, device by device.
+        let mut expect = Cluster::clone(&self.cluster);
+        for node in &mut expect.nodes {
+            node.usage.cores.clear();
+            node.usage.nics.clear();
+            node.usage.gpu_milli.iter_mut().for_each(|m| *m = 0);
+            node.usage.mem_mib = 0;
+            node.usage.named.iter_mut().for_each(|m| *m = 0);
+            node.usage.jobs.clear();
+            node.usage.exclusive = None;
+            node.avail = NodeAvail::Up;
+        }
+        for id in &self.active {
+            let job = self
+                .jobs
+                .get(id)
+                .ok_or_else(|| format!("active job {id} is not in the job table"))?;
+            if !job.state.is_active() {
+                return Err(format!("job {id} is in the active set but {}", job.state));
+            }
+            let alloc = job
+                .allocation
+                .as_ref()
+                .ok_or_else(|| format!("active job {id} has no allocation"))?;
+            expect
+                .book(*id, alloc)
+                .map_err(|e| format!("allocations overlap: {e}"))?;
+            check_gang(job, alloc, &self.cluster)?;
+        }
+        for (a, b) in expect.nodes.iter().zip(&self.cluster.nodes) {
+            if a.usage != b.usage {
+                return Err(format!(
+                    "usage of node {} differs from the sum of its allocations",
+                    a.name
+                ));
+            }
+        }
+        for (id, job) in &self.jobs {
+            let listed_pending = self.pending.contains(id);
+            if listed_pending != (job.state == JobState::Pending) {
+                return Err(format!(
+                    "job {id} is {} but pending-set membership is {listed_pending}",
+                    job.state
+                ));
+            }
+            if job.state == JobState::Pending && job.allocation.is_some() {
+                return Err(format!("pending job {id} holds an allocation"));
+            }
+            if job.state.is_active() != self.active.contains(id) {
+                return Err(format!(
+                    "job {id} is {} but active-set membership disagrees",
+                    job.state
+                ));
+            }
+        }
+        self.quota.check_invariants().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Charges usage; the amounts come from the scheduler's own arithmetic on non-negative
+/// finite numbers, so a refusal is a bug.
+fn charge(tree: &mut FairShareTree, assoc: AssocIx, units: f64) {
+    let charged = tree.charge(assoc, units);
+    debug_assert!(
+        charged.is_ok(),
+        "charging {units} to {assoc:?}: {charged:?}"
+    );
+}
+
+/// A job's end time by its time limit; a zero limit means unlimited.
+fn end_of(start: Time, limit: Dur) -> Time {
+    if limit.0 == 0 {
+        Time::NEVER
+    } else {
+        start + limit
+    }
+}
+
+impl Job {
+    /// The amounts the job holds while active (its allocation's), zero while pending.
+    pub fn spec_amounts_held(&self) -> Amounts {
+        self.allocation
+            .as_ref()
+            .map(Allocation::amounts)
+            .unwrap_or_default()
+    }
+
+    /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
+    fn size_share(&self, cluster_gpus: u64, cluster_cpus: u64) -> f64 {
+        let want = self.spec.amounts();
+        if want.gpu_milli > 0 && cluster_gpus > 0 {
+            want.gpu_milli as f64 / (cluster_gpus * u64::from(MILLI_PER_GPU)) as f64
+        } else if cluster_cpus > 0 {
+            want.cpus as f64 / cluster_cpus as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Checks a spec for what can never make sense, whatever the cluster.
+fn validate_spec(spec: &JobSpec) -> Result<(), String> {
+    if spec.groups.is_empty() {
+        return Err("it has no task groups".into());
+    }
+    for g in &spec.groups {
+        let r = &g.per_task;
+        let name = &g.name;
+        if g.count == 0 {
+            return Err(format!("task group `{name}` has no tasks"));
+        }
+        if g.min_count == Some(0) {
+            return Err(format!("task group `{name}` has a minimum of 0 tasks"));
+        }
+        if r.gpus > 0 && r.gpu_share_milli.is_some() {
+            return Err(format!(
+                "task group `{name}` asks for whole GPUs and a GPU share at once"
+            ));
+        }
+        if let Some(share) = r.gpu_share_milli {
+            if share == 0 || share >= MILLI_PER_GPU {
+                return Err(format!(
+                    "task group `{name}` asks for a GPU share of {share} milli; it must be 1 to 999"
+                ));
+            }
+        }
+        if g.tasks_per_node == Some(0) || g.nodes == Some(0) {
+            return Err(format!(
+                "task group `{name}` asks for 0 tasks per node or 0 nodes"
+            ));
+        }
+        if let (Some(tpn), Some(nodes)) = (g.tasks_per_node, g.nodes) {
+            if u64::from(tpn) * u64::from(nodes) != u64::from(g.count) && g.min_count.is_none() {
+                return Err(format!(
+                    "task group `{name}` asks for {} tasks but {nodes} nodes x {tpn} tasks per node",
+                    g.count
+                ));
+            }
+        }
+        if r.cpus == 0 && !r.wants_gpu() && r.mem_mib == 0 && r.named.is_empty() {
+            return Err(format!("task group `{name}` asks for no resources at all"));
+        }
+    }
+    Ok(())
+}
+
+/// Billing units per second of an allocation.
+fn billing_rate(b: &crate::policy::BillingWeights, cluster: &Cluster, alloc: &Allocation) -> f64 {
+    alloc
+        .tasks
+        .iter()
+        .map(|t| {
+            let shape = cluster.shape(t.node);
+            let gpu: f64 = t
+                .gpus
+                .iter()
+                .map(|&g| {
+                    let model = shape
+                        .gpus
+                        .get(g as usize)
+                        .map(|d| d.model.as_str())
+                        .unwrap_or("");
+                    let w = b.gpu_models.get(model).copied().unwrap_or(b.gpu);
+                    w * f64::from(t.gpu_milli_each) / f64::from(MILLI_PER_GPU)
+                })
+                .sum();
+            gpu + b.cpu * t.cores.len() as f64 + b.mem_gib * t.mem_mib as f64 / 1024.0
+        })
+        .sum()
+}
+
+/// Checks that an allocation is a whole gang of the job and honours its per-task asks.
+fn check_gang(job: &Job, alloc: &Allocation, cluster: &Cluster) -> Result<(), String> {
+    let id = job.id;
+    for (gi, g) in job.spec.groups.iter().enumerate() {
+        let mut ranks: Vec<u32> = alloc
+            .tasks
+            .iter()
+            .filter(|t| usize::from(t.group) == gi)
+            .map(|t| t.rank)
+            .collect();
+        ranks.sort_unstable();
+        let n = ranks.len() as u32;
+        if n < g.min_tasks() || n > g.count {
+            return Err(format!(
+                "job {id} group `{}` has {n} tasks placed; a gang needs {}..={}",
+                g.name,
+                g.min_tasks(),
+                g.count
+            ));
+        }
+        if ranks.iter().enumerate().any(|(i, &r)| r != i as u32) {
+            return Err(format!("job {id} group `{}` ranks are not 0..{n}", g.name));
+        }
+        for t in alloc.tasks.iter().filter(|t| usize::from(t.group) == gi) {
+            let r = &g.per_task;
+            if t.cores.len() < r.cpus as usize
+                || t.mem_mib < r.mem_mib
+                || t.nics.len() < r.nics as usize
+            {
+                return Err(format!(
+                    "job {id} task {}/{} got less than it asked",
+                    g.name, t.rank
+                ));
+            }
+            let gpus_ok = match r.gpu_share_milli {
+                Some(share) => t.gpus.len() == 1 && t.gpu_milli_each == share,
+                None => {
+                    t.gpus.len() == r.gpus as usize
+                        && (r.gpus == 0 || t.gpu_milli_each == MILLI_PER_GPU)
+                }
+            };
+            if !gpus_ok {
+                return Err(format!(
+                    "job {id} task {}/{} got GPUs {:?} for its ask",
+                    g.name, t.rank, t.gpus
+                ));
+            }
+            if job.spec.topology.numa == crate::job::NumaPolicy::Strict {
+                let shape = cluster.shape(t.node);
+                let domain_ok = shape.numa.iter().any(|d| {
+                    t.gpus.iter().all(|g| d.gpus.contains(g))
+                        && t.cores.iter().all(|c| d.cores.contains(c))
+                        && t.nics.iter().all(|n| d.nics.contains(n))
+                });
+                if !domain_ok {
+                    return Err(format!(
+                        "job {id} task {}/{} spans NUMA domains under a strict NUMA ask",
+                        g.name, t.rank
+                    ));
+                }
+            }
+        }
+    }
+    if alloc
+        .tasks
+        .iter()
+        .any(|t| usize::from(t.group) >= job.spec.groups.len())
+    {
+        return Err(format!("job {id} has a task of a group it does not have"));
+    }
+    Ok(())
+}

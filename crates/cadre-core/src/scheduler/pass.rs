@@ -1,0 +1,517 @@
+//! One scheduling pass: order the eligible jobs, start what fits, preempt where allowed,
+//! reserve for the top blocked jobs, and backfill around the reservations.
+
+use super::{Decision, Hold, Job, PendingReason, Scheduler};
+use crate::alloc::Allocation;
+use crate::backfill::{Profile, Reservation};
+use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
+use crate::placement;
+use crate::policy::BackfillMode;
+use crate::priority::Factors;
+use crate::resources::Amounts;
+use crate::time::Time;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Whether a job's dependencies are met.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum DepState {
+    Met,
+    Waiting,
+    Never,
+}
+
+/// The order in which eligible jobs are considered: partition tier, priority class and
+/// priority descending, then submit time and id ascending.
+type OrderKey = (Reverse<u32>, Reverse<i32>, Reverse<u64>, Time, JobId);
+
+/// Per partition, what is free now and the releases to come (see
+/// [`Profile::release_series`]), computed once per pass.
+type ReleaseSeries = BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)>;
+
+/// What is free now, summarised per partition so that most jobs that cannot fit are turned
+/// away without running placement.
+struct FreeSummary {
+    /// Per partition, total free amounts on its up nodes.
+    total: Vec<Amounts>,
+    /// Per partition, how many nodes have exactly k whole GPUs free (index k).
+    whole_gpus: Vec<Vec<u32>>,
+    /// Whole GPUs free per node, as counted in `whole_gpus`.
+    node_whole: Vec<u32>,
+    node_free: Vec<Amounts>,
+}
+
+fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
+    let node = cluster.node(n);
+    if node.avail != NodeAvail::Up || node.usage.exclusive.is_some() {
+        return 0;
+    }
+    node.usage.gpu_milli.iter().filter(|&&m| m == 0).count() as u32
+}
+
+impl FreeSummary {
+    fn new(cluster: &Cluster) -> FreeSummary {
+        let n = cluster.nodes.len();
+        let max_gpus = cluster
+            .shapes
+            .iter()
+            .map(|s| s.gpus.len())
+            .max()
+            .unwrap_or(0);
+        let node_free: Vec<Amounts> = (0..n as u32)
+            .map(|i| cluster.free_amounts(NodeId(i)))
+            .collect();
+        let node_whole: Vec<u32> = (0..n as u32)
+            .map(|i| whole_gpus_free(cluster, NodeId(i)))
+            .collect();
+        let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
+        let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
+        for (p, part) in cluster.partitions.iter().enumerate() {
+            for &node in &part.nodes {
+                total[p] += node_free[node.0 as usize];
+                whole_gpus[p][node_whole[node.0 as usize] as usize] += 1;
+            }
+        }
+        FreeSummary {
+            total,
+            whole_gpus,
+            node_whole,
+            node_free,
+        }
+    }
+
+    /// False when the job certainly cannot start now in partition `p`.
+    fn may_fit(&self, p: PartitionId, spec: &JobSpec) -> bool {
+        let p = p.0 as usize;
+        if !spec.min_amounts().fits_in(&self.total[p]) {
+            return false;
+        }
+        spec.groups.iter().all(|g| {
+            let per = g.per_task.gpus;
+            if per == 0 {
+                return true;
+            }
+            let slots: u64 = self.whole_gpus[p]
+                .iter()
+                .enumerate()
+                .map(|(k, &nodes)| u64::from(nodes) * (k as u64 / u64::from(per)))
+                .sum();
+            slots >= u64::from(g.min_tasks())
+        })
+    }
+
+    /// Refreshes the summary for nodes whose usage changed.
+    fn refresh(&mut self, cluster: &Cluster, nodes: &[NodeId]) {
+        for &n in nodes {
+            let i = n.0 as usize;
+            let free = cluster.free_amounts(n);
+            let whole = whole_gpus_free(cluster, n);
+            for &p in &cluster.node(n).partitions {
+                let p = p.0 as usize;
+                self.total[p] = self.total[p].saturating_sub(&self.node_free[i]) + free;
+                self.whole_gpus[p][self.node_whole[i] as usize] -= 1;
+                self.whole_gpus[p][whole as usize] += 1;
+            }
+            self.node_free[i] = free;
+            self.node_whole[i] = whole;
+        }
+    }
+}
+
+/// Amounts a job holds per node for an allocation: whole nodes for exclusive jobs.
+pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(NodeId, Amounts)> {
+    let mut per_node = alloc.amounts_by_node();
+    if alloc.exclusive {
+        for (n, a) in &mut per_node {
+            *a = cluster.shape(*n).capacity();
+        }
+    }
+    per_node
+}
+
+impl Scheduler {
+    /// Runs one scheduling pass at `now` and returns its decisions, in order: starts and
+    /// preemptions as they were decided, then the reservations.
+    pub fn schedule(&mut self, now: Time) -> Vec<Decision> {
+        self.accrue(now);
+        let order = self.eligible_order(now);
+        let mut out = Vec::new();
+        let mut summary = FreeSummary::new(&self.cluster);
+        let mut profile: Option<Profile> = None;
+        let mut reservations: Vec<Reservation> = Vec::new();
+        let mut blocked_partitions: BTreeSet<PartitionId> = BTreeSet::new();
+        let mut release_series: BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)> =
+            BTreeMap::new();
+        let backfill = self.policy.backfill.clone();
+        let preempt_on = self.policy.preemption.enabled;
+        let mut blocked_seen = 0u32;
+
+        for (tested, (_, id)) in order.into_iter().enumerate() {
+            let job = &self.jobs[&id];
+            let part = job.partition;
+            if tested >= backfill.max_job_test as usize
+                && (profile.is_some() || self.policy.strict_order)
+            {
+                self.set_reason(id, PendingReason::Priority);
+                continue;
+            }
+            if self.policy.strict_order && blocked_partitions.contains(&part) {
+                self.set_reason(id, PendingReason::Priority);
+                continue;
+            }
+            let amounts = job.spec.min_amounts();
+            if let Err(block) =
+                self.quota
+                    .check(job.queue, &job.spec.account, &job.spec.user, amounts)
+            {
+                self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
+                continue;
+            }
+            if !job.awaiting_victims.is_empty() {
+                // Victims are still stopping; their resources become this job's when they end.
+                self.set_reason(id, PendingReason::Preempting);
+                blocked_partitions.insert(part);
+                continue;
+            }
+            let nodes = &self.cluster.partition(part).nodes;
+            let placed = if summary.may_fit(part, &job.spec) {
+                placement::place(&self.cluster, &job.spec, nodes)
+            } else {
+                Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+            };
+            match placed {
+                Ok(alloc) => {
+                    let end = super::end_of(now, job.spec.time_limit);
+                    let mut per_node = per_node_amounts(&self.cluster, &alloc);
+                    let mut alloc = Some(alloc);
+                    if let Some(p) = &profile {
+                        if !p.fits(&per_node, now, end) {
+                            // Try once more on the nodes whose holds it would not touch.
+                            let free_of_holds: Vec<NodeId> = nodes
+                                .iter()
+                                .copied()
+                                .filter(|&n| p.min_free(n, now, end) == p.free_at(n, now))
+                                .collect();
+                            alloc = placement::place(&self.cluster, &job.spec, &free_of_holds)
+                                .ok()
+                                .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
+                            if let Some(a) = &alloc {
+                                per_node = per_node_amounts(&self.cluster, a);
+                            }
+                        }
+                    }
+                    match alloc {
+                        Some(alloc) => {
+                            let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
+                            if let Some(p) = profile.as_mut() {
+                                p.hold(&per_node, now, end);
+                            }
+                            out.push(self.start(id, alloc, per_node, now));
+                            summary.refresh(&self.cluster, &touched);
+                        }
+                        None => {
+                            self.set_reason(id, PendingReason::Priority);
+                            blocked_partitions.insert(part);
+                        }
+                    }
+                }
+                Err(fail) if fail.is_permanent() => {
+                    self.set_reason(id, PendingReason::from_placement(&fail));
+                }
+                Err(fail) => {
+                    self.set_reason(id, PendingReason::from_placement(&fail));
+                    if self.policy.strict_order {
+                        blocked_partitions.insert(part);
+                        continue;
+                    }
+                    if preempt_on {
+                        let decisions = self.try_preempt(id, now);
+                        if !decisions.is_empty() {
+                            let victims_end = now + self.policy.preemption.grace;
+                            out.extend(decisions);
+                            self.set_reason(id, PendingReason::Preempting);
+                            if let Some(p) = profile.as_mut() {
+                                let job = &self.jobs[&id];
+                                let held = self.victim_amounts(id);
+                                p.hold(
+                                    &held,
+                                    victims_end,
+                                    super::end_of(victims_end, job.spec.time_limit),
+                                );
+                            }
+                            continue;
+                        }
+                    }
+                    let reserve = backfill.enabled
+                        && match backfill.mode {
+                            BackfillMode::Easy => blocked_seen < backfill.reservation_depth,
+                            BackfillMode::Conservative => true,
+                        };
+                    blocked_seen += 1;
+                    if reserve {
+                        let p = profile.get_or_insert_with(|| self.profile(now));
+                        if let Some(r) = self.plan_reservation(p, id, now, &mut release_series) {
+                            p.hold(&r.nodes, r.start, r.end);
+                            out.push(Decision::Reserve(r.clone()));
+                            reservations.push(r);
+                        }
+                    }
+                }
+            }
+        }
+        self.reservations = reservations;
+        out
+    }
+
+    fn set_reason(&mut self, id: JobId, reason: PendingReason) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.reason = reason;
+        }
+    }
+
+    /// The eligible pending jobs in scheduling order; sets the reason of the others.
+    fn eligible_order(&mut self, now: Time) -> Vec<(OrderKey, JobId)> {
+        let cluster_gpus = self.cluster.total_gpus();
+        let cluster_cpus: u64 = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| u64::from(self.cluster.shapes[n.shape.0 as usize].cores))
+            .sum();
+        let mut order = Vec::with_capacity(self.pending.len());
+        let pending: Vec<JobId> = self.pending.iter().copied().collect();
+        for id in pending {
+            let blocker = self.blocker(&self.jobs[&id], now);
+            let job = self
+                .jobs
+                .get_mut(&id)
+                .expect("pending jobs are in the job table");
+            if let Some(reason) = blocker {
+                job.reason = reason;
+                if !matches!(
+                    job.reason,
+                    PendingReason::Dependency | PendingReason::SingletonDependency
+                ) {
+                    job.eligible_since = None;
+                }
+                continue;
+            }
+            let since = *job.eligible_since.get_or_insert(now);
+            let part = &self.cluster.partitions[job.partition.0 as usize];
+            let factors = Factors {
+                age: self.policy.priority.age_factor(now.since(since)),
+                fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
+                job_size: self
+                    .policy
+                    .priority
+                    .job_size_factor(job.size_share(cluster_gpus, cluster_cpus)),
+                partition: f64::from(part.priority_job_factor)
+                    / f64::from(self.max_partition_factor),
+                qos: job.qos_factor,
+                nice: job.spec.nice,
+            };
+            job.priority = self.policy.priority.priority(&factors);
+            let key = (
+                Reverse(part.priority_tier),
+                Reverse(job.class_value),
+                Reverse(job.priority),
+                job.spec.submit_time,
+                id,
+            );
+            order.push((key, id));
+        }
+        order.sort_unstable();
+        order
+    }
+
+    /// The multifactor factors of a job at `now` (for `sprio` and explain).
+    pub fn factors(&self, id: JobId, now: Time) -> Option<Factors> {
+        let job = self.jobs.get(&id)?;
+        let part = self.cluster.partition(job.partition);
+        let cluster_cpus: u64 = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| u64::from(self.cluster.shapes[n.shape.0 as usize].cores))
+            .sum();
+        Some(Factors {
+            age: self
+                .policy
+                .priority
+                .age_factor(job.eligible_since.map(|s| now.since(s)).unwrap_or_default()),
+            fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
+            job_size: self
+                .policy
+                .priority
+                .job_size_factor(job.size_share(self.cluster.total_gpus(), cluster_cpus)),
+            partition: f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor),
+            qos: job.qos_factor,
+            nice: job.spec.nice,
+        })
+    }
+
+    /// Why a pending job cannot be considered at all now, if it cannot.
+    fn blocker(&self, job: &Job, now: Time) -> Option<PendingReason> {
+        if let Some(hold) = job.hold {
+            return Some(match hold {
+                Hold::User => PendingReason::JobHeldUser,
+                Hold::Admin => PendingReason::JobHeldAdmin,
+            });
+        }
+        if job.spec.begin.is_some_and(|b| b > now) {
+            return Some(PendingReason::BeginTime);
+        }
+        let part = self.cluster.partition(job.partition);
+        if !part.up {
+            return Some(PendingReason::PartitionDown);
+        }
+        if let Some(max) = part.max_time {
+            if job.spec.time_limit.0 == 0 || job.spec.time_limit > max {
+                return Some(PendingReason::PartitionTimeLimit);
+            }
+        }
+        match self.dependencies(&job.spec) {
+            DepState::Met => {}
+            DepState::Waiting => return Some(PendingReason::Dependency),
+            DepState::Never => return Some(PendingReason::DependencyNeverSatisfied),
+        }
+        let singleton = job
+            .spec
+            .dependencies
+            .iter()
+            .any(|d| matches!(d, Dependency::Singleton));
+        if singleton
+            && self
+                .singletons
+                .contains_key(&(job.spec.user.clone(), job.spec.name.clone()))
+        {
+            return Some(PendingReason::SingletonDependency);
+        }
+        None
+    }
+
+    fn dependencies(&self, spec: &JobSpec) -> DepState {
+        let states = spec.dependencies.iter().filter_map(|d| match d {
+            Dependency::On { kind, job } => Some(self.dependency(*kind, *job)),
+            Dependency::Singleton => None,
+        });
+        let (mut any_met, mut all_met, mut any_never, mut all_never, mut count) =
+            (false, true, false, true, 0);
+        for s in states {
+            count += 1;
+            any_met |= s == DepState::Met;
+            all_met &= s == DepState::Met;
+            any_never |= s == DepState::Never;
+            all_never &= s == DepState::Never;
+        }
+        if count == 0 {
+            return DepState::Met;
+        }
+        if spec.dependencies_any {
+            if any_met {
+                DepState::Met
+            } else if all_never {
+                DepState::Never
+            } else {
+                DepState::Waiting
+            }
+        } else if any_never {
+            DepState::Never
+        } else if all_met {
+            DepState::Met
+        } else {
+            DepState::Waiting
+        }
+    }
+
+    fn dependency(&self, kind: DependencyKind, other: JobId) -> DepState {
+        let ended = self.ended.get(&other).copied();
+        let started = ended.is_some() || self.jobs.get(&other).is_some_and(|j| j.ever_started);
+        match (kind, ended) {
+            (DependencyKind::After, _) if started => DepState::Met,
+            (DependencyKind::After, _) => DepState::Waiting,
+            (DependencyKind::AfterAny, Some(_)) => DepState::Met,
+            (DependencyKind::AfterOk, Some(JobState::Completed)) => DepState::Met,
+            (DependencyKind::AfterOk, Some(_)) => DepState::Never,
+            (DependencyKind::AfterNotOk, Some(JobState::Completed)) => DepState::Never,
+            (DependencyKind::AfterNotOk, Some(_)) => DepState::Met,
+            (_, None) => DepState::Waiting,
+        }
+    }
+
+    /// The profile of what will be free when, from the active jobs' end times.
+    fn profile(&self, now: Time) -> Profile {
+        let ends = self.active.iter().map(|id| {
+            let job = &self.jobs[id];
+            let end = match job.stopping {
+                // A job asked to stop ends within its grace time.
+                Some(_) => now + self.policy.preemption.grace,
+                None => job.end_time.unwrap_or(Time::NEVER),
+            };
+            (end, job.per_node.as_slice())
+        });
+        Profile::new(&self.cluster, now, ends)
+    }
+
+    /// The earliest time the job's gang fits in the profile, as a reservation.
+    fn plan_reservation(
+        &self,
+        profile: &Profile,
+        id: JobId,
+        now: Time,
+        series_cache: &mut ReleaseSeries,
+    ) -> Option<Reservation> {
+        /// Candidate times tried with the full node selection before the search thins out.
+        const DENSE_TRIES: u32 = 16;
+        /// Node selections tried per reservation at most.
+        const MAX_TRIES: u32 = 48;
+        let job = &self.jobs[&id];
+        let nodes = &self.cluster.partition(job.partition).nodes;
+        let need = job.spec.min_amounts();
+        let horizon = now + self.policy.backfill.window;
+        let (base, series) = series_cache
+            .entry(job.partition)
+            .or_insert_with(|| profile.release_series(nodes));
+        let mut free_total = *base;
+        let mut tries = 0u32;
+        let mut skip = 0u32;
+        let mut i = 0;
+        while i < series.len() {
+            let t = series[i].0;
+            while i < series.len() && series[i].0 == t {
+                free_total += series[i].1;
+                i += 1;
+            }
+            if t <= now {
+                continue;
+            }
+            if t > horizon || tries >= MAX_TRIES {
+                break;
+            }
+            if !need.fits_in(&free_total) {
+                continue;
+            }
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            tries += 1;
+            let end = super::end_of(t, job.spec.time_limit);
+            let free = |n: NodeId| profile.min_free(n, t, end);
+            if let Some(per_node) = placement::select_nodes(&self.cluster, &job.spec, nodes, &free)
+            {
+                return Some(Reservation {
+                    job: id,
+                    start: t,
+                    end,
+                    nodes: per_node,
+                });
+            }
+            if tries >= DENSE_TRIES {
+                skip = 1 << ((tries - DENSE_TRIES) / 4).min(10);
+            }
+        }
+        None
+    }
+}

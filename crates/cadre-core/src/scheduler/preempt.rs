@@ -1,0 +1,192 @@
+//! Preemption: choosing the fewest, cheapest victims that let a blocked job really fit.
+//!
+//! Given: a pending job that does not fit now, and the running jobs. A running job is a
+//! candidate victim when preemption is on, it is preemptible, it has run at least the
+//! exempt time, it is not already stopping, it runs on a node the preemptor could use, and
+//! the preemptor outranks it: a higher preempting priority class, a QOS that lists the
+//! victim's QOS, or (when enabled) a partition of a higher priority tier.
+//! Decided: a set of victims such that the preemptor's whole gang fits once they are gone
+//! (checked by really placing it with the victims' resources released), made minimal by
+//! dropping every victim the placement does not need. Cheapest first: lowest priority class
+//! and tier, then the most recently started (least work lost), then the highest id.
+//! Must hold: no victim is chosen unless the preemptor then fits; the cluster's usage is
+//! exactly as before once the search is done (victims keep their resources until they end).
+
+use super::{Decision, Scheduler, Stopping};
+use crate::cluster::{NodeId, PartitionId};
+use crate::job::{JobId, JobState};
+use crate::placement;
+use crate::resources::Amounts;
+use crate::time::Time;
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+/// Candidate victims looked at per preemptor at most.
+const MAX_CANDIDATES: usize = 512;
+/// Placement attempts per preemptor at most.
+const MAX_PLACEMENTS: u32 = 64;
+
+impl Scheduler {
+    /// Whether `job` may preempt `victim` under the policy.
+    fn outranks(&self, job: JobId, victim: JobId) -> bool {
+        let (j, v) = (&self.jobs[&job], &self.jobs[&victim]);
+        let by_class = j.class_preempting && j.class_value > v.class_value;
+        let by_qos = match (&j.spec.qos, &v.spec.qos) {
+            (Some(jq), Some(vq)) => self
+                .policy
+                .qos(jq)
+                .is_some_and(|q| q.preempt.iter().any(|p| p == vq)),
+            _ => false,
+        };
+        let tier = |p: PartitionId| self.cluster.partition(p).priority_tier;
+        let by_tier =
+            self.policy.preemption.partition_tier && tier(j.partition) > tier(v.partition);
+        by_class || by_qos || by_tier
+    }
+
+    /// Tries to free room for `id` by preemption; returns the preemption decisions, or
+    /// nothing when no set of victims makes it fit.
+    pub(super) fn try_preempt(&mut self, id: JobId, now: Time) -> Vec<Decision> {
+        let exempt = self.policy.preemption.exempt_time;
+        let job = &self.jobs[&id];
+        let eligible: BTreeSet<NodeId> = self
+            .cluster
+            .partition(job.partition)
+            .nodes
+            .iter()
+            .copied()
+            .collect();
+        let mut candidates: Vec<JobId> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&v| {
+                let victim = &self.jobs[&v];
+                victim.state == JobState::Running
+                    && victim.stopping.is_none()
+                    && victim.spec.preemptible
+                    && victim.start_time.is_some_and(|s| now.since(s) >= exempt)
+                    && victim.per_node.iter().any(|(n, _)| eligible.contains(n))
+                    && self.outranks(id, v)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        candidates.sort_by_key(|&v| {
+            let victim = &self.jobs[&v];
+            let tier = self.cluster.partition(victim.partition).priority_tier;
+            (
+                victim.class_value,
+                tier,
+                Reverse(victim.start_time),
+                Reverse(v),
+            )
+        });
+        candidates.truncate(MAX_CANDIDATES);
+        let need = self.jobs[&id].spec.min_amounts();
+        let nodes: Vec<NodeId> = eligible.iter().copied().collect();
+        let free_now: Amounts = nodes
+            .iter()
+            .fold(Amounts::ZERO, |a, &n| a + self.cluster.free_amounts(n));
+
+        // Release victims one by one until the job fits.
+        let mut released: Vec<JobId> = Vec::new();
+        let mut freed = free_now;
+        let mut placements = 0u32;
+        let mut fits = false;
+        for v in candidates {
+            self.release_for_search(v);
+            released.push(v);
+            freed += self.jobs[&v].spec_amounts_held();
+            if !need.fits_in(&freed) {
+                continue;
+            }
+            placements += 1;
+            if placement::place(&self.cluster, &self.jobs[&id].spec, &nodes).is_ok() {
+                fits = true;
+                break;
+            }
+            if placements >= MAX_PLACEMENTS {
+                break;
+            }
+        }
+        if !fits {
+            for &v in released.iter().rev() {
+                self.rebook_after_search(v);
+            }
+            return Vec::new();
+        }
+        // Drop victims the placement does not need, most expensive first.
+        let mut victims = released.clone();
+        for &v in released.iter().rev() {
+            if placements >= MAX_PLACEMENTS * 2 {
+                break;
+            }
+            self.rebook_after_search(v);
+            placements += 1;
+            if placement::place(&self.cluster, &self.jobs[&id].spec, &nodes).is_ok() {
+                victims.retain(|&x| x != v);
+            } else {
+                self.release_for_search(v);
+            }
+        }
+        for &v in &victims {
+            self.rebook_after_search(v);
+        }
+        let mode = self.policy.preemption.mode;
+        let grace = self.policy.preemption.grace;
+        let mut out = Vec::with_capacity(victims.len());
+        for v in victims {
+            let victim = self.jobs.get_mut(&v).expect("victims are active jobs");
+            victim.state = JobState::Preempting;
+            victim.stopping = Some(Stopping::Preempted { by: id, mode });
+            out.push(Decision::Preempt {
+                victim: v,
+                by: id,
+                mode,
+                grace,
+            });
+            self.jobs
+                .get_mut(&id)
+                .expect("the preemptor is pending")
+                .awaiting_victims
+                .insert(v);
+        }
+        out
+    }
+
+    /// Amounts per node held by the victims a job awaits.
+    pub(super) fn victim_amounts(&self, id: JobId) -> Vec<(NodeId, Amounts)> {
+        let mut out: Vec<(NodeId, Amounts)> = Vec::new();
+        for v in &self.jobs[&id].awaiting_victims {
+            out.extend(self.jobs[v].per_node.iter().copied());
+        }
+        out.sort_by_key(|(n, _)| *n);
+        out.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1 += b.1;
+                true
+            } else {
+                false
+            }
+        });
+        out
+    }
+
+    fn release_for_search(&mut self, v: JobId) {
+        let alloc = self.jobs[&v].allocation.clone().unwrap_or_default();
+        self.cluster.release(v, &alloc);
+    }
+
+    fn rebook_after_search(&mut self, v: JobId) {
+        let alloc = self.jobs[&v].allocation.clone().unwrap_or_default();
+        let rebooked = self.cluster.restore(v, &alloc);
+        // Nothing else changed the cluster during the search, so a victim's own resources
+        // are free again for it.
+        debug_assert!(
+            rebooked.is_ok(),
+            "re-booking victim {v} failed: {rebooked:?}"
+        );
+    }
+}

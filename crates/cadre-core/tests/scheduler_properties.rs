@@ -1,0 +1,411 @@
+//! Property tests of the scheduler over random clusters, jobs and event orders.
+//!
+//! A recording executor plays the part of the controller and agents: it starts what the
+//! scheduler starts, ends jobs at random times, stops what it is told to stop, drains and
+//! downs nodes. After every event and every pass the scheduler's own invariants are checked,
+//! and these properties independently of its code:
+//! - every started allocation is a whole gang that books cleanly;
+//! - reservations and the jobs running beside them never oversubscribe a node at any
+//!   reservation's start (so a backfilled job never delays a reservation);
+//! - the same events at the same times give the same decisions, bit for bit.
+
+use cadre_core::backfill::Reservation;
+use cadre_core::cluster::{Cluster, NodeAvail, NodeId};
+use cadre_core::job::{JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, TaskGroup};
+use cadre_core::policy::{BackfillMode, Policy, PriorityClassConfig};
+use cadre_core::resources::{Amounts, TaskResources};
+use cadre_core::scheduler::{Decision, Event, Scheduler};
+use cadre_core::time::{Dur, Time};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const CLUSTER_WITH_TREE: &str = r#"
+version = 1
+name = "prop"
+
+[[shape]]
+name = "g4"
+cores = 16
+memory = "256G"
+gpu_model = "h100"
+gpu_memory = "80G"
+numa = 2
+gpus = 4
+nics = 2
+
+[[nodes]]
+names = "n[1-6]"
+shape = "g4"
+
+[[partition]]
+name = "gpu"
+nodes = "ALL"
+default = true
+
+[[switch]]
+name = "leaf1"
+nodes = "n[1-3]"
+
+[[switch]]
+name = "leaf2"
+nodes = "n[4-6]"
+
+[[switch]]
+name = "spine"
+switches = "leaf[1-2]"
+"#;
+
+#[derive(Clone, Debug)]
+struct JobGen {
+    groups: Vec<(u32, Option<u32>, u32, u32)>, // count, min, gpus per task, cpus per task
+    limit: u64,
+    run: u64,
+    numa: u8,
+    span: u8,
+    exclusive: bool,
+    class: u8,
+    account: u8,
+    submit: u64,
+}
+
+fn job_gen(max_gpus: u32) -> impl Strategy<Value = JobGen> {
+    let group = (
+        1u32..4,
+        prop::option::of(1u32..3),
+        0..=max_gpus.min(4),
+        1u32..9,
+    );
+    (
+        prop::collection::vec(group, 1..3),
+        60u64..2000,
+        1u64..2500,
+        0u8..3,
+        0u8..4,
+        prop::bool::weighted(0.1),
+        0u8..3,
+        0u8..3,
+        0u64..3000,
+    )
+        .prop_map(
+            |(groups, limit, run, numa, span, exclusive, class, account, submit)| JobGen {
+                groups,
+                limit,
+                run,
+                numa,
+                span,
+                exclusive,
+                class,
+                account,
+                submit,
+            },
+        )
+}
+
+fn spec_of(g: &JobGen) -> JobSpec {
+    let mut spec = JobSpec::simple(
+        &format!("user{}", g.account),
+        &format!("acct{}", g.account),
+        1,
+        TaskResources::default(),
+        Dur(g.limit),
+    );
+    spec.groups = g
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, &(count, min, gpus, cpus))| TaskGroup {
+            name: format!("g{i}"),
+            count,
+            min_count: min.map(|m| m.min(count)),
+            per_task: TaskResources {
+                cpus,
+                mem_mib: 1024,
+                gpus,
+                ..TaskResources::default()
+            },
+            tasks_per_node: None,
+            nodes: None,
+        })
+        .collect();
+    spec.submit_time = Time(g.submit);
+    spec.exclusive = g.exclusive;
+    spec.topology.numa =
+        [NumaPolicy::None, NumaPolicy::Preferred, NumaPolicy::Strict][g.numa as usize];
+    spec.topology.span = [
+        NetworkSpan::Any,
+        NetworkSpan::OneLeaf,
+        NetworkSpan::MaxSwitches(1),
+        NetworkSpan::Any,
+    ][g.span as usize];
+    spec.priority_class = match g.class {
+        1 => Some("low".into()),
+        2 => Some("high".into()),
+        _ => None,
+    };
+    spec
+}
+
+fn policy(mode: u8) -> Policy {
+    let mut p = match mode {
+        0 => Policy::default(),
+        1 => Policy::slurm(),
+        _ => Policy::fifo(),
+    };
+    if mode == 3 {
+        p = Policy::default();
+        p.backfill.mode = BackfillMode::Conservative;
+    }
+    p.priority_class = vec![
+        PriorityClassConfig {
+            name: "low".into(),
+            value: 0,
+            preempting: false,
+        },
+        PriorityClassConfig {
+            name: "high".into(),
+            value: 100,
+            preempting: true,
+        },
+    ];
+    p.preemption.grace = Dur(30);
+    p
+}
+
+/// What the executor does between passes.
+#[derive(Clone, Debug)]
+enum Act {
+    Drain(u32),
+    Down(u32),
+    Up(u32),
+    Cancel(u64),
+}
+
+fn act_gen() -> impl Strategy<Value = Act> {
+    prop_oneof![
+        (0u32..6).prop_map(Act::Drain),
+        (0u32..6).prop_map(Act::Down),
+        (0u32..6).prop_map(Act::Up),
+        (1u64..25).prop_map(Act::Cancel),
+    ]
+}
+
+/// Checks reservations against the jobs running beside them, independently of the
+/// scheduler's profile code: at every reservation's start, on every node, what running jobs
+/// still hold plus what reservations cover must fit in the node.
+fn check_reservations(
+    sched: &Scheduler,
+    reservations: &[Reservation],
+    now: Time,
+    grace: Dur,
+) -> Result<(), String> {
+    let cluster = sched.cluster();
+    let mut times: Vec<Time> = reservations.iter().map(|r| r.start).collect();
+    times.push(now);
+    for &t in &times {
+        let mut load: BTreeMap<NodeId, Amounts> = BTreeMap::new();
+        for job in sched.jobs().filter(|j| j.state.is_active()) {
+            let end = if job.state == JobState::Preempting || job.stopping.is_some() {
+                now + grace
+            } else {
+                job.end_time.unwrap_or(Time::NEVER)
+            };
+            if end > t {
+                for &(n, a) in &job.per_node {
+                    *load.entry(n).or_default() += a;
+                }
+            }
+        }
+        for r in reservations.iter().filter(|r| r.start <= t && t < r.end) {
+            for &(n, a) in &r.nodes {
+                if cluster.node(n).avail != NodeAvail::Up {
+                    return Err(format!(
+                        "reservation of job {} is on node {} which is not up",
+                        r.job, n.0
+                    ));
+                }
+                *load.entry(n).or_default() += a;
+            }
+        }
+        for (n, a) in load {
+            let cap = cluster.shape(n).capacity();
+            if !a.fits_in(&cap) {
+                return Err(format!("at {t} node {} would hold {a:?} of {cap:?}", n.0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a scenario and returns every decision with its time.
+fn run(
+    cluster: &Cluster,
+    policy: &Policy,
+    jobs: &[JobGen],
+    acts: &[Act],
+) -> Result<Vec<(Time, Decision)>, String> {
+    let grace = policy.preemption.grace;
+    let mut sched = Scheduler::new(cluster.clone(), policy.clone()).map_err(|e| e.to_string())?;
+    let mut log = Vec::new();
+    // Executor state: when each running job ends by itself, and jobs asked to stop.
+    let mut ends: BTreeMap<JobId, Time> = BTreeMap::new();
+    let mut submits: Vec<(Time, JobId, &JobGen)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (Time(g.submit), JobId(i as u64 + 1), g))
+        .collect();
+    submits.sort_by_key(|(t, id, _)| (*t, *id));
+    let mut next_submit = 0;
+    let mut acts = acts.iter();
+    let mut runs: BTreeMap<JobId, u64> = BTreeMap::new();
+    for step in 0..60u64 {
+        let now = Time(step * 100);
+        while next_submit < submits.len() && submits[next_submit].0 <= now {
+            let (t, id, g) = submits[next_submit];
+            runs.insert(id, g.run);
+            sched
+                .handle(
+                    Event::Submit {
+                        id,
+                        spec: Box::new(spec_of(g)),
+                    },
+                    t.max(Time(0)),
+                )
+                .map_err(|e| e.to_string())?;
+            sched.check_invariants()?;
+            next_submit += 1;
+        }
+        // Jobs whose time has come end: by themselves, by time limit, or after a stop.
+        let due: Vec<(JobId, Time)> = ends
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(j, t)| (*j, *t))
+            .collect();
+        for (id, _) in due {
+            ends.remove(&id);
+            let outcome = match sched.job(id) {
+                Some(j) if j.state.is_active() => {
+                    if j.stopping.is_some() {
+                        JobState::Cancelled
+                    } else if runs[&id] > j.spec.time_limit.0 {
+                        JobState::Timeout
+                    } else {
+                        JobState::Completed
+                    }
+                }
+                _ => continue,
+            };
+            sched
+                .handle(Event::Ended { id, outcome }, now)
+                .map_err(|e| e.to_string())?;
+            sched.check_invariants()?;
+        }
+        if step % 3 == 1 {
+            if let Some(act) = acts.next() {
+                let decisions = match act {
+                    Act::Drain(n) => sched.handle(
+                        Event::NodeAvail {
+                            node: NodeId(*n % cluster.nodes.len() as u32),
+                            avail: NodeAvail::Drain,
+                            reason: Some("maint".into()),
+                        },
+                        now,
+                    ),
+                    Act::Down(n) => sched.handle(
+                        Event::NodeAvail {
+                            node: NodeId(*n % cluster.nodes.len() as u32),
+                            avail: NodeAvail::Down,
+                            reason: Some("dead".into()),
+                        },
+                        now,
+                    ),
+                    Act::Up(n) => sched.handle(
+                        Event::NodeAvail {
+                            node: NodeId(*n % cluster.nodes.len() as u32),
+                            avail: NodeAvail::Up,
+                            reason: None,
+                        },
+                        now,
+                    ),
+                    Act::Cancel(id) => match sched.handle(Event::Cancel { id: JobId(*id) }, now) {
+                        Ok(d) => Ok(d),
+                        Err(_) => Ok(Vec::new()), // unknown or ended: the executor ignores it
+                    },
+                }
+                .map_err(|e| e.to_string())?;
+                for d in &decisions {
+                    if let Decision::Stop { job, .. } = d {
+                        ends.insert(*job, now + Dur(1));
+                    }
+                }
+                log.extend(decisions.into_iter().map(|d| (now, d)));
+                sched.check_invariants()?;
+            }
+        }
+        let decisions = sched.schedule(now);
+        sched.check_invariants()?;
+        let mut reservations = Vec::new();
+        for d in &decisions {
+            match d {
+                Decision::Start { job, allocation } => {
+                    let mut scratch = cluster.clone();
+                    scratch.book(*job, allocation).map_err(|e| {
+                        format!("start of job {job} does not book on an empty cluster: {e}")
+                    })?;
+                    let spec = &sched.job(*job).ok_or("started job vanished")?.spec;
+                    for (gi, g) in spec.groups.iter().enumerate() {
+                        let n = allocation
+                            .tasks
+                            .iter()
+                            .filter(|t| usize::from(t.group) == gi)
+                            .count() as u32;
+                        if n < g.min_tasks() || n > g.count {
+                            return Err(format!("job {job} group {gi} started with {n} tasks"));
+                        }
+                    }
+                    ends.insert(*job, now + Dur(runs[job].min(spec.time_limit.0).max(1)));
+                }
+                Decision::Preempt { victim, grace, .. } => {
+                    ends.insert(*victim, now + *grace);
+                }
+                Decision::Stop { job, .. } => {
+                    ends.insert(*job, now + Dur(1));
+                }
+                Decision::Reserve(r) => reservations.push(r.clone()),
+            }
+        }
+        check_reservations(&sched, &reservations, now, grace)?;
+        log.extend(decisions.into_iter().map(|d| (now, d)));
+    }
+    Ok(log)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_on_flat_clusters(
+        nodes in 1u32..5,
+        gpus in prop::sample::select(vec![0u32, 2, 4, 8]),
+        mode in 0u8..4,
+        jobs in prop::collection::vec(job_gen(8), 1..25),
+        acts in prop::collection::vec(act_gen(), 0..8),
+    ) {
+        let cluster = Cluster::flat_gpu(nodes, gpus);
+        let policy = policy(mode);
+        let first = run(&cluster, &policy, &jobs, &acts);
+        prop_assert!(first.is_ok(), "{}", first.unwrap_err());
+        let second = run(&cluster, &policy, &jobs, &acts);
+        prop_assert_eq!(first.unwrap(), second.unwrap(), "same events, same decisions");
+    }
+
+    #[test]
+    fn invariants_hold_with_a_switch_tree_and_numa(
+        mode in 0u8..4,
+        jobs in prop::collection::vec(job_gen(4), 1..25),
+        acts in prop::collection::vec(act_gen(), 0..8),
+    ) {
+        let cluster = cadre_core::config::load_cluster(CLUSTER_WITH_TREE, "prop.toml").unwrap();
+        let result = run(&cluster, &policy(mode), &jobs, &acts);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
