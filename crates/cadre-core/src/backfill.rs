@@ -45,6 +45,8 @@ pub struct Profile {
     releases: Vec<Vec<(Time, Amounts)>>,
     /// Per node: holds, in the order they were made.
     holds: Vec<Vec<Hold>>,
+    /// Per node: the earliest start of any hold ([`Time::NEVER`] without holds).
+    first_hold: Vec<Time>,
     /// Every release time in the cluster, sorted and deduplicated: the candidate start times.
     release_times: Vec<Time>,
 }
@@ -82,6 +84,7 @@ impl Profile {
             base,
             releases,
             holds: vec![Vec::new(); n],
+            first_hold: vec![Time::NEVER; n],
             release_times,
         }
     }
@@ -129,12 +132,20 @@ impl Profile {
     /// Holds `amounts` per node over `[start, end)`.
     pub fn hold(&mut self, per_node: &[(NodeId, Amounts)], start: Time, end: Time) {
         for &(n, amounts) in per_node {
-            self.holds[n.0 as usize].push(Hold {
+            let i = n.0 as usize;
+            self.holds[i].push(Hold {
                 start,
                 end,
                 amounts,
             });
+            self.first_hold[i] = self.first_hold[i].min(start);
         }
+    }
+
+    /// Whether a job ending by `end` may use `node` as freely as if nothing were held:
+    /// no hold on it starts before `end`.
+    pub fn untouched_until(&self, node: NodeId, end: Time) -> bool {
+        self.first_hold[node.0 as usize] >= end
     }
 
     /// Candidate start times after now, in order: when running jobs end. (Hold ends need not

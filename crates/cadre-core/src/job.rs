@@ -23,7 +23,7 @@ impl fmt::Display for JobId {
 }
 
 /// One group of identical tasks.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskGroup {
     /// `launcher`, `worker`, `master`, or `task` for a plain Slurm job.
@@ -52,7 +52,7 @@ impl TaskGroup {
 }
 
 /// How a task's devices relate to NUMA domains.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NumaPolicy {
     /// No requirement.
@@ -65,7 +65,7 @@ pub enum NumaPolicy {
 }
 
 /// How the nodes of a job relate to the network.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkSpan {
     /// Any nodes.
@@ -80,7 +80,7 @@ pub enum NetworkSpan {
 }
 
 /// The topology a job asks for.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopologyReq {
     pub numa: NumaPolicy,

@@ -12,7 +12,7 @@ use std::ops::{Add, AddAssign, Mul, Sub, SubAssign};
 pub const MILLI_PER_GPU: u32 = 1000;
 
 /// What one task of a task group asks for.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskResources {
     /// CPU cores (hardware threads as the node shape counts them).

@@ -76,6 +76,9 @@ fn load_philly(path: &Path, max_gpus: u32) -> Result<Vec<Sample>> {
     })?;
     let mut samples = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
         let fields: Vec<&str> = line.split(',').collect();
         let [_, duration, gpus, _, cluster] = fields[..] else {
             bail!(

@@ -36,13 +36,15 @@ use crate::alloc::Allocation;
 use crate::backfill::Reservation;
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
-use crate::job::{IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy};
+use crate::job::{
+    IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
+};
 use crate::policy::{FairShareMode, Policy, PreemptMode};
 use crate::quota::{QueueIx, QuotaBook};
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Something that happened, told to the scheduler with the time it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -136,6 +138,38 @@ pub enum Hold {
     Admin,
 }
 
+/// What placement looks at in a job: jobs with equal keys place alike.
+///
+/// Within one pass resources are only taken, never freed (starts book; preempted jobs keep
+/// theirs until they end), and holds are only added. So a shape that could not be placed
+/// cannot be placed later in the same pass, and a shape whose placement took what a hold
+/// counts on by some end time does so for any later end time too. The pass remembers both
+/// and skips placement for later jobs of the same shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ShapeKey {
+    partition: PartitionId,
+    groups: Vec<TaskGroup>,
+    topology: TopologyReq,
+    exclusive: bool,
+    one_task_per_node: bool,
+    features: Vec<String>,
+    node_selector: Vec<(String, String)>,
+}
+
+impl ShapeKey {
+    fn of(partition: PartitionId, s: &JobSpec) -> ShapeKey {
+        ShapeKey {
+            partition,
+            groups: s.groups.clone(),
+            topology: s.topology,
+            exclusive: s.exclusive,
+            one_task_per_node: s.one_task_per_node,
+            features: s.features.clone(),
+            node_selector: s.node_selector.clone(),
+        }
+    }
+}
+
 /// A job as the scheduler keeps it.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -143,6 +177,8 @@ pub struct Job {
     pub spec: JobSpec,
     pub state: JobState,
     pub partition: PartitionId,
+    /// The job's placement shape ([`ShapeKey`]), interned: jobs of one shape place alike.
+    pub shape: u32,
     pub assoc: AssocIx,
     /// The queue the job names (its account's queue applies otherwise; see [`QuotaBook`]).
     pub queue: Option<QueueIx>,
@@ -202,6 +238,8 @@ pub struct Scheduler {
     quota: QuotaBook,
     /// Running jobs per (user, name), for `singleton` dependencies.
     singletons: BTreeMap<(String, String), u32>,
+    /// Interned placement shapes of the jobs submitted.
+    shapes: HashMap<ShapeKey, u32>,
     last_decay: Option<Time>,
     reservations: Vec<Reservation>,
     max_partition_factor: u32,
@@ -266,6 +304,7 @@ impl Scheduler {
             fairshare_computed: None,
             quota,
             singletons: BTreeMap::new(),
+            shapes: HashMap::new(),
             last_decay: None,
             reservations: Vec::new(),
             max_partition_factor,
@@ -448,6 +487,11 @@ impl Scheduler {
             None => None,
         };
         let hold = spec.hold.then_some(Hold::User);
+        let next_shape = self.shapes.len() as u32;
+        let shape = *self
+            .shapes
+            .entry(ShapeKey::of(partition, &spec))
+            .or_insert(next_shape);
         self.jobs.insert(
             id,
             Job {
@@ -455,6 +499,7 @@ impl Scheduler {
                 spec,
                 state: JobState::Pending,
                 partition,
+                shape,
                 assoc,
                 queue,
                 class_value,

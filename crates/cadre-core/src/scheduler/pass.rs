@@ -12,7 +12,7 @@ use crate::priority::Factors;
 use crate::resources::Amounts;
 use crate::time::Time;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Whether a job's dependencies are met.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,15 @@ type OrderKey = (Reverse<u32>, Reverse<i32>, Reverse<u64>, Time, JobId);
 /// Per partition, what is free now and the releases to come (see
 /// [`Profile::release_series`]), computed once per pass.
 type ReleaseSeries = BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)>;
+
+/// Why a shape failed earlier in the pass.
+enum Failed {
+    /// Placement found no room.
+    Placement(placement::PlacementFailure),
+    /// Placement found room, but only by taking what a hold counts on, for jobs ending at
+    /// or after `end`.
+    Holds { end: Time },
+}
 
 /// What is free now, summarised per partition so that most jobs that cannot fit are turned
 /// away without running placement.
@@ -146,6 +155,8 @@ impl Scheduler {
         let backfill = self.policy.backfill.clone();
         let preempt_on = self.policy.preemption.enabled;
         let mut blocked_seen = 0u32;
+        let mut failed: HashMap<u32, Failed> = HashMap::new();
+        let mut victims = None;
 
         for (tested, (_, id)) in order.into_iter().enumerate() {
             let job = &self.jobs[&id];
@@ -175,14 +186,26 @@ impl Scheduler {
                 continue;
             }
             let nodes = &self.cluster.partition(part).nodes;
-            let placed = if summary.may_fit(part, &job.spec) {
-                placement::place(&self.cluster, &job.spec, nodes)
-            } else {
-                Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+            let key = job.shape;
+            let end = super::end_of(now, job.spec.time_limit);
+            let placed = match failed.get(&key) {
+                Some(Failed::Placement(fail)) => Err(fail.clone()),
+                Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
+                    self.set_reason(id, PendingReason::Priority);
+                    continue;
+                }
+                _ if !summary.may_fit(part, &job.spec) => {
+                    Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                }
+                _ => placement::place(&self.cluster, &job.spec, nodes),
             };
+            if let Err(fail) = &placed {
+                failed
+                    .entry(key)
+                    .or_insert_with(|| Failed::Placement(fail.clone()));
+            }
             match placed {
                 Ok(alloc) => {
-                    let end = super::end_of(now, job.spec.time_limit);
                     let mut per_node = per_node_amounts(&self.cluster, &alloc);
                     let mut alloc = Some(alloc);
                     if let Some(p) = &profile {
@@ -191,7 +214,7 @@ impl Scheduler {
                             let free_of_holds: Vec<NodeId> = nodes
                                 .iter()
                                 .copied()
-                                .filter(|&n| p.min_free(n, now, end) == p.free_at(n, now))
+                                .filter(|&n| p.untouched_until(n, end))
                                 .collect();
                             alloc = placement::place(&self.cluster, &job.spec, &free_of_holds)
                                 .ok()
@@ -213,6 +236,11 @@ impl Scheduler {
                         None => {
                             self.set_reason(id, PendingReason::Priority);
                             blocked_partitions.insert(part);
+                            let least = match failed.get(&key) {
+                                Some(Failed::Holds { end: e }) => end.min(*e),
+                                _ => end,
+                            };
+                            failed.insert(key, Failed::Holds { end: least });
                         }
                     }
                 }
@@ -225,8 +253,14 @@ impl Scheduler {
                         blocked_partitions.insert(part);
                         continue;
                     }
-                    if preempt_on {
+                    if preempt_on
+                        && self
+                            .may_preempt(id, victims.get_or_insert_with(|| self.victim_summary()))
+                    {
                         let decisions = self.try_preempt(id, now);
+                        if !decisions.is_empty() {
+                            victims = None;
+                        }
                         if !decisions.is_empty() {
                             let victims_end = now + self.policy.preemption.grace;
                             out.extend(decisions);

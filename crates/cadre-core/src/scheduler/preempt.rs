@@ -21,6 +21,13 @@ use crate::time::Time;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
+/// The lowest rank among running preemptible jobs, by each way of outranking.
+pub(super) struct VictimSummary {
+    lowest_class: i32,
+    lowest_tier: u32,
+    qos: BTreeSet<String>,
+}
+
 /// Candidate victims looked at per preemptor at most.
 const MAX_CANDIDATES: usize = 512;
 /// Placement attempts per preemptor at most.
@@ -42,6 +49,45 @@ impl Scheduler {
         let by_tier =
             self.policy.preemption.partition_tier && tier(j.partition) > tier(v.partition);
         by_class || by_qos || by_tier
+    }
+
+    /// What the running jobs offer to preemption, summarised so that a blocked job that
+    /// outranks none of them is turned away without looking at each.
+    pub(super) fn victim_summary(&self) -> VictimSummary {
+        let mut summary = VictimSummary {
+            lowest_class: i32::MAX,
+            lowest_tier: u32::MAX,
+            qos: BTreeSet::new(),
+        };
+        for id in &self.active {
+            let job = &self.jobs[id];
+            if job.state != JobState::Running || !job.spec.preemptible {
+                continue;
+            }
+            summary.lowest_class = summary.lowest_class.min(job.class_value);
+            summary.lowest_tier = summary
+                .lowest_tier
+                .min(self.cluster.partition(job.partition).priority_tier);
+            if let Some(q) = &job.spec.qos {
+                summary.qos.insert(q.clone());
+            }
+        }
+        summary
+    }
+
+    /// Whether `id` could outrank some running job at all (see [`VictimSummary`]).
+    pub(super) fn may_preempt(&self, id: JobId, victims: &VictimSummary) -> bool {
+        let job = &self.jobs[&id];
+        let by_class = job.class_preempting && job.class_value > victims.lowest_class;
+        let by_tier = self.policy.preemption.partition_tier
+            && self.cluster.partition(job.partition).priority_tier > victims.lowest_tier;
+        let by_qos = job
+            .spec
+            .qos
+            .as_deref()
+            .and_then(|q| self.policy.qos(q))
+            .is_some_and(|q| q.preempt.iter().any(|p| victims.qos.contains(p)));
+        by_class || by_tier || by_qos
     }
 
     /// Tries to free room for `id` by preemption; returns the preemption decisions, or
