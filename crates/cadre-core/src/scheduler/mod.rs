@@ -186,6 +186,9 @@ pub struct Job {
     pub class_value: i32,
     /// Whether the job's priority class may preempt.
     pub class_preempting: bool,
+    /// The gang's amounts at full size and at its minimum size (elastic gangs).
+    pub want: Amounts,
+    pub min_want: Amounts,
     /// The QOS factor of multifactor priority, in [0, 1].
     pub qos_factor: f64,
     pub reason: PendingReason,
@@ -244,6 +247,10 @@ pub struct Scheduler {
     reservations: Vec<Reservation>,
     max_partition_factor: u32,
     max_qos_priority: u32,
+    /// Whether any queue or account limit is configured (otherwise quota checks are skipped).
+    quota_enforced: bool,
+    cluster_gpus: u64,
+    cluster_cpus: u64,
 }
 
 impl Scheduler {
@@ -292,6 +299,13 @@ impl Scheduler {
             .unwrap_or(1)
             .max(1);
         let max_qos_priority = policy.qos.iter().map(|q| q.priority).max().unwrap_or(0);
+        let quota_enforced = !policy.quotas.queues.is_empty() || !policy.quotas.accounts.is_empty();
+        let cluster_gpus = cluster.total_gpus();
+        let cluster_cpus = cluster
+            .nodes
+            .iter()
+            .map(|n| u64::from(cluster.shapes[n.shape.0 as usize].cores))
+            .sum();
         Ok(Scheduler {
             cluster,
             policy,
@@ -309,6 +323,9 @@ impl Scheduler {
             reservations: Vec::new(),
             max_partition_factor,
             max_qos_priority,
+            quota_enforced,
+            cluster_gpus,
+            cluster_cpus,
         })
     }
 
@@ -487,6 +504,7 @@ impl Scheduler {
             None => None,
         };
         let hold = spec.hold.then_some(Hold::User);
+        let (want, min_want) = (spec.amounts(), spec.min_amounts());
         let next_shape = self.shapes.len() as u32;
         let shape = *self
             .shapes
@@ -500,6 +518,8 @@ impl Scheduler {
                 state: JobState::Pending,
                 partition,
                 shape,
+                want,
+                min_want,
                 assoc,
                 queue,
                 class_value,
@@ -868,7 +888,7 @@ impl Job {
 
     /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
     fn size_share(&self, cluster_gpus: u64, cluster_cpus: u64) -> f64 {
-        let want = self.spec.amounts();
+        let want = self.want;
         if want.gpu_milli > 0 && cluster_gpus > 0 {
             want.gpu_milli as f64 / (cluster_gpus * u64::from(MILLI_PER_GPU)) as f64
         } else if cluster_cpus > 0 {

@@ -91,12 +91,12 @@ impl FreeSummary {
     }
 
     /// False when the job certainly cannot start now in partition `p`.
-    fn may_fit(&self, p: PartitionId, spec: &JobSpec) -> bool {
+    fn may_fit(&self, p: PartitionId, job: &Job) -> bool {
         let p = p.0 as usize;
-        if !spec.min_amounts().fits_in(&self.total[p]) {
+        if !job.min_want.fits_in(&self.total[p]) {
             return false;
         }
-        spec.groups.iter().all(|g| {
+        job.spec.groups.iter().all(|g| {
             let per = g.per_task.gpus;
             if per == 0 {
                 return true;
@@ -139,6 +139,10 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
     per_node
 }
 
+fn job_elastic(job: &Job) -> bool {
+    job.min_want != job.want
+}
+
 impl Scheduler {
     /// Runs one scheduling pass at `now` and returns its decisions, in order: starts and
     /// preemptions as they were decided, then the reservations.
@@ -171,13 +175,14 @@ impl Scheduler {
                 self.set_reason(id, PendingReason::Priority);
                 continue;
             }
-            let amounts = job.spec.min_amounts();
-            if let Err(block) =
-                self.quota
-                    .check(job.queue, &job.spec.account, &job.spec.user, amounts)
-            {
-                self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
-                continue;
+            if self.quota_enforced {
+                let check =
+                    self.quota
+                        .check(job.queue, &job.spec.account, &job.spec.user, job.min_want);
+                if let Err(block) = check {
+                    self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
+                    continue;
+                }
             }
             if !job.awaiting_victims.is_empty() {
                 // Victims are still stopping; their resources become this job's when they end.
@@ -194,7 +199,7 @@ impl Scheduler {
                     self.set_reason(id, PendingReason::Priority);
                     continue;
                 }
-                _ if !summary.may_fit(part, &job.spec) => {
+                _ if !summary.may_fit(part, job) => {
                     Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                 }
                 _ => placement::place(&self.cluster, &job.spec, nodes),
@@ -226,6 +231,25 @@ impl Scheduler {
                     }
                     match alloc {
                         Some(alloc) => {
+                            if self.quota_enforced && job_elastic(&self.jobs[&id]) {
+                                // An elastic gang may have been placed above its minimum: its
+                                // quota is checked again at the size it got.
+                                let job = &self.jobs[&id];
+                                let got = alloc.amounts();
+                                let check = self.quota.check(
+                                    job.queue,
+                                    &job.spec.account,
+                                    &job.spec.user,
+                                    got,
+                                );
+                                if let Err(block) = check {
+                                    self.set_reason(
+                                        id,
+                                        PendingReason::Limit(block.reason().to_string()),
+                                    );
+                                    continue;
+                                }
+                            }
                             let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
                             if let Some(p) = profile.as_mut() {
                                 p.hold(&per_node, now, end);
@@ -306,50 +330,34 @@ impl Scheduler {
 
     /// The eligible pending jobs in scheduling order; sets the reason of the others.
     fn eligible_order(&mut self, now: Time) -> Vec<(OrderKey, JobId)> {
-        let cluster_gpus = self.cluster.total_gpus();
-        let cluster_cpus: u64 = self
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| u64::from(self.cluster.shapes[n.shape.0 as usize].cores))
-            .sum();
         let mut order = Vec::with_capacity(self.pending.len());
         let pending: Vec<JobId> = self.pending.iter().copied().collect();
         for id in pending {
-            let blocker = self.blocker(&self.jobs[&id], now);
+            let job = &self.jobs[&id];
+            let blocker = self.blocker(job, now);
+            let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now);
+            let priority = self.policy.priority.priority(&factors);
+            let tier = self.cluster.partition(job.partition).priority_tier;
             let job = self
                 .jobs
                 .get_mut(&id)
                 .expect("pending jobs are in the job table");
             if let Some(reason) = blocker {
-                job.reason = reason;
                 if !matches!(
-                    job.reason,
+                    reason,
                     PendingReason::Dependency | PendingReason::SingletonDependency
                 ) {
                     job.eligible_since = None;
                 }
+                job.reason = reason;
                 continue;
             }
-            let since = *job.eligible_since.get_or_insert(now);
-            let part = &self.cluster.partitions[job.partition.0 as usize];
-            let factors = Factors {
-                age: self.policy.priority.age_factor(now.since(since)),
-                fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
-                job_size: self
-                    .policy
-                    .priority
-                    .job_size_factor(job.size_share(cluster_gpus, cluster_cpus)),
-                partition: f64::from(part.priority_job_factor)
-                    / f64::from(self.max_partition_factor),
-                qos: job.qos_factor,
-                nice: job.spec.nice,
-            };
-            job.priority = self.policy.priority.priority(&factors);
+            job.eligible_since.get_or_insert(now);
+            job.priority = priority;
             let key = (
-                Reverse(part.priority_tier),
+                Reverse(tier),
                 Reverse(job.class_value),
-                Reverse(job.priority),
+                Reverse(priority),
                 job.spec.submit_time,
                 id,
             );
@@ -359,30 +367,26 @@ impl Scheduler {
         order
     }
 
-    /// The multifactor factors of a job at `now` (for `sprio` and explain).
-    pub fn factors(&self, id: JobId, now: Time) -> Option<Factors> {
-        let job = self.jobs.get(&id)?;
+    /// The multifactor factors of a job eligible since `since`.
+    fn job_factors(&self, job: &Job, since: Time, now: Time) -> Factors {
         let part = self.cluster.partition(job.partition);
-        let cluster_cpus: u64 = self
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| u64::from(self.cluster.shapes[n.shape.0 as usize].cores))
-            .sum();
-        Some(Factors {
-            age: self
-                .policy
-                .priority
-                .age_factor(job.eligible_since.map(|s| now.since(s)).unwrap_or_default()),
+        Factors {
+            age: self.policy.priority.age_factor(now.since(since)),
             fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
             job_size: self
                 .policy
                 .priority
-                .job_size_factor(job.size_share(self.cluster.total_gpus(), cluster_cpus)),
+                .job_size_factor(job.size_share(self.cluster_gpus, self.cluster_cpus)),
             partition: f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor),
             qos: job.qos_factor,
             nice: job.spec.nice,
-        })
+        }
+    }
+
+    /// The multifactor factors of a pending job at `now` (for `sprio` and explain).
+    pub fn factors(&self, id: JobId, now: Time) -> Option<Factors> {
+        let job = self.jobs.get(&id)?;
+        Some(self.job_factors(job, job.eligible_since.unwrap_or(now), now))
     }
 
     /// Why a pending job cannot be considered at all now, if it cannot.
@@ -502,7 +506,7 @@ impl Scheduler {
         const MAX_TRIES: u32 = 48;
         let job = &self.jobs[&id];
         let nodes = &self.cluster.partition(job.partition).nodes;
-        let need = job.spec.min_amounts();
+        let need = job.min_want;
         let horizon = now + self.policy.backfill.window;
         let (base, series) = series_cache
             .entry(job.partition)

@@ -130,7 +130,7 @@ impl Scheduler {
             )
         });
         candidates.truncate(MAX_CANDIDATES);
-        let need = self.jobs[&id].spec.min_amounts();
+        let need = self.jobs[&id].min_want;
         let nodes: Vec<NodeId> = eligible.iter().copied().collect();
         let free_now: Amounts = nodes
             .iter()
