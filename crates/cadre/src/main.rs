@@ -115,10 +115,24 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("cadre: error: {err:#}");
+            eprintln!("cadre: error: {}", error_chain(&err));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line, each cause only where the message before it does
+/// not already say it (library errors here carry their cause's text in their own message).
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut out = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(text.trim()) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

@@ -165,7 +165,8 @@ pub fn render_cluster_summary(s: &ClusterSummary) -> String {
     out
 }
 
-fn read_jobs(path: &PathBuf) -> Result<Vec<(JobId, JobSpec)>> {
+/// The jobs of a job file, each with its id and line number.
+fn read_jobs(path: &PathBuf) -> Result<Vec<(JobId, usize, JobSpec)>> {
     let text = if path.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -183,7 +184,7 @@ fn read_jobs(path: &PathBuf) -> Result<Vec<(JobId, JobSpec)>> {
         }
         let spec: JobSpec = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not a valid job spec", path.display(), i + 1))?;
-        jobs.push((JobId(jobs.len() as u64 + 1), spec));
+        jobs.push((JobId(jobs.len() as u64 + 1), i + 1, spec));
     }
     if jobs.is_empty() {
         bail!("{}: no jobs", path.display());
@@ -211,16 +212,14 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode> {
     let jobs = read_jobs(&args.jobs)?;
     let mut sched = Scheduler::new(cluster, policy)?;
     let now = Time(args.now);
-    for (id, spec) in jobs.iter().filter(|(_, s)| s.submit_time <= now) {
+    for (id, line, spec) in jobs.iter().filter(|(_, _, s)| s.submit_time <= now) {
+        let submit = Event::Submit {
+            id: *id,
+            spec: Box::new(spec.clone()),
+        };
         sched
-            .handle(
-                Event::Submit {
-                    id: *id,
-                    spec: Box::new(spec.clone()),
-                },
-                spec.submit_time,
-            )
-            .with_context(|| format!("job {id} ({}) was refused", spec.name))?;
+            .handle(submit, spec.submit_time)
+            .with_context(|| format!("{}:{line}", args.jobs.display()))?;
     }
     let decisions = sched.schedule(now);
     let rows: Vec<JobRow> = sched

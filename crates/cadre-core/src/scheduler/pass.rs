@@ -199,7 +199,9 @@ impl Scheduler {
                     self.set_reason(id, PendingReason::Priority);
                     continue;
                 }
-                _ if !summary.may_fit(part, job) => {
+                // The summary says "not now" cheaply; the first job of a shape is placed
+                // anyway, so that a shape that can never fit is told apart.
+                Some(_) if !summary.may_fit(part, job) => {
                     Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                 }
                 _ => placement::place(&self.cluster, &job.spec, nodes),

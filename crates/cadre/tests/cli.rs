@@ -1,0 +1,215 @@
+//! The `cadre` binary driven as a user would: outputs and error texts are snapshots.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cadre(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
+    cmd.args(args).current_dir(repo());
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("the cadre binary runs");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(text.as_bytes())
+            .expect("stdin takes the input");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("the cadre binary finishes")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn plan_of_the_example_jobs() {
+    let out = cadre(
+        &["plan", "--jobs", "examples/jobs/first.jsonl", "--now", "60"],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    insta::assert_snapshot!(stdout(&out));
+}
+
+#[test]
+fn plan_why_not_lists_nodes_for_a_job_that_never_fits() {
+    let job = r#"{"name":"huge","user":"u","account":"a","time_limit":60,"submit_time":0,"groups":[{"name":"t","count":1,"per_task":{"gpus":9}}]}"#;
+    let out = cadre(
+        &["plan", "--jobs", "-", "--nodes", "2", "--why-not"],
+        Some(job),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    insta::assert_snapshot!(stdout(&out));
+}
+
+#[test]
+fn plan_json_is_machine_readable() {
+    let out = cadre(
+        &[
+            "plan",
+            "--jobs",
+            "examples/jobs/first.jsonl",
+            "--now",
+            "60",
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("plan --json prints JSON");
+    let starts = v["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter(|d| d.get("Start").is_some())
+        .count();
+    assert_eq!(starts, 1);
+    assert_eq!(v["jobs"].as_array().expect("jobs").len(), 6);
+}
+
+#[test]
+fn cluster_summary_of_the_superpod_example() {
+    let out = cadre(
+        &["cluster", "--cluster", "examples/clusters/superpod.toml"],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    insta::assert_snapshot!(stdout(&out));
+}
+
+#[test]
+fn printed_policy_is_a_valid_policy_file() {
+    let dir = std::env::temp_dir().join(format!("cadre-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for preset in ["cadre", "slurm", "fifo"] {
+        let out = cadre(&["policy", "--preset", preset], None);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let path = dir.join(format!("{preset}.toml"));
+        std::fs::write(&path, &out.stdout).expect("write policy");
+        let again = cadre(
+            &["policy", "--policy", path.to_str().expect("utf-8 path")],
+            None,
+        );
+        assert!(again.status.success(), "{}", stderr(&again));
+        assert_eq!(stdout(&again), stdout(&out), "preset {preset} round-trips");
+    }
+}
+
+#[test]
+fn errors_say_what_was_wrong_and_exit_1() {
+    let cases: Vec<(&str, Vec<&str>, Option<&str>)> = vec![
+        (
+            "unknown field in a job line",
+            vec!["plan", "--jobs", "-"],
+            Some("{\"name\":\"x\",\"usr\":\"u\"}\n"),
+        ),
+        (
+            "refused job",
+            vec!["plan", "--jobs", "-"],
+            Some(
+                r#"{"name":"x","user":"u","account":"a","time_limit":60,"submit_time":0,"groups":[{"name":"t","count":1,"per_task":{"gpus":1,"gpu_share_milli":500}}]}"#,
+            ),
+        ),
+        (
+            "unknown partition",
+            vec!["plan", "--jobs", "-"],
+            Some(
+                r#"{"name":"x","user":"u","account":"a","partition":"cpu","time_limit":60,"submit_time":0,"groups":[{"name":"t","count":1,"per_task":{"cpus":1}}]}"#,
+            ),
+        ),
+        ("empty job file", vec!["plan", "--jobs", "-"], Some("")),
+        (
+            "unknown preset",
+            vec!["policy", "--preset", "lottery"],
+            None,
+        ),
+        (
+            "missing cluster file",
+            vec!["cluster", "--cluster", "no/such/cluster.toml"],
+            None,
+        ),
+    ];
+    let mut report = String::new();
+    for (what, args, stdin) in cases {
+        let out = cadre(&args, stdin);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(&out));
+        report.push_str(&format!("{what}:\n{}\n", stderr(&out)));
+    }
+    insta::assert_snapshot!(report);
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let out = cadre(&["plan"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--jobs"), "{}", stderr(&out));
+}
+
+#[test]
+fn bench_scheduler_prints_its_figures_as_json() {
+    let trace = repo().join("../shared/traces/philly/philly.csv");
+    if !trace.exists() {
+        // The trace lives beside the repository (shared/); without it the bench says so.
+        let out = cadre(
+            &[
+                "bench",
+                "scheduler",
+                "--nodes",
+                "8",
+                "--trace",
+                "no/such.csv",
+            ],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(1));
+        return;
+    }
+    let out = cadre(
+        &[
+            "bench",
+            "scheduler",
+            "--nodes",
+            "16",
+            "--gpus-per-node",
+            "8",
+            "--pending",
+            "200",
+            "--cycles",
+            "3",
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    for key in [
+        "nodes",
+        "gpus",
+        "pending",
+        "cycles",
+        "cycle_ms_p50",
+        "cycle_ms_p99",
+        "event_us_p50",
+        "started",
+        "rss_mib",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["gpus"], 128);
+    assert_eq!(v["pending"], 200);
+}
