@@ -302,16 +302,15 @@ fn describe(cluster: &Cluster, d: &Decision) -> String {
                         .filter(|t| t.node == *n)
                         .flat_map(|t| t.gpus.iter().map(|g| g.to_string()))
                         .collect();
-                    format!(
-                        "{}[cpus={} gpus={}]",
-                        cluster.node(*n).name,
-                        a.cpus,
-                        gpus.join(",")
-                    )
+                    let gpus = match gpus.is_empty() {
+                        true => String::new(),
+                        false => format!(" gpus={}", gpus.join(",")),
+                    };
+                    format!("{}[cpus={}{gpus}]", cluster.node(*n).name, a.cpus)
                 })
                 .collect();
             format!(
-                "start   job {job}: {} tasks on {}",
+                "start   job {job}: {} task(s) on {}",
                 allocation.tasks.len(),
                 per_node.join(" ")
             )

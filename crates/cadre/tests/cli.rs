@@ -78,7 +78,7 @@ fn plan_json_is_machine_readable() {
         .iter()
         .filter(|d| d.get("Start").is_some())
         .count();
-    assert_eq!(starts, 1);
+    assert_eq!(starts, 4);
     assert_eq!(v["jobs"].as_array().expect("jobs").len(), 6);
 }
 

@@ -344,6 +344,7 @@ impl Scheduler {
                 .jobs
                 .get_mut(&id)
                 .expect("pending jobs are in the job table");
+            job.priority = priority;
             if let Some(reason) = blocker {
                 if !matches!(
                     reason,
@@ -355,7 +356,6 @@ impl Scheduler {
                 continue;
             }
             job.eligible_since.get_or_insert(now);
-            job.priority = priority;
             let key = (
                 Reverse(tier),
                 Reverse(job.class_value),
