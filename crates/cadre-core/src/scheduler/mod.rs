@@ -211,6 +211,8 @@ pub struct Job {
     pub stopping: Option<Stopping>,
     /// Jobs preempted for this one that have not ended yet.
     pub awaiting_victims: BTreeSet<JobId>,
+    /// The job this one was preempted for, while it stops.
+    pub preempted_by: Option<JobId>,
     /// Whether the job has ever started (for `after` dependencies).
     pub ever_started: bool,
 }
@@ -538,6 +540,7 @@ impl Scheduler {
                 requeues: 0,
                 stopping: None,
                 awaiting_victims: BTreeSet::new(),
+                preempted_by: None,
                 ever_started: false,
             },
         );
@@ -550,7 +553,7 @@ impl Scheduler {
         if job.state == JobState::Pending {
             let state = job.state.on(id, Lifecycle::CancelPending)?;
             self.pending.remove(&id);
-            self.retire(id, state, now);
+            self.retire(id, state);
             return Ok(Vec::new());
         }
         self.request_stop(id, Stopping::Cancelled, StopReason::Cancelled)
@@ -625,10 +628,9 @@ impl Scheduler {
             .release(job.queue, &job.spec.account, &job.spec.user, amounts);
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
-        let preemptor = match job.stopping {
-            Some(Stopping::Preempted { by, .. }) => Some(by),
-            _ => None,
-        };
+        // A cancel or a node failure may have overridden the preemption since; the
+        // preemptor waits for this job all the same.
+        let preemptor = job.preempted_by.take();
         job.per_node.clear();
         job.stopping = None;
         job.billing_rate = 0.0;
@@ -652,22 +654,14 @@ impl Scheduler {
             job.end_time = None;
             self.pending.insert(id);
         } else {
-            self.retire(id, next, now);
+            self.retire(id, next);
         }
         Ok(())
     }
 
     /// Moves a job to the ended table.
-    fn retire(&mut self, id: JobId, state: JobState, _now: Time) {
-        if let Some(job) = self.jobs.remove(&id) {
-            for victim in job.awaiting_victims {
-                if let Some(v) = self.jobs.get_mut(&victim) {
-                    if let Some(Stopping::Preempted { by, .. }) = v.stopping {
-                        debug_assert_eq!(by, id);
-                    }
-                }
-            }
-        }
+    fn retire(&mut self, id: JobId, state: JobState) {
+        self.jobs.remove(&id);
         self.ended.insert(id, state);
     }
 
