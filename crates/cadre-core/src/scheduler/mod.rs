@@ -380,7 +380,7 @@ impl Scheduler {
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
         match event {
             Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
-            Event::Cancel { id } => self.cancel(id, now),
+            Event::Cancel { id } => self.cancel(id),
             Event::Hold { id, admin } => {
                 let job = self.pending_job_mut(id, "only pending jobs can be held")?;
                 job.hold = Some(if admin { Hold::Admin } else { Hold::User });
@@ -548,7 +548,7 @@ impl Scheduler {
         Ok(())
     }
 
-    fn cancel(&mut self, id: JobId, now: Time) -> Result<Vec<Decision>, CoreError> {
+    fn cancel(&mut self, id: JobId) -> Result<Vec<Decision>, CoreError> {
         let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
         if job.state == JobState::Pending {
             let state = job.state.on(id, Lifecycle::CancelPending)?;
