@@ -17,20 +17,21 @@ fn gpus(n: u32) -> TaskResources {
 }
 
 fn with_classes() -> Policy {
-    let mut p = Policy::default();
-    p.priority_class = vec![
-        PriorityClassConfig {
-            name: "low".into(),
-            value: 0,
-            preempting: false,
-        },
-        PriorityClassConfig {
-            name: "high".into(),
-            value: 100,
-            preempting: true,
-        },
-    ];
-    p
+    Policy {
+        priority_class: vec![
+            PriorityClassConfig {
+                name: "low".into(),
+                value: 0,
+                preempting: false,
+            },
+            PriorityClassConfig {
+                name: "high".into(),
+                value: 100,
+                preempting: true,
+            },
+        ],
+        ..Policy::default()
+    }
 }
 
 fn submit(s: &mut Scheduler, id: u64, class: &str, n: u32, now: u64) {
