@@ -3,5 +3,9 @@
 //!
 //! - [`trace`]: importers of real traces (Philly, Alibaba openb, Tiresias, Pollux) and of
 //!   cadre's own JSON-lines format, into [`trace::TraceJob`]s.
+//! - [`engine`]: the discrete-event replay.
+//! - [`report`]: what a replay measured.
 
+pub mod engine;
+pub mod report;
 pub mod trace;

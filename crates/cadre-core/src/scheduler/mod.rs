@@ -594,6 +594,8 @@ impl Scheduler {
         }
         let requeue_allowed = job.spec.requeue == RequeuePolicy::Requeue;
         let event = match (job.stopping, outcome) {
+            // A job that finished on its own before it could be stopped completed.
+            (_, JobState::Completed) => Lifecycle::End(JobState::Completed),
             (Some(Stopping::Cancelled), _) => Lifecycle::End(JobState::Cancelled),
             (Some(Stopping::Requeue), _) => Lifecycle::Requeue,
             (

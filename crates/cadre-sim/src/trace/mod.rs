@@ -32,7 +32,10 @@ pub struct ImportOptions {
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        ImportOptions { gpus_per_node: 8, time_limit_factor: DEFAULT_TIME_LIMIT_FACTOR }
+        ImportOptions {
+            gpus_per_node: 8,
+            time_limit_factor: DEFAULT_TIME_LIMIT_FACTOR,
+        }
     }
 }
 
@@ -58,7 +61,11 @@ pub enum TraceError {
         source: std::io::Error,
     },
     #[error("{origin}:{line}: {what}")]
-    Line { origin: String, line: usize, what: String },
+    Line {
+        origin: String,
+        line: usize,
+        what: String,
+    },
     #[error("{origin}: {what}")]
     File { origin: String, what: String },
 }
