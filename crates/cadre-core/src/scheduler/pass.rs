@@ -61,6 +61,16 @@ fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
 
 impl FreeSummary {
     fn new(cluster: &Cluster) -> FreeSummary {
+        FreeSummary::of(cluster, false)
+    }
+
+    /// What would be free if every node that is up were idle: a job that may not fit even
+    /// there never fits, or needs nodes that are not up.
+    fn idle_up(cluster: &Cluster) -> FreeSummary {
+        FreeSummary::of(cluster, true)
+    }
+
+    fn of(cluster: &Cluster, idle: bool) -> FreeSummary {
         let n = cluster.nodes.len();
         let max_gpus = cluster
             .shapes
@@ -68,11 +78,20 @@ impl FreeSummary {
             .map(|s| s.gpus.len())
             .max()
             .unwrap_or(0);
+        let up = |i: u32| cluster.node(NodeId(i)).avail == NodeAvail::Up;
         let node_free: Vec<Amounts> = (0..n as u32)
-            .map(|i| cluster.free_amounts(NodeId(i)))
+            .map(|i| match idle {
+                false => cluster.free_amounts(NodeId(i)),
+                true if up(i) => cluster.shape(NodeId(i)).capacity(),
+                true => Amounts::ZERO,
+            })
             .collect();
         let node_whole: Vec<u32> = (0..n as u32)
-            .map(|i| whole_gpus_free(cluster, NodeId(i)))
+            .map(|i| match idle {
+                false => whole_gpus_free(cluster, NodeId(i)),
+                true if up(i) => cluster.shape(NodeId(i)).gpus.len() as u32,
+                true => 0,
+            })
             .collect();
         let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
         let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
@@ -151,6 +170,7 @@ impl Scheduler {
         let order = self.eligible_order(now);
         let mut out = Vec::new();
         let mut summary = FreeSummary::new(&self.cluster);
+        let mut idle_summary: Option<FreeSummary> = None;
         let mut profile: Option<Profile> = None;
         let mut reservations: Vec<Reservation> = Vec::new();
         let mut blocked_partitions: BTreeSet<PartitionId> = BTreeSet::new();
@@ -200,7 +220,15 @@ impl Scheduler {
                     continue;
                 }
                 _ if !summary.may_fit(part, job) => {
-                    Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                    // Busy only if it could fit were the up nodes idle; otherwise placement
+                    // says why it never fits or which nodes it waits for.
+                    let idle =
+                        idle_summary.get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+                    if idle.may_fit(part, job) {
+                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                    } else {
+                        placement::place(&self.cluster, &job.spec, nodes)
+                    }
                 }
                 _ => placement::place(&self.cluster, &job.spec, nodes),
             };
