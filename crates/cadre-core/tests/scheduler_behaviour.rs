@@ -8,7 +8,7 @@ use cadre_core::job::{
     Dependency, DependencyKind, JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, RequeuePolicy,
     TaskGroup,
 };
-use cadre_core::policy::{Policy, PreemptMode, PriorityClassConfig, QosConfig};
+use cadre_core::policy::{BackfillMode, Policy, PreemptMode, PriorityClassConfig, QosConfig};
 use cadre_core::priority::PriorityWeights;
 use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaConfig};
 use cadre_core::resources::{Amounts, TaskResources};
@@ -471,6 +471,40 @@ fn long_job_beside_a_reservation_starts_on_what_the_reservation_does_not_need() 
     sim.end(1, JobState::Completed, 100);
     assert_eq!(summary(&sim.pass(100)), ["start 2"]);
     assert_eq!(sim.state(3), JobState::Running);
+}
+
+#[test]
+fn easy_backfill_reserves_only_for_its_depth_and_conservative_for_every_blocked_job() {
+    let run = |mode: BackfillMode| {
+        let mut p = plain();
+        p.backfill.mode = mode;
+        p.backfill.reservation_depth = 1;
+        let mut sim = backfill_setup(p);
+        sim.submit(3, job(2, 8, 500), 10);
+        summary(&sim.pass(10))
+    };
+    assert_eq!(run(BackfillMode::Easy), ["reserve 2 @100"]);
+    assert_eq!(
+        run(BackfillMode::Conservative),
+        ["reserve 2 @100", "reserve 3 @1100"]
+    );
+}
+
+/// Regression: reservation search only tried the times running jobs end, never the end of
+/// a reservation made before in the pass, so a second blocked gang that needs what the first
+/// reservation holds got no reservation at all (and could be starved by backfill).
+#[test]
+fn second_blocked_gang_is_reserved_after_the_first_reservation_ends() {
+    let mut sim = backfill_setup(plain()); // EASY, depth 4
+    sim.submit(3, job(2, 8, 500), 10);
+    sim.submit(4, job(2, 8, 100), 10);
+    let ds = sim.pass(10);
+    assert_eq!(
+        summary(&ds),
+        ["reserve 2 @100", "reserve 3 @1100", "reserve 4 @1600"]
+    );
+    assert_eq!(sim.s.expected_start(JobId(3)), Some(Time(1100)));
+    assert_eq!(sim.pending_reason(4), PendingReason::Resources);
 }
 
 #[test]

@@ -539,15 +539,26 @@ impl Scheduler {
         let (base, series) = series_cache
             .entry(job.partition)
             .or_insert_with(|| profile.release_series(nodes));
+        // Holds end too (reservations made earlier in this pass, jobs started in it): a job
+        // that needs what an earlier reservation holds can start when that one ends.
+        let hold_ends = profile.hold_ends(nodes);
         let mut free_total = *base;
         let mut tries = 0u32;
         let mut skip = 0u32;
-        let mut i = 0;
-        while i < series.len() {
-            let t = series[i].0;
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let t = match (series.get(i), hold_ends.get(j)) {
+                (Some(&(a, _)), Some(&b)) => a.min(b),
+                (Some(&(a, _)), None) => a,
+                (None, Some(&b)) => b,
+                (None, None) => break,
+            };
             while i < series.len() && series[i].0 == t {
                 free_total += series[i].1;
                 i += 1;
+            }
+            while j < hold_ends.len() && hold_ends[j] == t {
+                j += 1;
             }
             if t <= now {
                 continue;
