@@ -800,6 +800,25 @@ fn high_class_preempts_the_fewest_most_recently_started_victims() {
     assert_eq!(sim.s.job(JobId(3)).unwrap().requeues, 1);
 }
 
+/// Regression: a victim that ended before the others was requeued and, in the next pass,
+/// restarted on the very resources it had freed for its preemptor (the preemptor waits for
+/// its other victims and is skipped), so the preemptor never got them.
+#[test]
+fn resources_freed_by_a_victim_are_kept_for_the_preemptor_until_all_victims_end() {
+    let mut sim = four_low_jobs(preempting());
+    sim.submit(5, high(job(1, 4, 1000)), 100);
+    assert_eq!(sim.pass(100).len(), 2);
+    sim.end(4, JobState::Cancelled, 110);
+    assert_eq!(sim.state(4), JobState::Pending);
+    let ds = sim.pass(110);
+    assert!(
+        started(&ds).is_empty(),
+        "job 4 restarted on its freed GPUs: {ds:?}"
+    );
+    sim.end(3, JobState::Cancelled, 120);
+    assert_eq!(started(&sim.pass(120)), [5]);
+}
+
 #[test]
 fn preempted_victim_ends_preempted_without_requeue_or_in_cancel_mode() {
     // RequeuePolicy::Never on the victim.

@@ -211,6 +211,9 @@ pub struct Job {
     pub stopping: Option<Stopping>,
     /// Jobs preempted for this one that have not ended yet.
     pub awaiting_victims: BTreeSet<JobId>,
+    /// What the victims of the last preemption for this job held, per node: kept for it
+    /// while they stop, including what those that already ended have freed.
+    pub victims_held: Vec<(NodeId, Amounts)>,
     /// Whether the job has ever started (for `after` dependencies).
     pub ever_started: bool,
 }
@@ -538,6 +541,7 @@ impl Scheduler {
                 requeues: 0,
                 stopping: None,
                 awaiting_victims: BTreeSet::new(),
+                victims_held: Vec::new(),
                 ever_started: false,
             },
         );

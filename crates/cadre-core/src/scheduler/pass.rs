@@ -206,6 +206,8 @@ impl Scheduler {
             }
             if !job.awaiting_victims.is_empty() {
                 // Victims are still stopping; their resources become this job's when they end.
+                let p = profile.get_or_insert_with(|| self.profile(now));
+                self.hold_for_preemptor(p, id, now);
                 self.set_reason(id, PendingReason::Preempting);
                 blocked_partitions.insert(part);
                 continue;
@@ -314,18 +316,10 @@ impl Scheduler {
                             victims = None;
                         }
                         if !decisions.is_empty() {
-                            let victims_end = now + self.policy.preemption.grace;
                             out.extend(decisions);
                             self.set_reason(id, PendingReason::Preempting);
-                            if let Some(p) = profile.as_mut() {
-                                let job = &self.jobs[&id];
-                                let held = self.victim_amounts(id);
-                                p.hold(
-                                    &held,
-                                    victims_end,
-                                    super::end_of(victims_end, job.spec.time_limit),
-                                );
-                            }
+                            let p = profile.get_or_insert_with(|| self.profile(now));
+                            self.hold_for_preemptor(p, id, now);
                             continue;
                         }
                     }
