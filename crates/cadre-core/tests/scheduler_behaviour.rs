@@ -1053,6 +1053,26 @@ fn quota_counts_the_whole_gang() {
     assert_eq!(sim.free(0), full_gpu_node());
 }
 
+/// Regression: an elastic gang was placed at its full size, found above its quota on the
+/// recheck, and left pending, although a smaller size within its quota fitted.
+#[test]
+fn elastic_gang_is_admitted_at_the_largest_size_its_quota_allows() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    let elastic = with(acct(job(4, 2, 1000), "a", "u"), |s| {
+        s.groups[0].min_count = Some(2)
+    });
+    sim.submit(1, elastic, 0);
+    let ds = sim.pass(0);
+    assert_eq!(started(&ds), [1]);
+    // qa's ceiling is 6 GPUs (4 nominal + 2 borrowed): 3 workers of 2 GPUs.
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        unreachable!()
+    };
+    assert_eq!(allocation.tasks.len(), 3);
+    let qa = sim.s.quota().queue_ix("qa").unwrap();
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 6000);
+}
+
 // ---------------------------------------------------------------------------------------
 // 6. Dependencies, holds, begin time, limits, constraints
 // ---------------------------------------------------------------------------------------

@@ -215,6 +215,14 @@ impl Scheduler {
             let nodes = &self.cluster.partition(part).nodes;
             let key = job.shape;
             let end = super::end_of(now, job.spec.time_limit);
+            // An elastic gang whose full size is above its quota is placed at the largest
+            // size its quota allows (its minimum was checked above).
+            let capped = if self.quota_enforced && job_elastic(job) {
+                self.quota_sized_spec(job)
+            } else {
+                None
+            };
+            let spec = capped.as_ref().unwrap_or(&job.spec);
             let placed = match failed.get(&key) {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
@@ -229,10 +237,10 @@ impl Scheduler {
                     if idle.may_fit(part, job) {
                         Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     } else {
-                        placement::place(&self.cluster, &job.spec, nodes)
+                        placement::place(&self.cluster, spec, nodes)
                     }
                 }
-                _ => placement::place(&self.cluster, &job.spec, nodes),
+                _ => placement::place(&self.cluster, spec, nodes),
             };
             if let Err(fail) = &placed {
                 failed
@@ -251,7 +259,7 @@ impl Scheduler {
                                 .copied()
                                 .filter(|&n| p.untouched_until(n, end))
                                 .collect();
-                            alloc = placement::place(&self.cluster, &job.spec, &free_of_holds)
+                            alloc = placement::place(&self.cluster, spec, &free_of_holds)
                                 .ok()
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {
@@ -261,25 +269,6 @@ impl Scheduler {
                     }
                     match alloc {
                         Some(alloc) => {
-                            if self.quota_enforced && job_elastic(&self.jobs[&id]) {
-                                // An elastic gang may have been placed above its minimum: its
-                                // quota is checked again at the size it got.
-                                let job = &self.jobs[&id];
-                                let got = alloc.amounts();
-                                let check = self.quota.check(
-                                    job.queue,
-                                    &job.spec.account,
-                                    &job.spec.user,
-                                    got,
-                                );
-                                if let Err(block) = check {
-                                    self.set_reason(
-                                        id,
-                                        PendingReason::Limit(block.reason().to_string()),
-                                    );
-                                    continue;
-                                }
-                            }
                             let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
                             if let Some(p) = profile.as_mut() {
                                 p.hold(&per_node, now, end);
@@ -342,6 +331,43 @@ impl Scheduler {
         }
         self.reservations = reservations;
         out
+    }
+
+    /// For an elastic gang whose full size its quota does not admit, the spec cut down to
+    /// the largest size it does (later groups shrink first, each to no less than its
+    /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
+    /// each group's largest admitted count is found by bisection.
+    fn quota_sized_spec(&self, job: &Job) -> Option<JobSpec> {
+        let admits = |spec: &JobSpec| {
+            self.quota
+                .check(job.queue, &job.spec.account, &job.spec.user, spec.amounts())
+                .is_ok()
+        };
+        if admits(&job.spec) {
+            return None;
+        }
+        let mut spec = job.spec.clone();
+        for gi in (0..spec.groups.len()).rev() {
+            let (min, count) = (spec.groups[gi].min_tasks(), spec.groups[gi].count);
+            spec.groups[gi].count = min;
+            if !admits(&spec) {
+                continue;
+            }
+            // Largest count in [min, count] admitted: `lo` is admitted, `hi + 1` is not.
+            let (mut lo, mut hi) = (min, count - 1);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                spec.groups[gi].count = mid;
+                if admits(&spec) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            spec.groups[gi].count = lo;
+            break;
+        }
+        Some(spec)
     }
 
     fn set_reason(&mut self, id: JobId, reason: PendingReason) {
