@@ -1747,3 +1747,23 @@ fn same_script_gives_identical_decisions() {
     assert!(first.iter().any(|(_, d)| matches!(d, Decision::Reserve(_))));
     assert_eq!(first, second);
 }
+
+/// Regression: a victim cancelled by its user while being preempted ended as cancelled, and
+/// its preemptor, which only learnt of ends of victims still marked preempted, waited for it
+/// for ever (pending with reason Resources, never placed again).
+#[test]
+fn preemptor_starts_when_a_victim_is_cancelled_while_it_stops() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), preempting());
+    sim.submit(
+        1,
+        with(job(1, 8, 10_000), |s| s.priority_class = Some("low".into())),
+        0,
+    );
+    sim.pass(0);
+    sim.submit(2, high(job(1, 8, 100)), 10);
+    assert_eq!(summary(&sim.pass(10)), ["preempt 1 by 2"]);
+    sim.event(Event::Cancel { id: JobId(1) }, 11);
+    sim.end(1, JobState::Cancelled, 12);
+    assert_eq!(sim.state(1), JobState::Cancelled);
+    assert_eq!(started(&sim.pass(12)), [2]);
+}

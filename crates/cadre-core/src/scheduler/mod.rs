@@ -211,6 +211,9 @@ pub struct Job {
     pub stopping: Option<Stopping>,
     /// Jobs preempted for this one that have not ended yet.
     pub awaiting_victims: BTreeSet<JobId>,
+    /// The job this one was preempted for, until it ends (whatever it ends as: a cancel
+    /// overrides the preemption in `stopping`, and the preemptor must still learn of it).
+    pub preempted_by: Option<JobId>,
     /// What the victims of the last preemption for this job held, per node: kept for it
     /// while they stop, including what those that already ended have freed.
     pub victims_held: Vec<(NodeId, Amounts)>,
@@ -542,6 +545,7 @@ impl Scheduler {
                 stopping: None,
                 awaiting_victims: BTreeSet::new(),
                 victims_held: Vec::new(),
+                preempted_by: None,
                 ever_started: false,
             },
         );
@@ -629,10 +633,7 @@ impl Scheduler {
             .release(job.queue, &job.spec.account, &job.spec.user, amounts);
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
-        let preemptor = match job.stopping {
-            Some(Stopping::Preempted { by, .. }) => Some(by),
-            _ => None,
-        };
+        let preemptor = job.preempted_by.take();
         job.per_node.clear();
         job.stopping = None;
         job.billing_rate = 0.0;

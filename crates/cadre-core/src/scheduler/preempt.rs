@@ -188,6 +188,7 @@ impl Scheduler {
             let victim = self.jobs.get_mut(&v).expect("victims are active jobs");
             victim.state = JobState::Preempting;
             victim.stopping = Some(Stopping::Preempted { by: id, mode });
+            victim.preempted_by = Some(id);
             out.push(Decision::Preempt {
                 victim: v,
                 by: id,
