@@ -148,14 +148,28 @@ impl Profile {
         self.first_hold[node.0 as usize] >= end
     }
 
-    /// Candidate start times after now, in order: when running jobs end. (Hold ends need not
-    /// be candidates: a hold of a job started now ends at a release time of its own, and a
-    /// reservation's end is where its job is expected to release.)
-    pub fn candidate_times(&self) -> impl Iterator<Item = Time> + '_ {
-        self.release_times
+    /// Candidate start times after now, in order: when running jobs end, and when holds end
+    /// (a job started in this pass or a reservation gives its amounts back then; neither is
+    /// among the running jobs the releases come from).
+    pub fn candidate_times(&self) -> Vec<Time> {
+        let mut times: Vec<Time> = self.release_times.clone();
+        times.extend(self.holds.iter().flatten().map(|h| h.end));
+        times.retain(|&t| t > self.now);
+        times.sort_unstable();
+        times.dedup();
+        times
+    }
+
+    /// When holds on `nodes` end, sorted and deduplicated: start times to try besides the
+    /// releases of [`Profile::release_series`].
+    pub fn hold_ends(&self, nodes: &[NodeId]) -> Vec<Time> {
+        let mut ends: Vec<Time> = nodes
             .iter()
-            .copied()
-            .filter(move |&t| t > self.now)
+            .flat_map(|n| self.holds[n.0 as usize].iter().map(|h| h.end))
+            .collect();
+        ends.sort_unstable();
+        ends.dedup();
+        ends
     }
 
     /// The free total of `nodes` now, and every later release on them sorted by time: the
@@ -212,6 +226,8 @@ mod tests {
         assert!(p.fits(&[(NodeId(0), gpus(2))], Time(100), Time(400)));
         assert!(!p.fits(&[(NodeId(0), gpus(3))], Time(100), Time(400)));
         assert!(p.fits(&[(NodeId(0), gpus(8))], Time(100), Time(150)));
-        assert_eq!(p.candidate_times().collect::<Vec<_>>(), vec![Time(200)]);
+        assert_eq!(p.candidate_times(), vec![Time(200), Time(300)]);
+        assert_eq!(p.hold_ends(&[NodeId(0)]), vec![Time(300)]);
+        assert!(p.hold_ends(&[NodeId(1)]).is_empty());
     }
 }

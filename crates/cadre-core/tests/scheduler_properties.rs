@@ -5,6 +5,9 @@
 //! downs nodes. After every event and every pass the scheduler's own invariants are checked,
 //! and these properties independently of its code:
 //! - every started allocation is a whole gang that books cleanly;
+//! - the running jobs of each queue stay within its nominal quota plus borrowing limit, a
+//!   cohort within the nominal quotas of its members, and each user within its per-user
+//!   limit (counted from the allocations, not the quota book);
 //! - reservations and the jobs running beside them never oversubscribe a node at any
 //!   reservation's start (so a backfilled job never delays a reservation);
 //! - the same events at the same times give the same decisions, bit for bit.
@@ -12,7 +15,8 @@
 use cadre_core::backfill::Reservation;
 use cadre_core::cluster::{Cluster, NodeAvail, NodeId};
 use cadre_core::job::{JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, TaskGroup};
-use cadre_core::policy::{BackfillMode, Policy, PriorityClassConfig};
+use cadre_core::policy::{BackfillMode, Policy, PriorityClassConfig, QosConfig};
+use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaConfig};
 use cadre_core::resources::{Amounts, TaskResources};
 use cadre_core::scheduler::{Decision, Event, Scheduler};
 use cadre_core::time::{Dur, Time};
@@ -55,6 +59,39 @@ name = "spine"
 switches = "leaf[1-2]"
 "#;
 
+/// Six 4-GPU nodes in two partitions over the same nodes: `lo` (tier 1, default) and `hi`
+/// (tier 2, which may preempt `lo`).
+const CLUSTER_WITH_TIERS: &str = r#"
+version = 1
+name = "tiers"
+
+[[shape]]
+name = "g4"
+cores = 16
+memory = "256G"
+gpu_model = "h100"
+gpu_memory = "80G"
+numa = 2
+gpus = 4
+nics = 2
+
+[[nodes]]
+names = "n[1-6]"
+shape = "g4"
+
+[[partition]]
+name = "lo"
+nodes = "ALL"
+default = true
+priority_tier = 1
+
+[[partition]]
+name = "hi"
+nodes = "n[3-6]"
+priority_tier = 2
+priority_job_factor = 2
+"#;
+
 #[derive(Clone, Debug)]
 struct JobGen {
     groups: Vec<(u32, Option<u32>, u32, u32)>, // count, min, gpus per task, cpus per task
@@ -66,6 +103,12 @@ struct JobGen {
     class: u8,
     account: u8,
     submit: u64,
+    /// Which user of the account (two per account).
+    user: u8,
+    /// No QOS, `scavenger`, `normal` or `urgent` (which may preempt `scavenger`).
+    qos: u8,
+    /// The `hi` partition, where the cluster has one.
+    hi: bool,
 }
 
 fn job_gen(max_gpus: u32) -> impl Strategy<Value = JobGen> {
@@ -85,9 +128,10 @@ fn job_gen(max_gpus: u32) -> impl Strategy<Value = JobGen> {
         0u8..3,
         0u8..3,
         0u64..3000,
+        (0u8..2, 0u8..4, prop::bool::weighted(0.3)),
     )
         .prop_map(
-            |(groups, limit, run, numa, span, exclusive, class, account, submit)| JobGen {
+            |(
                 groups,
                 limit,
                 run,
@@ -97,13 +141,29 @@ fn job_gen(max_gpus: u32) -> impl Strategy<Value = JobGen> {
                 class,
                 account,
                 submit,
+                (user, qos, hi),
+            )| {
+                JobGen {
+                    groups,
+                    limit,
+                    run,
+                    numa,
+                    span,
+                    exclusive,
+                    class,
+                    account,
+                    submit,
+                    user,
+                    qos,
+                    hi,
+                }
             },
         )
 }
 
-fn spec_of(g: &JobGen) -> JobSpec {
+fn spec_of(g: &JobGen, tiers: bool) -> JobSpec {
     let mut spec = JobSpec::simple(
-        &format!("user{}", g.account),
+        &format!("user{}{}", g.account, g.user),
         &format!("acct{}", g.account),
         1,
         TaskResources::default(),
@@ -142,7 +202,97 @@ fn spec_of(g: &JobGen) -> JobSpec {
         2 => Some("high".into()),
         _ => None,
     };
+    spec.qos = match g.qos {
+        1 => Some("scavenger".into()),
+        2 => Some("normal".into()),
+        3 => Some("urgent".into()),
+        _ => None,
+    };
+    if tiers && g.hi {
+        spec.partition = Some("hi".into());
+    }
     spec
+}
+
+/// Queues `qa` (account acct0) and `qb` (acct1) in one cohort with small nominal quotas;
+/// `qa` may borrow 2 GPUs and 8 cores; each user of `qb` may use 3 GPUs. acct2 has no queue.
+fn quotas() -> QuotaConfig {
+    let queue = |name: &str, account: &str, gpus: u64, cpus: u64| QueueConfig {
+        name: name.into(),
+        cohort: Some("c".into()),
+        nominal: QuotaAmounts {
+            cpus: Some(cpus),
+            ..QuotaAmounts::gpus(gpus)
+        },
+        borrowing_limit: None,
+        lending_limit: None,
+        capability: None,
+        weight: 1,
+        accounts: vec![account.into()],
+        max_per_user: None,
+        max_running_jobs_per_user: None,
+    };
+    QuotaConfig {
+        queues: vec![
+            QueueConfig {
+                borrowing_limit: Some(QuotaAmounts {
+                    cpus: Some(8),
+                    ..QuotaAmounts::gpus(2)
+                }),
+                ..queue("qa", "acct0", 4, 24)
+            },
+            QueueConfig {
+                max_per_user: Some(QuotaAmounts::gpus(3)),
+                ..queue("qb", "acct1", 4, 16)
+            },
+        ],
+        accounts: vec![],
+    }
+}
+
+/// Checks the quotas of [`quotas`] against the allocations of the active jobs, independently
+/// of the quota book.
+fn check_quotas(sched: &Scheduler) -> Result<(), String> {
+    if sched.policy().quotas.queues.is_empty() {
+        return Ok(());
+    }
+    let mut by_account: BTreeMap<&str, Amounts> = BTreeMap::new();
+    let mut by_user: BTreeMap<(&str, &str), Amounts> = BTreeMap::new();
+    for job in sched.jobs().filter(|j| j.state.is_active()) {
+        let a = job.spec_amounts_held();
+        *by_account.entry(job.spec.account.as_str()).or_default() += a;
+        *by_user
+            .entry((job.spec.account.as_str(), job.spec.user.as_str()))
+            .or_default() += a;
+    }
+    let used = |acct: &str| by_account.get(acct).copied().unwrap_or_default();
+    let (qa, qb) = (used("acct0"), used("acct1"));
+    if qa.gpu_milli > 6000 || qa.cpus > 32 {
+        return Err(format!(
+            "queue qa uses {qa:?}, above nominal plus borrowing limit"
+        ));
+    }
+    if qa.gpu_milli + qb.gpu_milli > 8000 || qa.cpus + qb.cpus > 40 {
+        return Err(format!(
+            "cohort c uses {qa:?} + {qb:?}, above its nominal quotas"
+        ));
+    }
+    for ((acct, user), a) in by_user {
+        if acct == "acct1" && a.gpu_milli > 3000 {
+            return Err(format!(
+                "user {user} uses {a:?} in qb, above its max_per_user"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn policy_with(mode: u8, with_quotas: bool) -> Policy {
+    let mut p = policy(mode);
+    if with_quotas {
+        p.quotas = quotas();
+    }
+    p
 }
 
 fn policy(mode: u8) -> Policy {
@@ -165,6 +315,23 @@ fn policy(mode: u8) -> Policy {
             name: "high".into(),
             value: 100,
             preempting: true,
+        },
+    ];
+    p.qos = vec![
+        QosConfig {
+            name: "scavenger".into(),
+            priority: 0,
+            preempt: vec![],
+        },
+        QosConfig {
+            name: "normal".into(),
+            priority: 10,
+            preempt: vec![],
+        },
+        QosConfig {
+            name: "urgent".into(),
+            priority: 20,
+            preempt: vec!["scavenger".into()],
         },
     ];
     p.preemption.grace = Dur(30);
@@ -244,6 +411,7 @@ fn run(
     acts: &[Act],
 ) -> Result<Vec<(Time, Decision)>, String> {
     let grace = policy.preemption.grace;
+    let tiers = cluster.partition_id("hi").is_some();
     let mut sched = Scheduler::new(cluster.clone(), policy.clone()).map_err(|e| e.to_string())?;
     let mut log = Vec::new();
     // Executor state: when each running job ends by itself, and jobs asked to stop.
@@ -266,7 +434,7 @@ fn run(
                 .handle(
                     Event::Submit {
                         id,
-                        spec: Box::new(spec_of(g)),
+                        spec: Box::new(spec_of(g, tiers)),
                     },
                     t.max(Time(0)),
                 )
@@ -374,6 +542,7 @@ fn run(
             }
         }
         check_reservations(&sched, &reservations, now, grace)?;
+        check_quotas(&sched)?;
         log.extend(decisions.into_iter().map(|d| (now, d)));
     }
     Ok(log)
@@ -392,6 +561,25 @@ proptest! {
     ) {
         let cluster = Cluster::flat_gpu(nodes, gpus);
         let policy = policy(mode);
+        let first = run(&cluster, &policy, &jobs, &acts);
+        prop_assert!(first.is_ok(), "{}", first.unwrap_err());
+        let second = run(&cluster, &policy, &jobs, &acts);
+        prop_assert_eq!(first.unwrap(), second.unwrap(), "same events, same decisions");
+    }
+
+    #[test]
+    fn invariants_hold_with_quotas_qos_and_partition_tiers(
+        mode in 0u8..4,
+        tiers in prop::bool::ANY,
+        jobs in prop::collection::vec(job_gen(4), 1..25),
+        acts in prop::collection::vec(act_gen(), 0..8),
+    ) {
+        let cluster = if tiers {
+            cadre_core::config::load_cluster(CLUSTER_WITH_TIERS, "tiers.toml").unwrap()
+        } else {
+            Cluster::flat_gpu(3, 4)
+        };
+        let policy = policy_with(mode, true);
         let first = run(&cluster, &policy, &jobs, &acts);
         prop_assert!(first.is_ok(), "{}", first.unwrap_err());
         let second = run(&cluster, &policy, &jobs, &acts);

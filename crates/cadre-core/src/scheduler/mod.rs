@@ -211,8 +211,12 @@ pub struct Job {
     pub stopping: Option<Stopping>,
     /// Jobs preempted for this one that have not ended yet.
     pub awaiting_victims: BTreeSet<JobId>,
-    /// The job this one was preempted for, while it stops.
+    /// The job this one was preempted for, until it ends (whatever it ends as: a cancel
+    /// overrides the preemption in `stopping`, and the preemptor must still learn of it).
     pub preempted_by: Option<JobId>,
+    /// What the victims of the last preemption for this job held, per node: kept for it
+    /// while they stop, including what those that already ended have freed.
+    pub victims_held: Vec<(NodeId, Amounts)>,
     /// Whether the job has ever started (for `after` dependencies).
     pub ever_started: bool,
 }
@@ -540,6 +544,7 @@ impl Scheduler {
                 requeues: 0,
                 stopping: None,
                 awaiting_victims: BTreeSet::new(),
+                victims_held: Vec::new(),
                 preempted_by: None,
                 ever_started: false,
             },
@@ -594,9 +599,10 @@ impl Scheduler {
         }
         let requeue_allowed = job.spec.requeue == RequeuePolicy::Requeue;
         let event = match (job.stopping, outcome) {
-            // A job that finished on its own before it could be stopped completed.
-            (_, JobState::Completed) => Lifecycle::End(JobState::Completed),
             (Some(Stopping::Cancelled), _) => Lifecycle::End(JobState::Cancelled),
+            // A job that finished its work before a preemption, requeue or node failure
+            // could stop it completed: its work is not redone. (A cancel stays a cancel.)
+            (_, JobState::Completed) => Lifecycle::End(JobState::Completed),
             (Some(Stopping::Requeue), _) => Lifecycle::Requeue,
             (
                 Some(Stopping::Preempted {
@@ -630,8 +636,6 @@ impl Scheduler {
             .release(job.queue, &job.spec.account, &job.spec.user, amounts);
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
-        // A cancel or a node failure may have overridden the preemption since; the
-        // preemptor waits for this job all the same.
         let preemptor = job.preempted_by.take();
         job.per_node.clear();
         job.stopping = None;

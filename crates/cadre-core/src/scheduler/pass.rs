@@ -61,6 +61,16 @@ fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
 
 impl FreeSummary {
     fn new(cluster: &Cluster) -> FreeSummary {
+        FreeSummary::of(cluster, false)
+    }
+
+    /// What would be free if every node that is up were idle: a job that may not fit even
+    /// there never fits, or needs nodes that are not up.
+    fn idle_up(cluster: &Cluster) -> FreeSummary {
+        FreeSummary::of(cluster, true)
+    }
+
+    fn of(cluster: &Cluster, idle: bool) -> FreeSummary {
         let n = cluster.nodes.len();
         let max_gpus = cluster
             .shapes
@@ -68,11 +78,20 @@ impl FreeSummary {
             .map(|s| s.gpus.len())
             .max()
             .unwrap_or(0);
+        let up = |i: u32| cluster.node(NodeId(i)).avail == NodeAvail::Up;
         let node_free: Vec<Amounts> = (0..n as u32)
-            .map(|i| cluster.free_amounts(NodeId(i)))
+            .map(|i| match idle {
+                false => cluster.free_amounts(NodeId(i)),
+                true if up(i) => cluster.shape(NodeId(i)).capacity(),
+                true => Amounts::ZERO,
+            })
             .collect();
         let node_whole: Vec<u32> = (0..n as u32)
-            .map(|i| whole_gpus_free(cluster, NodeId(i)))
+            .map(|i| match idle {
+                false => whole_gpus_free(cluster, NodeId(i)),
+                true if up(i) => cluster.shape(NodeId(i)).gpus.len() as u32,
+                true => 0,
+            })
             .collect();
         let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
         let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
@@ -151,6 +170,7 @@ impl Scheduler {
         let order = self.eligible_order(now);
         let mut out = Vec::new();
         let mut summary = FreeSummary::new(&self.cluster);
+        let mut idle_summary: Option<FreeSummary> = None;
         let mut profile: Option<Profile> = None;
         let mut reservations: Vec<Reservation> = Vec::new();
         let mut blocked_partitions: BTreeSet<PartitionId> = BTreeSet::new();
@@ -186,6 +206,8 @@ impl Scheduler {
             }
             if !job.awaiting_victims.is_empty() {
                 // Victims are still stopping; their resources become this job's when they end.
+                let p = profile.get_or_insert_with(|| self.profile(now));
+                self.hold_for_preemptor(p, id, now);
                 self.set_reason(id, PendingReason::Preempting);
                 blocked_partitions.insert(part);
                 continue;
@@ -193,18 +215,32 @@ impl Scheduler {
             let nodes = &self.cluster.partition(part).nodes;
             let key = job.shape;
             let end = super::end_of(now, job.spec.time_limit);
+            // An elastic gang whose full size is above its quota is placed at the largest
+            // size its quota allows (its minimum was checked above).
+            let capped = if self.quota_enforced && job_elastic(job) {
+                self.quota_sized_spec(job)
+            } else {
+                None
+            };
+            let spec = capped.as_ref().unwrap_or(&job.spec);
             let placed = match failed.get(&key) {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
                     self.set_reason(id, PendingReason::Priority);
                     continue;
                 }
-                // The summary says "not now" cheaply; the first job of a shape is placed
-                // anyway, so that a shape that can never fit is told apart.
-                Some(_) if !summary.may_fit(part, job) => {
-                    Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                _ if !summary.may_fit(part, job) => {
+                    // Busy only if it could fit were the up nodes idle; otherwise placement
+                    // says why it never fits or which nodes it waits for.
+                    let idle =
+                        idle_summary.get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+                    if idle.may_fit(part, job) {
+                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                    } else {
+                        placement::place(&self.cluster, spec, nodes)
+                    }
                 }
-                _ => placement::place(&self.cluster, &job.spec, nodes),
+                _ => placement::place(&self.cluster, spec, nodes),
             };
             if let Err(fail) = &placed {
                 failed
@@ -223,7 +259,7 @@ impl Scheduler {
                                 .copied()
                                 .filter(|&n| p.untouched_until(n, end))
                                 .collect();
-                            alloc = placement::place(&self.cluster, &job.spec, &free_of_holds)
+                            alloc = placement::place(&self.cluster, spec, &free_of_holds)
                                 .ok()
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {
@@ -233,25 +269,6 @@ impl Scheduler {
                     }
                     match alloc {
                         Some(alloc) => {
-                            if self.quota_enforced && job_elastic(&self.jobs[&id]) {
-                                // An elastic gang may have been placed above its minimum: its
-                                // quota is checked again at the size it got.
-                                let job = &self.jobs[&id];
-                                let got = alloc.amounts();
-                                let check = self.quota.check(
-                                    job.queue,
-                                    &job.spec.account,
-                                    &job.spec.user,
-                                    got,
-                                );
-                                if let Err(block) = check {
-                                    self.set_reason(
-                                        id,
-                                        PendingReason::Limit(block.reason().to_string()),
-                                    );
-                                    continue;
-                                }
-                            }
                             let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
                             if let Some(p) = profile.as_mut() {
                                 p.hold(&per_node, now, end);
@@ -288,18 +305,10 @@ impl Scheduler {
                             victims = None;
                         }
                         if !decisions.is_empty() {
-                            let victims_end = now + self.policy.preemption.grace;
                             out.extend(decisions);
                             self.set_reason(id, PendingReason::Preempting);
-                            if let Some(p) = profile.as_mut() {
-                                let job = &self.jobs[&id];
-                                let held = self.victim_amounts(id);
-                                p.hold(
-                                    &held,
-                                    victims_end,
-                                    super::end_of(victims_end, job.spec.time_limit),
-                                );
-                            }
+                            let p = profile.get_or_insert_with(|| self.profile(now));
+                            self.hold_for_preemptor(p, id, now);
                             continue;
                         }
                     }
@@ -322,6 +331,43 @@ impl Scheduler {
         }
         self.reservations = reservations;
         out
+    }
+
+    /// For an elastic gang whose full size its quota does not admit, the spec cut down to
+    /// the largest size it does (later groups shrink first, each to no less than its
+    /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
+    /// each group's largest admitted count is found by bisection.
+    fn quota_sized_spec(&self, job: &Job) -> Option<JobSpec> {
+        let admits = |spec: &JobSpec| {
+            self.quota
+                .check(job.queue, &job.spec.account, &job.spec.user, spec.amounts())
+                .is_ok()
+        };
+        if admits(&job.spec) {
+            return None;
+        }
+        let mut spec = job.spec.clone();
+        for gi in (0..spec.groups.len()).rev() {
+            let (min, count) = (spec.groups[gi].min_tasks(), spec.groups[gi].count);
+            spec.groups[gi].count = min;
+            if !admits(&spec) {
+                continue;
+            }
+            // Largest count in [min, count] admitted: `lo` is admitted, `hi + 1` is not.
+            let (mut lo, mut hi) = (min, count - 1);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                spec.groups[gi].count = mid;
+                if admits(&spec) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            spec.groups[gi].count = lo;
+            break;
+        }
+        Some(spec)
     }
 
     fn set_reason(&mut self, id: JobId, reason: PendingReason) {
@@ -513,15 +559,26 @@ impl Scheduler {
         let (base, series) = series_cache
             .entry(job.partition)
             .or_insert_with(|| profile.release_series(nodes));
+        // Holds end too (reservations made earlier in this pass, jobs started in it): a job
+        // that needs what an earlier reservation holds can start when that one ends.
+        let hold_ends = profile.hold_ends(nodes);
         let mut free_total = *base;
         let mut tries = 0u32;
         let mut skip = 0u32;
-        let mut i = 0;
-        while i < series.len() {
-            let t = series[i].0;
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let t = match (series.get(i), hold_ends.get(j)) {
+                (Some(&(a, _)), Some(&b)) => a.min(b),
+                (Some(&(a, _)), None) => a,
+                (None, Some(&b)) => b,
+                (None, None) => break,
+            };
             while i < series.len() && series[i].0 == t {
                 free_total += series[i].1;
                 i += 1;
+            }
+            while j < hold_ends.len() && hold_ends[j] == t {
+                j += 1;
             }
             if t <= now {
                 continue;

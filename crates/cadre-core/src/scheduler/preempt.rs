@@ -13,6 +13,7 @@
 //! exactly as before once the search is done (victims keep their resources until they end).
 
 use super::{Decision, Scheduler, Stopping};
+use crate::backfill::Profile;
 use crate::cluster::{NodeId, PartitionId};
 use crate::job::{JobId, JobState};
 use crate::placement;
@@ -200,7 +201,37 @@ impl Scheduler {
                 .awaiting_victims
                 .insert(v);
         }
+        let held = self.victim_amounts(id);
+        self.jobs
+            .get_mut(&id)
+            .expect("the preemptor is pending")
+            .victims_held = held;
         out
+    }
+
+    /// Holds for a preemptor, in the pass's profile, what its victims give it: what those
+    /// that ended have freed, from now, and what the others still hold, from when they must
+    /// be gone; both until the preemptor would end. Without this, a lower job could start on
+    /// what an early victim freed while the preemptor waits for the rest.
+    pub(super) fn hold_for_preemptor(&self, profile: &mut Profile, id: JobId, now: Time) {
+        let job = &self.jobs[&id];
+        let victims_end = now + self.policy.preemption.grace;
+        let end = super::end_of(victims_end, job.spec.time_limit);
+        let still_held = self.victim_amounts(id);
+        let freed: Vec<(NodeId, Amounts)> = job
+            .victims_held
+            .iter()
+            .map(|&(n, a)| {
+                let held = still_held
+                    .iter()
+                    .find(|(m, _)| *m == n)
+                    .map_or(Amounts::ZERO, |(_, h)| *h);
+                (n, a.saturating_sub(&held))
+            })
+            .filter(|(_, a)| !a.is_zero())
+            .collect();
+        profile.hold(&freed, now, end);
+        profile.hold(&still_held, victims_end, end);
     }
 
     /// Amounts per node held by the victims a job awaits.

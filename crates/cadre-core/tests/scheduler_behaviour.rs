@@ -1,0 +1,1769 @@
+//! Behaviour tests of the scheduler: one test per behaviour, each a small scripted scenario
+//! asserting the exact decisions, states and reasons. Every mutation (event or pass) goes
+//! through [`Sim`], which checks the scheduler's invariants after it.
+
+use cadre_core::backfill::Reservation;
+use cadre_core::cluster::{Cluster, NodeAvail, NodeId};
+use cadre_core::job::{
+    Dependency, DependencyKind, JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, RequeuePolicy,
+    TaskGroup,
+};
+use cadre_core::policy::{BackfillMode, Policy, PreemptMode, PriorityClassConfig, QosConfig};
+use cadre_core::priority::PriorityWeights;
+use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaConfig};
+use cadre_core::resources::{Amounts, TaskResources};
+use cadre_core::scheduler::{
+    CoreError, Decision, Event, NodeWhyNot, PendingReason, Scheduler, StopReason,
+};
+use cadre_core::time::{Dur, Time};
+
+// ---------------------------------------------------------------------------------------
+// Builders
+// ---------------------------------------------------------------------------------------
+
+const GIB: u64 = 1024;
+
+/// A task of `gpus` whole GPUs with 8 cores and 16 GiB per GPU (a CPU-only task of 8 cores
+/// and 16 GiB when `gpus` is 0).
+fn gpu_task(gpus: u32) -> TaskResources {
+    TaskResources {
+        cpus: 8 * gpus.max(1),
+        mem_mib: 16 * GIB * u64::from(gpus.max(1)),
+        gpus,
+        ..TaskResources::default()
+    }
+}
+
+/// A job of `tasks` tasks of `gpus` GPUs each, by alice of account `ml`.
+fn job(tasks: u32, gpus: u32, limit: u64) -> JobSpec {
+    JobSpec::simple("alice", "ml", tasks, gpu_task(gpus), Dur(limit))
+}
+
+/// A job of one task of `cpus` cores and 4 GiB, no GPU.
+fn cpu_job(cpus: u32, limit: u64) -> JobSpec {
+    let task = TaskResources {
+        cpus,
+        mem_mib: 4 * GIB,
+        ..TaskResources::default()
+    };
+    JobSpec::simple("alice", "ml", 1, task, Dur(limit))
+}
+
+fn group(name: &str, count: u32, per_task: TaskResources) -> TaskGroup {
+    TaskGroup {
+        name: name.into(),
+        count,
+        min_count: None,
+        per_task,
+        tasks_per_node: None,
+        nodes: None,
+    }
+}
+
+fn with<F: FnOnce(&mut JobSpec)>(mut spec: JobSpec, f: F) -> JobSpec {
+    f(&mut spec);
+    spec
+}
+
+/// cadre's defaults with every priority weight zero: jobs go in submit order, so a test
+/// about something else is not disturbed by fair-share or size.
+fn plain() -> Policy {
+    Policy {
+        priority: PriorityWeights {
+            age: 0,
+            fairshare: 0,
+            job_size: 0,
+            partition: 0,
+            qos: 0,
+            ..PriorityWeights::default()
+        },
+        ..Policy::default()
+    }
+}
+
+/// `plain()` with classes `low` (0, not preempting) and `high` (100, preempting), grace 30 s.
+fn preempting() -> Policy {
+    let mut p = plain();
+    p.priority_class = vec![
+        PriorityClassConfig {
+            name: "low".into(),
+            value: 0,
+            preempting: false,
+        },
+        PriorityClassConfig {
+            name: "high".into(),
+            value: 100,
+            preempting: true,
+        },
+    ];
+    p.preemption.grace = Dur(30);
+    p
+}
+
+/// Two partitions over the same two 8-GPU nodes: `hi` (tier 2) and `lo` (tier 1, default).
+const TWO_TIERS: &str = r#"
+version = 1
+name = "tiers"
+
+[[shape]]
+name = "g8"
+cores = 64
+memory = "1T"
+numa = 2
+gpus = 8
+nics = 4
+gpu_model = "h100"
+gpu_memory = "80G"
+
+[[nodes]]
+names = "n[1-2]"
+shape = "g8"
+
+[[partition]]
+name = "lo"
+nodes = "ALL"
+default = true
+priority_tier = 1
+priority_job_factor = 1
+
+[[partition]]
+name = "hi"
+nodes = "ALL"
+priority_tier = 2
+priority_job_factor = 1
+"#;
+
+/// Four 8-GPU nodes under two leaf switches (n1, n2 | n3, n4); partition `short` has a
+/// 1-hour time limit.
+const TWO_LEAVES: &str = r#"
+version = 1
+name = "leaves"
+
+[[shape]]
+name = "g8"
+cores = 64
+memory = "1T"
+numa = 2
+gpus = 8
+nics = 4
+gpu_model = "h100"
+gpu_memory = "80G"
+
+[[nodes]]
+names = "n[1-4]"
+shape = "g8"
+
+[[partition]]
+name = "gpu"
+nodes = "ALL"
+default = true
+
+[[partition]]
+name = "short"
+nodes = "ALL"
+max_time = "1:00:00"
+
+[[switch]]
+name = "leaf1"
+nodes = "n[1-2]"
+
+[[switch]]
+name = "leaf2"
+nodes = "n[3-4]"
+
+[[switch]]
+name = "spine"
+switches = "leaf[1-2]"
+"#;
+
+fn load(toml: &str) -> Cluster {
+    cadre_core::config::load_cluster(toml, "test.toml").expect("test cluster parses")
+}
+
+/// The scheduler under test, with invariants checked after every mutation.
+struct Sim {
+    s: Scheduler,
+}
+
+impl Sim {
+    fn new(cluster: Cluster, policy: Policy) -> Sim {
+        let s = Scheduler::new(cluster, policy).expect("test policy is valid");
+        s.check_invariants().expect("invariants of a new scheduler");
+        Sim { s }
+    }
+
+    /// Submits `spec` as job `id` at `now` (its submit time).
+    fn submit(&mut self, id: u64, spec: JobSpec, now: u64) {
+        let spec = with(spec, |s| s.submit_time = Time(now));
+        self.try_event(
+            Event::Submit {
+                id: JobId(id),
+                spec: Box::new(spec),
+            },
+            now,
+        )
+        .expect("submission is accepted");
+    }
+
+    fn try_event(&mut self, e: Event, now: u64) -> Result<Vec<Decision>, CoreError> {
+        let out = self.s.handle(e, Time(now));
+        self.check();
+        out
+    }
+
+    fn event(&mut self, e: Event, now: u64) -> Vec<Decision> {
+        let what = format!("{e:?}");
+        self.try_event(e, now)
+            .unwrap_or_else(|err| panic!("{what} refused: {err}"))
+    }
+
+    fn end(&mut self, id: u64, outcome: JobState, now: u64) -> Vec<Decision> {
+        self.event(
+            Event::Ended {
+                id: JobId(id),
+                outcome,
+            },
+            now,
+        )
+    }
+
+    fn node(
+        &mut self,
+        node: u32,
+        avail: NodeAvail,
+        reason: Option<&str>,
+        now: u64,
+    ) -> Vec<Decision> {
+        self.event(
+            Event::NodeAvail {
+                node: NodeId(node),
+                avail,
+                reason: reason.map(str::to_string),
+            },
+            now,
+        )
+    }
+
+    fn pass(&mut self, now: u64) -> Vec<Decision> {
+        let out = self.s.schedule(Time(now));
+        self.check();
+        out
+    }
+
+    fn check(&self) {
+        if let Err(e) = self.s.check_invariants() {
+            panic!("invariant broken: {e}");
+        }
+    }
+
+    /// The job's state, ended or not.
+    fn state(&self, id: u64) -> JobState {
+        match self.s.job(JobId(id)) {
+            Some(j) => j.state,
+            None => self.s.ended_state(JobId(id)).expect("job was submitted"),
+        }
+    }
+
+    fn reason(&self, id: u64) -> String {
+        self.s
+            .job(JobId(id))
+            .expect("job is not ended")
+            .reason
+            .to_string()
+    }
+
+    fn pending_reason(&self, id: u64) -> PendingReason {
+        self.s
+            .job(JobId(id))
+            .expect("job is not ended")
+            .reason
+            .clone()
+    }
+
+    fn priority(&self, id: u64) -> u64 {
+        self.s.job(JobId(id)).expect("job is not ended").priority
+    }
+
+    /// Node indices the job runs on.
+    fn nodes_of(&self, id: u64) -> Vec<u32> {
+        let job = self.s.job(JobId(id)).expect("job is not ended");
+        let alloc = job.allocation.as_ref().expect("job runs");
+        alloc.nodes().into_iter().map(|n| n.0).collect()
+    }
+
+    fn free(&self, node: u32) -> Amounts {
+        self.s.cluster().free_amounts(NodeId(node))
+    }
+}
+
+/// The jobs started by these decisions, in order.
+fn started(ds: &[Decision]) -> Vec<u64> {
+    ds.iter()
+        .filter_map(|d| match d {
+            Decision::Start { job, .. } => Some(job.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reservations among these decisions.
+fn reserved(ds: &[Decision]) -> Vec<&Reservation> {
+    ds.iter()
+        .filter_map(|d| match d {
+            Decision::Reserve(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A compact view of decisions: `start 3`, `reserve 4 @100`, `preempt 2 by 5`, `stop 1`.
+fn summary(ds: &[Decision]) -> Vec<String> {
+    ds.iter()
+        .map(|d| match d {
+            Decision::Start { job, .. } => format!("start {job}"),
+            Decision::Reserve(r) => format!("reserve {} @{}", r.job, r.start.0),
+            Decision::Preempt { victim, by, .. } => format!("preempt {victim} by {by}"),
+            Decision::Stop { job, .. } => format!("stop {job}"),
+        })
+        .collect()
+}
+
+fn full_gpu_node() -> Amounts {
+    Cluster::flat_gpu(1, 8).shape(NodeId(0)).capacity()
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Gang admission
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn gang_does_not_start_partially_on_15_free_gpus_and_starts_whole_when_a_node_frees() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    // 15 GPUs free (7 + 8), but the gang wants two whole nodes' worth.
+    sim.submit(2, job(2, 8, 1000), 10);
+    assert_eq!(summary(&sim.pass(10)), ["reserve 2 @100"]);
+    assert_eq!(sim.state(2), JobState::Pending);
+    assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+    assert_eq!(
+        sim.free(1),
+        full_gpu_node(),
+        "nothing was booked for the gang"
+    );
+
+    sim.end(1, JobState::Completed, 50);
+    let ds = sim.pass(50);
+    assert_eq!(summary(&ds), ["start 2"]);
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        unreachable!()
+    };
+    assert_eq!(allocation.tasks.len(), 2);
+    assert_eq!(allocation.nodes(), [NodeId(0), NodeId(1)]);
+    assert!(allocation.tasks.iter().all(|t| t.gpus.len() == 8));
+    assert_eq!(sim.state(2), JobState::Running);
+}
+
+#[test]
+fn launcher_and_workers_start_in_one_decision() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    let mut spec = job(1, 0, 100);
+    spec.groups = vec![
+        group("launcher", 1, cpu_job(2, 1).groups[0].per_task.clone()),
+        group("worker", 2, gpu_task(8)),
+    ];
+    sim.submit(1, spec, 0);
+    let ds = sim.pass(0);
+    assert_eq!(summary(&ds), ["start 1"]);
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        unreachable!()
+    };
+    let mut ranks: Vec<(u16, u32)> = allocation.tasks.iter().map(|t| (t.group, t.rank)).collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, [(0, 0), (1, 0), (1, 1)]);
+}
+
+#[test]
+fn elastic_gang_starts_at_its_minimum_when_only_that_fits() {
+    let mut sim = Sim::new(Cluster::flat_gpu(4, 8), plain());
+    sim.submit(1, job(2, 8, 1000), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    let elastic = with(job(4, 8, 1000), |s| s.groups[0].min_count = Some(2));
+    sim.submit(2, elastic, 10);
+    let ds = sim.pass(10);
+    assert_eq!(summary(&ds), ["start 2"]);
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        unreachable!()
+    };
+    assert_eq!(allocation.tasks.len(), 2, "two of four workers fit");
+}
+
+#[test]
+fn elastic_gang_takes_more_than_its_minimum_when_more_fits() {
+    let mut sim = Sim::new(Cluster::flat_gpu(4, 8), plain());
+    sim.submit(1, job(1, 8, 1000), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    let elastic = with(job(4, 8, 1000), |s| s.groups[0].min_count = Some(2));
+    sim.submit(2, elastic, 10);
+    let ds = sim.pass(10);
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        panic!("elastic gang did not start: {ds:?}")
+    };
+    assert_eq!(allocation.tasks.len(), 3, "three nodes are free");
+}
+
+#[test]
+fn elastic_gang_below_its_minimum_does_not_start() {
+    let mut sim = Sim::new(Cluster::flat_gpu(4, 8), plain());
+    sim.submit(1, job(3, 8, 1000), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    let elastic = with(job(4, 8, 1000), |s| s.groups[0].min_count = Some(2));
+    sim.submit(2, elastic, 10);
+    assert_eq!(summary(&sim.pass(10)), ["reserve 2 @1000"]);
+    assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Backfill
+// ---------------------------------------------------------------------------------------
+
+/// Node 0 runs a node-sized job until t=100; job 2 wants both nodes' GPUs.
+fn backfill_setup(policy: Policy) -> Sim {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
+    sim.submit(1, job(1, 8, 100), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    assert_eq!(sim.nodes_of(1), [0]);
+    sim.submit(2, job(2, 8, 1000), 10);
+    sim
+}
+
+#[test]
+fn easy_backfill_reserves_for_the_blocked_gang_and_backfills_a_short_job() {
+    let mut sim = backfill_setup(plain());
+    sim.submit(3, job(1, 1, 50), 10); // ends at 60, before the reservation
+    sim.submit(4, job(1, 1, 1000), 10); // would hold a GPU the reservation needs
+    let ds = sim.pass(10);
+    assert_eq!(summary(&ds), ["reserve 2 @100", "start 3"]);
+    let r = reserved(&ds)[0];
+    assert_eq!(r.end, Time(1100));
+    assert_eq!(
+        r.nodes
+            .iter()
+            .map(|(n, a)| (n.0, a.gpu_milli))
+            .collect::<Vec<_>>(),
+        [(0, 8000), (1, 8000)]
+    );
+    assert_eq!(sim.s.expected_start(JobId(2)), Some(Time(100)));
+    assert_eq!(sim.nodes_of(3), [1]);
+    assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+    assert_eq!(sim.pending_reason(4), PendingReason::Priority);
+    assert_eq!(sim.state(4), JobState::Pending);
+}
+
+#[test]
+fn long_job_beside_a_reservation_starts_on_what_the_reservation_does_not_need() {
+    let mut sim = backfill_setup(plain());
+    // The reservation needs every GPU but only 64 of the 128 cores of each node.
+    sim.submit(3, cpu_job(32, 100_000), 10);
+    let ds = sim.pass(10);
+    assert_eq!(summary(&ds), ["reserve 2 @100", "start 3"]);
+    // When the reservation's time comes the gang still fits beside it.
+    sim.end(1, JobState::Completed, 100);
+    assert_eq!(summary(&sim.pass(100)), ["start 2"]);
+    assert_eq!(sim.state(3), JobState::Running);
+}
+
+#[test]
+fn easy_backfill_reserves_only_for_its_depth_and_conservative_for_every_blocked_job() {
+    let run = |mode: BackfillMode| {
+        let mut p = plain();
+        p.backfill.mode = mode;
+        p.backfill.reservation_depth = 1;
+        let mut sim = backfill_setup(p);
+        sim.submit(3, job(2, 8, 500), 10);
+        summary(&sim.pass(10))
+    };
+    assert_eq!(run(BackfillMode::Easy), ["reserve 2 @100"]);
+    assert_eq!(
+        run(BackfillMode::Conservative),
+        ["reserve 2 @100", "reserve 3 @1100"]
+    );
+}
+
+/// Regression: reservation search only tried the times running jobs end, never the end of
+/// a reservation made before in the pass, so a second blocked gang that needs what the first
+/// reservation holds got no reservation at all (and could be starved by backfill).
+#[test]
+fn second_blocked_gang_is_reserved_after_the_first_reservation_ends() {
+    let mut sim = backfill_setup(plain()); // EASY, depth 4
+    sim.submit(3, job(2, 8, 500), 10);
+    sim.submit(4, job(2, 8, 100), 10);
+    let ds = sim.pass(10);
+    assert_eq!(
+        summary(&ds),
+        ["reserve 2 @100", "reserve 3 @1100", "reserve 4 @1600"]
+    );
+    assert_eq!(sim.s.expected_start(JobId(3)), Some(Time(1100)));
+    assert_eq!(sim.pending_reason(4), PendingReason::Resources);
+}
+
+#[test]
+fn fifo_starts_nothing_behind_a_blocked_job() {
+    let mut sim = backfill_setup(Policy::fifo());
+    sim.submit(3, job(1, 1, 50), 20);
+    assert_eq!(summary(&sim.pass(20)), Vec::<String>::new());
+    assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+    assert_eq!(sim.pending_reason(3), PendingReason::Priority);
+    sim.end(1, JobState::Completed, 100);
+    assert_eq!(summary(&sim.pass(100)), ["start 2"]);
+    assert_eq!(
+        sim.pending_reason(3),
+        PendingReason::Resources,
+        "now nothing is free"
+    );
+}
+
+#[test]
+fn backfill_disabled_still_starts_what_fits_but_reserves_nothing() {
+    let mut p = plain();
+    p.backfill.enabled = false;
+    let mut sim = backfill_setup(p);
+    sim.submit(3, job(1, 1, 1000), 10);
+    assert_eq!(summary(&sim.pass(10)), ["start 3"]);
+    assert_eq!(sim.s.expected_start(JobId(2)), None);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Priority
+// ---------------------------------------------------------------------------------------
+
+/// Only the weight named is non-zero.
+fn weights(f: impl FnOnce(&mut PriorityWeights)) -> Policy {
+    let mut p = plain();
+    f(&mut p.priority);
+    p.fairshare.calc_period = Dur(0);
+    p
+}
+
+#[test]
+fn fair_share_ranks_an_account_with_recent_usage_below_an_idle_one() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), weights(|w| w.fairshare = 10_000));
+    let busy = |s: JobSpec| with(s, |s| s.account = "busy".into());
+    let idle = |s: JobSpec| with(s, |s| s.account = "idle".into());
+    sim.submit(1, busy(job(1, 8, 1000)), 0);
+    sim.submit(2, idle(job(1, 8, 1000)), 0);
+    sim.event(
+        Event::Hold {
+            id: JobId(2),
+            admin: false,
+        },
+        0,
+    );
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    assert!(
+        sim.s
+            .fairshare()
+            .assoc_usage(sim.s.job(JobId(2)).unwrap().assoc)
+            == 0.0
+    );
+    // Job 3 (busy) is submitted before job 4 (idle); job 1's usage is charged over time.
+    sim.submit(3, busy(job(1, 8, 1000)), 100);
+    sim.submit(4, idle(job(1, 8, 1000)), 110);
+    sim.pass(200);
+    let busy_assoc = sim.s.job(JobId(3)).unwrap().assoc;
+    assert!(sim.s.fairshare().assoc_usage(busy_assoc) > 0.0);
+    assert!(
+        sim.priority(4) > sim.priority(3),
+        "idle {} vs busy {}",
+        sim.priority(4),
+        sim.priority(3)
+    );
+    assert_eq!((sim.priority(4), sim.priority(3)), (10_000, 5_000));
+    sim.end(1, JobState::Completed, 300);
+    assert_eq!(started(&sim.pass(300)), [4]);
+}
+
+#[test]
+fn age_counts_from_eligibility_and_puts_the_longer_eligible_job_first() {
+    let mut sim = Sim::new(
+        Cluster::flat_gpu(1, 8),
+        weights(|w| {
+            w.age = 1000;
+            w.max_age = Dur(1000);
+        }),
+    );
+    sim.submit(1, job(1, 8, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    // Job 2 is submitted first but may not begin before t=150; job 3 is eligible at t=100.
+    sim.submit(2, with(job(1, 8, 1000), |s| s.begin = Some(Time(150))), 50);
+    sim.submit(3, job(1, 8, 1000), 100);
+    sim.pass(100);
+    assert_eq!(sim.pending_reason(2), PendingReason::BeginTime);
+    sim.pass(400);
+    assert_eq!(sim.priority(3), 300);
+    assert_eq!(
+        sim.priority(2),
+        1,
+        "eligible since t=400 only; priority is at least 1"
+    );
+    sim.end(1, JobState::Completed, 400);
+    assert_eq!(started(&sim.pass(400)), [3]);
+}
+
+#[test]
+fn qos_factor_orders_jobs_by_qos_priority() {
+    let mut p = weights(|w| w.qos = 2000);
+    p.qos = vec![
+        QosConfig {
+            name: "normal".into(),
+            priority: 10,
+            preempt: vec![],
+        },
+        QosConfig {
+            name: "high".into(),
+            priority: 40,
+            preempt: vec![],
+        },
+    ];
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    sim.submit(1, job(1, 8, 100), 0);
+    sim.pass(0);
+    sim.submit(
+        2,
+        with(job(1, 8, 100), |s| s.qos = Some("normal".into())),
+        1,
+    );
+    sim.submit(3, with(job(1, 8, 100), |s| s.qos = Some("high".into())), 2);
+    sim.pass(10);
+    assert_eq!((sim.priority(2), sim.priority(3)), (500, 2000));
+    sim.end(1, JobState::Completed, 100);
+    assert_eq!(started(&sim.pass(100)), [3]);
+}
+
+#[test]
+fn partition_factor_scales_by_the_highest_partition_factor() {
+    let toml = TWO_TIERS.replace(
+        "priority_tier = 2\npriority_job_factor = 1",
+        "priority_tier = 1\npriority_job_factor = 4",
+    );
+    let mut sim = Sim::new(load(&toml), weights(|w| w.partition = 1000));
+    sim.submit(1, job(2, 8, 100), 0);
+    sim.pass(0);
+    sim.submit(2, job(1, 8, 100), 1);
+    sim.submit(
+        3,
+        with(job(1, 8, 100), |s| s.partition = Some("hi".into())),
+        2,
+    );
+    sim.pass(10);
+    assert_eq!((sim.priority(2), sim.priority(3)), (250, 1000));
+    sim.end(1, JobState::Completed, 100);
+    let ds = sim.pass(100);
+    assert_eq!(
+        started(&ds),
+        [3, 2],
+        "both fit; the higher priority is decided first"
+    );
+}
+
+#[test]
+fn nice_lowers_priority_and_can_be_changed_while_pending() {
+    // One user: the fair-share factor is 1.0 for all its jobs.
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), weights(|w| w.fairshare = 1000));
+    sim.submit(1, job(1, 8, 100), 0);
+    sim.pass(0);
+    sim.submit(2, job(1, 8, 100), 1);
+    sim.submit(3, with(job(1, 8, 100), |s| s.nice = 50), 2);
+    sim.event(
+        Event::SetNice {
+            id: JobId(2),
+            nice: 300,
+        },
+        5,
+    );
+    sim.pass(10);
+    assert_eq!((sim.priority(2), sim.priority(3)), (700, 950));
+    sim.end(1, JobState::Completed, 100);
+    assert_eq!(started(&sim.pass(100)), [3]);
+    assert!(matches!(
+        sim.try_event(
+            Event::SetNice {
+                id: JobId(3),
+                nice: 1
+            },
+            101
+        ),
+        Err(CoreError::WrongState { .. })
+    ));
+}
+
+#[test]
+fn higher_partition_tier_goes_first_whatever_the_multifactor_priority() {
+    let mut p = weights(|w| w.qos = 2000);
+    p.qos = vec![QosConfig {
+        name: "high".into(),
+        priority: 10,
+        preempt: vec![],
+    }];
+    let mut sim = Sim::new(load(TWO_TIERS), p);
+    let hi = |s: JobSpec| with(s, |s| s.partition = Some("hi".into()));
+    sim.submit(1, hi(job(2, 8, 100)), 0);
+    sim.pass(0);
+    sim.submit(2, with(job(1, 8, 100), |s| s.qos = Some("high".into())), 1);
+    sim.submit(3, hi(job(1, 8, 100)), 2);
+    sim.submit(4, job(1, 8, 100), 3);
+    let ds = sim.pass(10);
+    assert!(started(&ds).is_empty());
+    assert!(sim.priority(2) > sim.priority(3));
+    sim.end(1, JobState::Completed, 100);
+    assert_eq!(started(&sim.pass(100)), [3, 2]);
+}
+
+#[test]
+fn higher_priority_class_goes_first_whatever_the_multifactor_priority() {
+    let mut p = preempting();
+    p.priority_class[1].preempting = false;
+    p.priority.age = 1000;
+    p.priority.max_age = Dur(100);
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    sim.submit(1, job(1, 8, 1000), 0);
+    sim.pass(0);
+    sim.submit(
+        2,
+        with(job(1, 8, 100), |s| s.priority_class = Some("low".into())),
+        1,
+    );
+    sim.pass(1);
+    sim.submit(
+        3,
+        with(job(1, 8, 100), |s| s.priority_class = Some("high".into())),
+        500,
+    );
+    sim.pass(500);
+    assert!(sim.priority(2) > sim.priority(3));
+    sim.end(1, JobState::Completed, 600);
+    assert_eq!(started(&sim.pass(600)), [3]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Preemption
+// ---------------------------------------------------------------------------------------
+
+/// Four low-class 2-GPU jobs on one 8-GPU node, started at t=0, 10, 20, 30 (ids 1..=4).
+fn four_low_jobs(policy: Policy) -> Sim {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), policy);
+    for i in 0..4u64 {
+        let low = with(job(1, 2, 10_000), |s| s.priority_class = Some("low".into()));
+        sim.submit(i + 1, low, i * 10);
+        assert_eq!(started(&sim.pass(i * 10)), [i + 1]);
+    }
+    sim
+}
+
+fn high(spec: JobSpec) -> JobSpec {
+    with(spec, |s| s.priority_class = Some("high".into()))
+}
+
+#[test]
+fn high_class_preempts_the_fewest_most_recently_started_victims() {
+    let mut sim = four_low_jobs(preempting());
+    sim.submit(5, high(job(1, 4, 1000)), 100);
+    let ds = sim.pass(100);
+    assert_eq!(
+        ds,
+        [
+            Decision::Preempt {
+                victim: JobId(4),
+                by: JobId(5),
+                mode: PreemptMode::Requeue,
+                grace: Dur(30),
+            },
+            Decision::Preempt {
+                victim: JobId(3),
+                by: JobId(5),
+                mode: PreemptMode::Requeue,
+                grace: Dur(30),
+            },
+        ]
+    );
+    assert_eq!(sim.state(4), JobState::Preempting);
+    assert_eq!(sim.state(3), JobState::Preempting);
+    assert_eq!(sim.state(2), JobState::Running);
+    assert_eq!(sim.reason(5), "Resources");
+    assert_eq!(sim.pending_reason(5), PendingReason::Preempting);
+    // Nothing starts and nothing more is preempted while the victims stop.
+    assert!(sim.pass(110).is_empty());
+    sim.end(4, JobState::Cancelled, 120);
+    sim.end(3, JobState::Cancelled, 125);
+    assert_eq!(started(&sim.pass(130)), [5]);
+    assert_eq!(sim.state(3), JobState::Pending);
+    assert_eq!(sim.s.job(JobId(3)).unwrap().requeues, 1);
+}
+
+/// Regression: a victim that ended before the others was requeued and, in the next pass,
+/// restarted on the very resources it had freed for its preemptor (the preemptor waits for
+/// its other victims and is skipped), so the preemptor never got them.
+#[test]
+fn resources_freed_by_a_victim_are_kept_for_the_preemptor_until_all_victims_end() {
+    let mut sim = four_low_jobs(preempting());
+    sim.submit(5, high(job(1, 4, 1000)), 100);
+    assert_eq!(sim.pass(100).len(), 2);
+    sim.end(4, JobState::Cancelled, 110);
+    assert_eq!(sim.state(4), JobState::Pending);
+    let ds = sim.pass(110);
+    assert!(
+        started(&ds).is_empty(),
+        "job 4 restarted on its freed GPUs: {ds:?}"
+    );
+    sim.end(3, JobState::Cancelled, 120);
+    assert_eq!(started(&sim.pass(120)), [5]);
+}
+
+#[test]
+fn preempted_victim_ends_preempted_without_requeue_or_in_cancel_mode() {
+    // RequeuePolicy::Never on the victim.
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), preempting());
+    let low = with(job(1, 8, 10_000), |s| {
+        s.priority_class = Some("low".into());
+        s.requeue = RequeuePolicy::Never;
+    });
+    sim.submit(1, low, 0);
+    sim.pass(0);
+    sim.submit(2, high(job(1, 8, 100)), 10);
+    assert_eq!(summary(&sim.pass(10)), ["preempt 1 by 2"]);
+    sim.end(1, JobState::Cancelled, 20);
+    assert_eq!(sim.state(1), JobState::Preempted);
+
+    // PreemptMode::Cancel in the policy.
+    let mut p = preempting();
+    p.preemption.mode = PreemptMode::Cancel;
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    sim.submit(
+        1,
+        with(job(1, 8, 10_000), |s| s.priority_class = Some("low".into())),
+        0,
+    );
+    sim.pass(0);
+    sim.submit(2, high(job(1, 8, 100)), 10);
+    assert_eq!(
+        sim.pass(10),
+        [Decision::Preempt {
+            victim: JobId(1),
+            by: JobId(2),
+            mode: PreemptMode::Cancel,
+            grace: Dur(30),
+        }]
+    );
+    sim.end(1, JobState::Cancelled, 20);
+    assert_eq!(sim.state(1), JobState::Preempted);
+    assert_eq!(started(&sim.pass(20)), [2]);
+}
+
+#[test]
+fn non_preemptible_and_exempt_jobs_are_not_chosen() {
+    let mut p = preempting();
+    p.preemption.exempt_time = Dur(50);
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    let low = |s: JobSpec| with(s, |s| s.priority_class = Some("low".into()));
+    sim.submit(
+        1,
+        low(with(job(1, 4, 10_000), |s| s.preemptible = false)),
+        0,
+    );
+    sim.pass(0);
+    sim.submit(2, low(job(1, 2, 10_000)), 0);
+    sim.pass(0); // job 2 may be preempted from t=50
+    sim.submit(3, low(job(1, 2, 10_000)), 40);
+    sim.pass(40); // job 3 from t=90
+    sim.submit(4, high(job(1, 2, 100)), 60);
+    // Job 3 is cheaper (started last) but exempt; job 1 is not preemptible.
+    assert_eq!(summary(&sim.pass(60)), ["preempt 2 by 4"]);
+}
+
+#[test]
+fn nothing_is_preempted_when_even_all_candidates_would_not_make_room() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), preempting());
+    let low = |s: JobSpec| with(s, |s| s.priority_class = Some("low".into()));
+    sim.submit(1, low(with(job(1, 4, 1000), |s| s.preemptible = false)), 0);
+    sim.submit(2, low(job(1, 4, 1000)), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 2]);
+    sim.submit(3, high(job(1, 8, 100)), 10);
+    assert_eq!(summary(&sim.pass(10)), ["reserve 3 @1000"]);
+    assert_eq!(sim.state(2), JobState::Running);
+    assert_eq!(sim.pending_reason(3), PendingReason::Resources);
+}
+
+#[test]
+fn qos_preempt_list_lets_a_qos_preempt_another() {
+    let mut p = plain();
+    p.qos = vec![
+        QosConfig {
+            name: "scavenger".into(),
+            priority: 0,
+            preempt: vec![],
+        },
+        QosConfig {
+            name: "normal".into(),
+            priority: 0,
+            preempt: vec![],
+        },
+        QosConfig {
+            name: "urgent".into(),
+            priority: 0,
+            preempt: vec!["scavenger".into()],
+        },
+    ];
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    let qos = |s: JobSpec, q: &str| with(s, |s| s.qos = Some(q.into()));
+    sim.submit(1, qos(job(1, 4, 1000), "normal"), 0);
+    sim.submit(2, qos(job(1, 4, 1000), "scavenger"), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 2]);
+    // A normal job preempts nobody; an urgent one preempts the scavenger.
+    sim.submit(3, qos(job(1, 4, 100), "normal"), 10);
+    assert_eq!(summary(&sim.pass(10)), ["reserve 3 @1000"]);
+    sim.event(Event::Cancel { id: JobId(3) }, 11);
+    sim.submit(4, qos(job(1, 4, 100), "urgent"), 11);
+    assert_eq!(summary(&sim.pass(11)), ["preempt 2 by 4"]);
+}
+
+#[test]
+fn higher_partition_tier_preempts_a_lower_tier() {
+    let mut sim = Sim::new(load(TWO_TIERS), plain());
+    sim.submit(1, job(2, 8, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(
+        2,
+        with(job(1, 8, 100), |s| s.partition = Some("hi".into())),
+        10,
+    );
+    assert_eq!(summary(&sim.pass(10)), ["preempt 1 by 2"]);
+    sim.end(1, JobState::Cancelled, 20);
+    let ds = sim.pass(20);
+    assert_eq!(started(&ds), [2]);
+}
+
+#[test]
+fn partition_tier_preemption_can_be_turned_off() {
+    let mut p = plain();
+    p.preemption.partition_tier = false;
+    let mut sim = Sim::new(load(TWO_TIERS), p);
+    sim.submit(1, job(2, 8, 1000), 0);
+    sim.pass(0);
+    sim.submit(
+        2,
+        with(job(1, 8, 100), |s| s.partition = Some("hi".into())),
+        10,
+    );
+    assert_eq!(summary(&sim.pass(10)), ["reserve 2 @1000"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Quotas
+// ---------------------------------------------------------------------------------------
+
+/// Queues `qa` (account `a`) and `qb` (account `b`) in cohort `c`, 4 GPUs nominal each;
+/// `qa` may borrow 2 GPUs; users of `qb` may use 3 GPUs each.
+fn quota_policy() -> Policy {
+    let mut p = plain();
+    p.quotas = QuotaConfig {
+        queues: vec![
+            QueueConfig {
+                name: "qa".into(),
+                cohort: Some("c".into()),
+                nominal: QuotaAmounts::gpus(4),
+                borrowing_limit: Some(QuotaAmounts::gpus(2)),
+                lending_limit: None,
+                capability: None,
+                weight: 1,
+                accounts: vec!["a".into()],
+                max_per_user: None,
+                max_running_jobs_per_user: None,
+            },
+            QueueConfig {
+                name: "qb".into(),
+                cohort: Some("c".into()),
+                nominal: QuotaAmounts::gpus(4),
+                borrowing_limit: None,
+                lending_limit: None,
+                capability: None,
+                weight: 1,
+                accounts: vec!["b".into()],
+                max_per_user: Some(QuotaAmounts::gpus(3)),
+                max_running_jobs_per_user: None,
+            },
+        ],
+        accounts: vec![],
+    };
+    p
+}
+
+fn acct(spec: JobSpec, account: &str, user: &str) -> JobSpec {
+    with(spec, |s| {
+        s.account = account.into();
+        s.user = user.into();
+    })
+}
+
+#[test]
+fn queue_borrows_from_an_idle_cohort_member_up_to_its_borrowing_limit() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    sim.submit(1, acct(job(1, 4, 1000), "a", "u"), 0);
+    sim.submit(2, acct(job(1, 2, 1000), "a", "u"), 1);
+    sim.submit(3, acct(job(1, 1, 1000), "a", "u"), 2);
+    assert_eq!(started(&sim.pass(10)), [1, 2]);
+    let qa = sim.s.quota().queue_ix("qa").unwrap();
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 6000);
+    assert_eq!(sim.s.quota().borrowed(qa).gpu_milli, 2000);
+    assert_eq!(sim.reason(3), "QOSGrpGRES");
+    // Released on end: the blocked job starts.
+    sim.end(2, JobState::Completed, 20);
+    assert_eq!(started(&sim.pass(20)), [3]);
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 5000);
+}
+
+#[test]
+fn borrowed_quota_is_not_available_to_the_lender_beyond_what_is_left() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    sim.submit(1, acct(job(1, 6, 1000), "a", "u"), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    // qb lent 2 of its 4 GPUs; a 3-GPU job of qb does not fit the cohort's quota.
+    sim.submit(2, acct(job(1, 3, 1000), "b", "v"), 10);
+    sim.submit(3, acct(job(1, 2, 1000), "b", "w"), 11);
+    assert_eq!(started(&sim.pass(20)), [3]);
+    assert_eq!(sim.reason(2), "CohortQuotaExhausted");
+}
+
+#[test]
+fn per_user_limit_holds_one_user_but_not_another() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    sim.submit(1, acct(job(1, 2, 1000), "b", "v"), 0);
+    sim.submit(2, acct(job(1, 2, 1000), "b", "v"), 1);
+    sim.submit(3, acct(job(1, 2, 1000), "b", "w"), 2);
+    assert_eq!(started(&sim.pass(10)), [1, 3]);
+    assert_eq!(sim.reason(2), "QOSMaxGRESPerUser");
+}
+
+#[test]
+fn quota_counts_the_whole_gang() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    // Each task (3 GPUs) is within qa's 6-GPU ceiling; the gang (9) is not.
+    sim.submit(1, acct(job(3, 3, 1000), "a", "u"), 0);
+    assert!(started(&sim.pass(0)).is_empty());
+    assert_eq!(sim.reason(1), "QOSGrpGRES");
+    assert_eq!(sim.free(0), full_gpu_node());
+}
+
+/// Regression: an elastic gang was placed at its full size, found above its quota on the
+/// recheck, and left pending, although a smaller size within its quota fitted.
+#[test]
+fn elastic_gang_is_admitted_at_the_largest_size_its_quota_allows() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    let elastic = with(acct(job(4, 2, 1000), "a", "u"), |s| {
+        s.groups[0].min_count = Some(2)
+    });
+    sim.submit(1, elastic, 0);
+    let ds = sim.pass(0);
+    assert_eq!(started(&ds), [1]);
+    // qa's ceiling is 6 GPUs (4 nominal + 2 borrowed): 3 workers of 2 GPUs.
+    let Decision::Start { allocation, .. } = &ds[0] else {
+        unreachable!()
+    };
+    assert_eq!(allocation.tasks.len(), 3);
+    let qa = sim.s.quota().queue_ix("qa").unwrap();
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 6000);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Dependencies, holds, begin time, limits, constraints
+// ---------------------------------------------------------------------------------------
+
+fn dep(kind: DependencyKind, on: u64) -> Dependency {
+    Dependency::On {
+        kind,
+        job: JobId(on),
+    }
+}
+
+fn depending(spec: JobSpec, deps: Vec<Dependency>) -> JobSpec {
+    with(spec, |s| s.dependencies = deps)
+}
+
+#[test]
+fn after_waits_for_the_other_job_to_start() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    sim.event(
+        Event::Hold {
+            id: JobId(1),
+            admin: false,
+        },
+        0,
+    );
+    sim.submit(
+        2,
+        depending(job(1, 1, 100), vec![dep(DependencyKind::After, 1)]),
+        0,
+    );
+    assert!(sim.pass(0).is_empty());
+    assert_eq!(sim.reason(1), "JobHeldUser");
+    assert_eq!(sim.reason(2), "Dependency");
+    sim.event(Event::Release { id: JobId(1) }, 5);
+    assert_eq!(started(&sim.pass(5)), [1]);
+    assert_eq!(started(&sim.pass(6)), [2]);
+}
+
+#[test]
+fn afterok_and_afternotok_follow_the_outcome() {
+    for (outcome, ok, notok) in [
+        (JobState::Completed, "start", "DependencyNeverSatisfied"),
+        (JobState::Failed, "DependencyNeverSatisfied", "start"),
+    ] {
+        let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+        sim.submit(1, job(1, 1, 100), 0);
+        sim.submit(
+            2,
+            depending(job(1, 1, 100), vec![dep(DependencyKind::AfterOk, 1)]),
+            0,
+        );
+        sim.submit(
+            3,
+            depending(job(1, 1, 100), vec![dep(DependencyKind::AfterNotOk, 1)]),
+            0,
+        );
+        sim.submit(
+            4,
+            depending(job(1, 1, 100), vec![dep(DependencyKind::AfterAny, 1)]),
+            0,
+        );
+        assert_eq!(started(&sim.pass(0)), [1]);
+        assert_eq!(sim.reason(2), "Dependency");
+        assert_eq!(sim.reason(4), "Dependency");
+        sim.end(1, outcome, 50);
+        let ds = sim.pass(50);
+        let expect_started: Vec<u64> = [(2, ok), (3, notok), (4, "start")]
+            .iter()
+            .filter(|(_, what)| *what == "start")
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(started(&ds), expect_started, "after {outcome}");
+        for (id, what) in [(2, ok), (3, notok)] {
+            if what != "start" {
+                assert_eq!(sim.reason(id), what, "job {id} after {outcome}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dependencies_any_is_met_by_one_and_never_only_when_all_fail() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    sim.submit(2, job(1, 1, 100), 0);
+    let both = || {
+        depending(
+            job(1, 1, 100),
+            vec![
+                dep(DependencyKind::AfterOk, 1),
+                dep(DependencyKind::AfterOk, 2),
+            ],
+        )
+    };
+    sim.submit(3, with(both(), |s| s.dependencies_any = true), 0);
+    sim.submit(4, both(), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 2]);
+    sim.end(1, JobState::Failed, 10);
+    sim.pass(10);
+    assert_eq!(sim.reason(3), "Dependency", "one of two can still succeed");
+    assert_eq!(
+        sim.reason(4),
+        "DependencyNeverSatisfied",
+        "all must succeed"
+    );
+    sim.end(2, JobState::Completed, 20);
+    assert_eq!(started(&sim.pass(20)), [3]);
+}
+
+#[test]
+fn singleton_waits_for_the_running_job_of_the_same_name_and_user() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let named = |s: JobSpec| with(s, |s| s.name = "train".into());
+    sim.submit(1, named(job(1, 1, 100)), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(
+        2,
+        named(depending(job(1, 1, 100), vec![Dependency::Singleton])),
+        1,
+    );
+    // Another user's job of the same name does not count.
+    sim.submit(
+        3,
+        with(
+            named(depending(job(1, 1, 100), vec![Dependency::Singleton])),
+            |s| s.user = "bob".into(),
+        ),
+        1,
+    );
+    assert_eq!(started(&sim.pass(1)), [3]);
+    assert_eq!(sim.reason(2), "Dependency");
+    assert_eq!(sim.pending_reason(2), PendingReason::SingletonDependency);
+    sim.end(1, JobState::Completed, 10);
+    assert_eq!(started(&sim.pass(10)), [2]);
+}
+
+#[test]
+fn admin_hold_and_release() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, with(job(1, 1, 100), |s| s.hold = true), 0);
+    assert!(sim.pass(0).is_empty());
+    assert_eq!(sim.reason(1), "JobHeldUser");
+    sim.event(
+        Event::Hold {
+            id: JobId(1),
+            admin: true,
+        },
+        1,
+    );
+    sim.pass(1);
+    assert_eq!(sim.reason(1), "JobHeldAdmin");
+    sim.event(Event::Release { id: JobId(1) }, 2);
+    assert_eq!(started(&sim.pass(2)), [1]);
+}
+
+#[test]
+fn begin_time_defers_eligibility() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, with(job(1, 1, 100), |s| s.begin = Some(Time(100))), 0);
+    assert!(sim.pass(99).is_empty());
+    assert_eq!(sim.reason(1), "BeginTime");
+    assert_eq!(started(&sim.pass(100)), [1]);
+}
+
+#[test]
+fn time_limit_above_the_partition_limit_pends_with_partition_time_limit() {
+    let mut sim = Sim::new(load(TWO_LEAVES), plain());
+    let short = |s: JobSpec| with(s, |s| s.partition = Some("short".into()));
+    sim.submit(1, short(job(1, 1, 7200)), 0);
+    sim.submit(2, short(job(1, 1, 0)), 0); // unlimited
+    sim.submit(3, short(job(1, 1, 3600)), 0);
+    assert_eq!(started(&sim.pass(0)), [3]);
+    assert_eq!(sim.reason(1), "PartitionTimeLimit");
+    assert_eq!(sim.reason(2), "PartitionTimeLimit");
+    sim.event(
+        Event::SetTimeLimit {
+            id: JobId(1),
+            limit: Dur(60),
+        },
+        1,
+    );
+    assert_eq!(started(&sim.pass(1)), [1]);
+}
+
+/// Regression (with the next test): the pass's quick free-resource summary turned away
+/// jobs that could not fit now as `Resources` before placement could say that they never fit
+/// (`BadConstraints`) or wait for nodes that are not up (`ReqNodeNotAvail`).
+#[test]
+fn job_that_can_never_fit_pends_with_bad_constraints() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 9, 100), 0);
+    sim.submit(2, job(3, 8, 100), 0);
+    sim.submit(3, job(1, 1, 100), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 3"]);
+    assert_eq!(sim.reason(1), "BadConstraints");
+    assert_eq!(sim.reason(2), "BadConstraints");
+}
+
+#[test]
+fn job_needing_drained_nodes_pends_with_req_node_not_avail() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.node(1, NodeAvail::Drain, Some("maint"), 0);
+    sim.submit(1, job(2, 8, 100), 0);
+    assert!(sim.pass(0).is_empty());
+    assert_eq!(sim.reason(1), "ReqNodeNotAvail");
+    sim.node(1, NodeAvail::Up, None, 10);
+    assert_eq!(started(&sim.pass(10)), [1]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Node failure
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn node_down_stops_the_gang_running_on_it_and_requeues_it_whole() {
+    let mut sim = Sim::new(Cluster::flat_gpu(3, 8), plain());
+    sim.submit(1, job(2, 8, 1000), 0);
+    sim.submit(2, job(1, 8, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 2]);
+    let gang_nodes = sim.nodes_of(1);
+    let ds = sim.node(gang_nodes[0], NodeAvail::Down, Some("dead"), 10);
+    assert_eq!(
+        ds,
+        [Decision::Stop {
+            job: JobId(1),
+            grace: Dur(0),
+            why: StopReason::NodeFailure {
+                node: NodeId(gang_nodes[0])
+            },
+        }]
+    );
+    assert_eq!(
+        sim.state(1),
+        JobState::Running,
+        "still running until its tasks are gone"
+    );
+    sim.end(1, JobState::NodeFail, 11);
+    assert_eq!(sim.state(1), JobState::Pending);
+    assert_eq!(sim.s.job(JobId(1)).unwrap().requeues, 1);
+    assert_eq!(
+        sim.free(gang_nodes[1]),
+        full_gpu_node(),
+        "the whole gang was released"
+    );
+    assert_eq!(sim.state(2), JobState::Running);
+}
+
+#[test]
+fn node_down_ends_a_never_requeue_gang_node_fail() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(
+        1,
+        with(job(2, 8, 1000), |s| s.requeue = RequeuePolicy::Never),
+        0,
+    );
+    sim.pass(0);
+    assert_eq!(sim.node(0, NodeAvail::Down, None, 10).len(), 1);
+    sim.end(1, JobState::NodeFail, 11);
+    assert_eq!(sim.state(1), JobState::NodeFail);
+    assert_eq!(sim.free(1), full_gpu_node());
+}
+
+#[test]
+fn drained_node_takes_no_new_work_but_running_work_continues() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 4, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    let n = sim.nodes_of(1)[0];
+    assert!(sim.node(n, NodeAvail::Drain, Some("maint"), 10).is_empty());
+    assert_eq!(sim.state(1), JobState::Running);
+    sim.submit(2, job(1, 4, 1000), 10);
+    sim.submit(3, job(1, 4, 1000), 10);
+    sim.submit(4, job(1, 4, 1000), 10);
+    let ds = sim.pass(10);
+    assert_eq!(started(&ds), [2, 3]);
+    assert!(ds.iter().all(|d| match d {
+        Decision::Start { allocation, .. } => allocation.nodes() == [NodeId(1 - n)],
+        _ => true,
+    }));
+    sim.end(1, JobState::Completed, 20);
+    assert!(
+        started(&sim.pass(20)).is_empty(),
+        "the drained node stays out of use"
+    );
+}
+
+#[test]
+fn launch_failure_requeues_the_whole_gang_and_frees_everything() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    let mut spec = job(1, 0, 100);
+    spec.groups = vec![
+        group("launcher", 1, gpu_task(0)),
+        group("worker", 2, gpu_task(4)),
+    ];
+    sim.submit(1, spec, 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.event(
+        Event::LaunchFailed {
+            id: JobId(1),
+            reason: "image pull".into(),
+        },
+        5,
+    );
+    assert_eq!(sim.state(1), JobState::Pending);
+    assert_eq!(sim.free(0), full_gpu_node());
+    assert_eq!(sim.free(1), full_gpu_node());
+    assert_eq!(started(&sim.pass(6)), [1]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Cancel, errors, explain
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn cancel_of_a_pending_job_ends_it_at_once() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    assert!(sim.event(Event::Cancel { id: JobId(1) }, 1).is_empty());
+    assert_eq!(sim.state(1), JobState::Cancelled);
+    assert!(sim.pass(2).is_empty());
+}
+
+#[test]
+fn cancel_of_a_running_job_stops_it_and_it_ends_cancelled() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    sim.pass(0);
+    assert_eq!(
+        sim.event(Event::Cancel { id: JobId(1) }, 1),
+        [Decision::Stop {
+            job: JobId(1),
+            grace: Dur(0),
+            why: StopReason::Cancelled,
+        }]
+    );
+    sim.end(1, JobState::Completed, 2);
+    assert_eq!(sim.state(1), JobState::Cancelled);
+    assert_eq!(sim.free(0), full_gpu_node());
+}
+
+#[test]
+fn illegal_transitions_are_errors_and_change_nothing() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 1, 100), 0);
+    sim.submit(2, job(1, 1, 100), 0);
+    sim.pass(0);
+    sim.submit(3, job(1, 8, 100), 0);
+    let err = sim
+        .try_event(
+            Event::Ended {
+                id: JobId(3),
+                outcome: JobState::Completed,
+            },
+            1,
+        )
+        .unwrap_err();
+    assert!(matches!(err, CoreError::Transition(_)), "{err}");
+    assert_eq!(sim.state(3), JobState::Pending);
+    let err = sim
+        .try_event(
+            Event::Hold {
+                id: JobId(1),
+                admin: false,
+            },
+            1,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "job 1 is RUNNING; only pending jobs can be held"
+    );
+    let err = sim
+        .try_event(
+            Event::Ended {
+                id: JobId(1),
+                outcome: JobState::Running,
+            },
+            1,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "job 1 is invalid: RUNNING is not a final state"
+    );
+    let err = sim
+        .try_event(Event::Requeue { id: JobId(3) }, 1)
+        .unwrap_err();
+    assert!(matches!(err, CoreError::WrongState { .. }), "{err}");
+    assert_eq!(
+        sim.try_event(Event::Cancel { id: JobId(99) }, 1)
+            .unwrap_err(),
+        CoreError::UnknownJob(JobId(99))
+    );
+    assert_eq!(
+        sim.try_event(
+            Event::NodeAvail {
+                node: NodeId(7),
+                avail: NodeAvail::Drain,
+                reason: None
+            },
+            1
+        )
+        .unwrap_err(),
+        CoreError::UnknownNode(7)
+    );
+    // An ended job cannot end again.
+    sim.end(2, JobState::Completed, 2);
+    assert_eq!(
+        sim.try_event(
+            Event::Ended {
+                id: JobId(2),
+                outcome: JobState::Completed
+            },
+            3
+        )
+        .unwrap_err(),
+        CoreError::UnknownJob(JobId(2))
+    );
+}
+
+#[test]
+fn invalid_submissions_are_refused_with_what_is_wrong() {
+    let mut p = plain();
+    p.auto_associations = true;
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    sim.submit(1, job(1, 1, 100), 0);
+    let submit = |sim: &mut Sim, id: u64, spec: JobSpec| {
+        sim.try_event(
+            Event::Submit {
+                id: JobId(id),
+                spec: Box::new(spec),
+            },
+            0,
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert_eq!(submit(&mut sim, 1, job(1, 1, 100)), "job 1 already exists");
+    sim.event(Event::Cancel { id: JobId(1) }, 0);
+    assert_eq!(
+        submit(&mut sim, 1, job(1, 1, 100)),
+        "job 1 already exists",
+        "ids are not reused"
+    );
+    let cases: Vec<(JobSpec, &str)> = vec![
+        (
+            with(job(1, 1, 100), |s| s.partition = Some("cpu".into())),
+            "job 2 is invalid: partition `cpu` does not exist",
+        ),
+        (
+            with(job(1, 1, 100), |s| s.qos = Some("gold".into())),
+            "job 2 is invalid: qos `gold` does not exist",
+        ),
+        (
+            with(job(1, 1, 100), |s| s.priority_class = Some("vip".into())),
+            "job 2 is invalid: priority class `vip` does not exist",
+        ),
+        (
+            job(0, 1, 100),
+            "job 2 is invalid: task group `task` has no tasks",
+        ),
+        (
+            with(job(1, 1, 100), |s| {
+                s.groups[0].per_task.gpu_share_milli = Some(500)
+            }),
+            "job 2 is invalid: task group `task` asks for whole GPUs and a GPU share at once",
+        ),
+        (
+            with(job(1, 1, 100), |s| {
+                s.dependencies = vec![dep(DependencyKind::AfterOk, 42)]
+            }),
+            "job 2 is invalid: dependency on job 42, which does not exist",
+        ),
+        (
+            with(job(1, 1, 100), |s| s.queue = Some("nope".into())),
+            "job 2 is invalid: queue `nope` does not exist",
+        ),
+    ];
+    for (spec, msg) in cases {
+        assert_eq!(submit(&mut sim, 2, spec), msg);
+        assert!(sim.s.job(JobId(2)).is_none());
+    }
+}
+
+#[test]
+fn explain_lists_why_each_node_cannot_take_a_pending_job() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 6, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    let busy = sim.nodes_of(1)[0];
+    let drained = if busy == 0 { 1 } else { 0 };
+    sim.node(drained, NodeAvail::Drain, Some("maint"), 1);
+    sim.submit(2, job(2, 4, 100), 2);
+    sim.pass(2);
+    let e = sim.s.explain(JobId(2), Time(2), true).unwrap();
+    assert_eq!(e.state, JobState::Pending);
+    assert_eq!(e.reason, PendingReason::Resources);
+    let name = |n: u32| sim.s.cluster().node(NodeId(n)).name.clone();
+    let mut expect = vec![
+        NodeWhyNot {
+            node: name(drained),
+            why: "node is drained: maint".into(),
+        },
+        NodeWhyNot {
+            node: name(busy),
+            why: "2 of 8 GPUs free, a task needs 4".into(),
+        },
+    ];
+    expect.sort_by(|a, b| a.node.cmp(&b.node));
+    assert_eq!(e.nodes, expect);
+    assert_eq!(e.expected_start, Some(Time(1000)));
+    let e = sim.s.explain(JobId(2), Time(2), false).unwrap();
+    assert!(e.nodes.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Topology
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn one_leaf_job_waits_rather_than_spanning_two_leaves() {
+    let mut sim = Sim::new(load(TWO_LEAVES), plain());
+    for i in 1..=4 {
+        sim.submit(i, job(1, 8, 100 * i), 0);
+    }
+    assert_eq!(started(&sim.pass(0)), [1, 2, 3, 4]);
+    let node_of = |sim: &Sim, id| sim.nodes_of(id)[0];
+    let (on1, on3) = (
+        (1..=4).find(|&i| node_of(&sim, i) == 0).unwrap(),
+        (1..=4).find(|&i| node_of(&sim, i) == 2).unwrap(),
+    );
+    // Free n2 and n4: one node per leaf.
+    for i in 1..=4 {
+        if i != on1 && i != on3 {
+            sim.end(i, JobState::Completed, 10);
+        }
+    }
+    let one_leaf = with(job(2, 8, 100), |s| s.topology.span = NetworkSpan::OneLeaf);
+    sim.submit(10, one_leaf, 10);
+    let ds = sim.pass(10);
+    assert!(started(&ds).is_empty(), "{ds:?}");
+    assert_eq!(sim.reason(10), "Resources");
+    sim.end(on1, JobState::Completed, 20);
+    assert_eq!(started(&sim.pass(20)), [10]);
+    assert_eq!(sim.nodes_of(10), [0, 1]);
+}
+
+#[test]
+fn strict_numa_task_gets_gpus_cores_and_nics_from_one_domain() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    // Three GPUs of one domain in use: a 2-GPU strict task must go to the other domain.
+    sim.submit(1, job(1, 3, 1000), 0);
+    sim.pass(0);
+    let task = TaskResources {
+        cpus: 8,
+        mem_mib: 16 * GIB,
+        gpus: 2,
+        nics: 1,
+        ..TaskResources::default()
+    };
+    let strict = with(JobSpec::simple("alice", "ml", 2, task, Dur(100)), |s| {
+        s.topology.numa = NumaPolicy::Strict
+    });
+    sim.submit(2, strict, 1);
+    assert_eq!(started(&sim.pass(1)), [2]);
+    let shape = sim.s.cluster().shape(NodeId(0)).clone();
+    let alloc = sim.s.job(JobId(2)).unwrap().allocation.clone().unwrap();
+    for t in &alloc.tasks {
+        let d = shape
+            .numa
+            .iter()
+            .find(|d| d.gpus.contains(&t.gpus[0]))
+            .unwrap();
+        assert!(t.gpus.iter().all(|g| d.gpus.contains(g)), "{t:?}");
+        assert!(t.cores.iter().all(|c| d.cores.contains(c)), "{t:?}");
+        assert!(t.nics.iter().all(|n| d.nics.contains(n)), "{t:?}");
+        assert_eq!(t.nics.len(), 1);
+    }
+}
+
+#[test]
+fn exclusive_job_takes_a_whole_idle_node() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 1, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    let shared = sim.nodes_of(1)[0];
+    sim.submit(2, with(job(1, 1, 1000), |s| s.exclusive = true), 1);
+    assert_eq!(started(&sim.pass(1)), [2]);
+    assert_eq!(sim.nodes_of(2), [1 - shared]);
+    assert_eq!(
+        sim.s.job(JobId(2)).unwrap().per_node,
+        [(NodeId(1 - shared), full_gpu_node())]
+    );
+    // Nothing else goes on the exclusive job's node, even with 7 GPUs idle there.
+    sim.submit(3, job(1, 1, 1000), 2);
+    sim.submit(4, with(job(1, 1, 1000), |s| s.exclusive = true), 2);
+    assert_eq!(started(&sim.pass(2)), [3]);
+    assert_eq!(sim.nodes_of(3), [shared]);
+    assert_eq!(sim.reason(4), "Resources");
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Determinism
+// ---------------------------------------------------------------------------------------
+
+fn scripted_scenario() -> Vec<(u64, Decision)> {
+    let mut p = preempting();
+    p.priority = PriorityWeights::default();
+    p.fairshare.calc_period = Dur(0);
+    let mut sim = Sim::new(load(TWO_LEAVES), p);
+    let mut log = Vec::new();
+    let mut record = |now: u64, ds: Vec<Decision>| log.extend(ds.into_iter().map(|d| (now, d)));
+    for i in 0..12u64 {
+        let mut spec = acct(
+            job(
+                1 + (i % 3) as u32,
+                [1, 2, 4, 8][(i % 4) as usize],
+                200 + 50 * i,
+            ),
+            ["a", "b", "c"][(i % 3) as usize],
+            ["u", "v"][(i % 2) as usize],
+        );
+        if i % 5 == 0 {
+            spec.priority_class = Some("low".into());
+        }
+        if i % 4 == 3 {
+            spec.topology.span = NetworkSpan::OneLeaf;
+        }
+        sim.submit(i + 1, spec, i * 10);
+    }
+    record(120, sim.pass(120));
+    sim.submit(20, high(job(2, 8, 300)), 130);
+    record(130, sim.pass(130));
+    record(140, sim.node(3, NodeAvail::Down, Some("dead"), 140));
+    for t in (150..1500).step_by(50) {
+        let active: Vec<(u64, bool)> = sim
+            .s
+            .jobs()
+            .filter(|j| j.state.is_active())
+            .map(|j| {
+                (
+                    j.id.0,
+                    j.stopping.is_some() || j.end_time.is_some_and(|e| e.0 <= t),
+                )
+            })
+            .collect();
+        for (id, done) in active {
+            if done {
+                sim.end(id, JobState::Completed, t);
+            }
+        }
+        record(t, sim.pass(t));
+    }
+    log
+}
+
+#[test]
+fn same_script_gives_identical_decisions() {
+    let first = scripted_scenario();
+    let second = scripted_scenario();
+    assert!(
+        first.len() > 20,
+        "the scenario does something: {} decisions",
+        first.len()
+    );
+    assert!(
+        first
+            .iter()
+            .any(|(_, d)| matches!(d, Decision::Preempt { .. }))
+    );
+    assert!(first.iter().any(|(_, d)| matches!(d, Decision::Reserve(_))));
+    assert_eq!(first, second);
+}
+
+/// Regression: a victim cancelled by its user while being preempted ended as cancelled, and
+/// its preemptor, which only learnt of ends of victims still marked preempted, waited for it
+/// for ever (pending with reason Resources, never placed again).
+#[test]
+fn preemptor_starts_when_a_victim_is_cancelled_while_it_stops() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), preempting());
+    sim.submit(
+        1,
+        with(job(1, 8, 10_000), |s| s.priority_class = Some("low".into())),
+        0,
+    );
+    sim.pass(0);
+    sim.submit(2, high(job(1, 8, 100)), 10);
+    assert_eq!(summary(&sim.pass(10)), ["preempt 1 by 2"]);
+    sim.event(Event::Cancel { id: JobId(1) }, 11);
+    sim.end(1, JobState::Cancelled, 12);
+    assert_eq!(sim.state(1), JobState::Cancelled);
+    assert_eq!(started(&sim.pass(12)), [2]);
+}
