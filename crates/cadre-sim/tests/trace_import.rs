@@ -623,7 +623,7 @@ mod round_trip {
     }
 
     #[test]
-    fn real_philly_converts_to_jsonl_and_back() {
+    fn philly_sample_converts_to_jsonl_and_back() {
         let jobs = import_str(PHILLY, "<inline>", None, &ImportOptions::default()).unwrap();
         let mut out = Vec::new();
         write_jsonl(&jobs, &mut out).unwrap();
@@ -635,4 +635,19 @@ mod round_trip {
         let back = import_str(&text, "rt", None, &ImportOptions::default()).unwrap();
         assert_eq!(back, jobs);
     }
+}
+
+#[test]
+fn cadre_lines_take_every_spec_field_of_the_format_reference() {
+    let line = r#"{"submit": 0, "duration": 5, "spec": {"name": "a", "user": "u", "account": "acct", "partition": "gpu", "qos": "normal", "queue": "q", "priority_class": "high", "nice": 5, "begin": 10, "hold": true, "exclusive": true, "one_task_per_node": true, "dependencies_any": true, "preemptible": false, "requeue": "never", "dependencies": [{"on": {"kind": "afterok", "job": 3}}, "singleton"], "array": {"array_job": 7, "index": 2}, "topology": {"numa": "strict", "span": {"max_switches": 2}}, "features": ["a100"], "node_selector": [["zone", "a"]], "groups": [{"name": "w", "count": 2, "min_count": 1, "tasks_per_node": 1, "nodes": 2, "per_task": {"cpus": 1, "mem_mib": 2, "gpus": 1, "gpu_model": "a100", "nics": 1, "named": [["nvme", 2]]}}]}}"#;
+    let jobs = import_str(line, "x", None, &ImportOptions::default()).unwrap();
+    let s = &jobs[0].spec;
+    assert_eq!(s.dependencies.len(), 2);
+    assert_eq!(
+        s.topology.span,
+        cadre_core::job::NetworkSpan::MaxSwitches(2)
+    );
+    assert_eq!(s.groups[0].per_task.named, [("nvme".to_string(), 2)]);
+    assert_eq!(s.time_limit, Dur(60));
+    assert!(!s.preemptible && s.hold);
 }
