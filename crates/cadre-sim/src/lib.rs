@@ -4,8 +4,11 @@
 //! - [`trace`]: importers of real traces (Philly, Alibaba openb, Tiresias, Pollux) and of
 //!   cadre's own JSON-lines format, into [`trace::TraceJob`]s.
 //! - [`engine`]: the discrete-event replay.
-//! - [`report`]: what a replay measured.
+//! - [`report`]: what a replay measured; [`plot`]: the picture of several replays.
+//! - [`synthetic`]: seeded synthetic traces of any size.
 
 pub mod engine;
+pub mod plot;
 pub mod report;
+pub mod synthetic;
 pub mod trace;

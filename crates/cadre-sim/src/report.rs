@@ -29,6 +29,8 @@ const MAX_SERIES_POINTS: usize = 2000;
 pub struct Report {
     /// The policy's name (preset or file).
     pub policy: String,
+    /// GPUs of the simulated cluster.
+    pub gpus: u64,
     pub jobs: usize,
     /// Jobs that started at least once.
     pub started_jobs: usize,
@@ -334,6 +336,7 @@ impl<'a> Recorder<'a> {
         let series = downsample(std::mem::take(&mut self.series));
         Report {
             policy: String::new(),
+            gpus: self.capacity_gpus as u64,
             jobs: self.jobs.len(),
             started_jobs: self
                 .records

@@ -2,12 +2,14 @@
 //!
 //! Today it holds the scheduling core's tools: `cadre cluster` (check and show a cluster
 //! description), `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass
-//! over a job list, with every decision and reason) and `cadre bench scheduler`. The
+//! over a job list, with every decision and reason), `cadre sim` (trace replays) and
+//! `cadre bench`. The
 //! controller (`cadre up`), the Slurm command names and the Kubernetes front end come with
 //! their own crates.
 
 mod bench;
 mod plan;
+mod sim;
 
 use anyhow::{Context, Result};
 use cadre_core::cluster::Cluster;
@@ -41,6 +43,8 @@ enum Command {
     },
     /// Run one scheduling pass over a list of jobs and show every decision and reason.
     Plan(plan::PlanArgs),
+    /// Replay a trace through the scheduler with simulated time; compare policies.
+    Sim(sim::SimArgs),
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -153,6 +157,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plan(args) => plan::run(&args),
+        Command::Sim(args) => sim::run(&args),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),
