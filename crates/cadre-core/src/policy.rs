@@ -85,6 +85,7 @@ impl Policy {
                 qos: 0,
                 max_age: Dur::days(365),
                 favor_small: false,
+                size_basis: crate::priority::SizeBasis::Resources,
             },
             backfill: BackfillSettings {
                 enabled: false,
@@ -110,6 +111,7 @@ impl Policy {
                 qos: 1000,
                 max_age: Dur::days(7),
                 favor_small: false,
+                size_basis: crate::priority::SizeBasis::Resources,
             },
             backfill: BackfillSettings {
                 enabled: true,
@@ -298,7 +300,7 @@ impl Default for BackfillSettings {
         BackfillSettings {
             enabled: true,
             mode: BackfillMode::Easy,
-            reservation_depth: 4,
+            reservation_depth: 1,
             max_job_test: 100_000,
             window: Dur::days(14),
         }

@@ -29,20 +29,40 @@ pub struct PriorityWeights {
     pub max_age: Dur,
     /// Small jobs get the larger job-size factor (Slurm `PriorityFavorSmall`).
     pub favor_small: bool,
+    /// What "size" means for the job-size factor.
+    pub size_basis: SizeBasis,
+}
+
+/// What the job-size factor measures.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SizeBasis {
+    /// The job's GPUs (cores for CPU-only jobs) over the cluster's, as Slurm's job size.
+    #[default]
+    Resources,
+    /// The job's work, GPUs (or cores) times its time limit, on a logarithmic scale from
+    /// one GPU-second to the whole cluster for `max_age`: with `favor_small`, short narrow
+    /// jobs first, as Slurm's `SMALL_RELATIVE_TO_TIME` intends, without letting one huge
+    /// job flatten the scale for the rest.
+    Work,
 }
 
 impl Default for PriorityWeights {
-    /// cadre's defaults: fair-share dominates, then QOS, age, partition and size, in the
-    /// proportions Slurm's documentation suggests for a shared GPU cluster.
+    /// cadre's defaults. Fair-share dominates; then work (GPUs x time limit, smaller first)
+    /// and age at equal weight, so that short narrow jobs go first but a large job that has
+    /// waited catches up within days; then QOS and partition. Measured on the Philly trace
+    /// on 512 GPUs against the `slurm` preset (see the README): lower mean wait, JCT and
+    /// bounded slowdown at higher utilization.
     fn default() -> Self {
         PriorityWeights {
-            age: 1000,
+            age: 5000,
             fairshare: 10_000,
-            job_size: 500,
+            job_size: 5000,
             partition: 1000,
             qos: 2000,
             max_age: Dur::days(7),
-            favor_small: false,
+            favor_small: true,
+            size_basis: SizeBasis::Work,
         }
     }
 }

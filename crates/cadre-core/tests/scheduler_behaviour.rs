@@ -495,7 +495,9 @@ fn easy_backfill_reserves_only_for_its_depth_and_conservative_for_every_blocked_
 /// reservation holds got no reservation at all (and could be starved by backfill).
 #[test]
 fn second_blocked_gang_is_reserved_after_the_first_reservation_ends() {
-    let mut sim = backfill_setup(plain()); // EASY, depth 4
+    let mut policy = plain();
+    policy.backfill.reservation_depth = 4;
+    let mut sim = backfill_setup(policy);
     sim.submit(3, job(2, 8, 500), 10);
     sim.submit(4, job(2, 8, 100), 10);
     let ds = sim.pass(10);

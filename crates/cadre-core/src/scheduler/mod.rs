@@ -40,6 +40,7 @@ use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
 };
 use crate::policy::{FairShareMode, Policy, PreemptMode};
+use crate::priority::SizeBasis;
 use crate::quota::{QueueIx, QuotaBook};
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
@@ -887,14 +888,36 @@ impl Job {
     }
 
     /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
-    fn size_share(&self, cluster_gpus: u64, cluster_cpus: u64) -> f64 {
+    fn size_share(
+        &self,
+        basis: SizeBasis,
+        max_age: Dur,
+        cluster_gpus: u64,
+        cluster_cpus: u64,
+    ) -> f64 {
         let want = self.want;
-        if want.gpu_milli > 0 && cluster_gpus > 0 {
-            want.gpu_milli as f64 / (cluster_gpus * u64::from(MILLI_PER_GPU)) as f64
+        let (amount, total) = if want.gpu_milli > 0 && cluster_gpus > 0 {
+            (
+                want.gpu_milli as f64 / f64::from(MILLI_PER_GPU),
+                cluster_gpus as f64,
+            )
         } else if cluster_cpus > 0 {
-            want.cpus as f64 / cluster_cpus as f64
+            (want.cpus as f64, cluster_cpus as f64)
         } else {
-            0.0
+            return 0.0;
+        };
+        match basis {
+            SizeBasis::Resources => amount / total,
+            SizeBasis::Work => {
+                let limit = if self.spec.time_limit.0 == 0 {
+                    max_age.0
+                } else {
+                    self.spec.time_limit.0
+                };
+                let work = amount * limit as f64;
+                let most = total * max_age.0.max(1) as f64;
+                (work.max(1.0).ln() / most.max(2.0).ln()).clamp(0.0, 1.0)
+            }
         }
     }
 }

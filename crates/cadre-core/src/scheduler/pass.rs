@@ -421,10 +421,12 @@ impl Scheduler {
         Factors {
             age: self.policy.priority.age_factor(now.since(since)),
             fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
-            job_size: self
-                .policy
-                .priority
-                .job_size_factor(job.size_share(self.cluster_gpus, self.cluster_cpus)),
+            job_size: self.policy.priority.job_size_factor(job.size_share(
+                self.policy.priority.size_basis,
+                self.policy.priority.max_age,
+                self.cluster_gpus,
+                self.cluster_cpus,
+            )),
             partition: f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor),
             qos: job.qos_factor,
             nice: job.spec.nice,
