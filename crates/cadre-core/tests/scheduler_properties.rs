@@ -371,10 +371,12 @@ fn check_reservations(
     for &t in &times {
         let mut load: BTreeMap<NodeId, Amounts> = BTreeMap::new();
         for job in sched.jobs().filter(|j| j.state.is_active()) {
+            // A job asked to stop ends within its grace time, or at its time limit.
+            let limit_end = job.end_time.unwrap_or(Time::NEVER);
             let end = if job.state == JobState::Preempting || job.stopping.is_some() {
-                now + grace
+                limit_end.min(now + grace)
             } else {
-                job.end_time.unwrap_or(Time::NEVER)
+                limit_end
             };
             if end > t {
                 for &(n, a) in &job.per_node {
@@ -396,7 +398,28 @@ fn check_reservations(
         for (n, a) in load {
             let cap = cluster.shape(n).capacity();
             if !a.fits_in(&cap) {
-                return Err(format!("at {t} node {} would hold {a:?} of {cap:?}", n.0));
+                let jobs: Vec<String> = sched
+                    .jobs()
+                    .filter(|j| j.state.is_active() && j.per_node.iter().any(|(m, _)| *m == n))
+                    .map(|j| {
+                        format!(
+                            "job {} {} ends {:?} gpus {}",
+                            j.id,
+                            j.state,
+                            j.end_time,
+                            j.spec_amounts_held().gpu_milli
+                        )
+                    })
+                    .collect();
+                let res: Vec<String> = reservations
+                    .iter()
+                    .filter(|r| r.nodes.iter().any(|(m, _)| *m == n))
+                    .map(|r| format!("resv job {} {}..{} {:?}", r.job, r.start, r.end, r.nodes))
+                    .collect();
+                return Err(format!(
+                    "at {t} (now {now}) node {} would hold {a:?} of {cap:?}; running: {jobs:?}; reservations: {res:?}",
+                    n.0
+                ));
             }
         }
     }

@@ -15,7 +15,7 @@
 use crate::trace::TraceJob;
 use cadre_core::cluster::Cluster;
 use cadre_core::job::JobState;
-use cadre_core::scheduler::{Decision, PendingReason, Scheduler};
+use cadre_core::scheduler::{Decision, Scheduler};
 use cadre_core::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -213,24 +213,7 @@ impl<'a> Recorder<'a> {
                 Decision::Stop { .. } | Decision::Reserve(_) => {}
             }
         }
-        // The head job: the highest-priority pending job that could be considered.
-        let head = sched
-            .jobs()
-            .filter(|j| j.state == JobState::Pending)
-            .filter(|j| {
-                !matches!(
-                    j.reason,
-                    PendingReason::Dependency
-                        | PendingReason::JobHeldUser
-                        | PendingReason::JobHeldAdmin
-                        | PendingReason::BeginTime
-                        | PendingReason::BadConstraints
-                        | PendingReason::DependencyNeverSatisfied
-                        | PendingReason::SingletonDependency
-                )
-            })
-            .max_by_key(|j| (j.priority, std::cmp::Reverse(j.id)));
-        self.blocked = head.is_some_and(|j| j.reason == PendingReason::Resources);
+        self.blocked = sched.head_blocked();
         self.sample();
     }
 

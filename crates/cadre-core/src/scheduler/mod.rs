@@ -25,12 +25,15 @@
 //! otherwise the top blocked jobs get reservations at the earliest time they fit.
 
 mod explain;
+mod free;
 mod pass;
 mod preempt;
 mod reason;
 
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
+
+use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
 use crate::backfill::Reservation;
@@ -206,7 +209,6 @@ pub struct Job {
     pub per_node: Vec<(NodeId, Amounts)>,
     /// Billing units per second while running.
     pub billing_rate: f64,
-    pub accrued_until: Time,
     pub requeues: u32,
     /// Why the job was asked to stop, while it stops.
     pub stopping: Option<Stopping>,
@@ -248,6 +250,14 @@ pub struct Scheduler {
     quota: QuotaBook,
     /// Running jobs per (user, name), for `singleton` dependencies.
     singletons: BTreeMap<(String, String), u32>,
+    /// Usage rates of the associations with running jobs, charged lazily.
+    usage: UsageRates,
+    /// What is free now, per partition, kept up to date as jobs start and end.
+    free: FreeSummary,
+    /// What would be free were every up node idle; rebuilt after node state changes.
+    idle_free: Option<FreeSummary>,
+    /// Whether the highest-priority eligible job waited for resources in the last pass.
+    head_blocked: bool,
     /// Interned placement shapes of the jobs submitted.
     shapes: HashMap<ShapeKey, u32>,
     last_decay: Option<Time>,
@@ -313,6 +323,7 @@ impl Scheduler {
             .iter()
             .map(|n| u64::from(cluster.shapes[n.shape.0 as usize].cores))
             .sum();
+        let free = FreeSummary::new(&cluster);
         Ok(Scheduler {
             cluster,
             policy,
@@ -326,6 +337,10 @@ impl Scheduler {
             quota,
             singletons: BTreeMap::new(),
             shapes: HashMap::new(),
+            usage: UsageRates::default(),
+            free,
+            idle_free: None,
+            head_blocked: false,
             last_decay: None,
             reservations: Vec::new(),
             max_partition_factor,
@@ -364,6 +379,11 @@ impl Scheduler {
     /// The final state of an ended job.
     pub fn ended_state(&self, id: JobId) -> Option<JobState> {
         self.ended.get(&id).copied()
+    }
+
+    /// Whether the highest-priority eligible job of the last pass waited for resources.
+    pub fn head_blocked(&self) -> bool {
+        self.head_blocked
     }
 
     /// Reservations made by the last pass.
@@ -511,6 +531,10 @@ impl Scheduler {
             None => None,
         };
         let hold = spec.hold.then_some(Hold::User);
+        // Age counts from eligibility: from submission for a job nothing holds back.
+        let eligible_since =
+            (hold.is_none() && spec.begin.is_none_or(|b| b <= now) && spec.dependencies.is_empty())
+                .then_some(now);
         let (want, min_want) = (spec.amounts(), spec.min_amounts());
         let next_shape = self.shapes.len() as u32;
         let shape = *self
@@ -534,14 +558,13 @@ impl Scheduler {
                 qos_factor,
                 reason: PendingReason::None,
                 priority: 0,
-                eligible_since: None,
+                eligible_since,
                 hold,
                 start_time: None,
                 end_time: None,
                 allocation: None,
                 per_node: Vec::new(),
                 billing_rate: 0.0,
-                accrued_until: now,
                 requeues: 0,
                 stopping: None,
                 awaiting_victims: BTreeSet::new(),
@@ -626,12 +649,12 @@ impl Scheduler {
     fn finish_active(&mut self, id: JobId, now: Time, event: Lifecycle) -> Result<(), CoreError> {
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         let next = job.state.on(id, event)?;
-        let elapsed = now.since(job.accrued_until).0 as f64;
-        charge(&mut self.fairshare, job.assoc, job.billing_rate * elapsed);
-        job.accrued_until = now;
+        self.usage
+            .stop(&mut self.fairshare, job.assoc, job.billing_rate, now);
         let amounts = job.spec_amounts_held();
         let alloc = job.allocation.take().unwrap_or_default();
         self.cluster.release(id, &alloc);
+        self.free.refresh(&self.cluster, &alloc.nodes());
         let released = self
             .quota
             .release(job.queue, &job.spec.account, &job.spec.user, amounts);
@@ -685,9 +708,11 @@ impl Scheduler {
             .ok_or(CoreError::UnknownNode(node.0))?;
         n.avail = avail;
         n.reason = if avail == NodeAvail::Up { None } else { reason };
+        let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
+        self.free.refresh(&self.cluster, &[node]);
+        self.idle_free = None;
         let mut out = Vec::new();
         if avail == NodeAvail::Down {
-            let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
             for id in on_node {
                 if let Some(job) = self.jobs.get_mut(&id) {
                     if job.stopping != Some(Stopping::Cancelled) {
@@ -722,6 +747,8 @@ impl Scheduler {
             booked.is_ok(),
             "placement returned an allocation that does not book: {booked:?}"
         );
+        let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
+        self.free.refresh(&self.cluster, &touched);
         let amounts = alloc.amounts();
         let admitted = self
             .quota
@@ -734,9 +761,10 @@ impl Scheduler {
         job.ever_started = true;
         job.start_time = Some(now);
         job.end_time = Some(end_of(now, job.spec.time_limit));
-        job.accrued_until = now;
         job.reason = PendingReason::None;
         job.billing_rate = billing_rate(billing, &self.cluster, &alloc);
+        self.usage
+            .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
         job.per_node = per_node;
         job.allocation = Some(alloc.clone());
         *self
@@ -751,20 +779,18 @@ impl Scheduler {
         }
     }
 
-    /// Charges running jobs' usage up to `now`, decays all usage, and recomputes fair-share
-    /// factors when the calc period has passed.
+    /// Every calc period (Slurm's `PriorityCalcPeriod`): charges running jobs' usage up to
+    /// `now`, decays all usage by the time since the last decay, and recomputes fair-share
+    /// factors. Between calc periods usage is not looked at, so nothing is done.
     fn accrue(&mut self, now: Time) {
-        for id in &self.active {
-            let job = self
-                .jobs
-                .get_mut(id)
-                .expect("active jobs are in the job table");
-            let elapsed = now.since(job.accrued_until).0 as f64;
-            if elapsed > 0.0 {
-                charge(&mut self.fairshare, job.assoc, job.billing_rate * elapsed);
-                job.accrued_until = now;
-            }
+        let due = match self.fairshare_computed {
+            None => true,
+            Some(at) => now.since(at) >= self.policy.fairshare.calc_period,
+        };
+        if !due {
+            return;
         }
+        self.usage.charge_all(&mut self.fairshare, now);
         let half_life = self.policy.fairshare.half_life.0 as f64;
         if let Some(last) = self.last_decay {
             let elapsed = now.since(last).0 as f64;
@@ -777,14 +803,8 @@ impl Scheduler {
             }
         }
         self.last_decay = Some(now);
-        let due = match self.fairshare_computed {
-            None => true,
-            Some(at) => now.since(at) >= self.policy.fairshare.calc_period,
-        };
-        if due {
-            self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
-            self.fairshare_computed = Some(now);
-        }
+        self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
+        self.fairshare_computed = Some(now);
     }
 
     fn fairshare_algorithm(&self) -> FairShareAlgorithm {
@@ -855,18 +875,11 @@ impl Scheduler {
             }
         }
         self.quota.check_invariants().map_err(|e| e.to_string())?;
+        if self.free != FreeSummary::new(&self.cluster) {
+            return Err("the free-resource summary differs from the cluster's usage".into());
+        }
         Ok(())
     }
-}
-
-/// Charges usage; the amounts come from the scheduler's own arithmetic on non-negative
-/// finite numbers, so a refusal is a bug.
-fn charge(tree: &mut FairShareTree, assoc: AssocIx, units: f64) {
-    let charged = tree.charge(assoc, units);
-    debug_assert!(
-        charged.is_ok(),
-        "charging {units} to {assoc:?}: {charged:?}"
-    );
 }
 
 /// A job's end time by its time limit; a zero limit means unlimited.

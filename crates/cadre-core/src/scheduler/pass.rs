@@ -1,10 +1,11 @@
 //! One scheduling pass: order the eligible jobs, start what fits, preempt where allowed,
 //! reserve for the top blocked jobs, and backfill around the reservations.
 
+use super::free::FreeSummary;
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
 use crate::backfill::{Profile, Reservation};
-use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
 use crate::policy::BackfillMode;
@@ -39,114 +40,6 @@ enum Failed {
     Holds { end: Time },
 }
 
-/// What is free now, summarised per partition so that most jobs that cannot fit are turned
-/// away without running placement.
-struct FreeSummary {
-    /// Per partition, total free amounts on its up nodes.
-    total: Vec<Amounts>,
-    /// Per partition, how many nodes have exactly k whole GPUs free (index k).
-    whole_gpus: Vec<Vec<u32>>,
-    /// Whole GPUs free per node, as counted in `whole_gpus`.
-    node_whole: Vec<u32>,
-    node_free: Vec<Amounts>,
-}
-
-fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
-    let node = cluster.node(n);
-    if node.avail != NodeAvail::Up || node.usage.exclusive.is_some() {
-        return 0;
-    }
-    node.usage.gpu_milli.iter().filter(|&&m| m == 0).count() as u32
-}
-
-impl FreeSummary {
-    fn new(cluster: &Cluster) -> FreeSummary {
-        FreeSummary::of(cluster, false)
-    }
-
-    /// What would be free if every node that is up were idle: a job that may not fit even
-    /// there never fits, or needs nodes that are not up.
-    fn idle_up(cluster: &Cluster) -> FreeSummary {
-        FreeSummary::of(cluster, true)
-    }
-
-    fn of(cluster: &Cluster, idle: bool) -> FreeSummary {
-        let n = cluster.nodes.len();
-        let max_gpus = cluster
-            .shapes
-            .iter()
-            .map(|s| s.gpus.len())
-            .max()
-            .unwrap_or(0);
-        let up = |i: u32| cluster.node(NodeId(i)).avail == NodeAvail::Up;
-        let node_free: Vec<Amounts> = (0..n as u32)
-            .map(|i| match idle {
-                false => cluster.free_amounts(NodeId(i)),
-                true if up(i) => cluster.shape(NodeId(i)).capacity(),
-                true => Amounts::ZERO,
-            })
-            .collect();
-        let node_whole: Vec<u32> = (0..n as u32)
-            .map(|i| match idle {
-                false => whole_gpus_free(cluster, NodeId(i)),
-                true if up(i) => cluster.shape(NodeId(i)).gpus.len() as u32,
-                true => 0,
-            })
-            .collect();
-        let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
-        let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
-        for (p, part) in cluster.partitions.iter().enumerate() {
-            for &node in &part.nodes {
-                total[p] += node_free[node.0 as usize];
-                whole_gpus[p][node_whole[node.0 as usize] as usize] += 1;
-            }
-        }
-        FreeSummary {
-            total,
-            whole_gpus,
-            node_whole,
-            node_free,
-        }
-    }
-
-    /// False when the job certainly cannot start now in partition `p`.
-    fn may_fit(&self, p: PartitionId, job: &Job) -> bool {
-        let p = p.0 as usize;
-        if !job.min_want.fits_in(&self.total[p]) {
-            return false;
-        }
-        job.spec.groups.iter().all(|g| {
-            let per = g.per_task.gpus;
-            if per == 0 {
-                return true;
-            }
-            let slots: u64 = self.whole_gpus[p]
-                .iter()
-                .enumerate()
-                .map(|(k, &nodes)| u64::from(nodes) * (k as u64 / u64::from(per)))
-                .sum();
-            slots >= u64::from(g.min_tasks())
-        })
-    }
-
-    /// Refreshes the summary for nodes whose usage changed.
-    fn refresh(&mut self, cluster: &Cluster, nodes: &[NodeId]) {
-        for &n in nodes {
-            let i = n.0 as usize;
-            let free = cluster.free_amounts(n);
-            let whole = whole_gpus_free(cluster, n);
-            for &p in &cluster.node(n).partitions {
-                let p = p.0 as usize;
-                self.total[p] = self.total[p].saturating_sub(&self.node_free[i]) + free;
-                self.whole_gpus[p][self.node_whole[i] as usize] -= 1;
-                self.whole_gpus[p][whole as usize] += 1;
-            }
-            self.node_free[i] = free;
-            self.node_whole[i] = whole;
-        }
-    }
-}
-
 /// Amounts a job holds per node for an allocation: whole nodes for exclusive jobs.
 pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(NodeId, Amounts)> {
     let mut per_node = alloc.amounts_by_node();
@@ -169,8 +62,6 @@ impl Scheduler {
         self.accrue(now);
         let order = self.eligible_order(now);
         let mut out = Vec::new();
-        let mut summary = FreeSummary::new(&self.cluster);
-        let mut idle_summary: Option<FreeSummary> = None;
         let mut profile: Option<Profile> = None;
         let mut reservations: Vec<Reservation> = Vec::new();
         let mut blocked_partitions: BTreeSet<PartitionId> = BTreeSet::new();
@@ -182,6 +73,7 @@ impl Scheduler {
         let mut failed: HashMap<u32, Failed> = HashMap::new();
         let mut victims = None;
 
+        let head = order.first().map(|(_, id)| *id);
         for (tested, (_, id)) in order.into_iter().enumerate() {
             let job = &self.jobs[&id];
             let part = job.partition;
@@ -229,11 +121,12 @@ impl Scheduler {
                     self.set_reason(id, PendingReason::Priority);
                     continue;
                 }
-                _ if !summary.may_fit(part, job) => {
+                _ if !self.free.may_fit(part, job) => {
                     // Busy only if it could fit were the up nodes idle; otherwise placement
                     // says why it never fits or which nodes it waits for.
-                    let idle =
-                        idle_summary.get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+                    let idle = self
+                        .idle_free
+                        .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
                     if idle.may_fit(part, job) {
                         Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     } else {
@@ -269,12 +162,10 @@ impl Scheduler {
                     }
                     match alloc {
                         Some(alloc) => {
-                            let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
                             if let Some(p) = profile.as_mut() {
                                 p.hold(&per_node, now, end);
                             }
                             out.push(self.start(id, alloc, per_node, now));
-                            summary.refresh(&self.cluster, &touched);
                         }
                         None => {
                             self.set_reason(id, PendingReason::Priority);
@@ -330,6 +221,15 @@ impl Scheduler {
             }
         }
         self.reservations = reservations;
+        self.head_blocked = head.is_some_and(|id| {
+            self.jobs.get(&id).is_some_and(|j| {
+                j.state == JobState::Pending
+                    && matches!(
+                        j.reason,
+                        PendingReason::Resources | PendingReason::Preempting
+                    )
+            })
+        });
         out
     }
 
@@ -532,10 +432,11 @@ impl Scheduler {
     fn profile(&self, now: Time) -> Profile {
         let ends = self.active.iter().map(|id| {
             let job = &self.jobs[id];
+            let limit_end = job.end_time.unwrap_or(Time::NEVER);
             let end = match job.stopping {
-                // A job asked to stop ends within its grace time.
-                Some(_) => now + self.policy.preemption.grace,
-                None => job.end_time.unwrap_or(Time::NEVER),
+                // A job asked to stop ends within its grace time, or at its time limit.
+                Some(_) => limit_end.min(now + self.policy.preemption.grace),
+                None => limit_end,
             };
             (end, job.per_node.as_slice())
         });
