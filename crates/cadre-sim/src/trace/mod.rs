@@ -5,6 +5,8 @@
 //! documented function of that duration ([`ImportOptions::time_limit_factor`]): traces carry
 //! run times, not the limits users gave, and backfill needs limits.
 
+pub mod openb;
+
 use cadre_core::job::JobSpec;
 use cadre_core::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
@@ -32,7 +34,10 @@ pub struct ImportOptions {
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        ImportOptions { gpus_per_node: 8, time_limit_factor: DEFAULT_TIME_LIMIT_FACTOR }
+        ImportOptions {
+            gpus_per_node: 8,
+            time_limit_factor: DEFAULT_TIME_LIMIT_FACTOR,
+        }
     }
 }
 
@@ -58,7 +63,11 @@ pub enum TraceError {
         source: std::io::Error,
     },
     #[error("{origin}:{line}: {what}")]
-    Line { origin: String, line: usize, what: String },
+    Line {
+        origin: String,
+        line: usize,
+        what: String,
+    },
     #[error("{origin}: {what}")]
     File { origin: String, what: String },
 }
