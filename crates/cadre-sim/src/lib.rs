@@ -3,5 +3,8 @@
 //!
 //! - [`trace`]: importers of real traces (Philly, Alibaba openb, Tiresias, Pollux) and of
 //!   cadre's own JSON-lines format, into [`trace::TraceJob`]s.
+//! - [`packing`]: the arrival-only packing protocol of the FGD paper (GPU allocation rate
+//!   when the arrived demand reaches the cluster's capacity).
 
+pub mod packing;
 pub mod trace;
