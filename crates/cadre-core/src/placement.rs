@@ -61,6 +61,20 @@
 //! So a multi-node job that needs whole nodes takes whole nodes under as few leaves as
 //! possible, in the fullest leaf that has room, and a 1-GPU job goes to a partly used node.
 //!
+//! # The fragmentation preference ([`place_with_profile`])
+//! Given a [`WorkloadProfile`] (the task sizes the caller expects: one class per GPU demand,
+//! weighted, e.g. the tasks seen so far), the per-node choice above puts one criterion first:
+//! the rise in *fragmentation* of the node's free GPUs, that is the weighted sum over the
+//! classes of the free milli-GPUs a task of the class could not use (all of them when a task
+//! of the class does not fit there; else those on devices with less free than it needs per
+//! GPU, and those beyond what the node's free cores and memory can accompany with tasks of
+//! the class). A share then goes where its leftover is least useful anyway, whole GPUs stay
+//! whole, and CPU-only tasks keep cores next to free GPUs. Ties fall back to the best-fit key.
+//! In the spirit of FGD (Weng et al., ATC'23), in integers; the score is computed from the
+//! devices of a node and the task placed, once per distinct node state in a call (idle nodes
+//! of one shape are one state). Nodes with more than 16 GPUs are not scored (0). Tasks of
+//! earlier groups of the same job on a node count in its cores and memory, not its devices.
+//!
 //! # Must hold
 //! Every allocation returned books with [`Cluster::book`] (no device twice, nothing on a node
 //! that is not up), gives every task exactly what it asked for, and satisfies the job's NUMA
@@ -74,6 +88,7 @@
 //! that earlier groups of the same job touched. Devices are picked only for the winning plan.
 
 mod device;
+mod frag;
 mod select;
 
 #[cfg(test)]
@@ -84,7 +99,9 @@ use crate::cluster::{Cluster, NodeAvail, NodeId};
 use crate::job::{JobId, JobSpec, NetworkSpan, NumaPolicy, TaskGroup};
 use crate::resources::{Amounts, MILLI_PER_GPU, TaskResources};
 use device::{Layout, Shortage, UsageRef, Work};
-use select::{Cand, Engine, Plan, Pool, slot_key};
+use select::{Cand, Engine, Frag, Plan, Pool, slot_key};
+
+pub use frag::WorkloadProfile;
 use std::fmt;
 
 /// Why a job cannot be placed. [`PlacementFailure::reason`] says whether it never can
@@ -447,8 +464,9 @@ impl<'a> Ctx<'a> {
         static_refusal(self.cluster, self.job, node).is_some()
     }
 
-    /// Runs the engine on a view with the device-level pool; elastic jobs by bisection.
-    fn plan(&self, view: View) -> Option<(Vec<Cand>, Plan)> {
+    /// Runs the engine on a view with the device-level pool; elastic jobs by bisection. A
+    /// profile adds the fragmentation preference (live usage only).
+    fn plan(&self, view: View, profile: Option<&WorkloadProfile>) -> Option<(Vec<Cand>, Plan)> {
         let (cands, caps) = self.candidates(view);
         if cands.is_empty() {
             return None;
@@ -459,6 +477,17 @@ impl<'a> Ctx<'a> {
             cands: &cands,
             caps: &caps,
             slots: self.slots(),
+            frag: profile
+                .filter(|p| view == View::Now && !p.is_empty())
+                .map(|p| Frag {
+                    classes: p.needs(),
+                    cluster: self.cluster,
+                    memo: std::cell::RefCell::new(select::FragMemo::with_capacity_and_hasher(
+                        cands.len(),
+                        Default::default(),
+                    )),
+                    idle_memo: Default::default(),
+                }),
         };
         let pool = DevicePool {
             ctx: self,
@@ -599,7 +628,7 @@ impl<'a> Ctx<'a> {
                 return busy;
             }
         }
-        if self.plan(View::IdleAll).is_none() {
+        if self.plan(View::IdleAll, None).is_none() {
             return PlacementFailure::NeverFits {
                 nodes: self.eligible.len(),
                 span: self.job.topology.span,
@@ -610,7 +639,7 @@ impl<'a> Ctx<'a> {
             .eligible
             .iter()
             .all(|&n| self.cluster.node(n).avail == NodeAvail::Up);
-        if !all_up && self.plan(View::IdleUp).is_none() {
+        if !all_up && self.plan(View::IdleUp, None).is_none() {
             let unavailable = self
                 .eligible
                 .iter()
@@ -883,9 +912,32 @@ pub fn place(
     job: &JobSpec,
     eligible: &[NodeId],
 ) -> Result<Allocation, PlacementFailure> {
+    place_inner(cluster, job, eligible, None)
+}
+
+/// [`place`] with the fragmentation preference: among nodes that fit a task, the one where
+/// it raises the fragmentation of the free GPUs least for the task sizes in `profile` comes
+/// first (see the module doc). The rules of what may be placed where, and the failure when
+/// nothing fits, are those of [`place`]; a single-group job without a span requirement fits
+/// exactly when it fits with [`place`]; an empty profile gives [`place`]'s answer.
+pub fn place_with_profile(
+    cluster: &Cluster,
+    job: &JobSpec,
+    eligible: &[NodeId],
+    profile: &WorkloadProfile,
+) -> Result<Allocation, PlacementFailure> {
+    place_inner(cluster, job, eligible, Some(profile))
+}
+
+fn place_inner(
+    cluster: &Cluster,
+    job: &JobSpec,
+    eligible: &[NodeId],
+    profile: Option<&WorkloadProfile>,
+) -> Result<Allocation, PlacementFailure> {
     let ctx = Ctx::new(cluster, job, eligible)?;
     let placed = ctx
-        .plan(View::Now)
+        .plan(View::Now, profile)
         .and_then(|(cands, plan)| ctx.allocation(&cands, &plan));
     match placed {
         Some(alloc) => Ok(alloc),
@@ -978,6 +1030,7 @@ pub fn select_nodes(
         cands: &cands,
         caps: &caps,
         slots: ctx.slots(),
+        frag: None,
     };
     let pool = AmountsPool {
         cluster,

@@ -6,8 +6,11 @@
 //! - [`engine`]: the discrete-event replay.
 //! - [`report`]: what a replay measured; [`plot`]: the picture of several replays.
 //! - [`synthetic`]: seeded synthetic traces of any size.
+//! - [`packing`]: the arrival-only packing protocol of the FGD paper (GPU allocation rate
+//!   when the arrived demand reaches the cluster's capacity).
 
 pub mod engine;
+pub mod packing;
 pub mod plot;
 pub mod report;
 pub mod synthetic;

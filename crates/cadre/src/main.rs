@@ -2,12 +2,12 @@
 //!
 //! Today it holds the scheduling core's tools: `cadre cluster` (check and show a cluster
 //! description), `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass
-//! over a job list, with every decision and reason), `cadre sim` (trace replays) and
-//! `cadre bench`. The
-//! controller (`cadre up`), the Slurm command names and the Kubernetes front end come with
-//! their own crates.
+//! over a job list, with every decision and reason), `cadre sim` (trace replays),
+//! `cadre bench scheduler` and `cadre bench openb`. The controller (`cadre up`), the Slurm
+//! command names and the Kubernetes front end come with their own crates.
 
 mod bench;
+mod bench_openb;
 mod plan;
 mod sim;
 
@@ -56,6 +56,8 @@ enum Command {
 enum BenchCommand {
     /// Time full scheduling passes on a large cluster with a deep queue.
     Scheduler(bench::SchedulerBenchArgs),
+    /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
+    Openb(bench_openb::OpenbBenchArgs),
 }
 
 /// Where the cluster comes from: a description file, or a flat cluster from flags.
@@ -161,5 +163,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),
+        Command::Bench {
+            bench: BenchCommand::Openb(args),
+        } => bench_openb::run_openb(&args),
     }
 }

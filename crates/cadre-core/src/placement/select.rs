@@ -11,10 +11,14 @@
 //! run this same code; only the way a node is counted differs.
 
 use super::GroupReq;
-use crate::cluster::NodeId;
+use super::frag::{ClassNeed, FreeState, MemoHasher};
+use crate::cluster::{Cluster, NodeId};
 use crate::job::{JobSpec, NetworkSpan};
 use crate::resources::Amounts;
+use std::cell::RefCell;
 use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 /// A node that can take at least one task of some group.
 #[derive(Clone, Debug)]
@@ -78,9 +82,68 @@ struct Opt {
     key: FitKey,
 }
 
-/// Best fit of one node for some tasks: breaks an idle node, then milli-GPUs and cores left
-/// on it afterwards, then idle nodes under its leaf (fuller leaves first), then its id.
-type FitKey = (bool, u64, u64, u32, NodeId);
+/// Best fit of one node for some tasks: breaks an idle node, then the rise in fragmentation
+/// (0 without a profile), then milli-GPUs and cores left on it afterwards, then idle nodes
+/// under its leaf (fuller leaves first), then its id.
+type FitKey = (i128, bool, u64, u64, u32, NodeId);
+
+/// The fragmentation preference of [`super::place_with_profile`]: the profile's classes and
+/// the cluster whose device usage the candidates are scored on.
+pub(super) struct Frag<'a> {
+    pub classes: Vec<ClassNeed>,
+    pub cluster: &'a Cluster,
+    /// Rises already computed in this call, by (free state before, group, tasks): nodes in
+    /// the same state (idle nodes of a shape, full-but-one nodes) are scored once.
+    pub memo: RefCell<FragMemo>,
+    /// Rises on idle nodes, by (shape, group, tasks).
+    pub idle_memo: RefCell<Vec<(IdleKey, i128)>>,
+}
+
+/// An idle node's score key: (shape, group, tasks).
+pub(super) type IdleKey = (u16, usize, u32);
+
+pub(super) type FragMemo = HashMap<(FreeState, usize, u32), i128, BuildHasherDefault<MemoHasher>>;
+
+impl Frag<'_> {
+    /// How much `n` more tasks of `g` on candidate `c` raise its fragmentation; `used`: what
+    /// earlier groups of the job already take there (counted in cores and memory only).
+    fn rise(&self, c: &Cand, g: &GroupReq<'_>, gi: usize, n: u32, used: &Amounts) -> i128 {
+        let node = self.cluster.node(c.node);
+        // An idle node's state is its shape's: scored once per shape, without building it.
+        let idle_key = (c.idle && used.is_zero()).then_some((node.shape.0, gi, n));
+        if let Some(k) = idle_key {
+            if let Some(&(_, rise)) = self.idle_memo.borrow().iter().find(|(key, _)| *key == k) {
+                return rise;
+            }
+        }
+        let usage = &node.usage;
+        let free = c.free.saturating_sub(used);
+        let frees = usage
+            .gpu_milli
+            .iter()
+            .map(|&m| crate::resources::MILLI_PER_GPU.saturating_sub(m));
+        let Some(before) = FreeState::new(frees, free.cpus, free.mem_mib) else {
+            return 0;
+        };
+        let key = (before, gi, n);
+        if let Some(&rise) = self.memo.borrow().get(&key) {
+            return rise;
+        }
+        let mut after = before;
+        let r = g.res;
+        let rise = if after.take(r.gpus, g.share, n) {
+            after.take_host(r.cpus, r.mem_mib, n);
+            after.fragmentation(&self.classes) as i128 - before.fragmentation(&self.classes) as i128
+        } else {
+            0
+        };
+        self.memo.borrow_mut().insert(key, rise);
+        if let Some(k) = idle_key {
+            self.idle_memo.borrow_mut().push((k, rise));
+        }
+        rise
+    }
+}
 
 pub(super) struct Engine<'a> {
     pub job: &'a JobSpec,
@@ -91,6 +154,8 @@ pub(super) struct Engine<'a> {
     pub caps: &'a [u32],
     /// Bound of the leaf and block keys.
     pub slots: usize,
+    /// The fragmentation preference, when the caller gave a profile (device view only).
+    pub frag: Option<Frag<'a>>,
 }
 
 /// The dense key of an optional leaf or block id among `len` of them: 0 for none, the id
@@ -350,7 +415,7 @@ impl Engine<'_> {
                         i,
                         cap,
                         take: 0,
-                        key: (false, 0, 0, 0, NodeId(0)),
+                        key: (0, false, 0, 0, 0, NodeId(0)),
                     });
                 }
             }
@@ -375,7 +440,12 @@ impl Engine<'_> {
             .free
             .saturating_sub(&s.used[i])
             .saturating_sub(&(self.groups[g].res.amounts() * u64::from(n)));
+        let frag = self
+            .frag
+            .as_ref()
+            .map_or(0, |f| f.rise(c, &self.groups[g], g, n, &s.used[i]));
         (
+            frag,
             c.idle && s.tasks_on[i] == 0,
             after.gpu_milli,
             after.cpus,

@@ -159,6 +159,84 @@ fn best_fit_prefers_the_node_left_fullest() {
 }
 
 #[test]
+fn fragmentation_keeps_cores_next_to_free_gpus() {
+    // Node 0: 1 free GPU and 20 free cores; node 1: 2 free GPUs and 60 free cores. The
+    // cluster runs 1-GPU tasks of 12 cores.
+    let mut c = Cluster::flat_gpu(2, 8);
+    occupy(&mut c, 100, 0, 0, 7, 108);
+    occupy(&mut c, 101, 1, 0, 6, 68);
+    let profile = WorkloadProfile::from_tasks(&[task_res(1, 12)]);
+    let cpu_only = job(1, 0, 16);
+    // Best fit leaves the fewest GPUs free: node 0, whose last GPU then has 4 cores left.
+    let a = place(&c, &cpu_only, &all(&c)).unwrap();
+    assert_eq!(a.nodes(), vec![NodeId(0)]);
+    // The fragmentation preference keeps both nodes' GPUs usable: node 1.
+    let b = place_with_profile(&c, &cpu_only, &all(&c), &profile).unwrap();
+    assert_eq!(b.nodes(), vec![NodeId(1)]);
+    c.book(JobId(1), &b).unwrap();
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn fragmentation_puts_a_share_on_the_gpu_whose_rest_is_least_useful() {
+    // Node 0: one GPU with 600 milli free (and 7 idle GPUs); node 1: one GPU with 450 milli
+    // free (and 7 idle GPUs). The cluster runs 500-milli shares and whole GPUs.
+    let mut c = Cluster::flat_gpu(2, 8);
+    for (id, node, milli) in [(100, 0, 400), (101, 1, 550)] {
+        let t = TaskAlloc {
+            group: 0,
+            rank: 0,
+            node: NodeId(node),
+            cores: vec![0],
+            gpus: vec![0],
+            gpu_milli_each: milli,
+            nics: vec![],
+            mem_mib: 1024,
+            named: vec![],
+        };
+        let a = Allocation {
+            tasks: vec![t],
+            exclusive: false,
+        };
+        c.book(JobId(id), &a).unwrap();
+    }
+    let small = TaskResources {
+        cpus: 1,
+        mem_mib: 1024,
+        gpu_share_milli: Some(400),
+        ..TaskResources::default()
+    };
+    let half = TaskResources {
+        gpu_share_milli: Some(500),
+        ..small.clone()
+    };
+    let profile = WorkloadProfile::from_tasks(&[half, task_res(1, 4)]);
+    let j = JobSpec::simple("u", "a", 1, small, Dur::hours(1));
+    // Best fit takes the least free GPU that holds 400: node 1 (450 -> 50), where the 450
+    // could take no 500 share anyway; node 0's 600 still can.
+    let a = place(&c, &j, &all(&c)).unwrap();
+    assert_eq!(a.nodes(), vec![NodeId(1)]);
+    let b = place_with_profile(&c, &j, &all(&c), &profile).unwrap();
+    assert_eq!(b.nodes(), vec![NodeId(1)]);
+    assert_eq!(
+        (b.tasks[0].gpus.clone(), b.tasks[0].gpu_milli_each),
+        (vec![0], 400)
+    );
+}
+
+#[test]
+fn an_empty_profile_is_best_fit() {
+    let mut c = Cluster::flat_gpu(3, 8);
+    occupy(&mut c, 100, 0, 0, 2, 4);
+    occupy(&mut c, 101, 2, 0, 4, 4);
+    let j = job(1, 4, 8);
+    assert_eq!(
+        place_with_profile(&c, &j, &all(&c), &WorkloadProfile::default()),
+        place(&c, &j, &all(&c))
+    );
+}
+
+#[test]
 fn cores_come_from_the_gpus_numa_domain() {
     let c = Cluster::flat_gpu(1, 8);
     let a = place(&c, &job(2, 4, 16), &all(&c)).unwrap();
@@ -667,6 +745,58 @@ fn place_timing_on_1024_nodes_of_8_gpus() {
         }
         println!("place {label}: {:?} per call", start.elapsed() / rounds);
     }
+    // The fragmentation preference with a profile of 22 classes (the openb trace's GPU
+    // demands: 18 shares and 1, 2, 4 and 8 whole GPUs).
+    let mut profile = WorkloadProfile::default();
+    for (k, milli) in [
+        50, 110, 160, 220, 230, 270, 320, 330, 350, 370, 440, 460, 470, 480, 550, 590, 650, 810,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = TaskResources {
+            cpus: 4,
+            mem_mib: 8192,
+            gpu_share_milli: Some(milli),
+            ..TaskResources::default()
+        };
+        profile.record(&r, 10 + k as u32);
+    }
+    for gpus in [1, 2, 4, 8] {
+        profile.record(&task_res(gpus, 12 * gpus), 100 / gpus);
+    }
+    for (label, j) in [("1 gpu", job(1, 1, 8)), ("8 gpus", job(1, 8, 64))] {
+        let rounds = 1000;
+        let start = std::time::Instant::now();
+        for _ in 0..rounds {
+            std::hint::black_box(place_with_profile(&c, &j, &nodes, &profile).unwrap());
+        }
+        println!(
+            "place_with_profile {label}: {:?} per call",
+            start.elapsed() / rounds
+        );
+    }
+    // Every used node in a state of its own: the memo of scores never hits.
+    let mut varied = tree(&leaves, &[]);
+    for n in (0..1024).step_by(2) {
+        occupy(
+            &mut varied,
+            10_000 + u64::from(n),
+            n,
+            0,
+            1 + n % 7,
+            1 + n / 8,
+        );
+    }
+    let rounds = 1000;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(place_with_profile(&varied, &job(1, 1, 8), &nodes, &profile).unwrap());
+    }
+    println!(
+        "place_with_profile 1 gpu, 512 distinct node states: {:?} per call",
+        start.elapsed() / rounds
+    );
     let mut full = c.clone();
     for n in 0..1024u32 {
         let free = full.nodes[n as usize]

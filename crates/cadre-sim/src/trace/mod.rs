@@ -5,6 +5,8 @@
 //! documented function of that duration ([`ImportOptions::time_limit_factor`]): traces carry
 //! run times, not the limits users gave, and backfill needs limits.
 
+pub mod openb;
+
 use cadre_core::job::JobSpec;
 use cadre_core::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
@@ -75,7 +77,6 @@ mod philly;
 mod pollux;
 mod rows;
 mod tiresias;
-// mod openb; // written separately: the Alibaba openb pod lists
 
 pub use cadre::write_jsonl;
 pub use pollux::pollux_duration;
@@ -214,10 +215,6 @@ pub fn import_str(
         TraceFormat::Tiresias => tiresias::import(text, origin, opts),
         TraceFormat::Pollux => pollux::import(text, origin, opts),
         TraceFormat::Cadre => cadre::import(text, origin, opts),
-        // TraceFormat::Openb => openb::import(text, origin, opts),
-        TraceFormat::Openb => Err(TraceError::File {
-            origin: origin.to_string(),
-            what: "the openb importer is not part of this build".into(),
-        }),
+        TraceFormat::Openb => openb::import(text, origin, opts),
     }
 }

@@ -357,6 +357,39 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
+    fn fragmentation_preference_books_cleanly_and_fits_what_best_fit_fits(
+        (shapes, nodes, background, j) in scenario()
+    ) {
+        let mut c = build(&shapes, &nodes);
+        load(&mut c, &background);
+        let all: Vec<NodeId> = (0..c.nodes.len() as u32).map(NodeId).collect();
+        // The background and the job itself as the profile.
+        let profile = WorkloadProfile::from_tasks(
+            background.iter().chain([&j]).flat_map(|b| b.groups.iter().map(|g| &g.per_task)),
+        );
+        let with = place_with_profile(&c, &j, &all, &profile);
+        let mut reversed = all.clone();
+        reversed.reverse();
+        prop_assert_eq!(
+            &place_with_profile(&c, &j, &reversed, &profile), &with, "not deterministic"
+        );
+        if let Ok(a) = &with {
+            check(&c, &j, a)?;
+        }
+        let plain = place(&c, &j, &all);
+        if j.groups.len() == 1 && j.topology.span == NetworkSpan::Any {
+            prop_assert_eq!(with.is_ok(), plain.is_ok(), "{:?} vs {:?}", with, plain);
+        }
+        if let (Err(a), Err(b)) = (&with, &plain) {
+            prop_assert_eq!(a, b, "failures are classified alike");
+        }
+        prop_assert_eq!(
+            place_with_profile(&c, &j, &all, &WorkloadProfile::default()), plain,
+            "an empty profile is best fit"
+        );
+    }
+
+    #[test]
     fn placements_book_cleanly_and_meet_the_job((shapes, nodes, background, j) in scenario()) {
         let mut c = build(&shapes, &nodes);
         load(&mut c, &background);
