@@ -51,6 +51,20 @@ pub struct Policy {
     /// Create a missing account (under root) or user association with 1 share on first
     /// submission, instead of refusing the job.
     pub auto_associations: bool,
+    /// How placement chooses among the nodes a job fits on.
+    pub placement: PlacementRule,
+}
+
+/// How placement chooses among feasible nodes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementRule {
+    /// Least leftover first (whole idle nodes kept whole), then compactness.
+    BestFit,
+    /// The node whose free GPUs stay most useful to the task sizes submitted so far (the
+    /// idea of FGD, ATC'23), then best fit.
+    #[default]
+    Fragmentation,
 }
 
 impl Default for Policy {
@@ -68,6 +82,7 @@ impl Default for Policy {
             account: Vec::new(),
             quotas: crate::quota::QuotaConfig::default(),
             auto_associations: true,
+            placement: PlacementRule::Fragmentation,
         }
     }
 }

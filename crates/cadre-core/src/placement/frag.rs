@@ -107,6 +107,25 @@ impl WorkloadProfile {
         p
     }
 
+    /// The tasks recorded, over all classes.
+    pub fn total_weight(&self) -> u64 {
+        self.classes.iter().map(|c| c.weight).sum()
+    }
+
+    /// Halves every weight (and the sums behind the means), dropping classes that reach
+    /// zero: a profile fed for a long time forgets old demand this way.
+    pub fn halve(&mut self) {
+        for c in &mut self.classes {
+            let before = c.weight;
+            c.weight /= 2;
+            if before > 0 {
+                c.cpus_sum = c.cpus_sum / before * c.weight;
+                c.mem_sum = c.mem_sum / before * c.weight;
+            }
+        }
+        self.classes.retain(|c| c.weight > 0);
+    }
+
     /// No class recorded: the preference falls back to best fit.
     pub fn is_empty(&self) -> bool {
         self.classes.is_empty()

@@ -42,7 +42,8 @@ use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareT
 use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
 };
-use crate::policy::{FairShareMode, Policy, PreemptMode};
+use crate::placement::{self, PlacementFailure, WorkloadProfile};
+use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode};
 use crate::priority::SizeBasis;
 use crate::quota::{QueueIx, QuotaBook};
 use crate::resources::{Amounts, MILLI_PER_GPU};
@@ -258,6 +259,8 @@ pub struct Scheduler {
     idle_free: Option<FreeSummary>,
     /// Whether the highest-priority eligible job waited for resources in the last pass.
     head_blocked: bool,
+    /// The task sizes submitted, for the fragmentation preference of placement.
+    workload: WorkloadProfile,
     /// Interned placement shapes of the jobs submitted.
     shapes: HashMap<ShapeKey, u32>,
     last_decay: Option<Time>,
@@ -338,6 +341,7 @@ impl Scheduler {
             singletons: BTreeMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
+            workload: WorkloadProfile::default(),
             free,
             idle_free: None,
             head_blocked: false,
@@ -530,6 +534,12 @@ impl Scheduler {
             ),
             None => None,
         };
+        for g in &spec.groups {
+            self.workload.record(&g.per_task, g.count);
+        }
+        if self.workload.total_weight() > WORKLOAD_MEMORY {
+            self.workload.halve();
+        }
         let hold = spec.hold.then_some(Hold::User);
         // Age counts from eligibility: from submission for a job nothing holds back.
         let eligible_since =
@@ -879,6 +889,25 @@ impl Scheduler {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
         Ok(())
+    }
+}
+
+/// Tasks the workload profile remembers before it halves its weights.
+const WORKLOAD_MEMORY: u64 = 1 << 20;
+
+impl Scheduler {
+    /// Places a job on what is free now by the policy's placement rule.
+    pub(crate) fn place(
+        &self,
+        spec: &JobSpec,
+        nodes: &[NodeId],
+    ) -> Result<Allocation, PlacementFailure> {
+        match self.policy.placement {
+            PlacementRule::BestFit => placement::place(&self.cluster, spec, nodes),
+            PlacementRule::Fragmentation => {
+                placement::place_with_profile(&self.cluster, spec, nodes, &self.workload)
+            }
+        }
     }
 }
 

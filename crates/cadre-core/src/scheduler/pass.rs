@@ -130,10 +130,10 @@ impl Scheduler {
                     if idle.may_fit(part, job) {
                         Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     } else {
-                        placement::place(&self.cluster, spec, nodes)
+                        self.place(spec, nodes)
                     }
                 }
-                _ => placement::place(&self.cluster, spec, nodes),
+                _ => self.place(spec, nodes),
             };
             if let Err(fail) = &placed {
                 failed
@@ -152,7 +152,8 @@ impl Scheduler {
                                 .copied()
                                 .filter(|&n| p.untouched_until(n, end))
                                 .collect();
-                            alloc = placement::place(&self.cluster, spec, &free_of_holds)
+                            alloc = self
+                                .place(spec, &free_of_holds)
                                 .ok()
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {

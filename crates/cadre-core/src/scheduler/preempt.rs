@@ -16,7 +16,6 @@ use super::{Decision, Scheduler, Stopping};
 use crate::backfill::Profile;
 use crate::cluster::{NodeId, PartitionId};
 use crate::job::{JobId, JobState};
-use crate::placement;
 use crate::resources::Amounts;
 use crate::time::Time;
 use std::cmp::Reverse;
@@ -150,7 +149,7 @@ impl Scheduler {
                 continue;
             }
             placements += 1;
-            if placement::place(&self.cluster, &self.jobs[&id].spec, &nodes).is_ok() {
+            if self.place(&self.jobs[&id].spec, &nodes).is_ok() {
                 fits = true;
                 break;
             }
@@ -172,7 +171,7 @@ impl Scheduler {
             }
             self.rebook_after_search(v);
             placements += 1;
-            if placement::place(&self.cluster, &self.jobs[&id].spec, &nodes).is_ok() {
+            if self.place(&self.jobs[&id].spec, &nodes).is_ok() {
                 victims.retain(|&x| x != v);
             } else {
                 self.release_for_search(v);
