@@ -118,10 +118,8 @@ impl WorkloadProfile {
         for c in &mut self.classes {
             let before = c.weight;
             c.weight /= 2;
-            if before > 0 {
-                c.cpus_sum = c.cpus_sum / before * c.weight;
-                c.mem_sum = c.mem_sum / before * c.weight;
-            }
+            c.cpus_sum = c.cpus_sum.checked_div(before).unwrap_or(0) * c.weight;
+            c.mem_sum = c.mem_sum.checked_div(before).unwrap_or(0) * c.weight;
         }
         self.classes.retain(|c| c.weight > 0);
     }
