@@ -139,6 +139,8 @@ impl Policy {
                 enabled: false,
                 ..PreemptionSettings::default()
             },
+            // Slurm's select/cons_tres picks the best-fitting nodes.
+            placement: PlacementRule::BestFit,
             ..Policy::default()
         }
     }
