@@ -294,6 +294,23 @@ pub struct Partition {
     pub up: bool,
 }
 
+impl Partition {
+    /// The default partition over nodes `0..nodes`, with Slurm's default settings (tier 1,
+    /// factor 1, no time limits, up).
+    pub fn default_over(name: &str, nodes: u32) -> Partition {
+        Partition {
+            name: name.to_string(),
+            nodes: (0..nodes).map(NodeId).collect(),
+            default: true,
+            priority_tier: 1,
+            priority_job_factor: 1,
+            max_time: None,
+            default_time: None,
+            up: true,
+        }
+    }
+}
+
 /// Errors of booking and releasing allocations: each one is a bug in the caller, reported
 /// with what was wrong rather than silently corrupting usage.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -405,16 +422,7 @@ impl Cluster {
         let list = (0..nodes)
             .map(|i| Node::new(format!("node{:0width$}", i + 1), ShapeId(0), &shape))
             .collect::<Vec<_>>();
-        let partition = Partition {
-            name: "gpu".into(),
-            nodes: (0..nodes).map(NodeId).collect(),
-            default: true,
-            priority_tier: 1,
-            priority_job_factor: 1,
-            max_time: None,
-            default_time: None,
-            up: true,
-        };
+        let partition = Partition::default_over("gpu", nodes);
         Cluster::from_parts(
             "cadre".into(),
             vec![shape],

@@ -73,16 +73,7 @@ pub(super) fn tree(leaves: &[u32], blocks: &[u32]) -> Cluster {
             nodes: ids,
         });
     }
-    let partition = Partition {
-        name: "gpu".into(),
-        nodes: (0..total).map(NodeId).collect(),
-        default: true,
-        priority_tier: 1,
-        priority_job_factor: 1,
-        max_time: None,
-        default_time: None,
-        up: true,
-    };
+    let partition = Partition::default_over("gpu", total);
     Cluster::from_parts(
         "test".into(),
         vec![shape],

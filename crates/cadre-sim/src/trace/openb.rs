@@ -32,7 +32,7 @@
 //! Every row either becomes exactly one job (one node) or the import fails naming the line.
 
 use super::{ImportOptions, TraceError, TraceJob};
-use cadre_core::cluster::{Cluster, Node, NodeId, NodeShape, Partition, ShapeId};
+use cadre_core::cluster::{Cluster, Node, NodeShape, Partition, ShapeId};
 use cadre_core::job::JobSpec;
 use cadre_core::resources::{MILLI_PER_GPU, TaskResources};
 use cadre_core::time::{Dur, Time};
@@ -92,16 +92,7 @@ pub fn openb_cluster(node_list_csv_text: &str, origin: &str) -> Result<Cluster, 
             what: "the node list has no node".into(),
         });
     }
-    let partition = Partition {
-        name: "default".into(),
-        nodes: (0..nodes.len() as u32).map(NodeId).collect(),
-        default: true,
-        priority_tier: 1,
-        priority_job_factor: 1,
-        max_time: None,
-        default_time: None,
-        up: true,
-    };
+    let partition = Partition::default_over("default", nodes.len() as u32);
     Ok(Cluster::from_parts(
         "openb".into(),
         shapes,

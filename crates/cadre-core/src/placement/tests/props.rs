@@ -116,16 +116,7 @@ fn build(shapes: &[ShapeSpec], nodes: &[NodeSpec]) -> Cluster {
                 .collect(),
         })
         .collect();
-    let partition = Partition {
-        name: "all".into(),
-        nodes: (0..list.len() as u32).map(NodeId).collect(),
-        default: true,
-        priority_tier: 1,
-        priority_job_factor: 1,
-        max_time: None,
-        default_time: None,
-        up: true,
-    };
+    let partition = Partition::default_over("all", list.len() as u32);
     for n in &mut list {
         n.partitions.clear();
     }
