@@ -355,6 +355,7 @@ fn split_line(line: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cadre_core::cluster::NodeId;
 
     const NODES: &str = "\
 sn,cpu_milli,memory_mib,gpu,model
