@@ -65,8 +65,7 @@ impl Scheduler {
         let mut profile: Option<Profile> = None;
         let mut reservations: Vec<Reservation> = Vec::new();
         let mut blocked_partitions: BTreeSet<PartitionId> = BTreeSet::new();
-        let mut release_series: BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)> =
-            BTreeMap::new();
+        let mut release_series = ReleaseSeries::new();
         let backfill = self.policy.backfill.clone();
         let preempt_on = self.policy.preemption.enabled;
         let mut blocked_seen = 0u32;
@@ -77,9 +76,10 @@ impl Scheduler {
         for (tested, (_, id)) in order.into_iter().enumerate() {
             let job = &self.jobs[&id];
             let part = job.partition;
-            if tested >= backfill.max_job_test as usize
-                && (profile.is_some() || self.policy.strict_order)
-            {
+            // Like Slurm: jobs are started in order while they fit; once one is held back,
+            // only the first `max_job_test` jobs of the order are tried (bf_max_job_test).
+            let anything_blocked = blocked_seen > 0 || !blocked_partitions.is_empty();
+            if tested >= backfill.max_job_test as usize && anything_blocked {
                 self.set_reason(id, PendingReason::Priority);
                 continue;
             }
@@ -195,8 +195,6 @@ impl Scheduler {
                         let decisions = self.try_preempt(id, now);
                         if !decisions.is_empty() {
                             victims = None;
-                        }
-                        if !decisions.is_empty() {
                             out.extend(decisions);
                             self.set_reason(id, PendingReason::Preempting);
                             let p = profile.get_or_insert_with(|| self.profile(now));
