@@ -125,13 +125,34 @@ fn load_jobs(args: &SimArgs, opts: &ImportOptions, gpus: u64) -> Result<Vec<Trac
     Ok(jobs)
 }
 
+/// The simulated cluster: a cadre cluster description, a trace's own node list (an openb
+/// node CSV or a Tiresias cluster spec), or a flat cluster from flags.
+fn load_cluster(args: &ClusterArgs) -> Result<cadre_core::cluster::Cluster> {
+    if let Some(path) = args
+        .cluster
+        .as_ref()
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+    {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read cluster {}", path.display()))?;
+        return match trace::trace_cluster(&text, &path.display().to_string()) {
+            Some(cluster) => Ok(cluster?),
+            None => bail!(
+                "{}: a .csv cluster must be an openb node list (sn,cpu_milli,...) or a Tiresias cluster spec (num_switch,...)",
+                path.display()
+            ),
+        };
+    }
+    args.load()
+}
+
 pub fn run(args: &SimArgs) -> Result<ExitCode> {
     if !(args.time_limit_factor >= 1.0 && args.time_limit_factor.is_finite()) {
         bail!(
             "--time-limit-factor must be at least 1 (a limit below the run time kills every job)"
         );
     }
-    let cluster = args.cluster.load()?;
+    let cluster = load_cluster(&args.cluster)?;
     let gpus_per_node = cluster
         .shapes
         .iter()

@@ -7,6 +7,7 @@
 
 pub mod openb;
 
+use cadre_core::cluster::Cluster;
 use cadre_core::job::JobSpec;
 use cadre_core::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,25 @@ pub fn detect(header: &str) -> Option<TraceFormat> {
         f.header_prefix()
             .is_some_and(|want| columns.len() >= want.len() && columns[..want.len()] == *want)
     })
+}
+
+/// A cluster from a trace's own node list: the Alibaba openb node CSV
+/// (`sn,cpu_milli,memory_mib,gpu,model`) or a Tiresias cluster spec
+/// (`num_switch,num_node_p_switch,...`), told apart by the header. `None` for any other file.
+pub fn trace_cluster(text: &str, origin: &str) -> Option<Result<Cluster, TraceError>> {
+    let header = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_start_matches('\u{feff}');
+    if header.starts_with("sn,") {
+        Some(openb::openb_cluster(text, origin))
+    } else if header.starts_with("num_switch,") {
+        Some(tiresias_cluster(text, origin))
+    } else {
+        None
+    }
 }
 
 /// Reads the trace at `path` in `format`, or in the format its first line shows.
