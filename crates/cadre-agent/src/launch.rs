@@ -19,7 +19,7 @@
 //!
 //! Everything the child does between fork and exec is prepared in the parent (paths as C
 //! strings, the CPU set, the group list, open file descriptors) so that the child only
-//! makes system calls; see the soundness note in [`spawn`]. When one of those steps fails,
+//! makes system calls; see the soundness note in `launch_task_with`. When one of those steps fails,
 //! the child writes which one to a close-on-exec pipe before it exits, so the error says
 //! what failed ("cannot open output file ... as uid 65534") rather than a bare errno.
 

@@ -24,7 +24,9 @@
 //! convenience loop on top.
 
 pub mod cgroup;
+pub mod discovery;
 pub mod gang;
+pub mod gpu;
 pub mod jobenv;
 pub mod launch;
 pub mod pattern;
