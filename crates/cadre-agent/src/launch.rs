@@ -1,0 +1,630 @@
+//! Starting one task of a job on this node.
+//!
+//! Given a [`JobLaunch`], this node ([`LocalNode`]), the position of the task in the
+//! allocation and the account to run it as ([`RunAs`]), [`launch_task`] forks and execs the
+//! command with:
+//! - the environment of [`crate::jobenv::task_environment`] and nothing else;
+//! - stdin from `/dev/null`, stdout and stderr to the files of the job's patterns, opened
+//!   by the task itself after it has become the user (so the files belong to the user, and
+//!   a user cannot have the agent write where they may not);
+//! - its own process group (signals reach the whole task, not the agent);
+//! - its CPU affinity set to exactly the allocated cores;
+//! - its cgroup, when the node has a cgroup parent ([`crate::cgroup`]);
+//! - the user's uid, primary gid and supplementary groups when the agent is root.
+//!
+//! Who a task may run as: an agent running as root runs each task as its submitter and
+//! refuses to run as root a task whose submitter is not `root`; an agent that is not root
+//! cannot switch users, so it runs tasks as itself and refuses anyone else's. The
+//! submitter named by the job spec must be the account given.
+//!
+//! Everything the child does between fork and exec is prepared in the parent (paths as C
+//! strings, the CPU set, the group list, open file descriptors) so that the child only
+//! makes system calls; see the soundness note in `launch_task_with`. When one of those steps fails,
+//! the child writes which one to a close-on-exec pipe before it exits, so the error says
+//! what failed ("cannot open output file ... as uid 65534") rather than a bare errno.
+
+use crate::cgroup::{CgroupError, TaskCgroup};
+use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace};
+use crate::pattern::{self, expand_output_path};
+use crate::supervise::{Limits, RunningTask, TaskFiles};
+use cadre_core::cluster::NodeId;
+use cadre_core::job::JobId;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sched::CpuSet;
+use nix::sys::stat::Mode;
+use nix::unistd::{Gid, Uid, User};
+use std::ffi::{CString, OsStr};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// What went wrong launching or supervising a task.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("job {job} has {tasks} tasks; there is no task {index}")]
+    NoSuchTask {
+        job: JobId,
+        index: usize,
+        tasks: usize,
+    },
+    #[error("task {index} of job {job} is not placed on node {node}")]
+    TaskNotOnNode {
+        job: JobId,
+        index: usize,
+        node: String,
+    },
+    #[error("job {job} uses node id {} but no name was given for it", node.0)]
+    UnknownNodeName { job: JobId, node: NodeId },
+    #[error("job {job} is allocated GPU position {gpu} but this node has {gpus} GPUs")]
+    GpuOutOfRange { job: JobId, gpu: u32, gpus: usize },
+    #[error("job {job} is allocated core {core} but this node has {cores} cores")]
+    CoreOutOfRange { job: JobId, core: u32, cores: usize },
+    #[error("job {job} has no command to run")]
+    EmptyCommand { job: JobId },
+    #[error("job {job}: {what} `{value}` contains a NUL byte")]
+    NulByte {
+        job: JobId,
+        what: &'static str,
+        value: String,
+    },
+    #[error("user `{user}` does not exist on this node")]
+    UnknownUser { user: String },
+    #[error("failed to look up user `{user}`: {source}")]
+    UserLookup { user: String, source: Errno },
+    #[error("job {job} was submitted by `{submitter}` but was to run as `{user}`")]
+    UserMismatch {
+        job: JobId,
+        submitter: String,
+        user: String,
+    },
+    #[error("refusing to run job {job} of user `{user}` as root (uid 0)")]
+    RefuseRoot { job: JobId, user: String },
+    #[error(
+        "cannot run job {job} as `{user}` (uid {uid}): the agent runs as uid {agent_uid}, \
+         not root, and can only run its own tasks"
+    )]
+    CannotSwitchUser {
+        job: JobId,
+        user: String,
+        uid: u32,
+        agent_uid: u32,
+    },
+    #[error("job {job} has no task on node {node}")]
+    NoTasksOnNode { job: JobId, node: String },
+    #[error("job {job}: working directory {} does not exist", dir.display())]
+    NoWorkDir { job: JobId, dir: PathBuf },
+    #[error("failed to create a pipe for launching job {job}: {source}")]
+    Pipe { job: JobId, source: Errno },
+    #[error("failed to start task {procid} of job {job}: {step}: {source}")]
+    Spawn {
+        job: JobId,
+        procid: u32,
+        step: String,
+        source: io::Error,
+    },
+    #[error("job {job}: {source}")]
+    Cgroup { job: JobId, source: CgroupError },
+    #[error("failed to send {signal} to task {procid} of job {job} (pid {pid}): {source}")]
+    Signal {
+        job: JobId,
+        procid: u32,
+        pid: i32,
+        signal: String,
+        source: Errno,
+    },
+    #[error("failed to wait for task {procid} of job {job} (pid {pid}): {source}")]
+    Wait {
+        job: JobId,
+        procid: u32,
+        pid: i32,
+        source: io::Error,
+    },
+}
+
+/// The account a task runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: Option<PathBuf>,
+    pub shell: Option<PathBuf>,
+}
+
+impl RunAs {
+    /// The account named `name`, from the node's user database.
+    pub fn lookup(name: &str) -> Result<RunAs, LaunchError> {
+        let user = User::from_name(name)
+            .map_err(|source| LaunchError::UserLookup {
+                user: name.to_string(),
+                source,
+            })?
+            .ok_or_else(|| LaunchError::UnknownUser {
+                user: name.to_string(),
+            })?;
+        Ok(RunAs::from_user(user))
+    }
+
+    /// The account the agent runs as.
+    pub fn current() -> Result<RunAs, LaunchError> {
+        let uid = nix::unistd::geteuid();
+        let user = User::from_uid(uid)
+            .map_err(|source| LaunchError::UserLookup {
+                user: format!("uid {uid}"),
+                source,
+            })?
+            .ok_or_else(|| LaunchError::UnknownUser {
+                user: format!("uid {uid}"),
+            })?;
+        Ok(RunAs::from_user(user))
+    }
+
+    fn from_user(user: User) -> RunAs {
+        RunAs {
+            name: user.name,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            home: Some(user.dir),
+            shell: Some(user.shell),
+        }
+    }
+
+    /// `HOME`, `USER`, `LOGNAME`, `SHELL` for a task that exports nothing.
+    pub(crate) fn account_env(&self) -> Vec<(String, String)> {
+        let mut out = vec![
+            ("USER".to_string(), self.name.clone()),
+            ("LOGNAME".to_string(), self.name.clone()),
+        ];
+        if let Some(home) = &self.home {
+            out.push(("HOME".into(), home.display().to_string()));
+        }
+        if let Some(shell) = &self.shell {
+            out.push(("SHELL".into(), shell.display().to_string()));
+        }
+        out
+    }
+}
+
+/// Whether and how the child changes its identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UserSwitch {
+    uid: Uid,
+    gid: Gid,
+    groups: Vec<Gid>,
+}
+
+/// Decides who the task runs as, given the agent's effective uid.
+fn decide_user(
+    job: &JobLaunch,
+    run_as: &RunAs,
+    agent_uid: u32,
+) -> Result<Option<(u32, u32)>, LaunchError> {
+    if run_as.name != job.spec.user {
+        return Err(LaunchError::UserMismatch {
+            job: job.id,
+            submitter: job.spec.user.clone(),
+            user: run_as.name.clone(),
+        });
+    }
+    if agent_uid == 0 {
+        if run_as.uid == 0 {
+            if run_as.name != "root" {
+                return Err(LaunchError::RefuseRoot {
+                    job: job.id,
+                    user: run_as.name.clone(),
+                });
+            }
+            return Ok(None);
+        }
+        return Ok(Some((run_as.uid, run_as.gid)));
+    }
+    if run_as.uid != agent_uid {
+        return Err(LaunchError::CannotSwitchUser {
+            job: job.id,
+            user: run_as.name.clone(),
+            uid: run_as.uid,
+            agent_uid,
+        });
+    }
+    Ok(None)
+}
+
+fn user_switch(job: &JobLaunch, run_as: &RunAs) -> Result<Option<UserSwitch>, LaunchError> {
+    let Some((uid, gid)) = decide_user(job, run_as, nix::unistd::geteuid().as_raw())? else {
+        return Ok(None);
+    };
+    let name = cstring(job.id, "user name", run_as.name.as_bytes())?;
+    let gid = Gid::from_raw(gid);
+    let groups =
+        nix::unistd::getgrouplist(&name, gid).map_err(|source| LaunchError::UserLookup {
+            user: run_as.name.clone(),
+            source,
+        })?;
+    Ok(Some(UserSwitch {
+        uid: Uid::from_raw(uid),
+        gid,
+        groups,
+    }))
+}
+
+fn cstring(job: JobId, what: &'static str, bytes: &[u8]) -> Result<CString, LaunchError> {
+    CString::new(bytes).map_err(|_| LaunchError::NulByte {
+        job,
+        what,
+        value: String::from_utf8_lossy(bytes).into_owned(),
+    })
+}
+
+/// The steps the child takes before exec, in order; the byte it reports on failure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum ChildStep {
+    Cgroup = 1,
+    Affinity = 2,
+    Groups = 3,
+    Gid = 4,
+    Uid = 5,
+    Chdir = 6,
+    Stdout = 7,
+    Stderr = 8,
+}
+
+impl ChildStep {
+    fn from_byte(b: u8) -> Option<ChildStep> {
+        use ChildStep::*;
+        [Cgroup, Affinity, Groups, Gid, Uid, Chdir, Stdout, Stderr]
+            .into_iter()
+            .find(|s| *s as u8 == b)
+    }
+}
+
+/// Everything the child needs between fork and exec, prepared by the parent.
+struct ChildPlan {
+    cgroup_procs: Option<OwnedFd>,
+    cpus: Option<CpuSet>,
+    switch: Option<UserSwitch>,
+    work_dir: CString,
+    stdout: CString,
+    /// `None`: stderr goes to the stdout file.
+    stderr: Option<CString>,
+    /// Open flags for the stdout and stderr files.
+    stdout_flags: OFlag,
+    stderr_flags: OFlag,
+    /// Write end of the step-report pipe.
+    report: OwnedFd,
+}
+
+impl ChildPlan {
+    /// Runs in the child after fork: system calls only, no allocation, no locks.
+    fn run(&self) -> io::Result<()> {
+        let fail = |step: ChildStep, e: Errno| -> io::Error {
+            // Nothing useful can be done if the report cannot be written: the errno still
+            // reaches the parent through std's own pipe.
+            let _ = nix::unistd::write(&self.report, &[step as u8]);
+            io::Error::from_raw_os_error(e as i32)
+        };
+        if let Some(fd) = &self.cgroup_procs {
+            // "0" moves the writing process itself.
+            nix::unistd::write(fd, b"0").map_err(|e| fail(ChildStep::Cgroup, e))?;
+        }
+        if let Some(cpus) = &self.cpus {
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus)
+                .map_err(|e| fail(ChildStep::Affinity, e))?;
+        }
+        if let Some(s) = &self.switch {
+            nix::unistd::setgroups(&s.groups).map_err(|e| fail(ChildStep::Groups, e))?;
+            nix::unistd::setgid(s.gid).map_err(|e| fail(ChildStep::Gid, e))?;
+            nix::unistd::setuid(s.uid).map_err(|e| fail(ChildStep::Uid, e))?;
+        }
+        nix::unistd::chdir(self.work_dir.as_c_str()).map_err(|e| fail(ChildStep::Chdir, e))?;
+        let mode = Mode::from_bits_truncate(0o644);
+        let out = nix::fcntl::open(self.stdout.as_c_str(), self.stdout_flags, mode)
+            .map_err(|e| fail(ChildStep::Stdout, e))?;
+        nix::unistd::dup2_stdout(&out).map_err(|e| fail(ChildStep::Stdout, e))?;
+        match &self.stderr {
+            None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(ChildStep::Stderr, e))?,
+            Some(path) => {
+                let err = nix::fcntl::open(path.as_c_str(), self.stderr_flags, mode)
+                    .map_err(|e| fail(ChildStep::Stderr, e))?;
+                nix::unistd::dup2_stderr(&err).map_err(|e| fail(ChildStep::Stderr, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn open_flags(mode: OpenMode) -> OFlag {
+    // O_APPEND even when truncating: tasks sharing one file must not overwrite each other.
+    let base = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND | OFlag::O_CLOEXEC;
+    match mode {
+        OpenMode::Append => base,
+        OpenMode::Truncate => base | OFlag::O_TRUNC,
+    }
+}
+
+/// The stdout and stderr paths of a task (stderr `None`: into the stdout file).
+pub fn output_paths(
+    job: &JobLaunch,
+    node: &LocalNode,
+    place: &TaskPlace,
+) -> (PathBuf, Option<PathBuf>) {
+    let values = jobenv::pattern_values(job, node, place);
+    let out_pattern = job
+        .stdout
+        .as_deref()
+        .unwrap_or(pattern::default_output_pattern(job.spec.array.is_some()));
+    let stdout = expand_output_path(out_pattern, &values, &job.work_dir);
+    let stderr = job
+        .stderr
+        .as_deref()
+        .map(|p| expand_output_path(p, &values, &job.work_dir))
+        .filter(|p| *p != stdout);
+    (stdout, stderr)
+}
+
+/// Starts task `index` of the job's allocation on this node, as `run_as`.
+pub fn launch_task(
+    job: &JobLaunch,
+    node: &LocalNode,
+    index: usize,
+    run_as: &RunAs,
+) -> Result<RunningTask, LaunchError> {
+    launch_task_with(job, node, index, run_as, (job.open_mode, job.open_mode))
+}
+
+/// [`launch_task`] with the open modes of the stdout and stderr files given (the gang
+/// truncates a file shared by several tasks only once).
+pub(crate) fn launch_task_with(
+    job: &JobLaunch,
+    node: &LocalNode,
+    index: usize,
+    run_as: &RunAs,
+    open_modes: (OpenMode, OpenMode),
+) -> Result<RunningTask, LaunchError> {
+    let env = jobenv::task_environment(job, node, index, run_as)?;
+    let task = &job.allocation.tasks[index];
+    let place = jobenv::task_place(&job.allocation, index).ok_or(LaunchError::NoSuchTask {
+        job: job.id,
+        index,
+        tasks: job.allocation.tasks.len(),
+    })?;
+    let switch = user_switch(job, run_as)?;
+    let Some((program, args)) = job.command.split_first() else {
+        return Err(LaunchError::EmptyCommand { job: job.id });
+    };
+    if !job.work_dir.is_dir() {
+        return Err(LaunchError::NoWorkDir {
+            job: job.id,
+            dir: job.work_dir.clone(),
+        });
+    }
+    let cpus = jobenv::os_cpus(job.id, node, task)?;
+    let cpus = if cpus.is_empty() {
+        None
+    } else {
+        let mut set = CpuSet::new();
+        for &c in &cpus {
+            set.set(c as usize)
+                .map_err(|_| LaunchError::CoreOutOfRange {
+                    job: job.id,
+                    core: c,
+                    cores: CpuSet::count(),
+                })?;
+        }
+        Some(set)
+    };
+    let (stdout, stderr) = output_paths(job, node, &place);
+    let path_c = |what, p: &Path| cstring(job.id, what, p.as_os_str().as_bytes());
+
+    let cgroup = match &node.cgroup_parent {
+        Some(parent) => Some(
+            TaskCgroup::create(parent, job.id, place.procid, task.mem_mib).map_err(|source| {
+                LaunchError::Cgroup {
+                    job: job.id,
+                    source,
+                }
+            })?,
+        ),
+        None => None,
+    };
+    let cgroup_procs = match &cgroup {
+        Some(cg) => Some(cg.procs_fd().map_err(|source| LaunchError::Cgroup {
+            job: job.id,
+            source,
+        })?),
+        None => None,
+    };
+    let (report_read, report_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|source| LaunchError::Pipe {
+            job: job.id,
+            source,
+        })?;
+    let plan = ChildPlan {
+        cgroup_procs,
+        cpus,
+        switch: switch.clone(),
+        work_dir: path_c("working directory", &job.work_dir)?,
+        stdout: path_c("output file", &stdout)?,
+        stderr: stderr
+            .as_deref()
+            .map(|p| path_c("error file", p))
+            .transpose()?,
+        stdout_flags: open_flags(open_modes.0),
+        stderr_flags: open_flags(open_modes.1),
+        report: report_write,
+    };
+
+    let mut cmd = Command::new(OsStr::new(program));
+    cmd.args(args)
+        .env_clear()
+        .envs(&env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    // SAFETY: `pre_exec` runs the closure in the child between fork and exec, where only
+    // async-signal-safe operations are allowed (the parent may have other threads holding
+    // locks, e.g. the allocator's). `ChildPlan::run` only reads data prepared before the
+    // fork (C strings, a CpuSet, a group list, file descriptors) and makes direct system
+    // calls through nix (write, sched_setaffinity, setgroups, setgid, setuid, chdir, open,
+    // dup2, close on drop of the opened descriptors); none of them allocates or takes a
+    // lock: nix passes `&CStr` paths straight through and `io::Error::from_raw_os_error`
+    // does not allocate. The closure does not touch the parent's state.
+    unsafe {
+        cmd.pre_exec(move || plan.run());
+    }
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    // Dropping the command closes our copy of the report pipe's write end, so the read
+    // below sees the child's report or end of file, never blocks.
+    drop(cmd);
+    let child = match spawned {
+        Ok(child) => child,
+        Err(source) => {
+            let mut byte = [0u8; 1];
+            let mut reader = std::fs::File::from(report_read);
+            let step = match reader.read(&mut byte) {
+                Ok(1) => ChildStep::from_byte(byte[0]),
+                _ => None,
+            };
+            if let Some(cg) = &cgroup {
+                cg.remove();
+            }
+            let step = describe_step(step, program, &job.work_dir, &stdout, &stderr, &switch);
+            return Err(LaunchError::Spawn {
+                job: job.id,
+                procid: place.procid,
+                step,
+                source,
+            });
+        }
+    };
+    Ok(RunningTask::new(
+        job.id,
+        place,
+        child,
+        started,
+        Limits {
+            time_limit: job.time_limit,
+            kill_wait: job.kill_wait,
+            signal: job.signal,
+        },
+        TaskFiles { stdout, stderr },
+        cgroup,
+    ))
+}
+
+fn describe_step(
+    step: Option<ChildStep>,
+    program: &str,
+    work_dir: &Path,
+    stdout: &Path,
+    stderr: &Option<PathBuf>,
+    switch: &Option<UserSwitch>,
+) -> String {
+    let who = match switch {
+        Some(s) => format!("uid {}", s.uid),
+        None => "the agent's user".to_string(),
+    };
+    match step {
+        None => format!("cannot execute `{program}`"),
+        Some(ChildStep::Cgroup) => "cannot join the task's cgroup".into(),
+        Some(ChildStep::Affinity) => "cannot pin to the allocated cores".into(),
+        Some(ChildStep::Groups) => format!("cannot set the supplementary groups of {who}"),
+        Some(ChildStep::Gid) => format!("cannot set the group id of {who}"),
+        Some(ChildStep::Uid) => format!("cannot become {who}"),
+        Some(ChildStep::Chdir) => {
+            format!(
+                "cannot enter working directory {} as {who}",
+                work_dir.display()
+            )
+        }
+        Some(ChildStep::Stdout) => {
+            format!("cannot open output file {} as {who}", stdout.display())
+        }
+        Some(ChildStep::Stderr) => format!(
+            "cannot open error file {} as {who}",
+            stderr.as_deref().unwrap_or(stdout).display()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::alloc::Allocation;
+    use cadre_core::job::JobSpec;
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::Dur;
+    use std::collections::BTreeMap;
+
+    fn job(user: &str) -> JobLaunch {
+        JobLaunch::new(
+            JobId(9),
+            JobSpec::simple(user, "a", 1, TaskResources::default(), Dur(0)),
+            Allocation::default(),
+            BTreeMap::new(),
+            vec!["true".into()],
+            PathBuf::from("/"),
+        )
+    }
+
+    fn account(name: &str, uid: u32) -> RunAs {
+        RunAs {
+            name: name.into(),
+            uid,
+            gid: uid,
+            home: None,
+            shell: None,
+        }
+    }
+
+    #[test]
+    fn root_agent_switches_to_the_submitter_and_never_runs_others_as_root() {
+        assert_eq!(
+            decide_user(&job("alice"), &account("alice", 1000), 0).unwrap(),
+            Some((1000, 1000))
+        );
+        assert_eq!(
+            decide_user(&job("root"), &account("root", 0), 0).unwrap(),
+            None
+        );
+        let err = decide_user(&job("toor"), &account("toor", 0), 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "refusing to run job 9 of user `toor` as root (uid 0)"
+        );
+        let err = decide_user(&job("alice"), &account("bob", 1001), 0).unwrap_err();
+        assert!(matches!(err, LaunchError::UserMismatch { .. }), "{err}");
+    }
+
+    #[test]
+    fn unprivileged_agent_runs_only_its_own_tasks() {
+        assert_eq!(
+            decide_user(&job("me"), &account("me", 1234), 1234).unwrap(),
+            None
+        );
+        let err = decide_user(&job("alice"), &account("alice", 1000), 1234).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot run job 9 as `alice` (uid 1000): the agent runs as uid 1234, not root, \
+             and can only run its own tasks"
+        );
+    }
+
+    #[test]
+    fn child_steps_round_trip_through_their_byte() {
+        for b in 0..=9u8 {
+            if let Some(s) = ChildStep::from_byte(b) {
+                assert_eq!(s as u8, b);
+            } else {
+                assert!(b == 0 || b == 9);
+            }
+        }
+    }
+}

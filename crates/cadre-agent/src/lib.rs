@@ -1,0 +1,33 @@
+//! cadre-agent: the node agent's library part. What runs on every node, the `slurmd` and
+//! `slurmstepd` role: find out what the node has, and run the tasks the controller places
+//! on it exactly as their allocation says.
+//!
+//! Lives here:
+//! - [`discovery`]: the node's hardware as a [`cadre_core::cluster::NodeShape`] (cores and
+//!   NUMA domains from sysfs, memory from procfs, RDMA NICs, GPUs through NVML), with
+//!   emulated GPUs on machines that have none, and a report of what was found.
+//! - [`jobenv`]: what the controller tells the agent about a job ([`jobenv::JobLaunch`]),
+//!   what the agent knows about its node ([`jobenv::LocalNode`]), and the environment a
+//!   task sees (the Slurm job variables, `CUDA_VISIBLE_DEVICES`).
+//! - [`pattern`]: Slurm's output file name patterns (`slurm-%j.out`).
+//! - [`launch`]: starting one task: user switch, CPU pinning, working directory, output
+//!   files, process group, optional cgroup.
+//! - [`supervise`]: a running task's time limit, `--signal` before the end, cancellation,
+//!   and its outcome as a [`cadre_core::job::JobState`].
+//! - [`gang`]: starting all of a job's tasks on this node, or none.
+//! - [`cgroup`]: one cgroup v2 per task where the agent is given one, for out-of-memory
+//!   detection.
+//!
+//! Not here (yet): the agent process, its connection to the controller and the protocol,
+//! health checks, log shipping. Nothing here is async: supervision is a state machine
+//! ([`supervise::Supervisor`]) driven by the caller's clock readings, with a blocking
+//! convenience loop on top.
+
+pub mod cgroup;
+pub mod discovery;
+pub mod gang;
+pub mod gpu;
+pub mod jobenv;
+pub mod launch;
+pub mod pattern;
+pub mod supervise;

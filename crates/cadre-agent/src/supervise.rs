@@ -1,0 +1,742 @@
+//! Supervising a running task: its time limit, the `--signal` sent before the end,
+//! cancellation, and its outcome.
+//!
+//! The decisions are a small state machine, [`Supervisor`], with one transition function
+//! ([`Supervisor::step`]) fed the caller's clock readings: it never reads a clock itself,
+//! so its rules are tested with made-up instants. [`RunningTask`] applies its decisions to
+//! a real process (signals to the task's process group) and reaps it.
+//!
+//! The rules, after Slurm:
+//! - at `start + time_limit`: SIGCONT and SIGTERM to the task's process group; after
+//!   KillWait, SIGKILL. The outcome is TIMEOUT however the task then ends.
+//! - cancel: the same sequence from now; the outcome is CANCELLED (a task already being
+//!   stopped at its limit stays TIMEOUT).
+//! - `--signal=[B:]SIG[@TIME]`: SIG at `start + time_limit - TIME` (at once if TIME is
+//!   longer than the limit), once; to the whole process group, or with `B:` to the task's
+//!   main process only. Only jobs with a time limit get it.
+//! - when the main process ends, whatever is left of its process group (and of its cgroup)
+//!   is killed before the process is reaped, so the group id cannot be reused meanwhile.
+//! - outcome: cancelled > timed out > killed by the kernel for memory (only where a task
+//!   cgroup says so, see [`crate::cgroup`]) > exit status 0 COMPLETED, anything else
+//!   (non-zero exit, death by a signal) FAILED.
+
+use crate::cgroup::{OomCheck, TaskCgroup};
+use crate::jobenv::TaskPlace;
+use crate::launch::LaunchError;
+use cadre_core::job::{JobId, JobState};
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Child;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest sleep of [`RunningTask::wait`] between checks of the process.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Slurm's default `--signal` lead time.
+const DEFAULT_SIGNAL_LEAD: Duration = Duration::from_secs(60);
+
+/// Who receives a signal.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SignalTarget {
+    /// The task's process group: the task and everything it started.
+    Group,
+    /// The task's main process only (`--signal=B:...`).
+    Leader,
+}
+
+/// `--signal=[{R|B}:]SIG[@TIME]`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PreEndSignal {
+    pub signal: Signal,
+    /// How long before the end of the time limit.
+    pub before: Duration,
+    pub target: SignalTarget,
+}
+
+/// A `--signal` value that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("failed to parse --signal value `{value}`: {why}")]
+pub struct SignalSpecError {
+    pub value: String,
+    pub why: String,
+}
+
+impl FromStr for PreEndSignal {
+    type Err = SignalSpecError;
+
+    /// Parses Slurm's `--signal` value: `USR1`, `SIGUSR1@90`, `B:10@120`, `R:TERM`.
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let err = |why: String| SignalSpecError {
+            value: value.to_string(),
+            why,
+        };
+        let (target, rest) = match value.split_once(':') {
+            Some(("B", rest)) => (SignalTarget::Leader, rest),
+            Some(("R", rest)) => (SignalTarget::Group, rest),
+            Some((other, _)) => return Err(err(format!("unknown prefix `{other}:`"))),
+            None => (SignalTarget::Group, value),
+        };
+        let (sig, before) = match rest.split_once('@') {
+            Some((sig, secs)) => {
+                let secs: u64 = secs
+                    .parse()
+                    .map_err(|_| err(format!("`{secs}` is not a number of seconds")))?;
+                if secs > 65_535 {
+                    return Err(err(format!("{secs} s is above 65535")));
+                }
+                (sig, Duration::from_secs(secs))
+            }
+            None => (rest, DEFAULT_SIGNAL_LEAD),
+        };
+        let signal = match sig.parse::<i32>() {
+            Ok(n) => Signal::try_from(n).map_err(|_| err(format!("no signal number {n}")))?,
+            Err(_) => {
+                let upper = sig.to_ascii_uppercase();
+                let name = if upper.starts_with("SIG") {
+                    upper
+                } else {
+                    format!("SIG{upper}")
+                };
+                Signal::from_str(&name).map_err(|_| err(format!("no signal named `{sig}`")))?
+            }
+        };
+        Ok(PreEndSignal {
+            signal,
+            before,
+            target,
+        })
+    }
+}
+
+/// The limits a task runs under.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// From the task's start; `None`: unlimited.
+    pub time_limit: Option<Duration>,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_wait: Duration,
+    pub signal: Option<PreEndSignal>,
+}
+
+/// Why the agent is stopping a task.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    TimeLimit,
+    Cancelled,
+}
+
+/// Where the supervisor is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// SIGTERM sent; SIGKILL at `kill_at` unless already `killed`.
+    Stopping {
+        reason: StopReason,
+        kill_at: Instant,
+        killed: bool,
+    },
+}
+
+/// What the supervisor is told.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Time has passed; act on whatever is due.
+    Tick,
+    /// The controller cancelled the job.
+    Cancel,
+    /// Kill at once, no grace: the gang could not start and the job goes back to the
+    /// queue, so there is nothing for the task to save.
+    Abort,
+}
+
+/// A signal to send.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SignalAction {
+    pub target: SignalTarget,
+    pub signal: Signal,
+}
+
+/// The decisions of supervision, for one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Supervisor {
+    start: Instant,
+    limits: Limits,
+    pre_end_sent: bool,
+    phase: Phase,
+}
+
+impl Supervisor {
+    pub fn new(start: Instant, limits: Limits) -> Supervisor {
+        Supervisor {
+            start,
+            limits,
+            pre_end_sent: false,
+            phase: Phase::Running,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        match self.phase {
+            Phase::Running => None,
+            Phase::Stopping { reason, .. } => Some(reason),
+        }
+    }
+
+    fn end(&self) -> Option<Instant> {
+        self.limits.time_limit.map(|l| self.start + l)
+    }
+
+    fn pre_end_at(&self) -> Option<Instant> {
+        let sig = self.limits.signal?;
+        let end = self.end()?;
+        Some(
+            end.checked_sub(sig.before)
+                .unwrap_or(self.start)
+                .max(self.start),
+        )
+    }
+
+    /// The next instant at which [`Input::Tick`] would do something.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Running => {
+                let pre = self.pre_end_at().filter(|_| !self.pre_end_sent);
+                match (pre, self.end()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            Phase::Stopping {
+                kill_at,
+                killed: false,
+                ..
+            } => Some(kill_at),
+            Phase::Stopping { killed: true, .. } => None,
+        }
+    }
+
+    fn begin_stop(&mut self, reason: StopReason, now: Instant) -> Vec<SignalAction> {
+        self.phase = Phase::Stopping {
+            reason,
+            kill_at: now + self.limits.kill_wait,
+            killed: false,
+        };
+        [Signal::SIGCONT, Signal::SIGTERM]
+            .into_iter()
+            .map(|signal| SignalAction {
+                target: SignalTarget::Group,
+                signal,
+            })
+            .collect()
+    }
+
+    /// The one transition function: what to send now.
+    pub fn step(&mut self, input: Input, now: Instant) -> Vec<SignalAction> {
+        let mut out = Vec::new();
+        match (self.phase, input) {
+            (Phase::Running, Input::Cancel) => {
+                out.extend(self.begin_stop(StopReason::Cancelled, now))
+            }
+            (Phase::Running, Input::Tick) => {
+                if let (Some(at), Some(sig)) = (self.pre_end_at(), self.limits.signal)
+                    && !self.pre_end_sent
+                    && now >= at
+                {
+                    self.pre_end_sent = true;
+                    out.push(SignalAction {
+                        target: sig.target,
+                        signal: sig.signal,
+                    });
+                }
+                if self.end().is_some_and(|end| now >= end) {
+                    out.extend(self.begin_stop(StopReason::TimeLimit, now));
+                }
+            }
+            (Phase::Stopping { .. }, Input::Cancel) => {}
+            (_, Input::Abort) => {
+                let reason = self.stop_reason().unwrap_or(StopReason::Cancelled);
+                self.phase = Phase::Stopping {
+                    reason,
+                    kill_at: now,
+                    killed: true,
+                };
+                out.push(SignalAction {
+                    target: SignalTarget::Group,
+                    signal: Signal::SIGKILL,
+                });
+            }
+            (
+                Phase::Stopping {
+                    reason,
+                    kill_at,
+                    killed: false,
+                },
+                Input::Tick,
+            ) if now >= kill_at => {
+                self.phase = Phase::Stopping {
+                    reason,
+                    kill_at,
+                    killed: true,
+                };
+                out.push(SignalAction {
+                    target: SignalTarget::Group,
+                    signal: Signal::SIGKILL,
+                });
+            }
+            (Phase::Stopping { .. }, Input::Tick) => {}
+        }
+        out
+    }
+}
+
+/// How the task's main process ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Termination {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// The job state a task's end means.
+pub fn outcome_state(
+    reason: Option<StopReason>,
+    termination: Termination,
+    oom: &OomCheck,
+) -> JobState {
+    match reason {
+        Some(StopReason::Cancelled) => JobState::Cancelled,
+        Some(StopReason::TimeLimit) => JobState::Timeout,
+        None => match (oom, termination) {
+            (OomCheck::Checked { oom_kills }, _) if *oom_kills > 0 => JobState::OutOfMemory,
+            (_, Termination::Exited(0)) => JobState::Completed,
+            _ => JobState::Failed,
+        },
+    }
+}
+
+/// How a task ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskOutcome {
+    pub job: JobId,
+    pub procid: u32,
+    pub state: JobState,
+    /// Exit status of the main process when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the main process, when one did.
+    pub signal: Option<i32>,
+    pub oom: OomCheck,
+}
+
+impl TaskOutcome {
+    /// Slurm's `ExitCode` column: `code:signal`.
+    pub fn slurm_exit_code(&self) -> String {
+        format!(
+            "{}:{}",
+            self.exit_code.unwrap_or(0),
+            self.signal.unwrap_or(0)
+        )
+    }
+}
+
+/// The files a task writes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskFiles {
+    pub stdout: PathBuf,
+    /// `None`: stderr goes to the stdout file.
+    pub stderr: Option<PathBuf>,
+}
+
+/// Cancels a task from another thread; takes effect at the task's next
+/// [`RunningTask::poll`].
+#[derive(Clone, Debug)]
+pub struct TaskCanceller(Arc<AtomicBool>);
+
+impl TaskCanceller {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A started task and its supervision.
+#[derive(Debug)]
+pub struct RunningTask {
+    job: JobId,
+    place: TaskPlace,
+    child: Child,
+    supervisor: Supervisor,
+    files: TaskFiles,
+    cgroup: Option<TaskCgroup>,
+    cancel: Arc<AtomicBool>,
+    cancel_applied: bool,
+    outcome: Option<TaskOutcome>,
+}
+
+impl RunningTask {
+    pub(crate) fn new(
+        job: JobId,
+        place: TaskPlace,
+        child: Child,
+        start: Instant,
+        limits: Limits,
+        files: TaskFiles,
+        cgroup: Option<TaskCgroup>,
+    ) -> RunningTask {
+        RunningTask {
+            job,
+            place,
+            child,
+            supervisor: Supervisor::new(start, limits),
+            files,
+            cgroup,
+            cancel: Arc::new(AtomicBool::new(false)),
+            cancel_applied: false,
+            outcome: None,
+        }
+    }
+
+    pub fn job(&self) -> JobId {
+        self.job
+    }
+
+    /// The main process (also the process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn place(&self) -> TaskPlace {
+        self.place
+    }
+
+    pub fn files(&self) -> &TaskFiles {
+        &self.files
+    }
+
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    pub fn canceller(&self) -> TaskCanceller {
+        TaskCanceller(Arc::clone(&self.cancel))
+    }
+
+    /// Starts stopping the task now (SIGTERM, SIGKILL after KillWait).
+    pub fn cancel(&mut self) -> Result<(), LaunchError> {
+        self.cancel.store(true, Ordering::SeqCst);
+        self.poll().map(drop)
+    }
+
+    /// Kills the task at once (no grace) and reaps it.
+    pub fn abort(&mut self) -> Result<TaskOutcome, LaunchError> {
+        if let Some(o) = &self.outcome {
+            return Ok(o.clone());
+        }
+        for a in self.supervisor.step(Input::Abort, Instant::now()) {
+            self.send(a)?;
+        }
+        self.wait()
+    }
+
+    /// When [`RunningTask::poll`] next has something to do besides noticing an exit.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.supervisor.next_deadline()
+    }
+
+    fn pid_nix(&self) -> Pid {
+        // A child's pid always fits in pid_t: the kernel handed it out as one.
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    fn wait_error(&self, source: std::io::Error) -> LaunchError {
+        LaunchError::Wait {
+            job: self.job,
+            procid: self.place.procid,
+            pid: self.pid_nix().as_raw(),
+            source,
+        }
+    }
+
+    fn send(&self, action: SignalAction) -> Result<(), LaunchError> {
+        let pid = self.pid_nix();
+        let sent = match action.target {
+            SignalTarget::Group => nix::sys::signal::killpg(pid, action.signal),
+            SignalTarget::Leader => nix::sys::signal::kill(pid, action.signal),
+        };
+        match sent {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(source) => Err(LaunchError::Signal {
+                job: self.job,
+                procid: self.place.procid,
+                pid: pid.as_raw(),
+                signal: action.signal.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Sends what is due, and returns the outcome once the task has ended. Never blocks.
+    pub fn poll(&mut self) -> Result<Option<TaskOutcome>, LaunchError> {
+        if let Some(o) = &self.outcome {
+            return Ok(Some(o.clone()));
+        }
+        let now = Instant::now();
+        let mut actions = Vec::new();
+        if !self.cancel_applied && self.cancel.load(Ordering::SeqCst) {
+            self.cancel_applied = true;
+            actions.extend(self.supervisor.step(Input::Cancel, now));
+        }
+        actions.extend(self.supervisor.step(Input::Tick, now));
+        for a in actions {
+            self.send(a)?;
+        }
+        // WNOWAIT: see the exit without reaping, so the process group cannot vanish and
+        // its id be reused before the leftovers are killed.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        match nix::sys::wait::waitid(Id::Pid(self.pid_nix()), flags) {
+            Ok(WaitStatus::StillAlive) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(self.wait_error(e.into())),
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+        self.send(SignalAction {
+            target: SignalTarget::Group,
+            signal: Signal::SIGKILL,
+        })?;
+        let status = self.child.wait().map_err(|e| self.wait_error(e))?;
+        let termination = match (status.code(), status.signal()) {
+            (Some(code), _) => Termination::Exited(code),
+            (None, Some(sig)) => Termination::Signaled(sig),
+            // Neither exited nor signalled cannot come out of waitpid(WEXITED).
+            (None, None) => Termination::Exited(-1),
+        };
+        let oom = match &self.cgroup {
+            Some(cg) => {
+                let check = cg.oom_check();
+                cg.remove();
+                check
+            }
+            None => OomCheck::NotDetected {
+                why: "the task ran without a cgroup of its own".into(),
+            },
+        };
+        let state = outcome_state(self.supervisor.stop_reason(), termination, &oom);
+        let (exit_code, signal) = match termination {
+            Termination::Exited(c) => (Some(c), None),
+            Termination::Signaled(s) => (None, Some(s)),
+        };
+        let outcome = TaskOutcome {
+            job: self.job,
+            procid: self.place.procid,
+            state,
+            exit_code,
+            signal,
+            oom,
+        };
+        self.outcome = Some(outcome.clone());
+        Ok(Some(outcome))
+    }
+
+    /// Supervises the task until it ends.
+    pub fn wait(&mut self) -> Result<TaskOutcome, LaunchError> {
+        loop {
+            if let Some(o) = self.poll()? {
+                return Ok(o);
+            }
+            let now = Instant::now();
+            let nap = self
+                .next_deadline()
+                .map_or(POLL_INTERVAL, |d| d.saturating_duration_since(now))
+                .min(POLL_INTERVAL);
+            std::thread::sleep(nap);
+        }
+    }
+}
+
+impl Drop for RunningTask {
+    /// A task is never left running unsupervised: dropping it kills what is left.
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            let _ = self.send(SignalAction {
+                target: SignalTarget::Group,
+                signal: Signal::SIGKILL,
+            });
+            if let Some(cg) = &self.cgroup {
+                cg.kill_all();
+            }
+            let _ = self.child.wait();
+            if let Some(cg) = &self.cgroup {
+                cg.remove();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(limit_ms: u64, wait_ms: u64, signal: Option<PreEndSignal>) -> Limits {
+        Limits {
+            time_limit: Some(Duration::from_millis(limit_ms)),
+            kill_wait: Duration::from_millis(wait_ms),
+            signal,
+        }
+    }
+
+    fn sigs(actions: &[SignalAction]) -> Vec<Signal> {
+        actions.iter().map(|a| a.signal).collect()
+    }
+
+    #[test]
+    fn time_limit_terms_then_kills_after_kill_wait() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Supervisor::new(t0, limits(1000, 300, None));
+        assert_eq!(s.next_deadline(), Some(ms(1000)));
+        assert!(s.step(Input::Tick, ms(999)).is_empty());
+        assert_eq!(
+            sigs(&s.step(Input::Tick, ms(1000))),
+            vec![Signal::SIGCONT, Signal::SIGTERM]
+        );
+        assert_eq!(s.stop_reason(), Some(StopReason::TimeLimit));
+        assert_eq!(s.next_deadline(), Some(ms(1300)));
+        assert!(s.step(Input::Tick, ms(1299)).is_empty());
+        assert_eq!(sigs(&s.step(Input::Tick, ms(1300))), vec![Signal::SIGKILL]);
+        assert!(s.step(Input::Tick, ms(5000)).is_empty());
+        assert_eq!(s.next_deadline(), None);
+        // A cancel while timing out changes nothing.
+        assert!(s.step(Input::Cancel, ms(5000)).is_empty());
+        assert_eq!(s.stop_reason(), Some(StopReason::TimeLimit));
+    }
+
+    #[test]
+    fn pre_end_signal_is_sent_once_before_the_limit() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let usr1 = PreEndSignal {
+            signal: Signal::SIGUSR1,
+            before: Duration::from_millis(400),
+            target: SignalTarget::Leader,
+        };
+        let mut s = Supervisor::new(t0, limits(1000, 300, Some(usr1)));
+        assert_eq!(s.next_deadline(), Some(ms(600)));
+        assert!(s.step(Input::Tick, ms(599)).is_empty());
+        let a = s.step(Input::Tick, ms(600));
+        assert_eq!(
+            a,
+            vec![SignalAction {
+                target: SignalTarget::Leader,
+                signal: Signal::SIGUSR1
+            }]
+        );
+        assert!(s.step(Input::Tick, ms(700)).is_empty());
+        assert_eq!(s.next_deadline(), Some(ms(1000)));
+        // A lead longer than the limit: at once.
+        let early = PreEndSignal {
+            before: Duration::from_secs(60),
+            ..usr1
+        };
+        let mut s = Supervisor::new(t0, limits(1000, 300, Some(early)));
+        assert_eq!(sigs(&s.step(Input::Tick, t0)), vec![Signal::SIGUSR1]);
+    }
+
+    #[test]
+    fn cancel_stops_with_the_same_sequence() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Supervisor::new(
+            t0,
+            Limits {
+                time_limit: None,
+                kill_wait: Duration::from_millis(100),
+                signal: None,
+            },
+        );
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.step(Input::Tick, ms(10_000)).is_empty());
+        assert_eq!(
+            sigs(&s.step(Input::Cancel, ms(10_000))),
+            vec![Signal::SIGCONT, Signal::SIGTERM]
+        );
+        assert_eq!(s.stop_reason(), Some(StopReason::Cancelled));
+        assert_eq!(
+            sigs(&s.step(Input::Tick, ms(10_100))),
+            vec![Signal::SIGKILL]
+        );
+    }
+
+    #[test]
+    fn abort_kills_at_once_and_keeps_a_timeout_a_timeout() {
+        let t0 = Instant::now();
+        let mut s = Supervisor::new(t0, limits(1000, 300, None));
+        assert_eq!(sigs(&s.step(Input::Abort, t0)), vec![Signal::SIGKILL]);
+        assert_eq!(s.stop_reason(), Some(StopReason::Cancelled));
+        assert_eq!(s.next_deadline(), None);
+        let mut s = Supervisor::new(t0, limits(1000, 300, None));
+        s.step(Input::Tick, t0 + Duration::from_secs(1));
+        assert_eq!(sigs(&s.step(Input::Abort, t0)), vec![Signal::SIGKILL]);
+        assert_eq!(s.stop_reason(), Some(StopReason::TimeLimit));
+    }
+
+    #[test]
+    fn outcomes_map_to_job_states() {
+        let none = OomCheck::NotDetected { why: "x".into() };
+        let oom = OomCheck::Checked { oom_kills: 1 };
+        let clean = OomCheck::Checked { oom_kills: 0 };
+        use Termination::*;
+        assert_eq!(outcome_state(None, Exited(0), &none), JobState::Completed);
+        assert_eq!(outcome_state(None, Exited(0), &clean), JobState::Completed);
+        assert_eq!(outcome_state(None, Exited(3), &none), JobState::Failed);
+        assert_eq!(outcome_state(None, Signaled(9), &none), JobState::Failed);
+        assert_eq!(
+            outcome_state(None, Signaled(9), &oom),
+            JobState::OutOfMemory
+        );
+        assert_eq!(
+            outcome_state(Some(StopReason::TimeLimit), Exited(0), &oom),
+            JobState::Timeout
+        );
+        assert_eq!(
+            outcome_state(Some(StopReason::Cancelled), Signaled(15), &none),
+            JobState::Cancelled
+        );
+    }
+
+    #[test]
+    fn signal_specs_parse_as_slurm_reads_them() {
+        let s: PreEndSignal = "USR1".parse().unwrap();
+        assert_eq!(
+            (s.signal, s.before, s.target),
+            (Signal::SIGUSR1, DEFAULT_SIGNAL_LEAD, SignalTarget::Group)
+        );
+        let s: PreEndSignal = "B:SIGUSR2@90".parse().unwrap();
+        assert_eq!(
+            (s.signal, s.before, s.target),
+            (
+                Signal::SIGUSR2,
+                Duration::from_secs(90),
+                SignalTarget::Leader
+            )
+        );
+        let s: PreEndSignal = "R:10@5".parse().unwrap();
+        assert_eq!(s.signal, Signal::SIGUSR1);
+        let err = "X:USR1".parse::<PreEndSignal>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "failed to parse --signal value `X:USR1`: unknown prefix `X:`"
+        );
+        assert!("USR1@soon".parse::<PreEndSignal>().is_err());
+        assert!("NOPE".parse::<PreEndSignal>().is_err());
+        assert!("USR1@70000".parse::<PreEndSignal>().is_err());
+    }
+}

@@ -1,0 +1,483 @@
+//! Launching and supervising real processes (`/bin/sh -c ...`) as the agent would.
+
+use cadre_agent::gang::{self, launch_gang};
+use cadre_agent::jobenv::{JobLaunch, LocalNode, OpenMode};
+use cadre_agent::launch::{LaunchError, RunAs, launch_task};
+use cadre_agent::supervise::{PreEndSignal, SignalTarget};
+use cadre_core::alloc::{Allocation, TaskAlloc};
+use cadre_core::cluster::{NodeId, NodeShape};
+use cadre_core::job::{JobId, JobSpec, JobState};
+use cadre_core::resources::TaskResources;
+use cadre_core::time::Dur;
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The CPUs this test process may use: tasks can only be pinned within them.
+fn allowed_cpus() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut cpus = Vec::new();
+    for part in line.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+fn node() -> LocalNode {
+    let cpus = allowed_cpus();
+    LocalNode {
+        id: NodeId(1),
+        name: "node002".into(),
+        // 4 emulated GPUs over 1 domain; cores are the CPUs this test may use.
+        shape: NodeShape::uniform("test", cpus.len() as u32, 1024, 4, "emulated", 0, 1),
+        os_cpus: cpus,
+        cgroup_parent: None,
+    }
+}
+
+fn task(rank: u32, node: u32, cores: Vec<u32>, gpus: Vec<u32>) -> TaskAlloc {
+    TaskAlloc {
+        group: 0,
+        rank,
+        node: NodeId(node),
+        cores,
+        gpus,
+        gpu_milli_each: 1000,
+        nics: vec![],
+        mem_mib: 0,
+        named: vec![],
+    }
+}
+
+/// A job of `user` running `script` under `sh -c`, its tasks on node002 (and node001).
+fn job(dir: &Path, user: &str, script: &str, tasks: Vec<TaskAlloc>) -> JobLaunch {
+    let mut spec = JobSpec::simple(user, "physics", 1, TaskResources::default(), Dur(0));
+    spec.name = "train".into();
+    let names = [(0, "node001"), (1, "node002")]
+        .into_iter()
+        .map(|(i, n)| (NodeId(i), n.to_string()))
+        .collect::<BTreeMap<_, _>>();
+    let mut j = JobLaunch::new(
+        JobId(77),
+        spec,
+        Allocation {
+            tasks,
+            exclusive: false,
+        },
+        names,
+        vec!["/bin/sh".into(), "-c".into(), script.into()],
+        dir.to_path_buf(),
+    );
+    j.partition = "gpu".into();
+    j.submit_env = vec![
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        ("FROM_SUBMITTER".into(), "yes".into()),
+        ("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()),
+    ];
+    j
+}
+
+fn me() -> RunAs {
+    RunAs::current().unwrap()
+}
+
+fn one_task(gpus: Vec<u32>) -> Vec<TaskAlloc> {
+    vec![task(0, 1, vec![0], gpus)]
+}
+
+fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_task_sees_the_slurm_environment_and_exactly_its_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    // Rank 1 of 3 on node002 (node001 holds rank 0): procid 1, localid 0, nodeid 1.
+    let tasks = vec![
+        task(0, 0, vec![0], vec![]),
+        task(1, 1, vec![0], vec![1, 3]),
+        task(2, 1, vec![0], vec![2]),
+    ];
+    let mut j = job(dir.path(), &me.name, "env", tasks);
+    j.stdout = Some("%x-%j-%t.out".into());
+    let mut t = launch_task(&j, &node(), 1, &me).unwrap();
+    let o = t.wait().unwrap();
+    assert_eq!(o.state, JobState::Completed);
+    assert_eq!(o.slurm_exit_code(), "0:0");
+    let out = dir.path().join("train-77-1.out");
+    assert_eq!(t.files().stdout, out);
+    let env = parse_env(&std::fs::read_to_string(&out).unwrap());
+    let get = |k: &str| env.get(k).map(String::as_str);
+    assert_eq!(get("SLURM_JOB_ID"), Some("77"));
+    assert_eq!(get("SLURM_JOB_NAME"), Some("train"));
+    assert_eq!(get("SLURM_JOB_NODELIST"), Some("node[001-002]"));
+    assert_eq!(get("SLURM_JOB_NUM_NODES"), Some("2"));
+    assert_eq!(get("SLURM_NTASKS"), Some("3"));
+    assert_eq!(get("SLURM_TASKS_PER_NODE"), Some("1,2"));
+    assert_eq!(get("SLURM_PROCID"), Some("1"));
+    assert_eq!(get("SLURM_LOCALID"), Some("0"));
+    assert_eq!(get("SLURM_NODEID"), Some("1"));
+    assert_eq!(get("SLURM_CPUS_PER_TASK"), Some("1"));
+    assert_eq!(get("SLURM_JOB_PARTITION"), Some("gpu"));
+    assert_eq!(get("SLURM_JOB_ACCOUNT"), Some("physics"));
+    assert_eq!(get("SLURM_JOB_USER"), Some(me.name.as_str()));
+    assert_eq!(get("SLURMD_NODENAME"), Some("node002"));
+    assert_eq!(get("SLURM_GPUS_ON_NODE"), Some("3"));
+    assert_eq!(get("SLURM_JOB_GPUS"), Some("1,2,3"));
+    assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("1,3"));
+    assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+    assert_eq!(get("FROM_SUBMITTER"), Some("yes"));
+    assert_eq!(get("PWD"), Some(dir.path().to_str().unwrap()));
+}
+
+#[test]
+fn a_task_is_pinned_to_its_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let cpus = allowed_cpus();
+    let me = me();
+    let last = cpus.len() as u32 - 1;
+    let j = job(
+        dir.path(),
+        &me.name,
+        "grep Cpus_allowed_list /proc/self/status",
+        vec![task(0, 1, vec![last], vec![])],
+    );
+    let mut t = launch_task(&j, &node(), 0, &me).unwrap();
+    assert_eq!(t.wait().unwrap().state, JobState::Completed);
+    let text = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    let list = text.split_once(':').unwrap().1.trim();
+    assert_eq!(list, cpus[last as usize].to_string());
+}
+
+#[test]
+fn output_files_follow_patterns_and_open_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let mut j = job(
+        dir.path(),
+        &me.name,
+        "echo out; echo err >&2",
+        one_task(vec![]),
+    );
+    j.stdout = Some("logs-%N-%u-%4j.out".into());
+    j.stderr = Some(format!("{}/e\\%j.err", dir.path().display()));
+    let n = node();
+    for _ in 0..2 {
+        launch_task(&j, &n, 0, &me).unwrap().wait().unwrap();
+    }
+    let out = dir
+        .path()
+        .join(format!("logs-node002-{}-0077.out", me.name));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "out\n");
+    let err = dir.path().join("e%j.err");
+    assert_eq!(std::fs::read_to_string(&err).unwrap(), "err\n");
+    // Appending keeps both runs.
+    j.open_mode = OpenMode::Append;
+    launch_task(&j, &n, 0, &me).unwrap().wait().unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "out\nout\n");
+    // Without --error, stderr joins stdout in the default file.
+    j.stdout = None;
+    j.stderr = None;
+    launch_task(&j, &n, 0, &me).unwrap().wait().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap(),
+        "out\nerr\n"
+    );
+}
+
+#[test]
+fn exit_statuses_map_to_job_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let n = node();
+    let run = |script: &str| {
+        let j = job(dir.path(), &me.name, script, one_task(vec![]));
+        launch_task(&j, &n, 0, &me).unwrap().wait().unwrap()
+    };
+    let o = run("exit 0");
+    assert_eq!(
+        (o.state, o.exit_code, o.signal),
+        (JobState::Completed, Some(0), None)
+    );
+    let o = run("exit 3");
+    assert_eq!(
+        (o.state, o.exit_code, o.signal),
+        (JobState::Failed, Some(3), None)
+    );
+    assert_eq!(o.slurm_exit_code(), "3:0");
+    let o = run("kill -9 $$");
+    assert_eq!(
+        (o.state, o.exit_code, o.signal),
+        (JobState::Failed, None, Some(9))
+    );
+    // No cgroup here: an out-of-memory kill is not claimed.
+    assert!(matches!(
+        o.oom,
+        cadre_agent::cgroup::OomCheck::NotDetected { .. }
+    ));
+}
+
+#[test]
+fn the_time_limit_terminates_then_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let n = node();
+    let mut j = job(dir.path(), &me.name, "exec sleep 30", one_task(vec![]));
+    j.time_limit = Some(Duration::from_millis(200));
+    j.kill_wait = Duration::from_secs(5);
+    let start = Instant::now();
+    let o = launch_task(&j, &n, 0, &me).unwrap().wait().unwrap();
+    assert_eq!((o.state, o.signal), (JobState::Timeout, Some(15)));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "SIGTERM was enough"
+    );
+
+    // A task that ignores SIGTERM is killed after KillWait.
+    let mut j = job(
+        dir.path(),
+        &me.name,
+        "trap '' TERM; sleep 30",
+        one_task(vec![]),
+    );
+    j.time_limit = Some(Duration::from_millis(100));
+    j.kill_wait = Duration::from_millis(200);
+    let start = Instant::now();
+    let o = launch_task(&j, &n, 0, &me).unwrap().wait().unwrap();
+    assert_eq!((o.state, o.signal), (JobState::Timeout, Some(9)));
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn the_pre_end_signal_arrives_before_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let script = "trap 'echo got-usr1; exit 7' USR1; i=0; \
+                  while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done";
+    let mut j = job(dir.path(), &me.name, script, one_task(vec![]));
+    j.time_limit = Some(Duration::from_secs(20));
+    j.kill_wait = Duration::from_millis(200);
+    j.signal = Some(PreEndSignal {
+        signal: Signal::SIGUSR1,
+        before: Duration::from_millis(19_800),
+        target: SignalTarget::Leader,
+    });
+    let o = launch_task(&j, &node(), 0, &me).unwrap().wait().unwrap();
+    // The trap ran and ended the task well before its limit.
+    assert_eq!((o.state, o.exit_code), (JobState::Failed, Some(7)));
+    let text = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(text, "got-usr1\n");
+}
+
+#[test]
+fn cancel_stops_the_task_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let mut j = job(
+        dir.path(),
+        &me.name,
+        "sleep 30 & echo $! > child.pid; wait",
+        one_task(vec![]),
+    );
+    j.kill_wait = Duration::from_secs(5);
+    let mut t = launch_task(&j, &node(), 0, &me).unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+        assert!(
+            Instant::now() < deadline,
+            "the task never started its child"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let child: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let canceller = t.canceller();
+    std::thread::spawn(move || canceller.cancel());
+    let o = t.wait().unwrap();
+    assert_eq!((o.state, o.signal), (JobState::Cancelled, Some(15)));
+    // The background `sleep` is gone too (reaped by init, or at worst a zombie).
+    let gone = std::fs::read_to_string(format!("/proc/{child}/stat"))
+        .map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"));
+    assert!(gone, "child {child} of the cancelled task still runs");
+}
+
+#[test]
+fn a_missing_program_is_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let mut j = job(dir.path(), &me.name, "", one_task(vec![]));
+    j.command = vec!["/no/such/program".into()];
+    let err = launch_task(&j, &node(), 0, &me).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("failed to start task 0 of job 77: cannot execute `/no/such/program`: "),
+        "{err}"
+    );
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A directory anybody may write to, for tasks that run as `nobody`.
+fn open_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+#[test]
+fn a_root_agent_runs_tasks_as_their_user() {
+    if !is_root() {
+        eprintln!("skipped: switching users needs root");
+        return;
+    }
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let j = job(dir.path(), "nobody", "id -u; id -g", one_task(vec![]));
+    let o = launch_task(&j, &node(), 0, &nobody)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(o.state, JobState::Completed);
+    let out = dir.path().join("slurm-77.out");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        format!("{}\n{}\n", nobody.uid, nobody.gid)
+    );
+    let meta = std::fs::metadata(&out).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (nobody.uid, nobody.gid));
+
+    // The task opens its files as the user: where the user may not write, it does not start.
+    let closed = tempfile::tempdir().unwrap();
+    let mut j = job(closed.path(), "nobody", "true", one_task(vec![]));
+    j.work_dir = dir.path().to_path_buf();
+    j.stdout = Some(format!("{}/x.out", closed.path().display()));
+    let err = launch_task(&j, &node(), 0, &nobody).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "cannot open output file {}/x.out as uid {}",
+            closed.path().display(),
+            nobody.uid
+        )),
+        "{text}"
+    );
+    assert!(!closed.path().join("x.out").exists());
+}
+
+#[test]
+fn the_agent_refuses_users_it_cannot_or_must_not_run_as() {
+    let dir = tempfile::tempdir().unwrap();
+    // A non-root submitter mapped to uid 0 is never run as root.
+    let fake_root = RunAs {
+        name: "mallory".into(),
+        uid: 0,
+        gid: 0,
+        home: None,
+        shell: None,
+    };
+    let j = job(dir.path(), "mallory", "true", one_task(vec![]));
+    let err = launch_task(&j, &node(), 0, &fake_root).unwrap_err();
+    if is_root() {
+        assert!(matches!(err, LaunchError::RefuseRoot { .. }), "{err}");
+    } else {
+        assert!(matches!(err, LaunchError::CannotSwitchUser { .. }), "{err}");
+    }
+    // The account must be the submitter's.
+    let j = job(dir.path(), "alice", "true", one_task(vec![]));
+    let err = launch_task(&j, &node(), 0, &me()).unwrap_err();
+    assert!(matches!(err, LaunchError::UserMismatch { .. }), "{err}");
+    assert!(!dir.path().join("slurm-77.out").exists());
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.split_whitespace().nth(2) != Some("Z"))
+}
+
+#[test]
+fn a_gang_starts_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let n = node();
+    std::fs::create_dir(dir.path().join("out-0")).unwrap();
+    // Task 1's output directory does not exist: it cannot start.
+    let tasks = vec![task(0, 1, vec![0], vec![0]), task(1, 1, vec![0], vec![1])];
+    let mut j = job(dir.path(), &me.name, "sleep 30", tasks.clone());
+    j.stdout = Some("out-%t/log".into());
+    let started = Instant::now();
+    let err = launch_gang(&j, &n, &me).unwrap_err();
+    assert_eq!(err.stopped.len(), 1);
+    assert_eq!(err.stopped[0].signal, Some(9));
+    assert!(
+        err.to_string().starts_with(
+            "gang start of job 77 failed on node node002, 1 started task(s) stopped: \
+             failed to start task 1 of job 77: cannot open output file"
+        ),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // With both directories there, both start, share nothing, and end together.
+    std::fs::create_dir(dir.path().join("out-1")).unwrap();
+    let mut j = job(
+        dir.path(),
+        &me.name,
+        "echo $SLURM_PROCID:$CUDA_VISIBLE_DEVICES",
+        tasks,
+    );
+    j.stdout = Some("out-%t/log".into());
+    let mut g = launch_gang(&j, &n, &me).unwrap();
+    let pids: Vec<u32> = g.tasks.iter().map(|t| t.pid()).collect();
+    let outcomes = g.wait().unwrap();
+    assert_eq!(gang::gang_state(&outcomes), JobState::Completed);
+    assert!(pids.iter().all(|&p| !pid_alive(p)));
+    for (rank, gpu) in [(0, 0), (1, 1)] {
+        let log = dir.path().join(format!("out-{rank}/log"));
+        assert_eq!(
+            std::fs::read_to_string(log).unwrap(),
+            format!("{rank}:{gpu}\n")
+        );
+    }
+}
+
+#[test]
+fn tasks_sharing_an_output_file_do_not_truncate_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let tasks = vec![task(0, 1, vec![0], vec![]), task(1, 1, vec![0], vec![])];
+    let mut j = job(dir.path(), &me.name, "echo rank$SLURM_PROCID", tasks);
+    std::fs::write(dir.path().join("slurm-77.out"), "old run\n").unwrap();
+    let mut g = launch_gang(&j, &node(), &me).unwrap();
+    g.wait().unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(dir.path().join("slurm-77.out"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, vec!["rank0", "rank1"]);
+    j.allocation.tasks.clear();
+    let err = launch_gang(&j, &node(), &me).unwrap_err();
+    assert_eq!(err.source.to_string(), "job 77 has no task on node node002");
+}
