@@ -196,6 +196,7 @@ impl Transact for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Store;
     use crate::conformance::{Harness, conformance_suite};
 
     /// A database file in a temporary directory of its own, removed after the test.
@@ -217,4 +218,107 @@ mod tests {
     }
 
     conformance_suite!(harness);
+
+    const CRASH_CHILD: &str = "CADRE_STORE_CRASH_CHILD";
+
+    /// The child half of the crash test: submits batches and prints the last id of each as
+    /// soon as `submit_batch` returned (the acknowledgement), until it is killed.
+    fn submit_until_killed(path: &str) {
+        use std::io::Write;
+        let mut store = SqliteStore::open(Path::new(path)).expect("child opens the store");
+        let job = crate::NewJob {
+            spec: cadre_core::job::JobSpec::simple(
+                "u",
+                "a",
+                1,
+                cadre_core::resources::TaskResources::default(),
+                cadre_core::time::Dur::hours(1),
+            ),
+            partition: "p".into(),
+        };
+        let mut out = std::io::stdout().lock();
+        // Bounded, in case the parent died before killing us.
+        for _ in 0..200_000 {
+            let ids = store
+                .submit_batch(&vec![job.clone(); 8])
+                .expect("child submits");
+            if let Some(last) = ids.last() {
+                let _ = writeln!(out, "acked {}", last.0);
+                let _ = out.flush();
+            }
+        }
+    }
+
+    #[test]
+    fn acknowledged_submissions_survive_kill_9() {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        if let Ok(path) = std::env::var(CRASH_CHILD) {
+            submit_until_killed(&path);
+            return;
+        }
+        let dir = tempfile::tempdir().expect("failed to create a temporary directory");
+        let path = dir.path().join("cadre.db");
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args([
+                "--exact",
+                "sqlite::tests::acknowledged_submissions_survive_kill_9",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_CHILD, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to start the child");
+        let stdout = child.stdout.take().expect("child stdout");
+        let mut acked = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.expect("child output");
+            if let Some(id) = line.strip_prefix("acked ") {
+                acked.push(id.parse::<u64>().expect("an id"));
+                if acked.len() == 300 {
+                    break;
+                }
+            }
+        }
+        // SIGKILL in the middle of its next commits.
+        child.kill().expect("failed to kill the child");
+        let _ = child.wait();
+        assert_eq!(acked.len(), 300, "the child stopped early");
+        let last_acked = acked[acked.len() - 1];
+
+        let mut store = SqliteStore::open(&path).expect("reopen after kill -9");
+        let stored: Vec<u64> = store
+            .list_jobs(&crate::JobFilter::default())
+            .expect("list")
+            .iter()
+            .map(|j| j.id.0)
+            .collect();
+        // Every acknowledged job is there, with no gap (batches commit whole).
+        assert!(
+            stored.len() as u64 >= last_acked,
+            "{} < {last_acked}",
+            stored.len()
+        );
+        assert_eq!(
+            stored[..],
+            (1..=stored.len() as u64).collect::<Vec<_>>()[..]
+        );
+        // New ids start above everything ever committed.
+        let next = store.submit_batch(&[crate::NewJob {
+            spec: cadre_core::job::JobSpec::simple(
+                "u",
+                "a",
+                1,
+                cadre_core::resources::TaskResources::default(),
+                cadre_core::time::Dur::hours(1),
+            ),
+            partition: "p".into(),
+        }]);
+        let next = next.expect("submit after reopen")[0].0;
+        assert_eq!(next, stored.len() as u64 + 1);
+        assert!(next > last_acked);
+    }
 }
