@@ -1,5 +1,5 @@
 //! cadre-store: the controller's durable state. One trait ([`Store`]), one schema
-//! ([`schema`]), two backends: SQLite ([`SqliteStore`], the embedded default at a path) and
+//! (versioned by [`SCHEMA_VERSION`]), two backends: SQLite ([`SqliteStore`], the embedded default at a path) and
 //! PostgreSQL ([`PostgresStore`], at a URL; feature `postgres`, on by default).
 //!
 //! The contract the controller builds on:
@@ -34,7 +34,7 @@ mod sqlite;
 pub use bench::{SubmitBench, bench_submit};
 pub use error::StoreError;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
     NewToken, NodeRecord, RunUsage, StoredJob, TokenHash, TokenRecord,

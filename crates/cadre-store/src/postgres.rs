@@ -1,6 +1,6 @@
 //! The PostgreSQL backend (`--database postgres://...`), for state at scale and controllers
 //! that must not live on the database's machine. Same schema and queries as SQLite
-//! ([`crate::ops`]); what is PostgreSQL's own lives here: typed parameters (taken from the
+//! (the `ops` module); what is PostgreSQL's own lives here: typed parameters (taken from the
 //! prepared statement), statement caching per connection, retrying a transaction the
 //! server aborted as a serialization failure or deadlock, and reconnecting after the
 //! connection was lost.
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// A PostgreSQL connection's settings, as [`PostgresStore::from_config`] takes them.
+/// A PostgreSQL connection's settings, as `PostgresStore::from_config` takes them.
 pub use postgres::Config as PostgresConfig;
 
 /// How often a transaction the server aborted for a retry (serialization failure,

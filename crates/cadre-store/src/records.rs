@@ -1,5 +1,5 @@
 //! The records the store keeps and hands back: jobs and their changes, nodes, accounting
-//! rows, fair-share usage and API tokens. Plain data; the SQL lives in [`crate::ops`].
+//! rows, fair-share usage and API tokens. Plain data; the SQL lives in the `ops` module.
 
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeAvail;

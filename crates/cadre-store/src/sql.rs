@@ -2,7 +2,7 @@
 //! placeholders, a handful of value types both databases share (64-bit integers, doubles,
 //! text, booleans), and a transaction a backend opens and commits.
 //!
-//! The backends implement [`Transact`]; [`crate::ops`] writes every query once against
+//! The backends implement [`Transact`]; the `ops` module writes every query once against
 //! [`Tx`]. What differs between the dialects stays in [`Dialect`] and in each backend's
 //! file: placeholder spelling, the id column type, locking during migrations.
 
