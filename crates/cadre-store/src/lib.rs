@@ -1,0 +1,214 @@
+//! cadre-store: the controller's durable state. One trait ([`Store`]), one schema
+//! (versioned by [`SCHEMA_VERSION`]), two backends: SQLite ([`SqliteStore`], the embedded default at a path) and
+//! PostgreSQL ([`PostgresStore`], at a URL; feature `postgres`, on by default).
+//!
+//! The contract the controller builds on:
+//! - a submission is acknowledged only after [`Store::submit_batch`] returned: its job is
+//!   then committed and survives a crash of the controller, the OS or the machine (see
+//!   [`SqliteStore`] for what that costs and why);
+//! - job ids come from the store: strictly increasing, never reused, even after a crash;
+//! - every change of a job is committed by [`Store::record`] before the controller acts on it;
+//! - each call is one transaction: all of it is committed, or none of it.
+//!
+//! The trait is synchronous and takes `&mut self`: the controller calls it from one writer
+//! thread (or `spawn_blocking`), batching submissions that arrive together into one
+//! transaction (group commit). More threads or processes open more handles on the same
+//! database; the database serializes their writes.
+//!
+//! What does not live here: the scheduling model (`cadre-core`), the API and authentication
+//! (`cadre-server`), token generation (the server draws the random token; the store only
+//! ever sees its hash).
+
+mod bench;
+#[cfg(test)]
+mod conformance;
+mod error;
+mod ops;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod records;
+mod schema;
+mod sql;
+mod sqlite;
+
+pub use bench::{SubmitBench, bench_submit};
+pub use error::StoreError;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresConfig, PostgresStore};
+pub use records::{
+    AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
+    NewToken, NodeRecord, RunUsage, StoredJob, TokenHash, TokenRecord,
+};
+pub use schema::SCHEMA_VERSION;
+pub use sqlite::{SqliteDurability, SqliteStore};
+
+use cadre_core::job::JobId;
+use cadre_core::time::Time;
+use sql::{Mode, Transact};
+
+/// The controller's durable state. Every method is one transaction.
+pub trait Store: Send {
+    /// The schema version of the open database (migrations ran when it was opened).
+    fn schema_version(&mut self) -> Result<u32, StoreError>;
+
+    /// Commits many submissions at once and returns their ids, in the order given. Ids are
+    /// strictly increasing and never reused. All of them are committed, or none.
+    fn submit_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError>;
+
+    /// Commits job changes in the order given (all, or none: an unknown job fails the
+    /// whole batch). A change that ends a run also writes its accounting row.
+    fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError>;
+
+    fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError>;
+
+    /// Jobs matching `filter`, in ascending id order.
+    fn list_jobs(&mut self, filter: &JobFilter) -> Result<Vec<StoredJob>, StoreError>;
+
+    /// Every job not in a final state (pending, running, preempting), in id order: what a
+    /// restarted controller rebuilds its scheduler from.
+    fn unfinished_jobs(&mut self) -> Result<Vec<StoredJob>, StoreError>;
+
+    /// Inserts or replaces nodes by name.
+    fn upsert_nodes(&mut self, nodes: &[NodeRecord]) -> Result<(), StoreError>;
+
+    /// Every node, by name.
+    fn nodes(&mut self) -> Result<Vec<NodeRecord>, StoreError>;
+
+    /// Accounting rows (one per ended run) for `sacct`, in (job, run) order.
+    fn accounting(
+        &mut self,
+        filter: &AccountingFilter,
+    ) -> Result<Vec<AccountingRecord>, StoreError>;
+
+    /// Replaces the saved fair-share usage with this snapshot.
+    fn save_usage(&mut self, usage: &[AssocUsage]) -> Result<(), StoreError>;
+
+    /// The last saved fair-share usage, by account then user.
+    fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError>;
+
+    /// Stores a token's hash; fails with [`StoreError::DuplicateToken`] if it exists.
+    fn create_token(&mut self, token: &NewToken) -> Result<TokenRecord, StoreError>;
+
+    /// The unrevoked token with this hash, if any: what authentication asks.
+    fn active_token(&mut self, hash: &TokenHash) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// Every token, revoked ones included, by id.
+    fn tokens(&mut self) -> Result<Vec<TokenRecord>, StoreError>;
+
+    /// Revokes a token; false if there is no such unrevoked token.
+    fn revoke_token(&mut self, id: u64, at: Time) -> Result<bool, StoreError>;
+}
+
+impl<B: Transact> Store for B {
+    fn schema_version(&mut self) -> Result<u32, StoreError> {
+        self.transact(Mode::Read, &mut |tx| {
+            let rows = tx.query("SELECT MAX(version) FROM schema_migrations", &[])?;
+            let v = rows.first().map(|r| r.opt_int(0)).transpose()?.flatten();
+            u32::try_from(v.unwrap_or(0)).map_err(|_| StoreError::Corrupt {
+                what: "schema version",
+                row: "schema_migrations".into(),
+                message: format!("{v:?} is not a version"),
+            })
+        })
+    }
+
+    fn submit_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.transact(Mode::Write, &mut |tx| ops::submit_batch(tx, jobs))
+    }
+
+    fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| ops::record(tx, changes))
+    }
+
+    fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::job(tx, id))
+    }
+
+    fn list_jobs(&mut self, filter: &JobFilter) -> Result<Vec<StoredJob>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::list_jobs(tx, filter))
+    }
+
+    fn unfinished_jobs(&mut self) -> Result<Vec<StoredJob>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::unfinished_jobs(tx))
+    }
+
+    fn upsert_nodes(&mut self, nodes: &[NodeRecord]) -> Result<(), StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::upsert_nodes(tx, nodes))
+    }
+
+    fn nodes(&mut self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::nodes(tx))
+    }
+
+    fn accounting(
+        &mut self,
+        filter: &AccountingFilter,
+    ) -> Result<Vec<AccountingRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::accounting(tx, filter))
+    }
+
+    fn save_usage(&mut self, usage: &[AssocUsage]) -> Result<(), StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::save_usage(tx, usage))
+    }
+
+    fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::load_usage(tx))
+    }
+
+    fn create_token(&mut self, token: &NewToken) -> Result<TokenRecord, StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::create_token(tx, token))
+    }
+
+    fn active_token(&mut self, hash: &TokenHash) -> Result<Option<TokenRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::active_token(tx, hash))
+    }
+
+    fn tokens(&mut self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::tokens(tx))
+    }
+
+    fn revoke_token(&mut self, id: u64, at: Time) -> Result<bool, StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::revoke_token(tx, id, at))
+    }
+}
+
+/// Opens the database `--database` names: a `postgres://` or `postgresql://` URL, or else
+/// a path to an SQLite file (created if missing). Migrates it to [`SCHEMA_VERSION`].
+pub fn open(database: &str) -> Result<Box<dyn Store>, StoreError> {
+    if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        return Ok(Box::new(PostgresStore::connect(database)?));
+        #[cfg(not(feature = "postgres"))]
+        return Err(StoreError::PostgresDisabled {
+            url: database.to_owned(),
+        });
+    }
+    Ok(Box::new(SqliteStore::open(std::path::Path::new(database))?))
+}
+
+/// Seconds since the Unix epoch, for the `applied_at` of migrations (the one clock read).
+pub(crate) fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Brings a freshly opened backend to [`SCHEMA_VERSION`], one migration per transaction,
+/// refusing a newer database before writing anything.
+pub(crate) fn migrate<B: Transact>(backend: &mut B) -> Result<(), StoreError> {
+    let now = now_secs();
+    for m in schema::MIGRATIONS {
+        backend.transact(Mode::Write, &mut |tx| schema::apply(tx, m, now))?;
+    }
+    // Also catches a database already newer than every migration we know.
+    backend.transact(Mode::Write, &mut |tx| {
+        let found = schema::current_version(tx)?;
+        schema::check_not_newer(found)
+    })
+}

@@ -1,0 +1,173 @@
+//! The schema, as numbered migrations, and the rule for applying them.
+//!
+//! **Given** a database at some version (none: 0) and the migrations this build knows.
+//! **Decided**: which migrations to apply; each runs in its own transaction together with
+//! the row that records it, so a crash leaves the database at one version or the next,
+//! never between. **Must hold**: a database newer than the build is refused before anything
+//! is written (an old binary must not write rows a newer schema reads differently).
+//!
+//! One schema for both backends. Ids the store hands out come from the `counters` table,
+//! bumped in the same transaction as the rows that use them: they are strictly increasing
+//! in commit order and never reused, even for rows later deleted or after a crash (a
+//! transaction that never committed acknowledged nothing). Times are whole seconds since
+//! the Unix epoch in 64-bit integers; specs, allocations and pending reasons are JSON text.
+
+use crate::error::StoreError;
+use crate::sql::{Dialect, Tx, Value};
+
+/// One schema change. `{id}` in the SQL is the dialect's id column type.
+pub(crate) struct Migration {
+    pub version: u32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "jobs, nodes, accounting, usage, tokens",
+    sql: "
+CREATE TABLE counters (
+    name TEXT PRIMARY KEY,
+    next_value BIGINT NOT NULL
+);
+INSERT INTO counters (name, next_value) VALUES ('job', 1);
+INSERT INTO counters (name, next_value) VALUES ('token', 1);
+
+CREATE TABLE jobs (
+    id {id},
+    name TEXT NOT NULL,
+    user_name TEXT NOT NULL,
+    account TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    submit_time BIGINT NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    start_time BIGINT,
+    end_time BIGINT,
+    allocation TEXT,
+    exit_code BIGINT,
+    requeues BIGINT NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs (state, id);
+CREATE INDEX jobs_by_user ON jobs (user_name, id);
+CREATE INDEX jobs_by_account ON jobs (account, id);
+CREATE INDEX jobs_by_partition ON jobs (partition, id);
+
+CREATE TABLE nodes (
+    name TEXT PRIMARY KEY,
+    avail TEXT NOT NULL,
+    reason TEXT,
+    emulated_gpus BOOLEAN NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+
+CREATE TABLE job_runs (
+    job_id BIGINT NOT NULL REFERENCES jobs (id),
+    run BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    user_name TEXT NOT NULL,
+    account TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    submit_time BIGINT NOT NULL,
+    start_time BIGINT,
+    end_time BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    exit_code BIGINT,
+    gpu_milli BIGINT NOT NULL,
+    cpus BIGINT NOT NULL,
+    nodes TEXT NOT NULL,
+    PRIMARY KEY (job_id, run)
+);
+CREATE INDEX job_runs_by_end ON job_runs (end_time);
+CREATE INDEX job_runs_by_user ON job_runs (user_name, job_id);
+
+CREATE TABLE assoc_usage (
+    user_name TEXT NOT NULL,
+    account TEXT NOT NULL,
+    raw_usage DOUBLE PRECISION NOT NULL,
+    as_of BIGINT NOT NULL,
+    PRIMARY KEY (user_name, account)
+);
+
+CREATE TABLE tokens (
+    id {id},
+    user_name TEXT NOT NULL,
+    admin BOOLEAN NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+",
+}];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version BIGINT PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at BIGINT NOT NULL
+)";
+
+/// The database's version inside `tx` (0 for an empty database).
+pub(crate) fn current_version(tx: &mut dyn Tx) -> Result<u32, StoreError> {
+    tx.batch(VERSION_TABLE)?;
+    let rows = tx.query("SELECT MAX(version) FROM schema_migrations", &[])?;
+    let found = match rows.first() {
+        Some(row) => row.opt_int(0)?.unwrap_or(0),
+        None => 0,
+    };
+    u32::try_from(found).map_err(|_| StoreError::Corrupt {
+        what: "schema version",
+        row: "schema_migrations".into(),
+        message: format!("{found} is not a version"),
+    })
+}
+
+/// Refuses a database newer than this build.
+pub(crate) fn check_not_newer(found: u32) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Applies `migration` inside `tx` if the database is just below it. Returns whether it
+/// applied (another process may have done it first).
+pub(crate) fn apply(
+    tx: &mut dyn Tx,
+    migration: &Migration,
+    now_secs: i64,
+) -> Result<bool, StoreError> {
+    if tx.dialect() == Dialect::Postgres {
+        // Two controllers starting at once take turns; SQLite's write transaction already
+        // holds the database's one write lock.
+        tx.execute("SELECT pg_advisory_xact_lock(7242105)", &[])?;
+    }
+    let found = current_version(tx)?;
+    check_not_newer(found)?;
+    if found >= migration.version {
+        return Ok(false);
+    }
+    let sql = migration.sql.replace("{id}", tx.dialect().id_column());
+    let wrap = |source| StoreError::Migration {
+        version: migration.version,
+        name: migration.name,
+        source: Box::new(source),
+    };
+    tx.batch(&sql).map_err(wrap)?;
+    tx.execute(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+        &[
+            Value::Int(i64::from(migration.version)),
+            Value::from(migration.name),
+            Value::Int(now_secs),
+        ],
+    )
+    .map_err(wrap)?;
+    Ok(true)
+}
