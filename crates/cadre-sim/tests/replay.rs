@@ -186,3 +186,48 @@ proptest! {
         prop_assert_eq!(deterministic(first), deterministic(second));
     }
 }
+
+#[test]
+fn plot_draws_every_policy_into_an_svg() {
+    let o = ImportOptions::default();
+    let jobs = vec![
+        job("a", 0, 8, 1, 100, &o),
+        job("b", 10, 8, 1, 100, &o),
+        job("c", 20, 4, 1, 50, &o),
+    ];
+    let mut reports = Vec::new();
+    for preset in ["fifo", "cadre"] {
+        let mut r = replay(
+            Cluster::flat_gpu(1, 8),
+            Policy::preset(preset).unwrap(),
+            &jobs,
+            &checked(),
+            &mut |_| {},
+        )
+        .unwrap();
+        r.policy = preset.to_string();
+        reports.push(r);
+    }
+    let dir = std::env::temp_dir().join(format!("cadre-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cmp.svg");
+    cadre_sim::plot::plot(&reports, &path)
+        .expect("a TrueType font is installed (fonts-dejavu-core)");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    for needle in [
+        "GPU utilization",
+        "queued jobs",
+        "wait time CDF",
+        "fifo: util",
+        "cadre: util",
+    ] {
+        assert!(svg.contains(needle), "the plot lacks `{needle}`");
+    }
+    let bad = cadre_sim::plot::plot(&reports, &dir.join("cmp.gif")).unwrap_err();
+    assert!(
+        bad.to_string().contains("must end in .svg or .png"),
+        "{bad}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
