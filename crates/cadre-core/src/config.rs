@@ -736,76 +736,44 @@ impl<'de> Deserialize<'de> for IdList {
     }
 }
 
-/// NICs: a count (named `mlx5_<n>`) or a list of device names.
+/// A count, or a list of items: NICs (a count, named `mlx5_<n>`, or device names) and NUMA
+/// domains (`numa = 2` for a uniform split, or `[[shape.numa]]` tables).
 #[derive(Clone)]
-enum RawNics {
+enum CountOr<T> {
     Count(u32),
-    Names(Vec<String>),
+    List(Vec<T>),
 }
 
-impl<'de> Deserialize<'de> for RawNics {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNics, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawNics;
+type RawNics = CountOr<String>;
+type RawNuma = CountOr<RawNumaDomain>;
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for CountOr<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CountOr<T>, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = CountOr<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a count or a list of nic names")
+                f.write_str("a count or a list")
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawNics, E> {
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountOr<T>, E> {
                 u32::try_from(v)
-                    .map(RawNics::Count)
-                    .map_err(|_| E::custom(format!("invalid nic count {v}")))
+                    .map(CountOr::Count)
+                    .map_err(|_| E::custom(format!("invalid count {v}")))
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawNics, E> {
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountOr<T>, E> {
                 u32::try_from(v)
-                    .map(RawNics::Count)
-                    .map_err(|_| E::custom(format!("invalid nic count {v}")))
+                    .map(CountOr::Count)
+                    .map_err(|_| E::custom(format!("invalid count {v}")))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNics, A::Error> {
-                let mut names = Vec::new();
-                while let Some(name) = seq.next_element::<String>()? {
-                    names.push(name);
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<CountOr<T>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<T>()? {
+                    items.push(item);
                 }
-                Ok(RawNics::Names(names))
+                Ok(CountOr::List(items))
             }
         }
-        d.deserialize_any(V)
-    }
-}
-
-/// `numa = 2` (uniform split) or `[[shape.numa]]` tables.
-enum RawNuma {
-    Count(u32),
-    Domains(Vec<RawNumaDomain>),
-}
-
-impl<'de> Deserialize<'de> for RawNuma {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNuma, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawNuma;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number of numa domains or [[shape.numa]] tables")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawNuma, E> {
-                u32::try_from(v)
-                    .map(RawNuma::Count)
-                    .map_err(|_| E::custom(format!("invalid numa domain count {v}")))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawNuma, E> {
-                u32::try_from(v)
-                    .map(RawNuma::Count)
-                    .map_err(|_| E::custom(format!("invalid numa domain count {v}")))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNuma, A::Error> {
-                let mut domains = Vec::new();
-                while let Some(domain) = seq.next_element::<RawNumaDomain>()? {
-                    domains.push(domain);
-                }
-                Ok(RawNuma::Domains(domains))
-            }
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -1407,8 +1375,8 @@ fn build_shape(s: &RawShape) -> Result<NodeShape, ClusterProblem> {
     let nic_names = |nics: &Option<RawNics>, next: &mut u32| -> Vec<String> {
         match nics {
             None => Vec::new(),
-            Some(RawNics::Names(names)) => names.clone(),
-            Some(RawNics::Count(k)) => {
+            Some(CountOr::List(names)) => names.clone(),
+            Some(CountOr::Count(k)) => {
                 let names = (*next..*next + k).map(|i| format!("mlx5_{i}")).collect();
                 *next += k;
                 names
@@ -1418,9 +1386,9 @@ fn build_shape(s: &RawShape) -> Result<NodeShape, ClusterProblem> {
 
     let mut doms: Vec<Dom> = Vec::new();
     match &s.numa {
-        None | Some(RawNuma::Count(_)) => {
+        None | Some(CountOr::Count(_)) => {
             let n = match &s.numa {
-                Some(RawNuma::Count(n)) => *n,
+                Some(CountOr::Count(n)) => *n,
                 _ => 1,
             };
             if n == 0 {
@@ -1451,7 +1419,7 @@ fn build_shape(s: &RawShape) -> Result<NodeShape, ClusterProblem> {
                 });
             }
         }
-        Some(RawNuma::Domains(list)) => {
+        Some(CountOr::List(list)) => {
             if s.gpus.is_some() {
                 return Err(ClusterProblem::DeviceKeyOutsideDomains { shape, key: "gpus" });
             }
