@@ -45,6 +45,16 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Replay a trace through the scheduler with simulated time; compare policies.
     Sim(sim::SimArgs),
+    /// Show the hardware the node agent finds on this machine (NUMA, cores, memory, GPUs,
+    /// RDMA NICs), as the node shape the scheduler would book.
+    Discover {
+        /// Declare this many emulated GPUs when the machine has none (reported as emulated).
+        #[arg(long, default_value_t = 0)]
+        gpus_per_node: u32,
+        /// Print the shape and the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -159,6 +169,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plan(args) => plan::run(&args),
+        Command::Discover {
+            gpus_per_node,
+            json,
+        } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
@@ -167,4 +181,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
             bench: BenchCommand::Openb(args),
         } => bench_openb::run_openb(&args),
     }
+}
+
+/// `cadre discover`: the agent's hardware discovery on this machine.
+fn discover(gpus_per_node: u32, json: bool) -> Result<ExitCode> {
+    let opts = cadre_agent::discovery::DiscoveryOptions {
+        emulate_gpus: gpus_per_node,
+        ..Default::default()
+    };
+    let found = cadre_agent::discovery::discover(&opts)?;
+    if json {
+        let out = serde_json::json!({
+            "shape": found.shape,
+            "gpus_emulated": found.gpus_emulated,
+            "report": found.report,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in &found.report {
+        println!("{line}");
+    }
+    let shape = &found.shape;
+    for (i, d) in shape.numa.iter().enumerate() {
+        println!(
+            "numa {i}: {} cores, {} MiB, GPUs {:?}, NICs {:?}",
+            d.cores.len(),
+            d.mem_mib,
+            d.gpus,
+            d.nics
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

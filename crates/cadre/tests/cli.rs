@@ -213,3 +213,21 @@ fn bench_scheduler_prints_its_figures_as_json() {
     assert_eq!(v["gpus"], 128);
     assert_eq!(v["pending"], 200);
 }
+
+#[test]
+fn discover_reports_emulated_gpus_on_a_machine_without_any() {
+    let out = cadre(&["discover", "--gpus-per-node", "2", "--json"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("discover --json prints JSON");
+    assert!(v["shape"]["cores"].as_u64().unwrap_or(0) > 0);
+    let report = v["report"].to_string();
+    if report.contains("no NVIDIA driver found") {
+        assert_eq!(v["gpus_emulated"], true);
+        assert_eq!(v["shape"]["gpus"].as_array().map(Vec::len), Some(2));
+        assert!(report.contains("EMULATED"), "{report}");
+    } else {
+        // A machine with real GPUs: they are reported, never mixed with emulated ones.
+        assert_eq!(v["gpus_emulated"], false, "{report}");
+    }
+}
