@@ -47,6 +47,9 @@ pub struct Profile {
     holds: Vec<Vec<Hold>>,
     /// Per node: the earliest start of any hold ([`Time::NEVER`] without holds).
     first_hold: Vec<Time>,
+    /// Per node: the earliest start of a hold made for a job that has not started (a
+    /// reservation, or what a preemptor waits for).
+    first_reservation: Vec<Time>,
     /// Every release time in the cluster, sorted and deduplicated: the candidate start times.
     release_times: Vec<Time>,
 }
@@ -85,6 +88,7 @@ impl Profile {
             releases,
             holds: vec![Vec::new(); n],
             first_hold: vec![Time::NEVER; n],
+            first_reservation: vec![Time::NEVER; n],
             release_times,
         }
     }
@@ -140,6 +144,20 @@ impl Profile {
             });
             self.first_hold[i] = self.first_hold[i].min(start);
         }
+    }
+
+    /// Holds `amounts` per node over `[start, end)` for a job that has not started yet.
+    pub fn reserve(&mut self, per_node: &[(NodeId, Amounts)], start: Time, end: Time) {
+        self.hold(per_node, start, end);
+        for &(n, _) in per_node {
+            let i = n.0 as usize;
+            self.first_reservation[i] = self.first_reservation[i].min(start);
+        }
+    }
+
+    /// Whether no reservation on `node` starts before `end`.
+    pub fn unreserved_until(&self, node: NodeId, end: Time) -> bool {
+        self.first_reservation[node.0 as usize] >= end
     }
 
     /// Whether a job ending by `end` may use `node` as freely as if nothing were held:

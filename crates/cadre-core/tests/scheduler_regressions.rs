@@ -118,3 +118,93 @@ fn preemptor_starts_when_an_overridden_victim_ends() {
         );
     }
 }
+
+/// A preemptor evaluated after a higher job's reservation chose victims on the reserved
+/// node, so that it would have run over the reservation; victims now come only from nodes
+/// no earlier reservation needs while the preemptor runs.
+#[test]
+fn preemptor_leaves_a_higher_jobs_reserved_node_alone() {
+    use cadre_core::policy::QosConfig;
+    use cadre_core::priority::PriorityWeights;
+    let policy = Policy {
+        priority: PriorityWeights {
+            age: 0,
+            fairshare: 0,
+            job_size: 0,
+            partition: 0,
+            qos: 0,
+            ..PriorityWeights::default()
+        },
+        qos: vec![
+            QosConfig {
+                name: "scavenger".into(),
+                priority: 0,
+                preempt: vec![],
+            },
+            QosConfig {
+                name: "normal".into(),
+                priority: 0,
+                preempt: vec![],
+            },
+            QosConfig {
+                name: "urgent".into(),
+                priority: 0,
+                preempt: vec!["scavenger".into()],
+            },
+        ],
+        ..Policy::default()
+    };
+    let mut s = Scheduler::new(Cluster::flat_gpu(2, 8), policy).unwrap();
+    let mut submit = |s: &mut Scheduler, id: u64, qos: &str, limit: u64, at: u64| {
+        let mut spec = JobSpec::simple("u", "a", 1, gpus(8), Dur(limit));
+        spec.qos = Some(qos.into());
+        spec.submit_time = Time(at);
+        s.handle(
+            Event::Submit {
+                id: JobId(id),
+                spec: Box::new(spec),
+            },
+            Time(at),
+        )
+        .unwrap();
+        s.check_invariants().unwrap();
+    };
+    // Scavengers on both nodes: job 1 (ends by t=1000) starts first, job 2 (ends by t=101)
+    // a second later, so job 2 is the younger, cheaper victim.
+    submit(&mut s, 1, "scavenger", 1000, 0);
+    s.schedule(Time(0));
+    submit(&mut s, 2, "scavenger", 100, 1);
+    s.schedule(Time(1));
+    let node_of = |s: &Scheduler, id: u64| {
+        s.job(JobId(id))
+            .and_then(|j| j.allocation.as_ref())
+            .map(|a| a.nodes()[0])
+    };
+    let young_node = node_of(&s, 2).unwrap();
+    // A normal job, first in order, is reserved on job 2's node when job 2 ends.
+    submit(&mut s, 3, "normal", 500, 2);
+    // An urgent job, after it in order (same priority, later submit), may preempt scavengers.
+    submit(&mut s, 4, "urgent", 500, 3);
+    let d = s.schedule(Time(3));
+    let reserved = d.iter().find_map(|d| match d {
+        Decision::Reserve(r) if r.job == JobId(3) => Some(r.nodes[0].0),
+        _ => None,
+    });
+    assert_eq!(reserved, Some(young_node), "{d:?}");
+    let victims: Vec<JobId> = d
+        .iter()
+        .filter_map(|d| {
+            if let Decision::Preempt { victim, .. } = d {
+                Some(*victim)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        victims,
+        vec![JobId(1)],
+        "the victim on the unreserved node: {d:?}"
+    );
+    s.check_invariants().unwrap();
+}

@@ -192,7 +192,21 @@ impl Scheduler {
                         && self
                             .may_preempt(id, victims.get_or_insert_with(|| self.victim_summary()))
                     {
-                        let decisions = self.try_preempt(id, now);
+                        // Victims are chosen only where no higher job's reservation
+                        // starts before this job would end.
+                        let end = super::end_of(
+                            now + self.policy.preemption.grace,
+                            self.jobs[&id].spec.time_limit,
+                        );
+                        let allowed: Option<BTreeSet<NodeId>> = profile.as_ref().map(|p| {
+                            let nodes = &self.cluster.partition(part).nodes;
+                            nodes
+                                .iter()
+                                .copied()
+                                .filter(|&n| p.unreserved_until(n, end))
+                                .collect()
+                        });
+                        let decisions = self.try_preempt(id, now, allowed.as_ref());
                         if !decisions.is_empty() {
                             victims = None;
                             out.extend(decisions);
@@ -211,7 +225,7 @@ impl Scheduler {
                     if reserve {
                         let p = profile.get_or_insert_with(|| self.profile(now));
                         if let Some(r) = self.plan_reservation(p, id, now, &mut release_series) {
-                            p.hold(&r.nodes, r.start, r.end);
+                            p.reserve(&r.nodes, r.start, r.end);
                             out.push(Decision::Reserve(r.clone()));
                             reservations.push(r);
                         }

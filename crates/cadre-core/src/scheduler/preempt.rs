@@ -92,7 +92,13 @@ impl Scheduler {
 
     /// Tries to free room for `id` by preemption; returns the preemption decisions, or
     /// nothing when no set of victims makes it fit.
-    pub(super) fn try_preempt(&mut self, id: JobId, now: Time) -> Vec<Decision> {
+    /// Only nodes in `allowed` (when given) are used.
+    pub(super) fn try_preempt(
+        &mut self,
+        id: JobId,
+        now: Time,
+        allowed: Option<&BTreeSet<NodeId>>,
+    ) -> Vec<Decision> {
         let exempt = self.policy.preemption.exempt_time;
         let job = &self.jobs[&id];
         let eligible: BTreeSet<NodeId> = self
@@ -101,6 +107,7 @@ impl Scheduler {
             .nodes
             .iter()
             .copied()
+            .filter(|n| allowed.is_none_or(|a| a.contains(n)))
             .collect();
         let mut candidates: Vec<JobId> = self
             .active
@@ -229,8 +236,8 @@ impl Scheduler {
             })
             .filter(|(_, a)| !a.is_zero())
             .collect();
-        profile.hold(&freed, now, end);
-        profile.hold(&still_held, victims_end, end);
+        profile.reserve(&freed, now, end);
+        profile.reserve(&still_held, victims_end, end);
     }
 
     /// Amounts per node held by the victims a job awaits.
