@@ -155,7 +155,7 @@ fn preemptor_leaves_a_higher_jobs_reserved_node_alone() {
         ..Policy::default()
     };
     let mut s = Scheduler::new(Cluster::flat_gpu(2, 8), policy).unwrap();
-    let mut submit = |s: &mut Scheduler, id: u64, qos: &str, limit: u64, at: u64| {
+    let submit = |s: &mut Scheduler, id: u64, qos: &str, limit: u64, at: u64| {
         let mut spec = JobSpec::simple("u", "a", 1, gpus(8), Dur(limit));
         spec.qos = Some(qos.into());
         spec.submit_time = Time(at);
