@@ -208,3 +208,77 @@ fn preemptor_leaves_a_higher_jobs_reserved_node_alone() {
     );
     s.check_invariants().unwrap();
 }
+
+/// A job whose totals fit the idle cluster but whose span rule never can (three nodes under
+/// one leaf of two) showed `Resources` while the cluster was busy; placement now says
+/// `BadConstraints` once per shape, as it does on an idle cluster.
+#[test]
+fn span_that_can_never_be_met_is_bad_constraints_even_on_a_busy_cluster() {
+    use cadre_core::job::NetworkSpan;
+    let toml = r#"
+version = 1
+name = "regression"
+[[shape]]
+name = "g8"
+cores = 64
+memory = "512G"
+gpu_model = "h100"
+gpu_memory = "80G"
+numa = 2
+gpus = 8
+nics = 4
+[[nodes]]
+names = "n[1-4]"
+shape = "g8"
+[[partition]]
+name = "gpu"
+nodes = "ALL"
+default = true
+[[switch]]
+name = "leaf1"
+nodes = "n[1-2]"
+[[switch]]
+name = "leaf2"
+nodes = "n[3-4]"
+[[switch]]
+name = "spine"
+switches = "leaf[1-2]"
+"#;
+    let cluster = cadre_core::config::load_cluster(toml, "regression.toml").unwrap();
+    let mut s = Scheduler::new(cluster, Policy::default()).unwrap();
+    // Fill every GPU, then ask for three whole nodes under one leaf.
+    let mut busy = JobSpec::simple("u", "a", 4, gpus(8), Dur(3600));
+    busy.groups[0].tasks_per_node = Some(1);
+    s.handle(
+        Event::Submit {
+            id: JobId(1),
+            spec: Box::new(busy),
+        },
+        Time(0),
+    )
+    .unwrap();
+    assert!(matches!(s.schedule(Time(0))[..], [Decision::Start { .. }]));
+    let mut wide = JobSpec::simple("u", "a", 3, gpus(8), Dur(3600));
+    wide.groups[0].tasks_per_node = Some(1);
+    wide.topology.span = NetworkSpan::OneLeaf;
+    s.handle(
+        Event::Submit {
+            id: JobId(2),
+            spec: Box::new(wide),
+        },
+        Time(1),
+    )
+    .unwrap();
+    s.schedule(Time(1));
+    assert_eq!(
+        s.job(JobId(2)).map(|j| j.reason.clone()),
+        Some(PendingReason::BadConstraints)
+    );
+    // The answer is kept, not recomputed, on later passes.
+    s.schedule(Time(2));
+    assert_eq!(
+        s.job(JobId(2)).map(|j| j.reason.clone()),
+        Some(PendingReason::BadConstraints)
+    );
+    s.check_invariants().unwrap();
+}

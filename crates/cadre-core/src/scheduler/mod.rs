@@ -257,6 +257,10 @@ pub struct Scheduler {
     free: FreeSummary,
     /// What would be free were every up node idle; rebuilt after node state changes.
     idle_free: Option<FreeSummary>,
+    /// Shapes known never to fit the up nodes, and shapes already checked, since the nodes
+    /// last changed state.
+    never_fits: HashMap<u32, PlacementFailure>,
+    checked_shapes: BTreeSet<u32>,
     /// Whether the highest-priority eligible job waited for resources in the last pass.
     head_blocked: bool,
     /// The task sizes submitted, for the fragmentation preference of placement.
@@ -344,6 +348,8 @@ impl Scheduler {
             workload: WorkloadProfile::default(),
             free,
             idle_free: None,
+            never_fits: HashMap::new(),
+            checked_shapes: BTreeSet::new(),
             head_blocked: false,
             last_decay: None,
             reservations: Vec::new(),
@@ -721,6 +727,8 @@ impl Scheduler {
         let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
         self.free.refresh(&self.cluster, &[node]);
         self.idle_free = None;
+        self.never_fits.clear();
+        self.checked_shapes.clear();
         let mut out = Vec::new();
         if avail == NodeAvail::Down {
             for id in on_node {

@@ -127,10 +127,22 @@ impl Scheduler {
                     let idle = self
                         .idle_free
                         .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
-                    if idle.may_fit(part, job) {
-                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
-                    } else {
+                    if !idle.may_fit(part, job) {
                         self.place(spec, nodes)
+                    } else if let Some(never) = self.never_fits.get(&key) {
+                        Err(never.clone())
+                    } else if self.checked_shapes.insert(key) {
+                        // Totals fit the idle up nodes, but span or NUMA rules may still rule
+                        // the shape out: placement tells, once per shape until nodes change.
+                        let placed = self.place(spec, nodes);
+                        if let Err(fail) = &placed {
+                            if fail.is_permanent() {
+                                self.never_fits.insert(key, fail.clone());
+                            }
+                        }
+                        placed
+                    } else {
+                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     }
                 }
                 _ => self.place(spec, nodes),
