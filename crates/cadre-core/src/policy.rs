@@ -348,6 +348,9 @@ pub struct PreemptionSettings {
     /// A partition of a higher `priority_tier` may preempt jobs of lower tiers
     /// (Slurm `preempt/partition_prio`).
     pub partition_tier: bool,
+    /// A queue held back because others in its cohort borrow its quota takes it back by
+    /// preempting their jobs (Kueue `reclaimWithinCohort: Any`).
+    pub reclaim_within_cohort: bool,
 }
 
 impl Default for PreemptionSettings {
@@ -358,6 +361,7 @@ impl Default for PreemptionSettings {
             grace: Dur::secs(60),
             exempt_time: Dur::secs(0),
             partition_tier: true,
+            reclaim_within_cohort: true,
         }
     }
 }

@@ -1025,7 +1025,9 @@ fn queue_borrows_from_an_idle_cohort_member_up_to_its_borrowing_limit() {
 
 #[test]
 fn borrowed_quota_is_not_available_to_the_lender_beyond_what_is_left() {
-    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    let mut policy = quota_policy();
+    policy.preemption.reclaim_within_cohort = false;
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
     sim.submit(1, acct(job(1, 6, 1000), "a", "u"), 0);
     assert_eq!(started(&sim.pass(0)), [1]);
     // qb lent 2 of its 4 GPUs; a 3-GPU job of qb does not fit the cohort's quota.
@@ -1033,6 +1035,35 @@ fn borrowed_quota_is_not_available_to_the_lender_beyond_what_is_left() {
     sim.submit(3, acct(job(1, 2, 1000), "b", "w"), 11);
     assert_eq!(started(&sim.pass(20)), [3]);
     assert_eq!(sim.reason(2), "CohortQuotaExhausted");
+}
+
+/// Kueue's reclaimWithinCohort: the lender takes its lent quota back by preempting the
+/// borrower's job, and starts once that job has stopped.
+#[test]
+fn a_lender_reclaims_its_quota_by_preempting_the_borrower() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    sim.submit(1, acct(job(1, 6, 1000), "a", "u"), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(2, acct(job(1, 3, 1000), "b", "v"), 10);
+    let d = sim.pass(20);
+    assert!(
+        d.iter().any(|d| matches!(
+            d,
+            Decision::Preempt {
+                victim: JobId(1),
+                by: JobId(2),
+                ..
+            }
+        )),
+        "{d:?}"
+    );
+    assert!(started(&d).is_empty());
+    assert_eq!(sim.pending_reason(2), PendingReason::Preempting);
+    sim.end(1, JobState::Cancelled, 30);
+    assert_eq!(sim.state(1), JobState::Pending, "the borrower is requeued");
+    assert_eq!(started(&sim.pass(31)), [2]);
+    // The requeued borrower may not borrow past what the lender now uses.
+    assert_eq!(sim.reason(1), "CohortQuotaExhausted");
 }
 
 #[test]

@@ -18,11 +18,14 @@
 //!
 //! How a pass works ([`Scheduler::schedule`]): usage is charged and decayed up to `now`;
 //! pending jobs that are eligible (not held, dependencies met, begin time reached) are
-//! ordered by partition tier, priority class, multifactor priority, submit time and id; each
+//! ordered by whether they preempted others (preemptors first), partition tier, priority
+//! class, multifactor priority, submit time and id; each
 //! in turn is checked against its quotas, then placed on what is free now. A job that fits
 //! and takes nothing a reservation counts on starts. A job that does not fit may preempt
-//! lower jobs (when the policy allows and the victims free enough for it to really fit), and
-//! otherwise the top blocked jobs get reservations at the earliest time they fit.
+//! lower jobs (when the policy allows and the victims free enough for it to really fit); a
+//! job held back because its cohort lent its queue's quota may take it back by preempting
+//! the borrowers (Kueue's reclaim within a cohort); otherwise the top blocked jobs get
+//! reservations at the earliest time they fit.
 
 mod explain;
 mod free;
@@ -784,6 +787,7 @@ impl Scheduler {
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
         job.per_node = per_node;
+        job.victims_held.clear();
         job.allocation = Some(alloc.clone());
         *self
             .singletons

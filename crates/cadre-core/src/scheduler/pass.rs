@@ -10,6 +10,7 @@ use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
 use crate::policy::BackfillMode;
 use crate::priority::Factors;
+use crate::quota::QuotaBlock;
 use crate::resources::Amounts;
 use crate::time::Time;
 use std::cmp::Reverse;
@@ -25,7 +26,14 @@ enum DepState {
 
 /// The order in which eligible jobs are considered: partition tier, priority class and
 /// priority descending, then submit time and id ascending.
-type OrderKey = (Reverse<u32>, Reverse<i32>, Reverse<u64>, Time, JobId);
+type OrderKey = (
+    Reverse<bool>,
+    Reverse<u32>,
+    Reverse<i32>,
+    Reverse<u64>,
+    Time,
+    JobId,
+);
 
 /// Per partition, what is free now and the releases to come (see
 /// [`Profile::release_series`]), computed once per pass.
@@ -87,15 +95,6 @@ impl Scheduler {
                 self.set_reason(id, PendingReason::Priority);
                 continue;
             }
-            if self.quota_enforced {
-                let check =
-                    self.quota
-                        .check(job.queue, &job.spec.account, &job.spec.user, job.min_want);
-                if let Err(block) = check {
-                    self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
-                    continue;
-                }
-            }
             if !job.awaiting_victims.is_empty() {
                 // Victims are still stopping; their resources become this job's when they end.
                 let p = profile.get_or_insert_with(|| self.profile(now));
@@ -103,6 +102,27 @@ impl Scheduler {
                 self.set_reason(id, PendingReason::Preempting);
                 blocked_partitions.insert(part);
                 continue;
+            }
+            if self.quota_enforced {
+                let check =
+                    self.quota
+                        .check(job.queue, &job.spec.account, &job.spec.user, job.min_want);
+                if let Err(block) = check {
+                    let reclaimable = matches!(block, QuotaBlock::CohortExhausted { reclaimable, .. } if reclaimable > 0);
+                    if preempt_on && self.policy.preemption.reclaim_within_cohort && reclaimable {
+                        let decisions = self.try_reclaim(id, now);
+                        if !decisions.is_empty() {
+                            victims = None;
+                            out.extend(decisions);
+                            self.set_reason(id, PendingReason::Preempting);
+                            let p = profile.get_or_insert_with(|| self.profile(now));
+                            self.hold_for_preemptor(p, id, now);
+                            continue;
+                        }
+                    }
+                    self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
+                    continue;
+                }
             }
             let nodes = &self.cluster.partition(part).nodes;
             let key = job.shape;
@@ -327,7 +347,10 @@ impl Scheduler {
                 continue;
             }
             job.eligible_since.get_or_insert(now);
+            // A job that preempted others goes first, as Slurm evaluates preemptors first:
+            // what its victims freed is its own, and no lower job takes it back.
             let key = (
+                Reverse(!job.victims_held.is_empty()),
                 Reverse(tier),
                 Reverse(job.class_value),
                 Reverse(priority),

@@ -187,6 +187,11 @@ impl Scheduler {
         for &v in &victims {
             self.rebook_after_search(v);
         }
+        self.mark_victims(id, victims)
+    }
+
+    /// Asks `victims` to stop for `id`: the preemption decisions.
+    fn mark_victims(&mut self, id: JobId, victims: Vec<JobId>) -> Vec<Decision> {
         let mode = self.policy.preemption.mode;
         let grace = self.policy.preemption.grace;
         let mut out = Vec::with_capacity(victims.len());
@@ -238,6 +243,118 @@ impl Scheduler {
             .collect();
         profile.reserve(&freed, now, end);
         profile.reserve(&still_held, victims_end, end);
+    }
+
+    /// Kueue's reclaim within a cohort: a job held back because other queues of its cohort
+    /// borrow the quota its own queue lends may take it back by preempting their jobs
+    /// (youngest first, then the fewest), when the job then passes its quota check and
+    /// really fits. Returns the preemption decisions, or nothing.
+    pub(super) fn try_reclaim(&mut self, id: JobId, now: Time) -> Vec<Decision> {
+        let exempt = self.policy.preemption.exempt_time;
+        let job = &self.jobs[&id];
+        let Some(own) = self.quota.resolve(job.queue, &job.spec.account) else {
+            return Vec::new();
+        };
+        let borrowers: BTreeSet<_> = self
+            .quota
+            .borrowers_in_cohort(own)
+            .into_iter()
+            .map(|(q, _)| q)
+            .collect();
+        let mut candidates: Vec<JobId> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&v| {
+                let victim = &self.jobs[&v];
+                victim.state == JobState::Running
+                    && victim.stopping.is_none()
+                    && victim.spec.preemptible
+                    && victim.start_time.is_some_and(|s| now.since(s) >= exempt)
+                    && self
+                        .quota
+                        .resolve(victim.queue, &victim.spec.account)
+                        .is_some_and(|q| borrowers.contains(&q))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        candidates.sort_by_key(|&v| {
+            (
+                std::cmp::Reverse(self.jobs[&v].start_time),
+                std::cmp::Reverse(v),
+            )
+        });
+        candidates.truncate(MAX_CANDIDATES);
+        let nodes = self.cluster.partition(job.partition).nodes.clone();
+        let admitted = |sched: &Scheduler, book: &crate::quota::QuotaBook| {
+            let j = &sched.jobs[&id];
+            book.check(j.queue, &j.spec.account, &j.spec.user, j.min_want)
+                .is_ok()
+        };
+        let release_quota = |sched: &Scheduler, book: &mut crate::quota::QuotaBook, v: JobId| {
+            let victim = &sched.jobs[&v];
+            let released = book.release(
+                victim.queue,
+                &victim.spec.account,
+                &victim.spec.user,
+                victim.spec_amounts_held(),
+            );
+            debug_assert!(released.is_ok(), "victim {v} was admitted: {released:?}");
+        };
+        let mut book = self.quota.clone();
+        let mut released = Vec::new();
+        let mut placements = 0u32;
+        let mut fits = false;
+        for v in candidates {
+            release_quota(self, &mut book, v);
+            self.release_for_search(v);
+            released.push(v);
+            if !admitted(self, &book) {
+                continue;
+            }
+            placements += 1;
+            if self.place(&self.jobs[&id].spec, &nodes).is_ok() {
+                fits = true;
+                break;
+            }
+            if placements >= MAX_PLACEMENTS {
+                break;
+            }
+        }
+        if !fits {
+            for &v in released.iter().rev() {
+                self.rebook_after_search(v);
+            }
+            return Vec::new();
+        }
+        // Spare the victims the job does not need, most recently chosen first.
+        let mut victims = released.clone();
+        for &v in released.iter().rev() {
+            let mut with_v = book.clone();
+            let victim = &self.jobs[&v];
+            let readmitted = with_v.admit(
+                victim.queue,
+                &victim.spec.account,
+                &victim.spec.user,
+                victim.spec_amounts_held(),
+            );
+            self.rebook_after_search(v);
+            if readmitted.is_ok()
+                && admitted(self, &with_v)
+                && self.place(&self.jobs[&id].spec, &nodes).is_ok()
+            {
+                victims.retain(|&x| x != v);
+                book = with_v;
+            } else {
+                self.release_for_search(v);
+            }
+        }
+        for &v in &victims {
+            self.rebook_after_search(v);
+        }
+        self.mark_victims(id, victims)
     }
 
     /// Amounts per node held by the victims a job awaits.
