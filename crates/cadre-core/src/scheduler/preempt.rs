@@ -99,7 +99,6 @@ impl Scheduler {
         now: Time,
         allowed: Option<&BTreeSet<NodeId>>,
     ) -> Vec<Decision> {
-        let exempt = self.policy.preemption.exempt_time;
         let job = &self.jobs[&id];
         let eligible: BTreeSet<NodeId> = self
             .cluster
@@ -114,12 +113,11 @@ impl Scheduler {
             .iter()
             .copied()
             .filter(|&v| {
-                let victim = &self.jobs[&v];
-                victim.state == JobState::Running
-                    && victim.stopping.is_none()
-                    && victim.spec.preemptible
-                    && victim.start_time.is_some_and(|s| now.since(s) >= exempt)
-                    && victim.per_node.iter().any(|(n, _)| eligible.contains(n))
+                self.may_be_victim(v, now)
+                    && self.jobs[&v]
+                        .per_node
+                        .iter()
+                        .any(|(n, _)| eligible.contains(n))
                     && self.outranks(id, v)
             })
             .collect();
@@ -190,6 +188,18 @@ impl Scheduler {
         self.mark_victims(id, victims)
     }
 
+    /// Whether a running job may be preempted at all now: preemptible, not already stopping,
+    /// and past the exempt time.
+    fn may_be_victim(&self, v: JobId, now: Time) -> bool {
+        let victim = &self.jobs[&v];
+        victim.state == JobState::Running
+            && victim.stopping.is_none()
+            && victim.spec.preemptible
+            && victim
+                .start_time
+                .is_some_and(|s| now.since(s) >= self.policy.preemption.exempt_time)
+    }
+
     /// Asks `victims` to stop for `id`: the preemption decisions.
     fn mark_victims(&mut self, id: JobId, victims: Vec<JobId>) -> Vec<Decision> {
         let mode = self.policy.preemption.mode;
@@ -250,7 +260,6 @@ impl Scheduler {
     /// (youngest first, then the fewest), when the job then passes its quota check and
     /// really fits. Returns the preemption decisions, or nothing.
     pub(super) fn try_reclaim(&mut self, id: JobId, now: Time) -> Vec<Decision> {
-        let exempt = self.policy.preemption.exempt_time;
         let job = &self.jobs[&id];
         let Some(own) = self.quota.resolve(job.queue, &job.spec.account) else {
             return Vec::new();
@@ -267,10 +276,7 @@ impl Scheduler {
             .copied()
             .filter(|&v| {
                 let victim = &self.jobs[&v];
-                victim.state == JobState::Running
-                    && victim.stopping.is_none()
-                    && victim.spec.preemptible
-                    && victim.start_time.is_some_and(|s| now.since(s) >= exempt)
+                self.may_be_victim(v, now)
                     && self
                         .quota
                         .resolve(victim.queue, &victim.spec.account)
