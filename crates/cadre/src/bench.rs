@@ -12,10 +12,11 @@
 use crate::PolicyArgs;
 use anyhow::{Context, Result, bail};
 use cadre_core::cluster::Cluster;
-use cadre_core::job::{JobId, JobSpec, JobState};
-use cadre_core::resources::TaskResources;
+use cadre_core::job::{JobId, JobState};
 use cadre_core::scheduler::{Decision, Event, Scheduler};
 use cadre_core::time::{Dur, Time};
+use cadre_sim::report::percentile;
+use cadre_sim::trace::{self, ImportOptions, TraceFormat, TraceJob};
 use clap::Args;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -59,84 +60,25 @@ pub struct SchedulerBenchArgs {
     json: bool,
 }
 
-/// One job shape drawn from the trace.
-#[derive(Clone, Debug)]
-struct Sample {
-    gpus: u32,
-    duration: u64,
-    account: String,
-}
-
-fn load_philly(path: &Path, max_gpus: u32) -> Result<Vec<Sample>> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "failed to read the Philly trace {} (give its path with --trace)",
-            path.display()
-        )
-    })?;
-    let mut samples = Vec::new();
-    for (i, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').collect();
-        let [_, duration, gpus, _, cluster] = fields[..] else {
-            bail!(
-                "{}:{}: expected 5 comma-separated fields",
-                path.display(),
-                i + 1
-            );
-        };
-        let duration: f64 = duration
-            .parse()
-            .with_context(|| format!("{}:{}: bad duration `{duration}`", path.display(), i + 1))?;
-        let gpus: u32 = gpus
-            .parse()
-            .with_context(|| format!("{}:{}: bad num_gpus `{gpus}`", path.display(), i + 1))?;
-        if gpus == 0 || gpus > max_gpus || duration < 1.0 {
-            continue;
-        }
-        samples.push(Sample {
-            gpus,
-            duration: duration as u64,
-            account: cluster.to_string(),
-        });
-    }
-    if samples.is_empty() {
-        bail!("{}: no usable jobs", path.display());
-    }
-    Ok(samples)
-}
-
-/// A job spec for a trace sample: whole-node tasks for multi-node jobs.
-fn spec_for(s: &Sample, gpus_per_node: u32, user: u32, now: Time) -> JobSpec {
-    let g = gpus_per_node.max(1);
-    let (tasks, per_task_gpus) = if s.gpus > g {
-        (s.gpus.div_ceil(g), g)
-    } else {
-        (1, s.gpus)
+/// The Philly jobs that fit the cluster, as the simulator's importer makes them (multi-node
+/// gangs of whole-node tasks); users over-estimate, with limits of 1.5x the run time.
+fn load_philly(path: &Path, gpus_per_node: u32, cluster_gpus: u64) -> Result<Vec<TraceJob>> {
+    let opts = ImportOptions {
+        gpus_per_node,
+        time_limit_factor: 1.5,
     };
-    let per_task = TaskResources {
-        cpus: 8 * per_task_gpus,
-        mem_mib: 32 * 1024 * u64::from(per_task_gpus),
-        gpus: per_task_gpus,
-        ..TaskResources::default()
-    };
-    // Users over-estimate: a limit of 1.5x the run time, in whole minutes.
-    let limit = Dur((s.duration * 3 / 2).div_ceil(60).max(1) * 60);
-    let mut spec = JobSpec::simple(
-        &format!("{}-u{user}", s.account),
-        &s.account,
-        tasks,
-        per_task,
-        limit,
-    );
-    spec.name = format!("philly-{}g", s.gpus);
-    spec.submit_time = now;
-    if tasks > 1 {
-        spec.groups[0].tasks_per_node = Some(1);
+    let mut jobs =
+        trace::import_file(path, Some(TraceFormat::Philly), &opts).with_context(|| {
+            format!(
+                "reading the Philly trace {} (give its path with --trace)",
+                path.display()
+            )
+        })?;
+    jobs.retain(|j| j.spec.amounts().gpus_ceil() <= cluster_gpus);
+    if jobs.is_empty() {
+        bail!("{}: no job fits the cluster", path.display());
     }
-    spec
+    Ok(jobs)
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -149,14 +91,6 @@ fn rss_kib(field: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 #[derive(Serialize)]
@@ -182,10 +116,9 @@ struct Report {
 /// The bench's world: the scheduler and the jobs' real end times.
 struct World {
     sched: Scheduler,
-    samples: Vec<Sample>,
+    samples: Vec<TraceJob>,
     rng: StdRng,
     next_id: u64,
-    gpus_per_node: u32,
     /// Running jobs by actual end time.
     ends: BTreeMap<(Time, JobId), ()>,
     durations: BTreeMap<JobId, u64>,
@@ -194,11 +127,13 @@ struct World {
 
 impl World {
     fn submit(&mut self, now: Time) -> Result<()> {
-        let s = self.samples[self.rng.random_range(0..self.samples.len())].clone();
-        let user = self.rng.random_range(0..4);
+        let s = &self.samples[self.rng.random_range(0..self.samples.len())];
+        let (mut spec, duration) = (s.spec.clone(), s.duration);
+        // Four users per account, so that fair-share ranks users as well as accounts.
+        spec.user = format!("{}-u{}", spec.account, self.rng.random_range(0..4));
+        spec.submit_time = now;
         let id = JobId(self.next_id);
         self.next_id += 1;
-        let spec = spec_for(&s, self.gpus_per_node, user, now);
         let t = Instant::now();
         self.sched.handle(
             Event::Submit {
@@ -208,7 +143,7 @@ impl World {
             now,
         )?;
         self.event_us.push(t.elapsed().as_secs_f64() * 1e6);
-        self.durations.insert(id, s.duration);
+        self.durations.insert(id, duration.0);
         Ok(())
     }
 
@@ -256,14 +191,13 @@ impl World {
 pub fn run_scheduler(args: &SchedulerBenchArgs) -> Result<ExitCode> {
     let cluster = Cluster::flat_gpu(args.nodes, args.gpus_per_node);
     let total_gpus = cluster.total_gpus();
-    let samples = load_philly(&args.trace, total_gpus.min(u64::from(u32::MAX)) as u32)?;
+    let samples = load_philly(&args.trace, args.gpus_per_node, total_gpus)?;
     let policy = args.policy.load()?;
     let mut world = World {
         sched: Scheduler::new(cluster, policy)?,
         samples,
         rng: StdRng::seed_from_u64(args.seed),
         next_id: 1,
-        gpus_per_node: args.gpus_per_node,
         ends: BTreeMap::new(),
         durations: BTreeMap::new(),
         event_us: Vec::new(),
