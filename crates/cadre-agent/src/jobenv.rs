@@ -28,33 +28,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Slurm's default KillWait: time between SIGTERM and SIGKILL.
-pub const DEFAULT_KILL_WAIT: Duration = Duration::from_secs(30);
+pub const DEFAULT_KILL_WAIT: Duration =
+    Duration::from_secs(cadre_core::run::DEFAULT_KILL_WAIT_SECS);
 
 /// `PATH` for tasks that export nothing (`--export=NONE`).
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// How much of the submitter's environment a task gets (`--export`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Export {
-    /// `--export=ALL`, the default: all of it.
-    #[default]
-    All,
-    /// `--export=NONE`: none of it, except `SLURM_*` variables (which Slurm always
-    /// propagates); `HOME`, `USER`, `LOGNAME`, `SHELL` come from the user's account and
-    /// `PATH` is a default.
-    None,
-    /// `--export=A,B`: these variables only (plus `SLURM_*`), with the same account
-    /// variables as [`Export::None`].
-    Named(Vec<String>),
-}
-
-/// Append to or truncate the output files (`--open-mode`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum OpenMode {
-    Append,
-    #[default]
-    Truncate,
-}
+pub use cadre_core::run::{Export, OpenMode};
 
 /// Everything the agent needs to launch a job's tasks, as the controller sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -31,88 +31,14 @@ use nix::unistd::Pid;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Child;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest sleep of [`RunningTask::wait`] between checks of the process.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Slurm's default `--signal` lead time.
-const DEFAULT_SIGNAL_LEAD: Duration = Duration::from_secs(60);
 
-/// Who receives a signal.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum SignalTarget {
-    /// The task's process group: the task and everything it started.
-    Group,
-    /// The task's main process only (`--signal=B:...`).
-    Leader,
-}
-
-/// `--signal=[{R|B}:]SIG[@TIME]`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PreEndSignal {
-    pub signal: Signal,
-    /// How long before the end of the time limit.
-    pub before: Duration,
-    pub target: SignalTarget,
-}
-
-/// A `--signal` value that cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("failed to parse --signal value `{value}`: {why}")]
-pub struct SignalSpecError {
-    pub value: String,
-    pub why: String,
-}
-
-impl FromStr for PreEndSignal {
-    type Err = SignalSpecError;
-
-    /// Parses Slurm's `--signal` value: `USR1`, `SIGUSR1@90`, `B:10@120`, `R:TERM`.
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let err = |why: String| SignalSpecError {
-            value: value.to_string(),
-            why,
-        };
-        let (target, rest) = match value.split_once(':') {
-            Some(("B", rest)) => (SignalTarget::Leader, rest),
-            Some(("R", rest)) => (SignalTarget::Group, rest),
-            Some((other, _)) => return Err(err(format!("unknown prefix `{other}:`"))),
-            None => (SignalTarget::Group, value),
-        };
-        let (sig, before) = match rest.split_once('@') {
-            Some((sig, secs)) => {
-                let secs: u64 = secs
-                    .parse()
-                    .map_err(|_| err(format!("`{secs}` is not a number of seconds")))?;
-                if secs > 65_535 {
-                    return Err(err(format!("{secs} s is above 65535")));
-                }
-                (sig, Duration::from_secs(secs))
-            }
-            None => (rest, DEFAULT_SIGNAL_LEAD),
-        };
-        let signal = match sig.parse::<i32>() {
-            Ok(n) => Signal::try_from(n).map_err(|_| err(format!("no signal number {n}")))?,
-            Err(_) => {
-                let upper = sig.to_ascii_uppercase();
-                let name = if upper.starts_with("SIG") {
-                    upper
-                } else {
-                    format!("SIG{upper}")
-                };
-                Signal::from_str(&name).map_err(|_| err(format!("no signal named `{sig}`")))?
-            }
-        };
-        Ok(PreEndSignal {
-            signal,
-            before,
-            target,
-        })
-    }
-}
+pub use cadre_core::run::{PreEndSignal, SignalSpecError, SignalTarget};
 
 /// The limits a task runs under.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -200,7 +126,7 @@ impl Supervisor {
         let sig = self.limits.signal?;
         let end = self.end()?;
         Some(
-            end.checked_sub(sig.before)
+            end.checked_sub(Duration::from_secs(sig.before_secs))
                 .unwrap_or(self.start)
                 .max(self.start),
         )
@@ -253,10 +179,13 @@ impl Supervisor {
                     && now >= at
                 {
                     self.pre_end_sent = true;
-                    out.push(SignalAction {
-                        target: sig.target,
-                        signal: sig.signal,
-                    });
+                    // Every number a `PreEndSignal` parses from is a Linux signal.
+                    if let Ok(signal) = Signal::try_from(sig.signal) {
+                        out.push(SignalAction {
+                            target: sig.target,
+                            signal,
+                        });
+                    }
                 }
                 if self.end().is_some_and(|end| now >= end) {
                     out.extend(self.begin_stop(StopReason::TimeLimit, now));
@@ -624,14 +553,14 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
         let usr1 = PreEndSignal {
-            signal: Signal::SIGUSR1,
-            before: Duration::from_millis(400),
+            signal: 10,
+            before_secs: 4,
             target: SignalTarget::Leader,
         };
-        let mut s = Supervisor::new(t0, limits(1000, 300, Some(usr1)));
-        assert_eq!(s.next_deadline(), Some(ms(600)));
-        assert!(s.step(Input::Tick, ms(599)).is_empty());
-        let a = s.step(Input::Tick, ms(600));
+        let mut s = Supervisor::new(t0, limits(10_000, 300, Some(usr1)));
+        assert_eq!(s.next_deadline(), Some(ms(6000)));
+        assert!(s.step(Input::Tick, ms(5999)).is_empty());
+        let a = s.step(Input::Tick, ms(6000));
         assert_eq!(
             a,
             vec![SignalAction {
@@ -639,11 +568,11 @@ mod tests {
                 signal: Signal::SIGUSR1
             }]
         );
-        assert!(s.step(Input::Tick, ms(700)).is_empty());
-        assert_eq!(s.next_deadline(), Some(ms(1000)));
+        assert!(s.step(Input::Tick, ms(7000)).is_empty());
+        assert_eq!(s.next_deadline(), Some(ms(10_000)));
         // A lead longer than the limit: at once.
         let early = PreEndSignal {
-            before: Duration::from_secs(60),
+            before_secs: 60,
             ..usr1
         };
         let mut s = Supervisor::new(t0, limits(1000, 300, Some(early)));
@@ -710,33 +639,5 @@ mod tests {
             outcome_state(Some(StopReason::Cancelled), Signaled(15), &none),
             JobState::Cancelled
         );
-    }
-
-    #[test]
-    fn signal_specs_parse_as_slurm_reads_them() {
-        let s: PreEndSignal = "USR1".parse().unwrap();
-        assert_eq!(
-            (s.signal, s.before, s.target),
-            (Signal::SIGUSR1, DEFAULT_SIGNAL_LEAD, SignalTarget::Group)
-        );
-        let s: PreEndSignal = "B:SIGUSR2@90".parse().unwrap();
-        assert_eq!(
-            (s.signal, s.before, s.target),
-            (
-                Signal::SIGUSR2,
-                Duration::from_secs(90),
-                SignalTarget::Leader
-            )
-        );
-        let s: PreEndSignal = "R:10@5".parse().unwrap();
-        assert_eq!(s.signal, Signal::SIGUSR1);
-        let err = "X:USR1".parse::<PreEndSignal>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "failed to parse --signal value `X:USR1`: unknown prefix `X:`"
-        );
-        assert!("USR1@soon".parse::<PreEndSignal>().is_err());
-        assert!("NOPE".parse::<PreEndSignal>().is_err());
-        assert!("USR1@70000".parse::<PreEndSignal>().is_err());
     }
 }

@@ -9,7 +9,6 @@ use cadre_core::cluster::{NodeId, NodeShape};
 use cadre_core::job::{JobId, JobSpec, JobState};
 use cadre_core::resources::TaskResources;
 use cadre_core::time::Dur;
-use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -270,11 +269,12 @@ fn the_pre_end_signal_arrives_before_the_limit() {
     let script = "trap 'echo got-usr1; exit 7' USR1; i=0; \
                   while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done";
     let mut j = job(dir.path(), &me.name, script, one_task(vec![]));
-    j.time_limit = Some(Duration::from_secs(20));
+    j.time_limit = Some(Duration::from_secs(21));
     j.kill_wait = Duration::from_millis(200);
+    // One second after the start: time for the shell to set its trap.
     j.signal = Some(PreEndSignal {
-        signal: Signal::SIGUSR1,
-        before: Duration::from_millis(19_800),
+        signal: 10,
+        before_secs: 20,
         target: SignalTarget::Leader,
     });
     let o = launch_task(&j, &node(), 0, &me).unwrap().wait().unwrap();

@@ -66,5 +66,6 @@ pub mod policy;
 pub mod priority;
 pub mod quota;
 pub mod resources;
+pub mod run;
 pub mod scheduler;
 pub mod time;
