@@ -1,0 +1,10 @@
+//! cadre-proto: what goes over the wire, and nothing else. The bodies of the REST API
+//! under `/api/v1` ([`api`]) and the messages between the controller and its node agents
+//! ([`agent`]). Plain serde types shared by the controller, the agent and the command-line
+//! clients, so that both ends of every connection are compiled from one definition.
+//!
+//! Not here: how the messages are carried (HTTP, WebSocket), authentication, or what
+//! either end does with them.
+
+pub mod agent;
+pub mod api;
