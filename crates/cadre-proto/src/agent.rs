@@ -56,17 +56,21 @@ pub struct NodeReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentMessage {
-    Hello {
-        version: u32,
-        /// The node this agent serves.
-        node: String,
-        report: NodeReport,
-        /// Runs alive on the node now.
-        running: Vec<RunRef>,
-        /// Events not yet acknowledged, oldest first.
-        outbox: Vec<SequencedEvent>,
-    },
+    Hello(Box<Hello>),
     Event(SequencedEvent),
+}
+
+/// The first message of every connection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    /// The node this agent serves.
+    pub node: String,
+    pub report: NodeReport,
+    /// Runs alive on the node now.
+    pub running: Vec<RunRef>,
+    /// Events not yet acknowledged, oldest first.
+    pub outbox: Vec<SequencedEvent>,
 }
 
 /// A task event with its place in the agent's outbox.
