@@ -228,6 +228,15 @@ pub struct Job {
     pub ever_started: bool,
 }
 
+/// What [`Scheduler::admission`] resolves of a submission.
+struct Admission {
+    partition: PartitionId,
+    qos_factor: f64,
+    class_value: i32,
+    class_preempting: bool,
+    queue: Option<QueueIx>,
+}
+
 /// Why an active job is stopping, which decides where it goes when it ends.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Stopping {
@@ -470,12 +479,33 @@ impl Scheduler {
         Ok(job)
     }
 
-    fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+    /// Whether a job with this spec would be accepted by [`Event::Submit`] now: what the
+    /// controller asks before it commits a submission, so that it never acknowledges a job
+    /// the scheduler would then refuse. `id` only names the job in the error.
+    pub fn validate(&self, id: JobId, spec: &JobSpec) -> Result<(), CoreError> {
+        self.admission(id, spec)?;
+        if self.fairshare.assoc(&spec.user, &spec.account).is_none()
+            && !self.policy.auto_associations
+        {
+            return Err(CoreError::InvalidJob {
+                id,
+                what: format!(
+                    "user `{}` has no association with account `{}`",
+                    spec.user, spec.account
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The checks of a submission that read but do not change the scheduler, and what they
+    /// resolve: the partition, QOS factor, priority class and queue.
+    fn admission(&self, id: JobId, spec: &JobSpec) -> Result<Admission, CoreError> {
         if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(CoreError::DuplicateJob(id));
         }
         let invalid = |what: String| CoreError::InvalidJob { id, what };
-        validate_spec(&spec).map_err(invalid)?;
+        validate_spec(spec).map_err(invalid)?;
         let partition = match &spec.partition {
             Some(name) => self
                 .cluster
@@ -518,6 +548,32 @@ impl Scheduler {
                 }
             }
         }
+        let queue = match &spec.queue {
+            Some(name) => Some(
+                self.quota
+                    .queue_ix(name)
+                    .ok_or_else(|| invalid(format!("queue `{name}` does not exist")))?,
+            ),
+            None => None,
+        };
+        Ok(Admission {
+            partition,
+            qos_factor,
+            class_value,
+            class_preempting,
+            queue,
+        })
+    }
+
+    fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+        let Admission {
+            partition,
+            qos_factor,
+            class_value,
+            class_preempting,
+            queue,
+        } = self.admission(id, &spec)?;
+        let invalid = |what: String| CoreError::InvalidJob { id, what };
         let assoc = match self.fairshare.assoc(&spec.user, &spec.account) {
             Some(a) => a,
             None if self.policy.auto_associations => {
@@ -534,14 +590,6 @@ impl Scheduler {
                     spec.user, spec.account
                 )));
             }
-        };
-        let queue = match &spec.queue {
-            Some(name) => Some(
-                self.quota
-                    .queue_ix(name)
-                    .ok_or_else(|| invalid(format!("queue `{name}` does not exist")))?,
-            ),
-            None => None,
         };
         for g in &spec.groups {
             self.workload.record(&g.per_task, g.count);
