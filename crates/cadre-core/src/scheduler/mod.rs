@@ -40,7 +40,7 @@ use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
 use crate::backfill::Reservation;
-use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::cluster::{BookingError, Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
 use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
@@ -137,6 +137,21 @@ pub enum CoreError {
     },
     #[error(transparent)]
     Transition(#[from] IllegalTransition),
+    #[error("job {id}'s allocation cannot be booked: {source}")]
+    Booking {
+        id: JobId,
+        #[source]
+        source: BookingError,
+    },
+}
+
+/// How a start books its allocation on the cluster.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Booking {
+    /// Placed by the pass on what is free now: every node must be up.
+    Placed,
+    /// Already held by a job found running after a restart: on nodes in any state.
+    Adopted,
 }
 
 /// How a job is held.
@@ -252,6 +267,10 @@ pub struct Scheduler {
     /// When factors were last computed; `None` forces a recomputation.
     fairshare_computed: Option<Time>,
     quota: QuotaBook,
+    /// Active jobs counted in their quotas above a limit: adopted after a restart under a
+    /// policy that would not start them now. While any is active, quota limits are not an
+    /// invariant (the counts still are).
+    over_quota: BTreeSet<JobId>,
     /// Running jobs per (user, name), for `singleton` dependencies.
     singletons: BTreeMap<(String, String), u32>,
     /// Usage rates of the associations with running jobs, charged lazily.
@@ -345,6 +364,7 @@ impl Scheduler {
             fairshare_factors: FairShareFactors::default(),
             fairshare_computed: None,
             quota,
+            over_quota: BTreeSet::new(),
             singletons: BTreeMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
@@ -684,6 +704,7 @@ impl Scheduler {
         job.stopping = None;
         job.billing_rate = 0.0;
         self.active.remove(&id);
+        self.over_quota.remove(&id);
         if let Some(n) = self.singletons.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
@@ -734,71 +755,119 @@ impl Scheduler {
         self.checked_shapes.clear();
         let mut out = Vec::new();
         if avail == NodeAvail::Down {
-            for id in on_node {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    if job.stopping != Some(Stopping::Cancelled) {
-                        job.stopping = Some(Stopping::NodeFailure);
-                    }
-                    out.push(Decision::Stop {
-                        job: id,
-                        grace: Dur(0),
-                        why: StopReason::NodeFailure { node },
-                    });
-                }
-            }
+            out.extend(
+                on_node
+                    .into_iter()
+                    .filter_map(|id| self.node_failure(id, node)),
+            );
         }
         Ok(out)
     }
 
-    /// Starts a job on an allocation found by placement: books it and records it.
+    /// An active job's tasks on `node` failed (the node went down, or the tasks vanished):
+    /// the rest of the gang must stop. When its tasks are gone ([`Event::Ended`]) it goes
+    /// back to the queue or ends `NODE_FAIL` by its requeue policy; a cancel in flight stays
+    /// a cancel. `None` for a job the scheduler does not hold.
+    fn node_failure(&mut self, id: JobId, node: NodeId) -> Option<Decision> {
+        let job = self.jobs.get_mut(&id)?;
+        if job.stopping != Some(Stopping::Cancelled) {
+            job.stopping = Some(Stopping::NodeFailure);
+        }
+        Some(Decision::Stop {
+            job: id,
+            grace: Dur(0),
+            why: StopReason::NodeFailure { node },
+        })
+    }
+
+    /// Starts a job on an allocation found by placement now.
     fn start(
         &mut self,
         id: JobId,
         alloc: Allocation,
         per_node: Vec<(NodeId, Amounts)>,
         now: Time,
-    ) -> Decision {
-        let billing = &self.policy.billing;
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .expect("the pass starts only jobs it holds");
-        let booked = self.cluster.book(id, &alloc);
+    ) -> Option<Decision> {
+        let started = self.apply_start(id, alloc, per_node, now, now, Booking::Placed);
         debug_assert!(
-            booked.is_ok(),
-            "placement returned an allocation that does not book: {booked:?}"
+            started.is_ok(),
+            "placement returned an allocation that does not start: {started:?}"
         );
+        started.ok()?;
+        let allocation = self.jobs.get(&id)?.allocation.clone()?;
+        Some(Decision::Start {
+            job: id,
+            allocation,
+        })
+    }
+
+    /// Makes a pending job active, holding `alloc` since `start_time`: books the allocation
+    /// on the cluster, counts it in its quotas, its association's usage rate (from `now`),
+    /// its singleton name and the free summary, and sets its end by its time limit. The one
+    /// path by which a job becomes active: starts decided by the pass and jobs adopted after
+    /// a restart both take it.
+    ///
+    /// All or nothing: on error nothing has changed. A double booking is an error either
+    /// way. Quotas count the job even above a limit (a pass never starts one so; an adopted
+    /// job holds its resources whatever the policy says now): such a job is remembered in
+    /// `over_quota` until it ends.
+    fn apply_start(
+        &mut self,
+        id: JobId,
+        alloc: Allocation,
+        per_node: Vec<(NodeId, Amounts)>,
+        start_time: Time,
+        now: Time,
+        booking: Booking,
+    ) -> Result<(), CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        let next = job.state.on(id, Lifecycle::Start)?;
+        match booking {
+            Booking::Placed => self.cluster.book(id, &alloc),
+            Booking::Adopted => self.cluster.restore(id, &alloc),
+        }
+        .map_err(|source| CoreError::Booking { id, source })?;
+        let amounts = alloc.amounts();
+        let over = match self
+            .quota
+            .restore(job.queue, &job.spec.account, &job.spec.user, amounts)
+        {
+            Ok(over) => over,
+            Err(block) => {
+                self.cluster.release(id, &alloc);
+                return Err(CoreError::InvalidJob {
+                    id,
+                    what: format!("its quotas cannot count it: {block}"),
+                });
+            }
+        };
+        debug_assert!(
+            booking == Booking::Adopted || over.is_none(),
+            "the pass checked job {id}'s quota before starting it: {over:?}"
+        );
+        if over.is_some() {
+            self.over_quota.insert(id);
+        }
         let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
         self.free.refresh(&self.cluster, &touched);
-        let amounts = alloc.amounts();
-        let admitted = self
-            .quota
-            .admit(job.queue, &job.spec.account, &job.spec.user, amounts);
-        debug_assert!(
-            admitted.is_ok(),
-            "the pass checked job {id}'s quota before starting it: {admitted:?}"
-        );
-        job.state = JobState::Running;
+        job.state = next;
         job.ever_started = true;
-        job.start_time = Some(now);
-        job.end_time = Some(end_of(now, job.spec.time_limit));
+        job.start_time = Some(start_time);
+        job.end_time = Some(end_of(start_time, job.spec.time_limit));
         job.reason = PendingReason::None;
-        job.billing_rate = billing_rate(billing, &self.cluster, &alloc);
+        job.billing_rate = billing_rate(&self.policy.billing, &self.cluster, &alloc);
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
         job.per_node = per_node;
         job.victims_held.clear();
-        job.allocation = Some(alloc.clone());
+        job.allocation = Some(alloc);
         *self
             .singletons
             .entry((job.spec.user.clone(), job.spec.name.clone()))
             .or_insert(0) += 1;
         self.pending.remove(&id);
         self.active.insert(id);
-        Decision::Start {
-            job: id,
-            allocation: alloc,
-        }
+        Ok(())
     }
 
     /// Every calc period (Slurm's `PriorityCalcPeriod`): charges running jobs' usage up to
@@ -896,7 +965,14 @@ impl Scheduler {
                 ));
             }
         }
-        self.quota.check_invariants().map_err(|e| e.to_string())?;
+        if self.over_quota.is_empty() {
+            self.quota.check_invariants().map_err(|e| e.to_string())?;
+        } else {
+            self.quota.check_counts().map_err(|e| e.to_string())?;
+        }
+        if let Some(id) = self.over_quota.iter().find(|id| !self.active.contains(id)) {
+            return Err(format!("job {id} is counted over its quota but not active"));
+        }
         if self.free != FreeSummary::new(&self.cluster) {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
