@@ -22,7 +22,8 @@
 //! - a policy ([`policy::Policy`]): priority weights, the fair-share tree and its decay,
 //!   billing weights, queues and quotas, backfill and preemption settings;
 //! - events in time order ([`scheduler::Event`]): submissions, cancellations, holds, job
-//!   ends, failed launches, node state changes.
+//!   ends, failed launches, lost tasks, node state changes, and after a controller restart
+//!   the jobs restored from its store (running ones adopted with their allocations).
 //!
 //! **Decided** by [`scheduler::Scheduler::schedule`], each pass:
 //! - which pending jobs start now, each with a full allocation ([`alloc::Allocation`]): for
