@@ -54,6 +54,12 @@
 //! - [`placement`]: topology-aware placement of a gang on what is free;
 //!   [`backfill`]: the time profile and reservations; [`scheduler`]: the state machine, the
 //!   pass, preemption and explain.
+//!
+//! # Features
+//! - `openapi`: `utoipa::ToSchema` on the types the REST API carries ([`job::JobSpec`] and
+//!   everything in it, [`run::RunSpec`], [`job::JobState`], [`alloc::Allocation`],
+//!   [`cluster::NodeAvail`], [`cluster::NodeState`], [`scheduler::PendingReason`],
+//!   [`resources::Amounts`]), following their serde shapes.
 
 pub mod alloc;
 pub mod backfill;
@@ -70,3 +76,6 @@ pub mod resources;
 pub mod run;
 pub mod scheduler;
 pub mod time;
+
+#[cfg(all(test, feature = "openapi"))]
+mod openapi_tests;
