@@ -487,8 +487,9 @@ impl Scheduler {
     }
 
     /// Applies one event. Decisions that follow from it directly (stopping the tasks of a
-    /// cancelled job, or of the gangs on a node that went down) are returned; starting jobs
-    /// waits for the next [`Scheduler::schedule`].
+    /// cancelled job, of the gangs on a node that went down, of a job whose tasks were lost
+    /// or that was adopted on a node already down) are returned; starting jobs waits for the
+    /// next [`Scheduler::schedule`]. A refused event changes nothing.
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
         match event {
             Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
