@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where one task runs and what it holds there.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskAlloc {
     /// Position of the task group in the job spec.
     pub group: u16,
@@ -41,6 +42,7 @@ impl TaskAlloc {
 
 /// Every task of a gang, placed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Allocation {
     pub tasks: Vec<TaskAlloc>,
     /// The job holds its nodes whole (`--exclusive`).

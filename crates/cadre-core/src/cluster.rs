@@ -20,6 +20,7 @@ use std::fmt;
 
 /// Index of a node in [`Cluster::nodes`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct NodeId(pub u32);
 
@@ -154,6 +155,7 @@ impl NodeShape {
 
 /// What the administrator or the node's agent says about a node.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NodeAvail {
     /// Usable.
@@ -168,6 +170,7 @@ pub enum NodeAvail {
 
 /// The state a node shows (Slurm's base states), derived from [`NodeAvail`] and usage.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NodeState {
     Idle,

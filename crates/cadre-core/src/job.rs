@@ -13,6 +13,7 @@ use std::fmt;
 
 /// A job's id, assigned by the caller (the store, or a trace) before the core sees it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct JobId(pub u64);
 
@@ -24,6 +25,7 @@ impl fmt::Display for JobId {
 
 /// One group of identical tasks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TaskGroup {
     /// `launcher`, `worker`, `master`, or `task` for a plain Slurm job.
@@ -53,6 +55,7 @@ impl TaskGroup {
 
 /// How a task's devices relate to NUMA domains.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NumaPolicy {
     /// No requirement.
@@ -66,6 +69,7 @@ pub enum NumaPolicy {
 
 /// How the nodes of a job relate to the network.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkSpan {
     /// Any nodes.
@@ -81,6 +85,7 @@ pub enum NetworkSpan {
 
 /// The topology a job asks for.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct TopologyReq {
     pub numa: NumaPolicy,
@@ -89,6 +94,7 @@ pub struct TopologyReq {
 
 /// Kinds of dependency (Slurm `--dependency`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DependencyKind {
     /// The other job has started.
@@ -103,6 +109,7 @@ pub enum DependencyKind {
 
 /// One dependency of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Dependency {
     On {
@@ -115,6 +122,7 @@ pub enum Dependency {
 
 /// What happens to the job when it is preempted or its node fails.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RequeuePolicy {
     /// Back to the queue, whole.
@@ -126,6 +134,7 @@ pub enum RequeuePolicy {
 
 /// A job's array membership.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ArrayIndex {
     pub array_job: JobId,
     pub index: u32,
@@ -133,6 +142,7 @@ pub struct ArrayIndex {
 
 /// Everything a job asks for: the single input type of the scheduler.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub name: String,
@@ -260,6 +270,7 @@ impl JobSpec {
 
 /// Where a job is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
     Pending,

@@ -22,7 +22,8 @@
 //! - a policy ([`policy::Policy`]): priority weights, the fair-share tree and its decay,
 //!   billing weights, queues and quotas, backfill and preemption settings;
 //! - events in time order ([`scheduler::Event`]): submissions, cancellations, holds, job
-//!   ends, failed launches, node state changes.
+//!   ends, failed launches, lost tasks, node state changes, and after a controller restart
+//!   the jobs restored from its store (running ones adopted with their allocations).
 //!
 //! **Decided** by [`scheduler::Scheduler::schedule`], each pass:
 //! - which pending jobs start now, each with a full allocation ([`alloc::Allocation`]): for
@@ -53,6 +54,12 @@
 //! - [`placement`]: topology-aware placement of a gang on what is free;
 //!   [`backfill`]: the time profile and reservations; [`scheduler`]: the state machine, the
 //!   pass, preemption and explain.
+//!
+//! # Features
+//! - `openapi`: `utoipa::ToSchema` on the types the REST API carries ([`job::JobSpec`] and
+//!   everything in it, [`run::RunSpec`], [`job::JobState`], [`alloc::Allocation`],
+//!   [`cluster::NodeAvail`], [`cluster::NodeState`], [`scheduler::PendingReason`],
+//!   [`resources::Amounts`]), following their serde shapes.
 
 pub mod alloc;
 pub mod backfill;
@@ -69,3 +76,6 @@ pub mod resources;
 pub mod run;
 pub mod scheduler;
 pub mod time;
+
+#[cfg(all(test, feature = "openapi"))]
+mod openapi_tests;

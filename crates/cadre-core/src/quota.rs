@@ -61,12 +61,15 @@
 //!
 //! # Always holds
 //!
-//! For a book changed only through [`QuotaBook::admit`] and [`QuotaBook::release`]
-//! ([`QuotaBook::check_invariants`]): every queue within nominal + borrowing limit and
-//! within capability; in every cohort, the draws within the pool (so the cohort's total use
-//! within its total nominal quota); every per-user, per-account and job-count limit met;
-//! and every counter equal to the sum over the admitted gangs. Iteration is in config order
-//! or BTreeMap order; nothing here reads a clock.
+//! For a book changed only through [`QuotaBook::admit`] and [`QuotaBook::release`] (and
+//! [`QuotaBook::restore`] of gangs the limits admit) ([`QuotaBook::check_invariants`]):
+//! every queue within nominal + borrowing limit and within capability; in every cohort, the
+//! draws within the pool (so the cohort's total use within its total nominal quota); every
+//! per-user, per-account and job-count limit met; and every counter equal to the sum over
+//! the admitted gangs. A gang restored above a limit (a job found running after a restart
+//! under a lowered quota) leaves only the last of these ([`QuotaBook::check_counts`]) until
+//! it is released. Iteration is in config order or BTreeMap order; nothing here reads a
+//! clock.
 
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use serde::{Deserialize, Serialize};
@@ -1251,6 +1254,32 @@ impl QuotaBook {
             .or_default() += 1;
     }
 
+    /// Counts a gang that already runs, whether or not the limits admit it now (a job
+    /// adopted after a restart, under a policy that may have changed): the limit it is over,
+    /// if any, is returned, and the book's limits are then not an invariant
+    /// ([`QuotaBook::check_counts`] still holds) until it is released. Errors when the
+    /// gang cannot be counted at all (an unknown queue index, a counter overflow).
+    pub fn restore(
+        &mut self,
+        queue: Option<QueueIx>,
+        account: &str,
+        user: &str,
+        amounts: Amounts,
+    ) -> Result<Option<QuotaBlock>, QuotaBlock> {
+        let q = self
+            .resolve_ix(queue, account)
+            .map_err(|index| QuotaBlock::UnknownQueue { index })?;
+        let over = match self.check(queue, account, user, amounts) {
+            Ok(_) => None,
+            Err(block @ (QuotaBlock::UnknownQueue { .. } | QuotaBlock::Overflow { .. })) => {
+                return Err(block);
+            }
+            Err(block) => Some(block),
+        };
+        self.count(q, account, user, amounts);
+        Ok(over)
+    }
+
     /// Stops counting a gang admitted with the same arguments.
     pub fn release(
         &mut self,
@@ -1561,8 +1590,10 @@ impl QuotaBook {
         Ok(())
     }
 
-    /// Recomputes every counter from the ledger and compares.
-    fn check_counts(&self) -> Result<(), QuotaViolation> {
+    /// Recomputes every counter from the ledger and compares (the part of
+    /// [`QuotaBook::check_invariants`] that holds even with gangs counted over a limit by
+    /// [`QuotaBook::restore`]).
+    pub fn check_counts(&self) -> Result<(), QuotaViolation> {
         let mut total = Usage::default();
         let mut queues: Vec<Usage> = vec![Usage::default(); self.queues.len()];
         let mut queue_users: BTreeMap<(usize, &str), Usage> = BTreeMap::new();
@@ -2248,6 +2279,34 @@ mod tests {
         assert!(matches!(
             b.check_invariants(),
             Err(QuotaViolation::CohortAboveNominal { .. })
+        ));
+    }
+
+    #[test]
+    fn restore_counts_a_running_gang_over_a_limit_and_says_which() {
+        let mut b = book(PAIR);
+        let a = ix(&b, "a");
+        assert_eq!(b.restore(a, "acct-a", "u", gpus(8)), Ok(None));
+        b.check_invariants().expect("within the limits");
+        // Nominal 8 + borrowing 4: 6 more is above the borrowing limit, and counted anyway.
+        let over = b.restore(a, "acct-a", "u", gpus(6)).expect("counted");
+        assert!(
+            matches!(over, Some(QuotaBlock::QueueBorrowingLimit { .. })),
+            "{over:?}"
+        );
+        assert_eq!(b.used(a.expect("queue a")), gpus(14));
+        assert!(b.check_invariants().is_err(), "the limit is broken");
+        b.check_counts().expect("the counts still hold");
+        assert!(
+            b.check(a, "acct-a", "u", gpus(1)).is_err(),
+            "nothing more fits"
+        );
+        b.release(a, "acct-a", "u", gpus(6))
+            .expect("restored gangs release");
+        b.check_invariants().expect("within the limits again");
+        assert!(matches!(
+            b.restore(Some(QueueIx(9)), "acct-a", "u", gpus(1)),
+            Err(QuotaBlock::UnknownQueue { index: 9 })
         ));
     }
 

@@ -13,6 +13,7 @@ pub const MILLI_PER_GPU: u32 = 1000;
 
 /// What one task of a task group asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskResources {
     /// CPU cores (hardware threads as the node shape counts them).
@@ -54,6 +55,7 @@ impl TaskResources {
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Amounts {
     pub cpus: u64,

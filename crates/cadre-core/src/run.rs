@@ -18,6 +18,7 @@ const DEFAULT_SIGNAL_LEAD_SECS: u64 = 60;
 
 /// How much of the submitter's environment a task gets (`--export`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Export {
     /// `--export=ALL`, the default: all of it.
@@ -34,6 +35,7 @@ pub enum Export {
 
 /// Append to or truncate the output files (`--open-mode`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OpenMode {
     Append,
@@ -43,6 +45,7 @@ pub enum OpenMode {
 
 /// Who receives a signal.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SignalTarget {
     /// The task's process group: the task and everything it started.
@@ -54,6 +57,7 @@ pub enum SignalTarget {
 
 /// `--signal=[{R|B}:]SIG[@TIME]`: a signal sent before the end of the time limit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PreEndSignal {
     /// The signal's number on Linux.
@@ -174,6 +178,7 @@ impl fmt::Display for PreEndSignal {
 
 /// What a job runs and how.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunSpec {
     /// Program and arguments. With a `script`, the arguments given to the script (the
@@ -184,9 +189,11 @@ pub struct RunSpec {
     #[serde(default)]
     pub script: Option<String>,
     /// Where the tasks start (`--chdir`); relative output paths are under it.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub work_dir: PathBuf,
     /// `SLURM_SUBMIT_DIR`; `None`: the working directory.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub submit_dir: Option<PathBuf>,
     #[serde(default)]
     pub submit_host: Option<String>,

@@ -2,8 +2,9 @@
 //! asserting the exact decisions, states and reasons. Every mutation (event or pass) goes
 //! through [`Sim`], which checks the scheduler's invariants after it.
 
+use cadre_core::alloc::Allocation;
 use cadre_core::backfill::Reservation;
-use cadre_core::cluster::{Cluster, NodeAvail, NodeId};
+use cadre_core::cluster::{BookingError, Cluster, NodeAvail, NodeId};
 use cadre_core::job::{
     Dependency, DependencyKind, JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, RequeuePolicy,
     TaskGroup,
@@ -13,7 +14,7 @@ use cadre_core::priority::PriorityWeights;
 use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaConfig};
 use cadre_core::resources::{Amounts, TaskResources};
 use cadre_core::scheduler::{
-    CoreError, Decision, Event, NodeWhyNot, PendingReason, Scheduler, StopReason,
+    CoreError, Decision, Event, Hold, NodeWhyNot, PendingReason, Scheduler, StopReason,
 };
 use cadre_core::time::{Dur, Time};
 
@@ -1799,4 +1800,382 @@ fn preemptor_starts_when_a_victim_is_cancelled_while_it_stops() {
     sim.end(1, JobState::Cancelled, 12);
     assert_eq!(sim.state(1), JobState::Cancelled);
     assert_eq!(started(&sim.pass(12)), [2]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Crash recovery: jobs restored and adopted after a controller restart
+// ---------------------------------------------------------------------------------------
+
+/// The allocation a scheduler of `cluster` starts `spec` on: what a job found running
+/// after a restart holds.
+fn placed(cluster: Cluster, spec: &JobSpec) -> Allocation {
+    let mut s = Scheduler::new(cluster, plain()).expect("test policy is valid");
+    let submit = Event::Submit {
+        id: JobId(999),
+        spec: Box::new(spec.clone()),
+    };
+    s.handle(submit, Time(0)).expect("submission is accepted");
+    match s.schedule(Time(0)).as_slice() {
+        [Decision::Start { allocation, .. }] => allocation.clone(),
+        other => panic!("expected one start, got {other:?}"),
+    }
+}
+
+fn adopt_event(id: u64, spec: JobSpec, allocation: Allocation, start: u64) -> Event {
+    Event::Adopt {
+        id: JobId(id),
+        spec: Box::new(spec),
+        allocation,
+        start_time: Time(start),
+        requeues: 0,
+    }
+}
+
+impl Sim {
+    fn adopt(&mut self, id: u64, spec: JobSpec, alloc: Allocation, start: u64, now: u64) {
+        let ds = self.event(adopt_event(id, spec, alloc, start), now);
+        assert!(ds.is_empty(), "adopting on nodes not down decides nothing");
+    }
+}
+
+#[test]
+fn adopted_job_holds_its_gpus_so_a_new_job_waits_for_its_end() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let spec = job(1, 6, 1000);
+    let alloc = placed(Cluster::flat_gpu(1, 8), &spec);
+    sim.adopt(1, spec, alloc.clone(), 0, 50);
+    let j = sim.s.job(JobId(1)).expect("adopted");
+    assert_eq!(j.state, JobState::Running);
+    assert_eq!(j.allocation.as_ref(), Some(&alloc), "exactly what it held");
+    assert_eq!(j.start_time, Some(Time(0)));
+    assert_eq!(j.end_time, Some(Time(1000)), "start plus time limit");
+    assert!(j.ever_started);
+    assert_eq!(sim.s.active_count(), 1);
+    assert_eq!(sim.free(0).gpu_milli, 2000);
+
+    sim.submit(2, job(1, 4, 100), 50);
+    let ds = sim.pass(50);
+    assert!(started(&ds).is_empty(), "its GPUs are held: {ds:?}");
+    assert_eq!(sim.reason(2), "Resources");
+    let r = reserved(&ds);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].job, r[0].start),
+        (JobId(2), Time(1000)),
+        "reserved for when the adopted job reaches its limit"
+    );
+    // A small job backfills without touching the reservation.
+    sim.submit(3, job(1, 2, 100), 50);
+    assert_eq!(started(&sim.pass(51)), [3]);
+
+    sim.end(1, JobState::Completed, 300);
+    assert_eq!(sim.state(1), JobState::Completed);
+    assert_eq!(started(&sim.pass(300)), [2]);
+}
+
+#[test]
+fn two_adopted_jobs_claiming_one_gpu_is_an_error_and_changes_nothing() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let spec = job(1, 2, 1000);
+    let alloc = placed(Cluster::flat_gpu(1, 8), &spec);
+    sim.adopt(1, spec.clone(), alloc.clone(), 0, 10);
+    let free = sim.free(0);
+    // Other cores, the same GPUs: only the GPUs conflict.
+    let mut other = alloc.clone();
+    for c in &mut other.tasks[0].cores {
+        *c += 32;
+    }
+    let err = sim
+        .try_event(adopt_event(2, spec.clone(), other, 0), 10)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CoreError::Booking {
+                id: JobId(2),
+                source: BookingError::GpuBusy { .. }
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("job 2's allocation cannot be booked: gpu ")
+    );
+    assert!(sim.s.job(JobId(2)).is_none(), "the job is not kept");
+    assert_eq!(sim.free(0), free);
+    assert_eq!(sim.s.active_count(), 1);
+    // The very same allocation twice conflicts too, and so does an id already known.
+    let err = sim
+        .try_event(adopt_event(3, spec.clone(), alloc.clone(), 0), 10)
+        .unwrap_err();
+    assert!(matches!(err, CoreError::Booking { .. }), "{err}");
+    let err = sim
+        .try_event(adopt_event(1, spec, alloc, 0), 10)
+        .unwrap_err();
+    assert_eq!(err, CoreError::DuplicateJob(JobId(1)));
+}
+
+#[test]
+fn adoption_refuses_an_allocation_that_is_not_a_gang_of_its_spec() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    let spec = job(2, 4, 1000);
+    let alloc = placed(Cluster::flat_gpu(2, 8), &spec);
+    let mut part = alloc.clone();
+    part.tasks.pop();
+    let err = sim
+        .try_event(adopt_event(1, spec.clone(), part, 0), 10)
+        .unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidJob { what, .. } if what.contains("has 1 tasks placed")),
+        "{err}"
+    );
+    let mut elsewhere = alloc;
+    elsewhere.tasks[0].node = NodeId(7);
+    let err = sim
+        .try_event(adopt_event(1, spec, elsewhere, 0), 10)
+        .unwrap_err();
+    assert_eq!(err, CoreError::UnknownNode(7));
+    assert_eq!(sim.s.active_count(), 0);
+    assert_eq!(sim.free(0), full_gpu_node());
+}
+
+#[test]
+fn adopted_job_holds_its_node_before_its_agent_reconnects() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.node(0, NodeAvail::Unknown, None, 0);
+    sim.node(1, NodeAvail::Unknown, None, 0);
+    let spec = job(1, 8, 1000);
+    let alloc = placed(Cluster::flat_gpu(2, 8), &spec);
+    assert_eq!(alloc.nodes(), [NodeId(0)]);
+    sim.adopt(1, spec, alloc, 0, 10);
+    assert_eq!(sim.state(1), JobState::Running);
+    // Both agents reconnect: only the node the adopted job does not hold is free.
+    sim.node(0, NodeAvail::Up, None, 20);
+    sim.node(1, NodeAvail::Up, None, 20);
+    assert_eq!(sim.free(0).gpu_milli, 0);
+    sim.submit(2, job(1, 8, 100), 20);
+    sim.submit(3, job(1, 8, 100), 20);
+    let ds = sim.pass(20);
+    assert_eq!(started(&ds), [2]);
+    assert_eq!(sim.nodes_of(2), [1]);
+}
+
+#[test]
+fn adopted_job_on_a_node_already_down_is_stopped_and_requeued() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.node(1, NodeAvail::Down, Some("gone"), 0);
+    let spec = job(2, 8, 1000);
+    let alloc = placed(Cluster::flat_gpu(2, 8), &spec);
+    let mut event = adopt_event(1, spec, alloc, 0);
+    if let Event::Adopt { requeues, .. } = &mut event {
+        *requeues = 2;
+    }
+    let ds = sim.event(event, 10);
+    assert_eq!(
+        ds,
+        [Decision::Stop {
+            job: JobId(1),
+            grace: Dur(0),
+            why: StopReason::NodeFailure { node: NodeId(1) },
+        }]
+    );
+    sim.end(1, JobState::Cancelled, 11);
+    assert_eq!(sim.state(1), JobState::Pending);
+    assert_eq!(sim.s.job(JobId(1)).unwrap().requeues, 3);
+    assert_eq!(sim.free(0), full_gpu_node());
+}
+
+#[test]
+fn adopted_job_counts_in_its_quota_even_above_a_limit_lowered_since() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), quota_policy());
+    // Queue `qa` may use 4 + 2 borrowed GPUs; the job holds 8.
+    let spec = acct(job(1, 8, 1000), "a", "ann");
+    let alloc = placed(Cluster::flat_gpu(2, 8), &spec);
+    sim.adopt(1, spec, alloc, 0, 10);
+    let qa = sim.s.quota().queue_ix("qa").expect("queue qa");
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 8000);
+    sim.submit(2, acct(job(1, 1, 100), "a", "ann"), 10);
+    assert!(started(&sim.pass(10)).is_empty());
+    assert_eq!(
+        sim.reason(2),
+        "QOSGrpGRES",
+        "held back by the borrowing limit"
+    );
+    sim.end(1, JobState::Completed, 20);
+    assert_eq!(sim.s.quota().used(qa).gpu_milli, 0);
+    assert_eq!(started(&sim.pass(20)), [2]);
+}
+
+#[test]
+fn restored_pending_job_keeps_its_requeues_and_admin_hold() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let spec = with(job(1, 1, 100), |s| s.hold = true);
+    sim.event(
+        Event::RestorePending {
+            id: JobId(4),
+            spec: Box::new(spec),
+            requeues: 2,
+            hold: Some(Hold::Admin),
+        },
+        0,
+    );
+    assert!(sim.pass(0).is_empty());
+    assert_eq!(sim.reason(4), "JobHeldAdmin");
+    assert_eq!(sim.s.job(JobId(4)).unwrap().requeues, 2);
+    sim.event(Event::Release { id: JobId(4) }, 5);
+    assert_eq!(started(&sim.pass(5)), [4]);
+
+    // `spec.hold` is how it was submitted; `hold: None` says it was released since.
+    let spec = with(job(1, 1, 100), |s| s.hold = true);
+    sim.event(
+        Event::RestorePending {
+            id: JobId(5),
+            spec: Box::new(spec),
+            requeues: 0,
+            hold: None,
+        },
+        6,
+    );
+    assert_eq!(started(&sim.pass(6)), [5]);
+}
+
+#[test]
+fn restored_job_depends_on_a_job_that_ended_before_the_restart() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let dependent = with(job(1, 1, 100), |s| {
+        s.dependencies = vec![Dependency::On {
+            kind: DependencyKind::AfterOk,
+            job: JobId(1),
+        }]
+    });
+    let restore = |spec: &JobSpec| Event::RestorePending {
+        id: JobId(2),
+        spec: Box::new(spec.clone()),
+        requeues: 0,
+        hold: None,
+    };
+    let err = sim.try_event(restore(&dependent), 0).unwrap_err();
+    assert!(err.to_string().contains("dependency on job 1"), "{err}");
+    let err = sim
+        .try_event(
+            Event::RestoreEnded {
+                id: JobId(1),
+                state: JobState::Running,
+            },
+            0,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("not a final state"), "{err}");
+    sim.event(
+        Event::RestoreEnded {
+            id: JobId(1),
+            state: JobState::Completed,
+        },
+        0,
+    );
+    sim.event(restore(&dependent), 0);
+    assert_eq!(started(&sim.pass(0)), [2]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Lost tasks
+// ---------------------------------------------------------------------------------------
+
+fn lost(id: u64, node: u32) -> Event {
+    Event::Lost {
+        id: JobId(id),
+        node: NodeId(node),
+    }
+}
+
+#[test]
+fn lost_tasks_stop_the_rest_of_the_gang_and_requeue_it_whole() {
+    let mut sim = Sim::new(Cluster::flat_gpu(3, 8), plain());
+    sim.submit(1, job(2, 8, 1000), 0);
+    sim.submit(2, job(1, 8, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 2]);
+    let gang = sim.nodes_of(1);
+    let ds = sim.event(lost(1, gang[1]), 10);
+    assert_eq!(
+        ds,
+        [Decision::Stop {
+            job: JobId(1),
+            grace: Dur(0),
+            why: StopReason::NodeFailure {
+                node: NodeId(gang[1])
+            },
+        }],
+        "the job alone is stopped; nothing else on the node"
+    );
+    assert_eq!(sim.state(1), JobState::Running, "until its tasks are gone");
+    assert_eq!(
+        sim.s.cluster().node(NodeId(gang[1])).avail,
+        NodeAvail::Up,
+        "the node itself did not fail"
+    );
+    sim.end(1, JobState::Failed, 11);
+    assert_eq!(sim.state(1), JobState::Pending);
+    assert_eq!(sim.s.job(JobId(1)).unwrap().requeues, 1);
+    assert_eq!(sim.free(gang[0]), full_gpu_node());
+    assert_eq!(sim.free(gang[1]), full_gpu_node());
+    assert_eq!(sim.state(2), JobState::Running);
+    assert_eq!(started(&sim.pass(12)), [1], "back whole on the freed nodes");
+}
+
+#[test]
+fn lost_tasks_end_a_never_requeue_gang_node_fail() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(
+        1,
+        with(job(2, 8, 1000), |s| s.requeue = RequeuePolicy::Never),
+        0,
+    );
+    sim.pass(0);
+    assert_eq!(sim.event(lost(1, 0), 10).len(), 1);
+    sim.end(1, JobState::Failed, 11);
+    assert_eq!(sim.state(1), JobState::NodeFail);
+    assert_eq!(sim.free(0), full_gpu_node());
+    assert_eq!(sim.free(1), full_gpu_node());
+}
+
+#[test]
+fn lost_tasks_of_a_cancelled_job_leave_it_cancelled() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 8, 1000), 0);
+    sim.pass(0);
+    sim.event(Event::Cancel { id: JobId(1) }, 5);
+    assert_eq!(sim.event(lost(1, 0), 6).len(), 1);
+    sim.end(1, JobState::Failed, 7);
+    assert_eq!(sim.state(1), JobState::Cancelled);
+}
+
+#[test]
+fn lost_tasks_of_a_job_not_active_or_not_on_the_node_are_errors() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.submit(1, job(1, 8, 1000), 0);
+    sim.submit(2, job(1, 8, 1000), 0);
+    sim.submit(3, job(1, 8, 1000), 0);
+    sim.pass(0);
+    let on = sim.nodes_of(1)[0];
+    let err = sim.try_event(lost(3, 0), 1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "job 3 is PENDING; only an active job's tasks can be lost"
+    );
+    let err = sim.try_event(lost(1, 1 - on), 1).unwrap_err();
+    assert_eq!(
+        err,
+        CoreError::NotOnNode {
+            id: JobId(1),
+            node: format!("node{:03}", 2 - on),
+        }
+    );
+    assert_eq!(sim.try_event(lost(1, 9), 1), Err(CoreError::UnknownNode(9)));
+    assert_eq!(
+        sim.try_event(lost(8, 0), 1),
+        Err(CoreError::UnknownJob(JobId(8)))
+    );
+    assert_eq!(sim.state(1), JobState::Running);
+    assert_eq!(sim.s.job(JobId(1)).unwrap().stopping, None);
 }

@@ -10,7 +10,11 @@
 //!   limit (counted from the allocations, not the quota book);
 //! - reservations and the jobs running beside them never oversubscribe a node at any
 //!   reservation's start (so a backfilled job never delays a reservation);
-//! - the same events at the same times give the same decisions, bit for bit.
+//! - the same events at the same times give the same decisions, bit for bit;
+//! - a scheduler rebuilt mid-run as a restarted controller rebuilds it (nodes' states, ended
+//!   jobs, running jobs adopted with their allocations, pending jobs restored, in id order)
+//!   holds exactly what the old one held: the same usage on every node, the same quota
+//!   use, the same jobs with the same allocations, ends, requeue counts and holds.
 
 use cadre_core::backfill::Reservation;
 use cadre_core::cluster::{Cluster, NodeAvail, NodeId};
@@ -345,6 +349,8 @@ enum Act {
     Down(u32),
     Up(u32),
     Cancel(u64),
+    /// The controller restarts: the scheduler is rebuilt from what a store would hold.
+    Restart,
 }
 
 fn act_gen() -> impl Strategy<Value = Act> {
@@ -353,6 +359,7 @@ fn act_gen() -> impl Strategy<Value = Act> {
         (0u32..6).prop_map(Act::Down),
         (0u32..6).prop_map(Act::Up),
         (1u64..25).prop_map(Act::Cancel),
+        Just(Act::Restart),
     ]
 }
 
@@ -421,6 +428,118 @@ fn check_reservations(
                     n.0
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// A scheduler rebuilt from `old`'s jobs as a restarted controller rebuilds it from its
+/// store, with the decisions the rebuild gave.
+fn rebuild(
+    old: &Scheduler,
+    cluster: &Cluster,
+    policy: &Policy,
+    ids: u64,
+    now: Time,
+) -> Result<(Scheduler, Vec<Decision>), String> {
+    let mut new = Scheduler::new(cluster.clone(), policy.clone()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut apply = |new: &mut Scheduler, e: Event| -> Result<(), String> {
+        let what = format!("{e:?}");
+        let ds = new
+            .handle(e, now)
+            .map_err(|err| format!("rebuild: {what} refused: {err}"))?;
+        new.check_invariants()?;
+        out.extend(ds);
+        Ok(())
+    };
+    for (i, node) in old.cluster().nodes.iter().enumerate() {
+        if node.avail != NodeAvail::Up {
+            let e = Event::NodeAvail {
+                node: NodeId(i as u32),
+                avail: node.avail,
+                reason: node.reason.clone(),
+            };
+            apply(&mut new, e)?;
+        }
+    }
+    for id in (1..=ids).map(JobId) {
+        if let Some(state) = old.ended_state(id) {
+            apply(&mut new, Event::RestoreEnded { id, state })?;
+            continue;
+        }
+        let Some(job) = old.job(id) else { continue };
+        let spec = Box::new(job.spec.clone());
+        let e = match (&job.allocation, job.start_time) {
+            (Some(allocation), Some(start_time)) if job.state.is_active() => Event::Adopt {
+                id,
+                spec,
+                allocation: allocation.clone(),
+                start_time,
+                requeues: job.requeues,
+            },
+            _ => Event::RestorePending {
+                id,
+                spec,
+                requeues: job.requeues,
+                hold: job.hold,
+            },
+        };
+        apply(&mut new, e)?;
+    }
+    same_holdings(old, &new)?;
+    Ok((new, out))
+}
+
+/// Whether two schedulers hold the same: node usage and state, quota use, and every job's
+/// activity, allocation, ends, requeue count and hold.
+fn same_holdings(old: &Scheduler, new: &Scheduler) -> Result<(), String> {
+    for (a, b) in old.cluster().nodes.iter().zip(&new.cluster().nodes) {
+        if a.usage != b.usage || a.avail != b.avail {
+            return Err(format!("node {} differs after a rebuild", a.name));
+        }
+    }
+    for n in 0..old.cluster().nodes.len() as u32 {
+        let (a, b) = (
+            old.cluster().free_amounts(NodeId(n)),
+            new.cluster().free_amounts(NodeId(n)),
+        );
+        if a != b {
+            return Err(format!("node {n} frees {b:?} after a rebuild, not {a:?}"));
+        }
+    }
+    if old.quota().rows() != new.quota().rows() {
+        return Err(format!(
+            "quota use differs after a rebuild: {:?} vs {:?}",
+            old.quota().rows(),
+            new.quota().rows()
+        ));
+    }
+    if (old.pending_count(), old.active_count()) != (new.pending_count(), new.active_count()) {
+        return Err("pending or active counts differ after a rebuild".into());
+    }
+    for a in old.jobs() {
+        let b = new
+            .job(a.id)
+            .ok_or_else(|| format!("job {} lost in a rebuild", a.id))?;
+        let view = |j: &cadre_core::scheduler::Job| {
+            (
+                j.state.is_active(),
+                j.allocation.clone(),
+                j.per_node.clone(),
+                j.start_time,
+                j.end_time,
+                j.requeues,
+                j.hold,
+            )
+        };
+        if view(a) != view(b) {
+            return Err(format!(
+                "job {} differs after a rebuild: {:?} vs {:?}",
+                a.id,
+                view(a),
+                view(b)
+            ));
         }
     }
     Ok(())
@@ -521,6 +640,12 @@ fn run(
                         Ok(d) => Ok(d),
                         Err(_) => Ok(Vec::new()), // unknown or ended: the executor ignores it
                     },
+                    Act::Restart => {
+                        let (new, decisions) =
+                            rebuild(&sched, cluster, policy, jobs.len() as u64, now)?;
+                        sched = new;
+                        Ok(decisions)
+                    }
                 }
                 .map_err(|e| e.to_string())?;
                 for d in &decisions {

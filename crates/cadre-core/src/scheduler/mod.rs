@@ -8,7 +8,8 @@
 //! Must hold (checked by [`Scheduler::check_invariants`], which tests call after every
 //! mutation):
 //! - no core, GPU share or NIC is in two allocations; usage on every node equals the sum of
-//!   the allocations of the jobs active there; nothing is booked on a node that is not up;
+//!   the allocations of the jobs active there; nothing new is booked on a node that is not
+//!   up (a job adopted after a restart keeps what it holds, whatever its nodes' state);
 //! - every active job holds a whole gang: every task group has between its minimum and its
 //!   count of tasks placed, never a part;
 //! - quotas are within nominal plus what borrowing allows;
@@ -26,6 +27,31 @@
 //! job held back because its cohort lent its queue's quota may take it back by preempting
 //! the borrowers (Kueue's reclaim within a cohort); otherwise the top blocked jobs get
 //! reservations at the earliest time they fit.
+//!
+//! # Crash recovery
+//!
+//! The scheduler keeps nothing durable; a restarted controller rebuilds it from its store
+//! before the first pass, with the jobs in id order (a job's dependencies must be known
+//! before it, as on submission):
+//! - [`Event::RestoreEnded`] for ended jobs that restored jobs depend on;
+//! - [`Event::Adopt`] for every job that was active, with the allocation it holds: it is
+//!   running again from its start time (end by its time limit from there), booked on its
+//!   nodes whatever their state (they are typically unknown until their agents reconnect:
+//!   the tasks hold the devices regardless), and counted in quotas, usage rates, singletons
+//!   and the free summary exactly as a start by the pass is. Two adopted jobs naming one
+//!   GPU, core or NIC is an error ([`CoreError::Booking`]), never a silent double booking.
+//!   Quotas count an adopted job even above a limit lowered since it started; new jobs are
+//!   held back until usage is within the limits again. A job adopted on a node already down
+//!   is stopped at once, as [`Event::NodeAvail`] `Down` would have. A stop in flight before
+//!   the restart is not restored: the controller repeats a cancel or requeue, and the pass
+//!   decides preemptions afresh;
+//! - [`Event::RestorePending`] for every pending job, with its requeue count and hold;
+//! - then [`Event::NodeAvail`] as agents reconnect (or are given up on: `Down` stops the
+//!   jobs there), and [`Event::Lost`] for an active job whose tasks an agent no longer has.
+//!
+//! Not restored: fair-share usage (running jobs are charged again from their adoption),
+//! age (counted from restoration) and the workload profile of fragmentation placement
+//! (rebuilt from the jobs restored).
 
 mod explain;
 mod free;
@@ -40,7 +66,7 @@ use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
 use crate::backfill::Reservation;
-use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::cluster::{BookingError, Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
 use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
@@ -59,6 +85,28 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub enum Event {
     /// A new job, already committed by the caller under this id.
     Submit { id: JobId, spec: Box<JobSpec> },
+    /// A pending job brought back after a restart (see "Crash recovery"): a submission
+    /// that keeps the job's requeue count and hold. `spec.hold` is not looked at: `hold` is
+    /// the hold the job had.
+    RestorePending {
+        id: JobId,
+        spec: Box<JobSpec>,
+        requeues: u32,
+        hold: Option<Hold>,
+    },
+    /// A job found running (or preempting) after a restart, adopted with the allocation it
+    /// holds since `start_time`: it is running again, on its nodes whatever their state
+    /// (see "Crash recovery").
+    Adopt {
+        id: JobId,
+        spec: Box<JobSpec>,
+        allocation: Allocation,
+        start_time: Time,
+        requeues: u32,
+    },
+    /// A job that ended before a restart, with its final state: what dependencies on it
+    /// resolve against.
+    RestoreEnded { id: JobId, state: JobState },
     /// Cancel a job: pending jobs end at once; active ones are asked to stop.
     Cancel { id: JobId },
     /// Hold a pending job (by its user, or by an administrator).
@@ -69,6 +117,10 @@ pub enum Event {
     Requeue { id: JobId },
     /// Every task of an active job is gone, with this outcome (one of the final states).
     Ended { id: JobId, outcome: JobState },
+    /// Some of an active job's tasks on `node` vanished without an outcome (their agent
+    /// restarted, or a restarted controller found them gone): the rest of the gang is
+    /// stopped and the job treated as on a failure of that node, for this job alone.
+    Lost { id: JobId, node: NodeId },
     /// A started job could not launch all its tasks; it goes back to the queue whole.
     LaunchFailed { id: JobId, reason: String },
     /// A node's availability changed (drain, resume, down, agent registered).
@@ -137,6 +189,23 @@ pub enum CoreError {
     },
     #[error(transparent)]
     Transition(#[from] IllegalTransition),
+    #[error("job {id} has no tasks on node {node}")]
+    NotOnNode { id: JobId, node: String },
+    #[error("job {id}'s allocation cannot be booked: {source}")]
+    Booking {
+        id: JobId,
+        #[source]
+        source: BookingError,
+    },
+}
+
+/// How a start books its allocation on the cluster.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Booking {
+    /// Placed by the pass on what is free now: every node must be up.
+    Placed,
+    /// Already held by a job found running after a restart: on nodes in any state.
+    Adopted,
 }
 
 /// How a job is held.
@@ -261,6 +330,10 @@ pub struct Scheduler {
     /// When factors were last computed; `None` forces a recomputation.
     fairshare_computed: Option<Time>,
     quota: QuotaBook,
+    /// Active jobs counted in their quotas above a limit: adopted after a restart under a
+    /// policy that would not start them now. While any is active, quota limits are not an
+    /// invariant (the counts still are).
+    over_quota: BTreeSet<JobId>,
     /// Running jobs per (user, name), for `singleton` dependencies.
     singletons: BTreeMap<(String, String), u32>,
     /// Usage rates of the associations with running jobs, charged lazily.
@@ -354,6 +427,7 @@ impl Scheduler {
             fairshare_factors: FairShareFactors::default(),
             fairshare_computed: None,
             quota,
+            over_quota: BTreeSet::new(),
             singletons: BTreeMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
@@ -422,11 +496,36 @@ impl Scheduler {
     }
 
     /// Applies one event. Decisions that follow from it directly (stopping the tasks of a
-    /// cancelled job, or of the gangs on a node that went down) are returned; starting jobs
-    /// waits for the next [`Scheduler::schedule`].
+    /// cancelled job, of the gangs on a node that went down, of a job whose tasks were lost
+    /// or that was adopted on a node already down) are returned; starting jobs waits for the
+    /// next [`Scheduler::schedule`]. A refused event changes nothing.
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
         match event {
             Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
+            Event::RestorePending {
+                id,
+                spec,
+                requeues,
+                hold,
+            } => {
+                self.submit(id, *spec, now)?;
+                let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+                job.requeues = requeues;
+                job.hold = hold;
+                if hold.is_some() {
+                    job.eligible_since = None;
+                }
+                Ok(Vec::new())
+            }
+            Event::Adopt {
+                id,
+                spec,
+                allocation,
+                start_time,
+                requeues,
+            } => self.adopt(id, *spec, allocation, start_time, requeues, now),
+            Event::RestoreEnded { id, state } => self.restore_ended(id, state).map(|()| Vec::new()),
+            Event::Lost { id, node } => self.lost(id, node),
             Event::Cancel { id } => self.cancel(id),
             Event::Hold { id, admin } => {
                 let job = self.pending_job_mut(id, "only pending jobs can be held")?;
@@ -566,6 +665,27 @@ impl Scheduler {
     }
 
     fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+        let job = self.prepare(id, spec, now)?;
+        self.record_workload(&job.spec);
+        self.jobs.insert(id, job);
+        self.pending.insert(id);
+        Ok(())
+    }
+
+    /// The task sizes of a job joining the workload profile (fragmentation placement).
+    fn record_workload(&mut self, spec: &JobSpec) {
+        for g in &spec.groups {
+            self.workload.record(&g.per_task, g.count);
+        }
+        if self.workload.total_weight() > WORKLOAD_MEMORY {
+            self.workload.halve();
+        }
+    }
+
+    /// Checks a new job against the cluster and policy and builds it, pending. Nothing
+    /// changes on error; on success only its association may have been created (with
+    /// `auto_associations`) and its shape interned.
+    fn prepare(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<Job, CoreError> {
         let Admission {
             partition,
             qos_factor,
@@ -574,6 +694,7 @@ impl Scheduler {
             queue,
         } = self.admission(id, &spec)?;
         let invalid = |what: String| CoreError::InvalidJob { id, what };
+        // Last, as the only change a refused job could leave behind.
         let assoc = match self.fairshare.assoc(&spec.user, &spec.account) {
             Some(a) => a,
             None if self.policy.auto_associations => {
@@ -591,12 +712,6 @@ impl Scheduler {
                 )));
             }
         };
-        for g in &spec.groups {
-            self.workload.record(&g.per_task, g.count);
-        }
-        if self.workload.total_weight() > WORKLOAD_MEMORY {
-            self.workload.halve();
-        }
         let hold = spec.hold.then_some(Hold::User);
         // Age counts from eligibility: from submission for a job nothing holds back.
         let eligible_since =
@@ -608,40 +723,137 @@ impl Scheduler {
             .shapes
             .entry(ShapeKey::of(partition, &spec))
             .or_insert(next_shape);
-        self.jobs.insert(
+        Ok(Job {
             id,
-            Job {
-                id,
-                spec,
-                state: JobState::Pending,
-                partition,
-                shape,
-                want,
-                min_want,
-                assoc,
-                queue,
-                class_value,
-                class_preempting,
-                qos_factor,
-                reason: PendingReason::None,
-                priority: 0,
-                eligible_since,
-                hold,
-                start_time: None,
-                end_time: None,
-                allocation: None,
-                per_node: Vec::new(),
-                billing_rate: 0.0,
-                requeues: 0,
-                stopping: None,
-                awaiting_victims: BTreeSet::new(),
-                victims_held: Vec::new(),
-                preempted_by: None,
-                ever_started: false,
-            },
-        );
+            spec,
+            state: JobState::Pending,
+            partition,
+            shape,
+            want,
+            min_want,
+            assoc,
+            queue,
+            class_value,
+            class_preempting,
+            qos_factor,
+            reason: PendingReason::None,
+            priority: 0,
+            eligible_since,
+            hold,
+            start_time: None,
+            end_time: None,
+            allocation: None,
+            per_node: Vec::new(),
+            billing_rate: 0.0,
+            requeues: 0,
+            stopping: None,
+            awaiting_victims: BTreeSet::new(),
+            victims_held: Vec::new(),
+            preempted_by: None,
+            ever_started: false,
+        })
+    }
+
+    /// Adopts a job found active after a restart, holding `alloc` since `start_time` (see
+    /// "Crash recovery" in the module doc). Checked whole before anything changes: the
+    /// spec, that the allocation is a gang of it on nodes that exist, and that nothing
+    /// else holds what it names.
+    fn adopt(
+        &mut self,
+        id: JobId,
+        spec: JobSpec,
+        alloc: Allocation,
+        start_time: Time,
+        requeues: u32,
+        now: Time,
+    ) -> Result<Vec<Decision>, CoreError> {
+        if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
+            return Err(CoreError::DuplicateJob(id));
+        }
+        let invalid = |what: String| CoreError::InvalidJob { id, what };
+        validate_spec(&spec).map_err(invalid)?;
+        let nodes = self.cluster.nodes.len();
+        if let Some(t) = alloc.tasks.iter().find(|t| t.node.0 as usize >= nodes) {
+            return Err(CoreError::UnknownNode(t.node.0));
+        }
+        check_gang(id, &spec, &alloc, &self.cluster)
+            .map_err(|what| invalid(format!("its allocation does not match its spec: {what}")))?;
+        // Booking all or nothing, tried before preparing the job (which may create its
+        // association): a refused adoption changes nothing.
+        self.cluster
+            .restore(id, &alloc)
+            .map_err(|source| CoreError::Booking { id, source })?;
+        self.cluster.release(id, &alloc);
+        let mut job = self.prepare(id, spec, now)?;
+        job.requeues = requeues;
+        job.hold = None;
+        job.eligible_since = None;
+        self.jobs.insert(id, job);
         self.pending.insert(id);
+        let per_node = pass::per_node_amounts(&self.cluster, &alloc);
+        let nodes = alloc.nodes();
+        if let Err(e) = self.apply_start(id, alloc, per_node, start_time, now, Booking::Adopted) {
+            self.jobs.remove(&id);
+            self.pending.remove(&id);
+            return Err(e);
+        }
+        if let Some(job) = self.jobs.get(&id) {
+            let spec = job.spec.clone();
+            self.record_workload(&spec);
+        }
+        // Its tasks on a node already down have failed: stopped as the Down event did for
+        // the jobs it found there.
+        let down = nodes
+            .into_iter()
+            .find(|&n| self.cluster.node(n).avail == NodeAvail::Down);
+        Ok(down
+            .and_then(|n| self.node_failure(id, n))
+            .into_iter()
+            .collect())
+    }
+
+    /// Records the final state of a job that ended before a restart.
+    fn restore_ended(&mut self, id: JobId, state: JobState) -> Result<(), CoreError> {
+        if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
+            return Err(CoreError::DuplicateJob(id));
+        }
+        if !state.is_final() {
+            return Err(CoreError::InvalidJob {
+                id,
+                what: format!("{state} is not a final state"),
+            });
+        }
+        self.ended.insert(id, state);
         Ok(())
+    }
+
+    /// Part of an active job's tasks vanished on `node`: a node failure for that job alone.
+    fn lost(&mut self, id: JobId, node: NodeId) -> Result<Vec<Decision>, CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if !job.state.is_active() {
+            return Err(CoreError::WrongState {
+                id,
+                state: job.state,
+                what: "only an active job's tasks can be lost",
+            });
+        }
+        let name = &self
+            .cluster
+            .nodes
+            .get(node.0 as usize)
+            .ok_or(CoreError::UnknownNode(node.0))?
+            .name;
+        let there = job
+            .allocation
+            .as_ref()
+            .is_some_and(|a| a.tasks.iter().any(|t| t.node == node));
+        if !there {
+            return Err(CoreError::NotOnNode {
+                id,
+                node: name.clone(),
+            });
+        }
+        Ok(self.node_failure(id, node).into_iter().collect())
     }
 
     fn cancel(&mut self, id: JobId) -> Result<Vec<Decision>, CoreError> {
@@ -732,6 +944,7 @@ impl Scheduler {
         job.stopping = None;
         job.billing_rate = 0.0;
         self.active.remove(&id);
+        self.over_quota.remove(&id);
         if let Some(n) = self.singletons.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
@@ -782,71 +995,119 @@ impl Scheduler {
         self.checked_shapes.clear();
         let mut out = Vec::new();
         if avail == NodeAvail::Down {
-            for id in on_node {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    if job.stopping != Some(Stopping::Cancelled) {
-                        job.stopping = Some(Stopping::NodeFailure);
-                    }
-                    out.push(Decision::Stop {
-                        job: id,
-                        grace: Dur(0),
-                        why: StopReason::NodeFailure { node },
-                    });
-                }
-            }
+            out.extend(
+                on_node
+                    .into_iter()
+                    .filter_map(|id| self.node_failure(id, node)),
+            );
         }
         Ok(out)
     }
 
-    /// Starts a job on an allocation found by placement: books it and records it.
+    /// An active job's tasks on `node` failed (the node went down, or the tasks vanished):
+    /// the rest of the gang must stop. When its tasks are gone ([`Event::Ended`]) it goes
+    /// back to the queue or ends `NODE_FAIL` by its requeue policy; a cancel in flight stays
+    /// a cancel. `None` for a job the scheduler does not hold.
+    fn node_failure(&mut self, id: JobId, node: NodeId) -> Option<Decision> {
+        let job = self.jobs.get_mut(&id)?;
+        if job.stopping != Some(Stopping::Cancelled) {
+            job.stopping = Some(Stopping::NodeFailure);
+        }
+        Some(Decision::Stop {
+            job: id,
+            grace: Dur(0),
+            why: StopReason::NodeFailure { node },
+        })
+    }
+
+    /// Starts a job on an allocation found by placement now.
     fn start(
         &mut self,
         id: JobId,
         alloc: Allocation,
         per_node: Vec<(NodeId, Amounts)>,
         now: Time,
-    ) -> Decision {
-        let billing = &self.policy.billing;
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .expect("the pass starts only jobs it holds");
-        let booked = self.cluster.book(id, &alloc);
+    ) -> Option<Decision> {
+        let started = self.apply_start(id, alloc, per_node, now, now, Booking::Placed);
         debug_assert!(
-            booked.is_ok(),
-            "placement returned an allocation that does not book: {booked:?}"
+            started.is_ok(),
+            "placement returned an allocation that does not start: {started:?}"
         );
+        started.ok()?;
+        let allocation = self.jobs.get(&id)?.allocation.clone()?;
+        Some(Decision::Start {
+            job: id,
+            allocation,
+        })
+    }
+
+    /// Makes a pending job active, holding `alloc` since `start_time`: books the allocation
+    /// on the cluster, counts it in its quotas, its association's usage rate (from `now`),
+    /// its singleton name and the free summary, and sets its end by its time limit. The one
+    /// path by which a job becomes active: starts decided by the pass and jobs adopted after
+    /// a restart both take it.
+    ///
+    /// All or nothing: on error nothing has changed. A double booking is an error either
+    /// way. Quotas count the job even above a limit (a pass never starts one so; an adopted
+    /// job holds its resources whatever the policy says now): such a job is remembered in
+    /// `over_quota` until it ends.
+    fn apply_start(
+        &mut self,
+        id: JobId,
+        alloc: Allocation,
+        per_node: Vec<(NodeId, Amounts)>,
+        start_time: Time,
+        now: Time,
+        booking: Booking,
+    ) -> Result<(), CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        let next = job.state.on(id, Lifecycle::Start)?;
+        match booking {
+            Booking::Placed => self.cluster.book(id, &alloc),
+            Booking::Adopted => self.cluster.restore(id, &alloc),
+        }
+        .map_err(|source| CoreError::Booking { id, source })?;
+        let amounts = alloc.amounts();
+        let over = match self
+            .quota
+            .restore(job.queue, &job.spec.account, &job.spec.user, amounts)
+        {
+            Ok(over) => over,
+            Err(block) => {
+                self.cluster.release(id, &alloc);
+                return Err(CoreError::InvalidJob {
+                    id,
+                    what: format!("its quotas cannot count it: {block}"),
+                });
+            }
+        };
+        debug_assert!(
+            booking == Booking::Adopted || over.is_none(),
+            "the pass checked job {id}'s quota before starting it: {over:?}"
+        );
+        if over.is_some() {
+            self.over_quota.insert(id);
+        }
         let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
         self.free.refresh(&self.cluster, &touched);
-        let amounts = alloc.amounts();
-        let admitted = self
-            .quota
-            .admit(job.queue, &job.spec.account, &job.spec.user, amounts);
-        debug_assert!(
-            admitted.is_ok(),
-            "the pass checked job {id}'s quota before starting it: {admitted:?}"
-        );
-        job.state = JobState::Running;
+        job.state = next;
         job.ever_started = true;
-        job.start_time = Some(now);
-        job.end_time = Some(end_of(now, job.spec.time_limit));
+        job.start_time = Some(start_time);
+        job.end_time = Some(end_of(start_time, job.spec.time_limit));
         job.reason = PendingReason::None;
-        job.billing_rate = billing_rate(billing, &self.cluster, &alloc);
+        job.billing_rate = billing_rate(&self.policy.billing, &self.cluster, &alloc);
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
         job.per_node = per_node;
         job.victims_held.clear();
-        job.allocation = Some(alloc.clone());
+        job.allocation = Some(alloc);
         *self
             .singletons
             .entry((job.spec.user.clone(), job.spec.name.clone()))
             .or_insert(0) += 1;
         self.pending.remove(&id);
         self.active.insert(id);
-        Decision::Start {
-            job: id,
-            allocation: alloc,
-        }
+        Ok(())
     }
 
     /// Every calc period (Slurm's `PriorityCalcPeriod`): charges running jobs' usage up to
@@ -916,7 +1177,7 @@ impl Scheduler {
             expect
                 .book(*id, alloc)
                 .map_err(|e| format!("allocations overlap: {e}"))?;
-            check_gang(job, alloc, &self.cluster)?;
+            check_gang(*id, &job.spec, alloc, &self.cluster)?;
         }
         for (a, b) in expect.nodes.iter().zip(&self.cluster.nodes) {
             if a.usage != b.usage {
@@ -944,7 +1205,14 @@ impl Scheduler {
                 ));
             }
         }
-        self.quota.check_invariants().map_err(|e| e.to_string())?;
+        if self.over_quota.is_empty() {
+            self.quota.check_invariants().map_err(|e| e.to_string())?;
+        } else {
+            self.quota.check_counts().map_err(|e| e.to_string())?;
+        }
+        if let Some(id) = self.over_quota.iter().find(|id| !self.active.contains(id)) {
+            return Err(format!("job {id} is counted over its quota but not active"));
+        }
         if self.free != FreeSummary::new(&self.cluster) {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
@@ -1096,9 +1364,13 @@ fn billing_rate(b: &crate::policy::BillingWeights, cluster: &Cluster, alloc: &Al
 }
 
 /// Checks that an allocation is a whole gang of the job and honours its per-task asks.
-fn check_gang(job: &Job, alloc: &Allocation, cluster: &Cluster) -> Result<(), String> {
-    let id = job.id;
-    for (gi, g) in job.spec.groups.iter().enumerate() {
+fn check_gang(
+    id: JobId,
+    spec: &JobSpec,
+    alloc: &Allocation,
+    cluster: &Cluster,
+) -> Result<(), String> {
+    for (gi, g) in spec.groups.iter().enumerate() {
         let mut ranks: Vec<u32> = alloc
             .tasks
             .iter()
@@ -1142,7 +1414,7 @@ fn check_gang(job: &Job, alloc: &Allocation, cluster: &Cluster) -> Result<(), St
                     g.name, t.rank, t.gpus
                 ));
             }
-            if job.spec.topology.numa == crate::job::NumaPolicy::Strict {
+            if spec.topology.numa == crate::job::NumaPolicy::Strict {
                 let shape = cluster.shape(t.node);
                 let domain_ok = shape.numa.iter().any(|d| {
                     t.gpus.iter().all(|g| d.gpus.contains(g))
@@ -1161,7 +1433,7 @@ fn check_gang(job: &Job, alloc: &Allocation, cluster: &Cluster) -> Result<(), St
     if alloc
         .tasks
         .iter()
-        .any(|t| usize::from(t.group) >= job.spec.groups.len())
+        .any(|t| usize::from(t.group) >= spec.groups.len())
     {
         return Err(format!("job {id} has a task of a group it does not have"));
     }

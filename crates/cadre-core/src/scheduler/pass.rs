@@ -198,7 +198,7 @@ impl Scheduler {
                             if let Some(p) = profile.as_mut() {
                                 p.hold(&per_node, now, end);
                             }
-                            out.push(self.start(id, alloc, per_node, now));
+                            out.extend(self.start(id, alloc, per_node, now));
                         }
                         None => {
                             self.set_reason(id, PendingReason::Priority);

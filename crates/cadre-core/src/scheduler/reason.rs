@@ -5,6 +5,7 @@ use std::fmt;
 
 /// A pending job's reason, named as Slurm's `squeue` names it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum PendingReason {
     /// Not yet looked at by a scheduling pass.
     None,
