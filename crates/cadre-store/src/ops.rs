@@ -9,6 +9,7 @@ use crate::records::{
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
 use cadre_core::job::{JobId, JobState};
+use cadre_core::run::RunSpec;
 use cadre_core::time::Time;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -104,15 +105,16 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
     let first = take_ids(tx, "job", jobs.len() as u64)?;
     let status = JobStatus::submitted();
     let state = enum_text(&status.state);
+    let reason = json("pending reason", first, &status.reason)?;
     let mut ids = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.iter().enumerate() {
         let id = first + i as u64;
-        let spec = json("spec", id, &job.spec)?;
-        let reason = json("pending reason", id, &status.reason)?;
+        // One statement text for every job and batch size, so that both backends prepare
+        // it once per connection (a multi-row INSERT would be a new statement per size).
         tx.execute(
             "INSERT INTO jobs (id, name, user_name, account, partition, submit_time, spec, \
-             state, reason, start_time, end_time, allocation, exit_code, requeues) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, NULL, 0)",
+             state, reason, start_time, end_time, allocation, exit_code, requeues, run_spec) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, NULL, 0, $10)",
             &[
                 Value::Int(to_i64("job id", id)?),
                 Value::from(job.spec.name.as_str()),
@@ -120,9 +122,10 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
                 Value::from(job.spec.account.as_str()),
                 Value::from(job.partition.as_str()),
                 time("submit time", job.spec.submit_time)?,
-                Value::Text(spec),
+                Value::Text(json("spec", id, &job.spec)?),
                 Value::Text(state.clone()),
-                Value::Text(reason),
+                Value::Text(reason.clone()),
+                Value::Text(json("run spec", id, &job.run)?),
             ],
         )?;
         ids.push(JobId(id));
@@ -222,6 +225,22 @@ pub(crate) fn job(tx: &mut dyn Tx, id: JobId) -> Result<Option<StoredJob>, Store
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
     let rows = tx.query(&sql, &[Value::Int(to_i64("job id", id.0)?)])?;
     rows.first().map(job_from_row).transpose()
+}
+
+/// What job `id` runs: `None` if there is no such job, [`StoreError::MissingRunSpec`] if it
+/// was submitted before the store kept run specs (its column is NULL).
+pub(crate) fn run_spec(tx: &mut dyn Tx, id: JobId) -> Result<Option<RunSpec>, StoreError> {
+    let rows = tx.query(
+        "SELECT run_spec FROM jobs WHERE id = $1",
+        &[Value::Int(to_i64("job id", id.0)?)],
+    )?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    match row.opt_text(0)? {
+        Some(text) => parse_json("run spec", &format!("job {}", id.0), text).map(Some),
+        None => Err(StoreError::MissingRunSpec { id: id.0 }),
+    }
 }
 
 /// Builds `WHERE ...` clauses with numbered parameters.
