@@ -3,10 +3,12 @@
 //! script and the 40-variable environment of a login shell on a cluster (about 4 KiB of
 //! JSON), as `sbatch` captures it.
 //!
-//! `cargo run --release -p cadre-store --example bench_submit -- [DIR|URL] [JOBS] [BATCH] [full|normal]`
+//! `cargo run --release -p cadre-store --example bench_submit -- [DIR|URL] [JOBS] [BATCH] [full|normal] [ENV]`
 //!
 //! DIR: a directory for a throwaway SQLite database (default `/tmp`); a `postgres://` URL
 //! benchmarks that database instead (its jobs are left in it; durability is the server's).
+//! ENV: how many of the 40 environment variables each job carries (default all), to see
+//! what the size of a row costs.
 
 use cadre_core::job::JobSpec;
 use cadre_core::resources::TaskResources;
@@ -100,7 +102,7 @@ fn shell_env() -> Vec<(String, String)> {
         .collect()
 }
 
-fn run_spec() -> RunSpec {
+fn run_spec(env_vars: usize) -> RunSpec {
     let mut run = RunSpec::command(
         vec!["--config".into(), "configs/sft-70b.yaml".into()],
         "/scratch/alice/llama-70b".into(),
@@ -119,6 +121,7 @@ fn run_spec() -> RunSpec {
         target: cadre_core::run::SignalTarget::Leader,
     });
     run.env = shell_env();
+    run.env.truncate(env_vars);
     run
 }
 
@@ -132,6 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("normal") => SqliteDurability::Normal,
         Some(other) => return Err(format!("unknown durability `{other}`").into()),
     };
+    let env_vars: usize = args.get(4).map_or(Ok(40), |s| s.parse())?;
     let mut spec = JobSpec::simple(
         "alice",
         "ml",
@@ -147,7 +151,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     spec.submit_time = Time(1_700_000_000);
     let job = NewJob {
         spec,
-        run: run_spec(),
+        run: run_spec(env_vars),
         partition: "gpu".into(),
     };
     let run_json = serde_json::to_string(&job.run)?.len();
