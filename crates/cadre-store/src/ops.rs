@@ -545,3 +545,95 @@ pub(crate) fn revoke_token(tx: &mut dyn Tx, id: u64, at: Time) -> Result<bool, S
     )?;
     Ok(changed > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::Dialect;
+    use cadre_core::job::JobSpec;
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::Dur;
+    use std::collections::BTreeSet;
+
+    /// A transaction that keeps the SQL it is given and answers as a database in which
+    /// every job exists and every counter is at 1.
+    #[derive(Default)]
+    struct RecordingTx {
+        texts: BTreeSet<String>,
+    }
+
+    impl Tx for RecordingTx {
+        fn dialect(&self) -> Dialect {
+            Dialect::Sqlite
+        }
+        fn execute(&mut self, sql: &str, _: &[Value]) -> Result<u64, StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(1)
+        }
+        fn query(&mut self, sql: &str, _: &[Value]) -> Result<Vec<Row>, StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(vec![Row(vec![Value::Int(1)])])
+        }
+        fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(())
+        }
+    }
+
+    fn texts(f: impl FnOnce(&mut dyn Tx) -> Result<(), StoreError>) -> BTreeSet<String> {
+        let mut tx = RecordingTx::default();
+        if let Err(e) = f(&mut tx) {
+            panic!("recording transaction failed: {e}");
+        }
+        tx.texts
+    }
+
+    fn submission(user: &str, env_vars: usize) -> NewJob {
+        let mut run = RunSpec::command(vec!["true".into()], "/tmp".into());
+        run.env = (0..env_vars)
+            .map(|i| (format!("V{i}"), "x".into()))
+            .collect();
+        NewJob {
+            spec: JobSpec::simple(user, "a", 1, TaskResources::default(), Dur::hours(1)),
+            run,
+            partition: "p".into(),
+        }
+    }
+
+    fn change(id: u64, state: JobState, ended: bool) -> JobChange {
+        JobChange {
+            id: JobId(id),
+            status: JobStatus {
+                state,
+                ..JobStatus::submitted()
+            },
+            ended_run: ended.then(|| RunUsage {
+                gpu_milli: id * 1000,
+                cpus: id,
+                nodes: format!("node{id:03}"),
+            }),
+        }
+    }
+
+    /// Both backends prepare a statement once per connection and find it again by its SQL
+    /// text. A text that varied with the batch's size or its values (a multi-row INSERT,
+    /// an id formatted in) would be parsed and planned again at every call on the paths
+    /// the controller takes most often.
+    #[test]
+    fn submissions_and_changes_reuse_the_same_statement_texts() {
+        let one = texts(|tx| submit_batch(tx, &[submission("u", 0)]).map(drop));
+        let many: Vec<NewJob> = (0..64).map(|i| submission(&format!("u{i}"), i)).collect();
+        assert_eq!(texts(|tx| submit_batch(tx, &many).map(drop)), one);
+        assert_eq!(one.len(), 2, "{one:#?}");
+
+        let first = texts(|tx| record(tx, &[change(1, JobState::Completed, true)]));
+        let changes: Vec<JobChange> = (1..40)
+            .map(|i| {
+                let state = [JobState::Running, JobState::Failed][usize::from(i % 2 == 0)];
+                change(i, state, i % 3 == 0)
+            })
+            .collect();
+        assert_eq!(texts(|tx| record(tx, &changes)), first);
+        assert_eq!(first.len(), 2, "{first:#?}");
+    }
+}
