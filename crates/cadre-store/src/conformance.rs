@@ -12,6 +12,7 @@ use cadre_core::job::{
     TaskGroup, TopologyReq,
 };
 use cadre_core::resources::TaskResources;
+use cadre_core::run::{Export, OpenMode, PreEndSignal, RunSpec, SignalTarget};
 use cadre_core::scheduler::PendingReason;
 use cadre_core::time::{Dur, Time};
 use std::collections::BTreeSet;
@@ -21,6 +22,8 @@ pub(crate) trait Harness: Sync {
     type Store: Store + Transact + 'static;
     /// Opens (again) this test's database, migrating it.
     fn open(&self) -> Result<Self::Store, StoreError>;
+    /// Opens this test's database as it is, without migrating it.
+    fn open_unmigrated(&self) -> Result<Self::Store, StoreError>;
 }
 
 /// Generates one `#[test]` per case for the backend whose harness `$factory()` returns
@@ -42,6 +45,9 @@ macro_rules! conformance_suite {
             reopen_does_not_migrate_again,
             two_threads_submit_at_once,
             out_of_range_time_is_an_error,
+            run_specs_read_back_exactly,
+            unencodable_run_spec_fails_the_batch,
+            version_1_database_migrates_keeping_its_rows,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -92,6 +98,7 @@ fn spec(user: &str, account: &str, name: &str) -> JobSpec {
 fn new_job(user: &str, account: &str, partition: &str) -> NewJob {
     NewJob {
         spec: spec(user, account, "job"),
+        run: RunSpec::command(vec!["true".into()], "/tmp".into()),
         partition: partition.into(),
     }
 }
@@ -146,6 +153,57 @@ fn rich_spec() -> JobSpec {
     s.node_selector = vec![("zone".into(), "b".into())];
     s.one_task_per_node = true;
     s
+}
+
+/// A run spec that uses every corner of the type: a script, every option set, and an
+/// environment as big as a login shell's with the characters JSON and SQL must escape.
+fn rich_run() -> RunSpec {
+    let mut env: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            (
+                format!("VAR_{i}"),
+                format!("/opt/tool-{i}/bin:").repeat(i % 7),
+            )
+        })
+        .collect();
+    env.extend([
+        ("EMPTY".into(), String::new()),
+        ("EQUALS".into(), "a=b=c".into()),
+        (
+            "QUOTES".into(),
+            "it's \"quoted\" \\ back'slashed; DROP TABLE jobs;--".into(),
+        ),
+        ("UNICODE".into(), "naïve ✓ 日本語 🚀".into()),
+        ("LINES".into(), "one\ntwo\r\n\tthree".into()),
+        // No process can get this, but the store keeps what it is given (PostgreSQL's
+        // TEXT cannot hold NUL: it is escaped in the JSON).
+        ("NUL".into(), "before\0after".into()),
+        // Duplicates and order are the submitter's; both are kept.
+        ("VAR_1".into(), "again".into()),
+    ]);
+    RunSpec {
+        command: vec![
+            "--epochs".into(),
+            "3".into(),
+            "two words".into(),
+            String::new(),
+        ],
+        script: Some("#!/bin/bash\n#SBATCH --gpus=8\nsrun python train.py \"$@\"\n".into()),
+        work_dir: "/scratch/alice/run ✓".into(),
+        submit_dir: Some("/home/alice".into()),
+        submit_host: Some("login01".into()),
+        stdout: Some("logs/%x-%j.out".into()),
+        stderr: Some("logs/%x-%j.err".into()),
+        open_mode: OpenMode::Append,
+        export: Export::Named(vec!["PATH".into(), "HOME".into()]),
+        env,
+        signal: Some(PreEndSignal {
+            signal: 10,
+            before_secs: 120,
+            target: SignalTarget::Leader,
+        }),
+        kill_wait_secs: 0,
+    }
 }
 
 fn allocation() -> Allocation {
@@ -267,6 +325,7 @@ pub(crate) fn changes_read_back_exactly<H: Harness>(h: &H) {
     let spec = rich_spec();
     let id = ok(s.submit_batch(&[NewJob {
         spec: spec.clone(),
+        run: rich_run(),
         partition: "gpu".into(),
     }]))[0];
     let fresh = ok(s.job(id)).expect("submitted job");
@@ -839,4 +898,165 @@ pub(crate) fn out_of_range_time_is_an_error<H: Harness>(h: &H) {
             i64::MAX
         )
     );
+}
+
+pub(crate) fn run_specs_read_back_exactly<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let rich = rich_run();
+    let plain = RunSpec::command(vec!["sleep".into(), "1".into()], "/".into());
+    let mut batch = vec![new_job("u", "a", "p"), new_job("u", "a", "p")];
+    batch[0].run = rich.clone();
+    batch[1].run = plain.clone();
+    let ids = ok(s.submit_batch(&batch));
+    assert_eq!(ok(s.run_spec(ids[0])), Some(rich.clone()));
+    assert_eq!(ok(s.run_spec(ids[1])), Some(plain.clone()));
+    assert_eq!(ok(s.run_spec(JobId(ids[1].0 + 1000))), None);
+
+    // Changes of the job's status leave what it runs alone.
+    ok(s.record(&[change(ids[0], running(5))]));
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(ok(s.run_spec(ids[0])), Some(rich));
+    assert_eq!(ok(s.run_spec(ids[1])), Some(plain));
+    assert_eq!(
+        ok(s.job(ids[0])).map(|j| j.spec),
+        Some(batch[0].spec.clone())
+    );
+}
+
+/// A path that is not UTF-8, and so has no JSON text (where paths are bytes).
+#[cfg(unix)]
+fn non_utf8_path() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    Some(std::ffi::OsStr::from_bytes(b"/scratch/\xff").into())
+}
+
+#[cfg(not(unix))]
+fn non_utf8_path() -> Option<std::path::PathBuf> {
+    None
+}
+
+pub(crate) fn unencodable_run_spec_fails_the_batch<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let first = ok(s.submit_batch(&[new_job("u", "a", "p")]));
+    let Some(work_dir) = non_utf8_path() else {
+        return;
+    };
+    let mut bad = new_job("u", "a", "p");
+    bad.run.work_dir = work_dir;
+    let err = s
+        .submit_batch(&[new_job("u", "a", "p"), bad])
+        .expect_err("a run spec without a JSON form fails the batch");
+    assert!(
+        matches!(err, StoreError::Encode { what: "run spec", id, .. } if id == first[0].0 + 2),
+        "{err:?}"
+    );
+    assert_eq!(ids(&all_jobs(&mut s)), first);
+}
+
+/// A job row as version 1 wrote it: no run spec column.
+const V1_INSERT_JOB: &str = "INSERT INTO jobs (id, name, user_name, account, partition, \
+    submit_time, spec, state, reason, start_time, end_time, allocation, exit_code, requeues) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, NULL, 0)";
+
+pub(crate) fn version_1_database_migrates_keeping_its_rows<H: Harness>(h: &H) {
+    let first_migration = &crate::schema::MIGRATIONS[0];
+    assert_eq!(first_migration.version, 1);
+    let old_spec = rich_spec();
+    let status = JobStatus::submitted();
+    let mut s = match h.open_unmigrated() {
+        Ok(s) => s,
+        Err(e) => panic!("failed to open the bare database: {e} ({e:?})"),
+    };
+    ok(s.transact(Mode::Write, &mut |tx| {
+        crate::schema::apply(tx, first_migration, 0).map(|_| ())
+    }));
+    // Two jobs submitted by version 1, the way it did: ids from the counter.
+    ok(s.transact(Mode::Write, &mut |tx| {
+        tx.execute(
+            "UPDATE counters SET next_value = next_value + 2 WHERE name = 'job'",
+            &[],
+        )?;
+        for id in [1, 2] {
+            tx.execute(
+                V1_INSERT_JOB,
+                &[
+                    Value::Int(id),
+                    Value::from(old_spec.name.as_str()),
+                    Value::from(old_spec.user.as_str()),
+                    Value::from(old_spec.account.as_str()),
+                    Value::from("gpu"),
+                    Value::Int(1_700_000_000),
+                    Value::Text(serde_json::to_string(&old_spec).expect("spec as JSON")),
+                    Value::from("PENDING"),
+                    Value::Text(serde_json::to_string(&status.reason).expect("reason as JSON")),
+                ],
+            )?;
+        }
+        Ok(())
+    }));
+    let versions = |s: &mut H::Store| -> Vec<i64> {
+        let rows = ok(s.transact(Mode::Read, &mut |tx| {
+            tx.query(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )
+        }));
+        rows.iter().map(|r| ok(r.int(0))).collect()
+    };
+    assert_eq!(versions(&mut s), vec![1]);
+    drop(s);
+
+    let mut s = open(h);
+    assert_eq!(ok(s.schema_version()), SCHEMA_VERSION);
+    assert_eq!(
+        versions(&mut s),
+        (1..=i64::from(SCHEMA_VERSION)).collect::<Vec<_>>()
+    );
+    let old = |id| StoredJob {
+        id: JobId(id),
+        spec: old_spec.clone(),
+        partition: "gpu".into(),
+        status: JobStatus::submitted(),
+    };
+    assert_eq!(all_jobs(&mut s), vec![old(1), old(2)]);
+    assert_eq!(ids(&ok(s.unfinished_jobs())), vec![JobId(1), JobId(2)]);
+    // The old jobs have nothing to launch, and say so by name.
+    let err = s
+        .run_spec(JobId(1))
+        .expect_err("a version 1 job has no run spec");
+    assert!(
+        matches!(err, StoreError::MissingRunSpec { id: 1 }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with("job 1 was submitted before"),
+        "{err}"
+    );
+    // They still change state, and end with an accounting row.
+    ok(s.record(&[JobChange {
+        id: JobId(2),
+        status: JobStatus {
+            state: JobState::Failed,
+            end_time: Some(Time(1_700_000_050)),
+            ..JobStatus::submitted()
+        },
+        ended_run: Some(RunUsage {
+            gpu_milli: 0,
+            cpus: 0,
+            nodes: String::new(),
+        }),
+    }]));
+    assert_eq!(ok(s.accounting(&AccountingFilter::default())).len(), 1);
+    // New jobs continue the old ids and keep their run specs.
+    let new = ok(s.submit_batch(&[NewJob {
+        run: rich_run(),
+        ..new_job("u", "a", "p")
+    }]));
+    assert_eq!(new, vec![JobId(3)]);
+    assert_eq!(ok(s.run_spec(JobId(3))), Some(rich_run()));
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(ok(s.job(JobId(1))), Some(old(1)));
+    assert_eq!(ok(s.run_spec(JobId(3))), Some(rich_run()));
 }

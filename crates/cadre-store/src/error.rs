@@ -51,6 +51,11 @@ pub enum StoreError {
     },
     #[error("no job {id} in the store")]
     UnknownJob { id: u64 },
+    #[error(
+        "job {id} was submitted before the store kept what jobs run (schema version 1): \
+         it has no run spec and cannot be launched"
+    )]
+    MissingRunSpec { id: u64 },
     #[error("failed to encode {what} of job {id} as JSON")]
     Encode {
         what: &'static str,

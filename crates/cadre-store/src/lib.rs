@@ -43,6 +43,7 @@ pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
 
 use cadre_core::job::JobId;
+use cadre_core::run::RunSpec;
 use cadre_core::time::Time;
 use sql::{Mode, Transact};
 
@@ -60,6 +61,16 @@ pub trait Store: Send {
     fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError>;
 
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError>;
+
+    /// What job `id` runs, exactly as submitted; `None` if there is no such job. Apart from
+    /// [`Store::job`] because it holds the submitter's whole environment: only launching
+    /// a job needs it.
+    ///
+    /// A job submitted before the store kept run specs (schema version 1, migrated) has
+    /// none: that is [`StoreError::MissingRunSpec`], not `None`, so that "no such job" and
+    /// "nothing to launch" cannot be mistaken for each other. Such a job cannot run; the
+    /// controller fails it.
+    fn run_spec(&mut self, id: JobId) -> Result<Option<RunSpec>, StoreError>;
 
     /// Jobs matching `filter`, in ascending id order.
     fn list_jobs(&mut self, filter: &JobFilter) -> Result<Vec<StoredJob>, StoreError>;
@@ -128,6 +139,10 @@ impl<B: Transact> Store for B {
 
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
         self.transact(Mode::Read, &mut |tx| ops::job(tx, id))
+    }
+
+    fn run_spec(&mut self, id: JobId) -> Result<Option<RunSpec>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::run_spec(tx, id))
     }
 
     fn list_jobs(&mut self, filter: &JobFilter) -> Result<Vec<StoredJob>, StoreError> {

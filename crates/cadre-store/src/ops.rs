@@ -9,6 +9,7 @@ use crate::records::{
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
 use cadre_core::job::{JobId, JobState};
+use cadre_core::run::RunSpec;
 use cadre_core::time::Time;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -104,15 +105,16 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
     let first = take_ids(tx, "job", jobs.len() as u64)?;
     let status = JobStatus::submitted();
     let state = enum_text(&status.state);
+    let reason = json("pending reason", first, &status.reason)?;
     let mut ids = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.iter().enumerate() {
         let id = first + i as u64;
-        let spec = json("spec", id, &job.spec)?;
-        let reason = json("pending reason", id, &status.reason)?;
+        // One statement text for every job and batch size, so that both backends prepare
+        // it once per connection (a multi-row INSERT would be a new statement per size).
         tx.execute(
             "INSERT INTO jobs (id, name, user_name, account, partition, submit_time, spec, \
-             state, reason, start_time, end_time, allocation, exit_code, requeues) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, NULL, 0)",
+             state, reason, start_time, end_time, allocation, exit_code, requeues, run_spec) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, NULL, 0, $10)",
             &[
                 Value::Int(to_i64("job id", id)?),
                 Value::from(job.spec.name.as_str()),
@@ -120,9 +122,10 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
                 Value::from(job.spec.account.as_str()),
                 Value::from(job.partition.as_str()),
                 time("submit time", job.spec.submit_time)?,
-                Value::Text(spec),
+                Value::Text(json("spec", id, &job.spec)?),
                 Value::Text(state.clone()),
-                Value::Text(reason),
+                Value::Text(reason.clone()),
+                Value::Text(json("run spec", id, &job.run)?),
             ],
         )?;
         ids.push(JobId(id));
@@ -222,6 +225,22 @@ pub(crate) fn job(tx: &mut dyn Tx, id: JobId) -> Result<Option<StoredJob>, Store
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
     let rows = tx.query(&sql, &[Value::Int(to_i64("job id", id.0)?)])?;
     rows.first().map(job_from_row).transpose()
+}
+
+/// What job `id` runs: `None` if there is no such job, [`StoreError::MissingRunSpec`] if it
+/// was submitted before the store kept run specs (its column is NULL).
+pub(crate) fn run_spec(tx: &mut dyn Tx, id: JobId) -> Result<Option<RunSpec>, StoreError> {
+    let rows = tx.query(
+        "SELECT run_spec FROM jobs WHERE id = $1",
+        &[Value::Int(to_i64("job id", id.0)?)],
+    )?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    match row.opt_text(0)? {
+        Some(text) => parse_json("run spec", &format!("job {}", id.0), text).map(Some),
+        None => Err(StoreError::MissingRunSpec { id: id.0 }),
+    }
 }
 
 /// Builds `WHERE ...` clauses with numbered parameters.
@@ -525,4 +544,96 @@ pub(crate) fn revoke_token(tx: &mut dyn Tx, id: u64, at: Time) -> Result<bool, S
         ],
     )?;
     Ok(changed > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::Dialect;
+    use cadre_core::job::JobSpec;
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::Dur;
+    use std::collections::BTreeSet;
+
+    /// A transaction that keeps the SQL it is given and answers as a database in which
+    /// every job exists and every counter is at 1.
+    #[derive(Default)]
+    struct RecordingTx {
+        texts: BTreeSet<String>,
+    }
+
+    impl Tx for RecordingTx {
+        fn dialect(&self) -> Dialect {
+            Dialect::Sqlite
+        }
+        fn execute(&mut self, sql: &str, _: &[Value]) -> Result<u64, StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(1)
+        }
+        fn query(&mut self, sql: &str, _: &[Value]) -> Result<Vec<Row>, StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(vec![Row(vec![Value::Int(1)])])
+        }
+        fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
+            self.texts.insert(sql.to_owned());
+            Ok(())
+        }
+    }
+
+    fn texts(f: impl FnOnce(&mut dyn Tx) -> Result<(), StoreError>) -> BTreeSet<String> {
+        let mut tx = RecordingTx::default();
+        if let Err(e) = f(&mut tx) {
+            panic!("recording transaction failed: {e}");
+        }
+        tx.texts
+    }
+
+    fn submission(user: &str, env_vars: usize) -> NewJob {
+        let mut run = RunSpec::command(vec!["true".into()], "/tmp".into());
+        run.env = (0..env_vars)
+            .map(|i| (format!("V{i}"), "x".into()))
+            .collect();
+        NewJob {
+            spec: JobSpec::simple(user, "a", 1, TaskResources::default(), Dur::hours(1)),
+            run,
+            partition: "p".into(),
+        }
+    }
+
+    fn change(id: u64, state: JobState, ended: bool) -> JobChange {
+        JobChange {
+            id: JobId(id),
+            status: JobStatus {
+                state,
+                ..JobStatus::submitted()
+            },
+            ended_run: ended.then(|| RunUsage {
+                gpu_milli: id * 1000,
+                cpus: id,
+                nodes: format!("node{id:03}"),
+            }),
+        }
+    }
+
+    /// Both backends prepare a statement once per connection and find it again by its SQL
+    /// text. A text that varied with the batch's size or its values (a multi-row INSERT,
+    /// an id formatted in) would be parsed and planned again at every call on the paths
+    /// the controller takes most often.
+    #[test]
+    fn submissions_and_changes_reuse_the_same_statement_texts() {
+        let one = texts(|tx| submit_batch(tx, &[submission("u", 0)]).map(drop));
+        let many: Vec<NewJob> = (0..64).map(|i| submission(&format!("u{i}"), i)).collect();
+        assert_eq!(texts(|tx| submit_batch(tx, &many).map(drop)), one);
+        assert_eq!(one.len(), 2, "{one:#?}");
+
+        let first = texts(|tx| record(tx, &[change(1, JobState::Completed, true)]));
+        let changes: Vec<JobChange> = (1..40)
+            .map(|i| {
+                let state = [JobState::Running, JobState::Failed][usize::from(i % 2 == 0)];
+                change(i, state, i % 3 == 0)
+            })
+            .collect();
+        assert_eq!(texts(|tx| record(tx, &changes)), first);
+        assert_eq!(first.len(), 2, "{first:#?}");
+    }
 }

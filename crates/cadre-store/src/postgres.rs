@@ -84,18 +84,26 @@ impl PostgresStore {
     }
 
     /// Connects with `config` and migrates the database.
-    pub fn from_config(mut config: PostgresConfig) -> Result<PostgresStore, StoreError> {
+    pub fn from_config(config: PostgresConfig) -> Result<PostgresStore, StoreError> {
+        let mut store = PostgresStore::connect_unmigrated(config)?;
+        crate::migrate(&mut store)?;
+        Ok(store)
+    }
+
+    /// Connects with `config` and leaves the database as it is (tests build databases of
+    /// older versions with it).
+    pub(crate) fn connect_unmigrated(
+        mut config: PostgresConfig,
+    ) -> Result<PostgresStore, StoreError> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
         let client = connect(&config)?;
-        let mut store = PostgresStore {
+        Ok(PostgresStore {
             config,
             client,
             statements: HashMap::new(),
-        };
-        crate::migrate(&mut store)?;
-        Ok(store)
+        })
     }
 }
 
@@ -302,15 +310,25 @@ mod tests {
         schema: String,
     }
 
-    impl Harness for PostgresHarness {
-        type Store = PostgresStore;
-        fn open(&self) -> Result<PostgresStore, StoreError> {
+    impl PostgresHarness {
+        /// The test database, with this test's schema first on the search path.
+        fn config(&self) -> Result<PostgresConfig, StoreError> {
             let mut config =
                 PostgresConfig::from_str(&self.url).map_err(|e| StoreError::PostgresUrl {
                     message: e.to_string(),
                 })?;
             config.options(&format!("-c search_path={}", self.schema));
-            PostgresStore::from_config(config)
+            Ok(config)
+        }
+    }
+
+    impl Harness for PostgresHarness {
+        type Store = PostgresStore;
+        fn open(&self) -> Result<PostgresStore, StoreError> {
+            PostgresStore::from_config(self.config()?)
+        }
+        fn open_unmigrated(&self) -> Result<PostgresStore, StoreError> {
+            PostgresStore::connect_unmigrated(self.config()?)
         }
     }
 

@@ -4,6 +4,7 @@
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeAvail;
 use cadre_core::job::{JobId, JobSpec, JobState};
+use cadre_core::run::RunSpec;
 use cadre_core::scheduler::PendingReason;
 use cadre_core::time::Time;
 use sha2::{Digest, Sha256};
@@ -13,11 +14,16 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewJob {
     pub spec: JobSpec,
+    /// What the job runs. Kept beside the spec but read back only on its own
+    /// ([`crate::Store::run_spec`]): it holds the submitter's whole environment.
+    pub run: RunSpec,
     /// The partition the controller resolved: the spec's, or the cluster's default.
     pub partition: String,
 }
 
 /// A job as the store keeps it: the spec it was submitted with and its latest recorded state.
+/// Not what it runs: listing many jobs must not load every job's environment; ask
+/// [`crate::Store::run_spec`] for that.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredJob {
     pub id: JobId,

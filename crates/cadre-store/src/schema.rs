@@ -10,7 +10,8 @@
 //! bumped in the same transaction as the rows that use them: they are strictly increasing
 //! in commit order and never reused, even for rows later deleted or after a crash (a
 //! transaction that never committed acknowledged nothing). Times are whole seconds since
-//! the Unix epoch in 64-bit integers; specs, allocations and pending reasons are JSON text.
+//! the Unix epoch in 64-bit integers; specs, run specs, allocations and pending reasons are
+//! JSON text.
 
 use crate::error::StoreError;
 use crate::sql::{Dialect, Tx, Value};
@@ -22,10 +23,11 @@ pub(crate) struct Migration {
     pub sql: &'static str,
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "jobs, nodes, accounting, usage, tokens",
-    sql: "
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "jobs, nodes, accounting, usage, tokens",
+        sql: "
 CREATE TABLE counters (
     name TEXT PRIMARY KEY,
     next_value BIGINT NOT NULL
@@ -99,7 +101,16 @@ CREATE TABLE tokens (
     revoked_at BIGINT
 );
 ",
-}];
+    },
+    // Nullable: jobs submitted at version 1 have none, and adding a nullable column
+    // without a default rewrites no rows on either backend. Every job submitted since
+    // has one; `Store::run_spec` reports a job without one as `MissingRunSpec`.
+    Migration {
+        version: 2,
+        name: "run specs of jobs",
+        sql: "ALTER TABLE jobs ADD COLUMN run_spec TEXT;",
+    },
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

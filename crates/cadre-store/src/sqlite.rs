@@ -54,6 +54,17 @@ impl SqliteStore {
 
     /// Opens the database at `path` with the given durability and migrates it.
     pub fn open_with(path: &Path, durability: SqliteDurability) -> Result<SqliteStore, StoreError> {
+        let mut store = SqliteStore::open_unmigrated(path, durability)?;
+        crate::migrate(&mut store)?;
+        Ok(store)
+    }
+
+    /// Opens the database at `path` as it is, without migrating it (tests build databases
+    /// of older versions with it).
+    pub(crate) fn open_unmigrated(
+        path: &Path,
+        durability: SqliteDurability,
+    ) -> Result<SqliteStore, StoreError> {
         let open_err = |source| StoreError::OpenSqlite {
             path: path.display().to_string(),
             source,
@@ -80,9 +91,7 @@ impl SqliteStore {
         ))
         .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(64);
-        let mut store = SqliteStore { conn };
-        crate::migrate(&mut store)?;
-        Ok(store)
+        Ok(SqliteStore { conn })
     }
 }
 
@@ -209,6 +218,9 @@ mod tests {
         fn open(&self) -> Result<SqliteStore, StoreError> {
             SqliteStore::open(&self.dir.path().join("cadre.db"))
         }
+        fn open_unmigrated(&self) -> Result<SqliteStore, StoreError> {
+            SqliteStore::open_unmigrated(&self.dir.path().join("cadre.db"), SqliteDurability::Full)
+        }
     }
 
     fn harness() -> Option<SqliteHarness> {
@@ -234,6 +246,7 @@ mod tests {
                 cadre_core::resources::TaskResources::default(),
                 cadre_core::time::Dur::hours(1),
             ),
+            run: cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into()),
             partition: "p".into(),
         };
         let mut out = std::io::stdout().lock();
@@ -315,6 +328,7 @@ mod tests {
                 cadre_core::resources::TaskResources::default(),
                 cadre_core::time::Dur::hours(1),
             ),
+            run: cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into()),
             partition: "p".into(),
         }]);
         let next = next.expect("submit after reopen")[0].0;
