@@ -1,1 +1,329 @@
-//! The REST API's bodies (see the controller's OpenAPI document at /api/v1/openapi.json).
+//! The REST API's bodies, under `/api/v1` (the controller serves their OpenAPI document at
+//! `/api/v1/openapi.json`).
+//!
+//! Times are whole seconds since the Unix epoch; durations are whole seconds. Errors are
+//! [`ErrorBody`] with a stable [`ErrorCode`] that scripts can match on and a message that
+//! says what was wrong.
+
+use cadre_core::alloc::Allocation;
+use cadre_core::cluster::NodeAvail;
+use cadre_core::job::{JobId, JobSpec, JobState};
+use cadre_core::run::RunSpec;
+use serde::{Deserialize, Serialize};
+
+/// The API's version prefix.
+pub const PREFIX: &str = "/api/v1";
+
+/// One job to submit: what it asks for and what it runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobSubmission {
+    /// The job's spec. `user` is replaced by the caller's identity unless the caller is an
+    /// administrator; `submit_time` is set by the controller.
+    pub spec: JobSpec,
+    pub run: RunSpec,
+}
+
+/// `POST /jobs`: one job, or several committed together (all, or none).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub jobs: Vec<JobSubmission>,
+}
+
+/// The ids of the submitted jobs, in the order given. They are committed: they survive a
+/// crash of the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubmitResponse {
+    pub job_ids: Vec<JobId>,
+}
+
+/// A job as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobView {
+    pub id: JobId,
+    pub name: String,
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+    pub state: JobState,
+    /// Why a pending job waits, in Slurm's words (`Resources`, `Priority`, ...); `None`
+    /// otherwise.
+    pub reason: String,
+    pub submit_time: u64,
+    pub start_time: Option<u64>,
+    pub end_time: Option<u64>,
+    /// Seconds; 0: none.
+    pub time_limit: u64,
+    /// The nodes it runs or last ran on, as a hostlist (`node[001-004]`).
+    pub nodes: String,
+    pub tasks: u32,
+    /// GPUs of the whole gang (fractions for shared GPUs).
+    pub gpus: f64,
+    pub exit_code: Option<i32>,
+    pub requeues: u32,
+    /// When backfill plans to start it, if it planned.
+    pub expected_start: Option<u64>,
+    pub priority: Option<u64>,
+    pub held: bool,
+    /// Present when asked for one job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<JobSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+}
+
+/// `GET /jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+}
+
+/// `POST /jobs/{id}/cancel`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// Send this signal to a running job's tasks instead of cancelling it (`scancel -s`).
+    #[serde(default)]
+    pub signal: Option<i32>,
+}
+
+/// `PATCH /jobs/{id}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobUpdate {
+    /// New time limit in seconds (raising it needs an administrator).
+    #[serde(default)]
+    pub time_limit: Option<u64>,
+    /// New nice value of a pending job (negative values need an administrator).
+    #[serde(default)]
+    pub nice: Option<i32>,
+}
+
+/// `GET /jobs/{id}/explain`: why a job waits, node by node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ExplainView {
+    pub id: JobId,
+    pub state: JobState,
+    pub reason: String,
+    pub priority: u64,
+    /// Priority factors by name (`age`, `fairshare`, ...), each in [0, 1].
+    pub factors: Vec<(String, f64)>,
+    pub expected_start: Option<u64>,
+    /// For each node of the job's partition that cannot take it now, why not.
+    pub nodes: Vec<(String, String)>,
+}
+
+/// A node as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeView {
+    pub name: String,
+    /// Slurm's node state: idle, mixed, allocated, draining, drained, down, unknown.
+    pub state: String,
+    pub avail: NodeAvail,
+    pub reason: Option<String>,
+    /// Whether its agent is connected now.
+    pub connected: bool,
+    pub partitions: Vec<String>,
+    pub cpus: u64,
+    pub cpus_alloc: u64,
+    pub memory_mib: u64,
+    pub memory_alloc_mib: u64,
+    pub gpus: u64,
+    pub gpus_alloc: f64,
+    pub gpu_model: Option<String>,
+    /// Its GPUs are declared (`--gpus-per-node`), not discovered.
+    pub emulated_gpus: bool,
+    pub features: Vec<String>,
+}
+
+/// `GET /nodes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeList {
+    pub nodes: Vec<NodeView>,
+}
+
+/// `POST /nodes/{name}/drain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    pub reason: String,
+}
+
+/// A partition as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionView {
+    pub name: String,
+    pub default: bool,
+    pub up: bool,
+    /// Its nodes as a hostlist.
+    pub nodes: String,
+    pub node_count: u32,
+    pub max_time: Option<u64>,
+    pub default_time: Option<u64>,
+    pub priority_tier: u32,
+    pub gpus: u64,
+    pub gpus_alloc: f64,
+}
+
+/// `GET /partitions`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionList {
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One row of the fair-share tree (`sshare`): an account, or a user under an account.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShareView {
+    pub account: String,
+    /// Empty for an account's own row.
+    pub user: String,
+    pub parent: Option<String>,
+    /// A number, or `parent` (the association stands for its account).
+    pub raw_shares: String,
+    pub norm_shares: f64,
+    pub raw_usage: f64,
+    pub effective_usage: f64,
+    pub fairshare: f64,
+}
+
+/// `GET /shares`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShareList {
+    pub shares: Vec<ShareView>,
+}
+
+/// One run of a job, from the durable accounting (`sacct`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageView {
+    pub job: JobId,
+    pub run: u32,
+    pub name: String,
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+    pub submit_time: u64,
+    pub start_time: Option<u64>,
+    pub end_time: u64,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub gpus: f64,
+    pub cpus: u64,
+    pub nodes: String,
+    /// GPU-seconds of the run.
+    pub gpu_seconds: f64,
+}
+
+/// `GET /usage`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageList {
+    pub runs: Vec<UsageView>,
+}
+
+/// `POST /tokens` (administrators).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub user: String,
+    #[serde(default)]
+    pub admin: bool,
+}
+
+/// A token as listed; the secret itself is shown once, at creation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenView {
+    pub id: u64,
+    pub user: String,
+    pub admin: bool,
+    pub created: u64,
+    pub revoked: Option<u64>,
+    /// Only in the answer to `POST /tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// `GET /tokens`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+}
+
+/// `GET /whoami`: who the controller takes the caller for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhoAmI {
+    pub user: String,
+    pub admin: bool,
+    /// How the caller was identified: `peer-credentials` or `token`.
+    pub via: String,
+}
+
+/// Stable error codes. Each maps to one HTTP status.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request is malformed or a value is invalid.
+    InvalidRequest,
+    /// 401: no valid credentials.
+    Unauthenticated,
+    /// 403: the caller may not do this.
+    Forbidden,
+    /// 404: no such job, node, partition or token.
+    NotFound,
+    /// 409: the object is not in a state that allows this (cancel a finished job).
+    Conflict,
+    /// 503: the controller is shutting down or its store failed.
+    Unavailable,
+    /// 500: a bug; the message says what failed.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status of the code: the one place they are mapped.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}

@@ -1,1 +1,207 @@
-//! cadre-server
+//! cadre-server: the controller. The REST API under `/api/v1` (with its OpenAPI document),
+//! authentication, the scheduling loop and its durable record, dispatch to node agents over
+//! the agent protocol, and metrics at `/metrics`.
+//!
+//! The parts:
+//! - [`engine`]: one thread owns the scheduler and the store's writer handle; every write
+//!   (submissions, cancels, agent events) is a command on its channel, committed before it
+//!   is acted on or answered;
+//! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
+//!   WebSocket; [`metrics`]: the Prometheus exposition;
+//! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
+//!   the store, and runs until told to stop.
+//!
+//! Not here: starting agents, daemonizing, the command line (the `cadre` binary does that).
+
+pub mod agents;
+pub mod api;
+pub mod auth;
+pub mod engine;
+pub mod metrics;
+pub mod state;
+
+use crate::auth::{Authenticator, Peer};
+use crate::engine::{Command, Engine, EngineConfig, EngineHandle, RecoverError};
+use crate::metrics::Metrics;
+use crate::state::AppState;
+use cadre_core::cluster::Cluster;
+use cadre_core::policy::Policy;
+use cadre_core::scheduler::{CoreError, Scheduler};
+use cadre_store::StoreError;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the controller runs with.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// `--database`: an SQLite path or a `postgres://` URL.
+    pub database: String,
+    /// The Unix socket local clients and agents connect to.
+    pub socket: PathBuf,
+    /// A TCP address to listen on as well (remote clients with tokens, remote agents).
+    pub listen: Option<SocketAddr>,
+    pub cluster: Cluster,
+    pub policy: Policy,
+    /// The agents' shared key.
+    pub agent_key: String,
+    pub node_timeout: Duration,
+    pub sched_interval: Duration,
+    /// Whether the nodes' GPUs are declared, not discovered (until each agent reports).
+    pub emulated_gpus: bool,
+}
+
+/// Why the controller could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("failed to open the store `{database}`: {source}")]
+    Store {
+        database: String,
+        source: StoreError,
+    },
+    #[error("the cluster and policy do not make a scheduler: {0}")]
+    Scheduler(CoreError),
+    #[error("failed to rebuild the controller's state from the store: {0}")]
+    Recover(#[from] RecoverError),
+    #[error("the socket `{path}` is in use by a running controller")]
+    SocketInUse { path: PathBuf },
+    #[error("failed to listen on {what}: {source}")]
+    Listen {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("the engine stopped: {0}")]
+    Engine(StoreError),
+    #[error("the engine thread panicked")]
+    EnginePanicked,
+}
+
+/// Binds the Unix socket at `path`, removing a stale socket file left by a controller that
+/// is gone (and refusing one that still answers).
+async fn bind_socket(path: &PathBuf) -> Result<tokio::net::UnixListener, ServerError> {
+    if path.exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return Err(ServerError::SocketInUse { path: path.clone() });
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listen_err = |source| ServerError::Listen {
+        what: path.display().to_string(),
+        source,
+    };
+    let listener = tokio::net::UnixListener::bind(path).map_err(listen_err)?;
+    // Anyone local may connect: the kernel tells who they are.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(listen_err)?;
+    Ok(listener)
+}
+
+/// Runs the controller until `shutdown` resolves (or the engine stops on a store failure).
+/// `ready` is called once it accepts connections.
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(),
+) -> Result<(), ServerError> {
+    let open = |database: &str| {
+        cadre_store::open(database).map_err(|source| ServerError::Store {
+            database: database.to_owned(),
+            source,
+        })
+    };
+    let writer = open(&config.database)?;
+    let reads = Arc::new(Mutex::new(open(&config.database)?));
+    let sched = Scheduler::new(config.cluster.clone(), config.policy.clone())
+        .map_err(ServerError::Scheduler)?;
+    let metrics = Arc::new(Metrics::new());
+    let engine_config = EngineConfig {
+        node_timeout: config.node_timeout,
+        sched_interval: config.sched_interval,
+        emulated_gpus: config.emulated_gpus,
+    };
+    let engine = Engine::recover(sched, writer, engine_config, metrics.clone())?;
+    let socket = bind_socket(&config.socket).await?;
+    let tcp = match config.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Listen {
+                    what: addr.to_string(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<Command>();
+    let handle = EngineHandle::new(tx);
+    let engine_thread = std::thread::Builder::new()
+        .name("cadre-engine".into())
+        .spawn(move || engine.run(rx))
+        .map_err(|source| ServerError::Listen {
+            what: "the engine thread".into(),
+            source,
+        })?;
+    let state = AppState {
+        engine: handle.clone(),
+        auth: Arc::new(Authenticator {
+            tokens: reads.clone(),
+            owner_uid: nix::unistd::geteuid().as_raw(),
+            agent_key: config.agent_key.clone(),
+        }),
+        reads,
+        metrics,
+    };
+    let app = api::router(state);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let unix_server = axum::serve(
+        socket,
+        app.clone().into_make_service_with_connect_info::<Peer>(),
+    )
+    .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let unix_task = tokio::spawn(async move { unix_server.await });
+    let tcp_task = tcp.map(|listener| {
+        let server = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+            .with_graceful_shutdown(stopped(stop_rx.clone()));
+        tokio::spawn(async move { server.await })
+    });
+    tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
+    ready();
+    // Stop on request, or when the engine stops by itself (a store failure).
+    let engine_gone = {
+        let handle = handle.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if handle.read(|_| ()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = shutdown => {}
+        () = engine_gone => {}
+    }
+    let _ = stop_tx.send(true);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    if handle.send(Command::Shutdown { reply: done_tx }).is_ok() {
+        let _ = done_rx.await;
+    }
+    // Connections that linger (agents' WebSockets) must not hold the shutdown up.
+    let _ = tokio::time::timeout(Duration::from_secs(2), unix_task).await;
+    if let Some(t) = tcp_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    let _ = std::fs::remove_file(&config.socket);
+    drop(handle);
+    match tokio::task::spawn_blocking(move || engine_thread.join()).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(ServerError::Engine(e)),
+        _ => Err(ServerError::EnginePanicked),
+    }
+}

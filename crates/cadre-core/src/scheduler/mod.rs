@@ -1138,7 +1138,8 @@ impl Scheduler {
         self.fairshare_computed = Some(now);
     }
 
-    fn fairshare_algorithm(&self) -> FairShareAlgorithm {
+    /// The fair-share algorithm the policy names.
+    pub fn fairshare_algorithm(&self) -> FairShareAlgorithm {
         match self.policy.fairshare.algorithm {
             FairShareMode::FairTree => FairShareAlgorithm::FairTree,
             FairShareMode::Classic => FairShareAlgorithm::Classic {

@@ -1,0 +1,928 @@
+//! The REST API under `/api/v1`: handlers, and the OpenAPI document describing them.
+//!
+//! Every handler authenticates first ([`Principal`]'s extractor): without valid credentials
+//! the answer is 401 and nothing else. Writes go through the engine and are answered after
+//! their commit; reads of the durable record (job lists, accounting, tokens) go to a
+//! separate read handle of the store, overlaid with the scheduler's live view (pending
+//! reasons, priorities, expected starts) from the engine.
+
+use crate::auth::Principal;
+use crate::engine::{ApiError, Command, Engine, JobAction, NodeAction, wall_now};
+use crate::metrics::scrape_state;
+use crate::state::AppState;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use cadre_core::cluster::NodeId;
+use cadre_core::hostlist;
+use cadre_core::job::{JobId, JobState};
+use cadre_core::resources::MILLI_PER_GPU;
+use cadre_core::time::Dur;
+use cadre_proto::api::*;
+use cadre_store::{
+    AccountingFilter, JobFilter, NewJob, NewToken, StoredJob, TokenHash, TokenRecord,
+};
+use serde::Deserialize;
+use utoipa::OpenApi;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<crate::auth::Peer>>()
+            .map(|c| c.0.clone())
+            .ok_or_else(|| ApiError::new(ErrorCode::Internal, "no connection info"))?;
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        state.auth.identify(&peer, authorization).await
+    }
+}
+
+/// A JSON body whose errors are the API's errors.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(ApiError::new(ErrorCode::InvalidRequest, rejection_text(&e))),
+        }
+    }
+}
+
+fn rejection_text(e: &JsonRejection) -> String {
+    format!("invalid request body: {}", e.body_text())
+}
+
+/// The routes under `/api/v1`, plus `/metrics` and the agents' WebSocket.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/whoami", get(whoami))
+        .route("/jobs", post(submit).get(list_jobs))
+        .route("/jobs/{id}", get(get_job).delete(cancel).patch(update_job))
+        .route("/jobs/{id}/cancel", post(cancel_with))
+        .route("/jobs/{id}/hold", post(hold))
+        .route("/jobs/{id}/release", post(release))
+        .route("/jobs/{id}/requeue", post(requeue))
+        .route("/jobs/{id}/explain", get(explain))
+        .route("/nodes", get(list_nodes))
+        .route("/nodes/{name}", get(get_node))
+        .route("/nodes/{name}/drain", post(drain))
+        .route("/nodes/{name}/resume", post(resume))
+        .route("/partitions", get(list_partitions))
+        .route("/shares", get(shares))
+        .route("/usage", get(usage))
+        .route("/tokens", post(create_token).get(list_tokens))
+        .route("/tokens/{id}", axum::routing::delete(revoke_token));
+    Router::new()
+        .nest(PREFIX, api)
+        .route("/metrics", get(metrics))
+        .route(
+            cadre_proto::agent::CONNECT_PATH,
+            get(crate::agents::connect),
+        )
+        .with_state(state)
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "cadre",
+        description = "cadre's controller: jobs, nodes, partitions, fair-share, accounting and tokens. Local clients authenticate by the Unix socket's peer credentials, remote ones with `Authorization: Bearer <token>`."
+    ),
+    paths(
+        whoami,
+        submit,
+        list_jobs,
+        get_job,
+        cancel,
+        cancel_with,
+        update_job,
+        hold,
+        release,
+        requeue,
+        explain,
+        list_nodes,
+        get_node,
+        drain,
+        resume,
+        list_partitions,
+        shares,
+        usage,
+        create_token,
+        list_tokens,
+        revoke_token
+    ),
+    components(schemas(ErrorBody, ErrorDetail, ErrorCode))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document of this API.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.servers = Some(vec![utoipa::openapi::Server::new(PREFIX)]);
+    doc
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi_document())
+}
+
+/// Who the controller takes the caller for.
+#[utoipa::path(get, path = "/whoami", responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
+async fn whoami(who: Principal) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        user: who.user,
+        admin: who.admin,
+        via: who.via.as_str().into(),
+    })
+}
+
+/// Submits jobs. Answered once they are committed; all of them, or none.
+#[utoipa::path(post, path = "/jobs", request_body = SubmitRequest,
+    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn submit(
+    State(st): State<AppState>,
+    who: Principal,
+    Body(req): Body<SubmitRequest>,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    if req.jobs.is_empty() {
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "no jobs given"));
+    }
+    let mut jobs = Vec::with_capacity(req.jobs.len());
+    for (i, JobSubmission { mut spec, run }) in req.jobs.into_iter().enumerate() {
+        if spec.user.is_empty() || (!who.admin && spec.user != who.user) {
+            if !spec.user.is_empty() && spec.user != who.user {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "jobs[{i}]: `{}` may not submit as user `{}`",
+                        who.user, spec.user
+                    ),
+                ));
+            }
+            spec.user = who.user.clone();
+        }
+        run.validate()
+            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
+        jobs.push(NewJob {
+            partition: spec.partition.clone().unwrap_or_default(),
+            spec,
+            run,
+        });
+    }
+    let job_ids = st
+        .engine
+        .ask(|reply| Command::Submit { jobs, reply })
+        .await?;
+    Ok((StatusCode::CREATED, Json(SubmitResponse { job_ids })))
+}
+
+/// Filters of `GET /jobs`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct JobQuery {
+    /// Comma-separated states (`PENDING,RUNNING`).
+    state: Option<String>,
+    user: Option<String>,
+    account: Option<String>,
+    partition: Option<String>,
+    /// Only jobs above this id.
+    after: Option<u64>,
+    limit: Option<u32>,
+}
+
+/// What the engine knows of a live job beyond the store.
+#[derive(Clone, Debug)]
+struct Live {
+    state: JobState,
+    reason: String,
+    priority: u64,
+    expected_start: Option<u64>,
+    held: bool,
+}
+
+fn live_of(e: &Engine, id: JobId) -> Option<Live> {
+    let job = e.sched.job(id)?;
+    let reason = if job.state == JobState::Pending {
+        match (job.hold, e.launch_error(id)) {
+            (Some(cadre_core::scheduler::Hold::Admin), Some(why)) => {
+                format!("launch failed requeued held: {why}")
+            }
+            (Some(cadre_core::scheduler::Hold::Admin), None) => "JobHeldAdmin".into(),
+            (Some(cadre_core::scheduler::Hold::User), _) => "JobHeldUser".into(),
+            (None, _) => job.reason.as_str().to_owned(),
+        }
+    } else {
+        "None".into()
+    };
+    Some(Live {
+        state: job.state,
+        reason,
+        priority: job.priority,
+        expected_start: e.sched.expected_start(id).map(|t| t.0),
+        held: job.hold.is_some(),
+    })
+}
+
+fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) -> JobView {
+    let s = &job.status;
+    let nodes = s.allocation.as_ref().map_or_else(String::new, |a| {
+        let names: Vec<&str> = a
+            .nodes()
+            .iter()
+            .filter_map(|n| e_names.get(n.0 as usize).map(String::as_str))
+            .collect();
+        hostlist::compress(&names)
+    });
+    let state = live.as_ref().map_or(s.state, |l| l.state);
+    JobView {
+        id: job.id,
+        name: job.spec.name.clone(),
+        user: job.spec.user.clone(),
+        account: job.spec.account.clone(),
+        partition: job.partition.clone(),
+        state,
+        reason: live
+            .as_ref()
+            .map_or_else(|| "None".into(), |l| l.reason.clone()),
+        submit_time: job.spec.submit_time.0,
+        start_time: s.start_time.map(|t| t.0),
+        end_time: s.end_time.map(|t| t.0),
+        time_limit: job.spec.time_limit.0,
+        nodes,
+        tasks: job.spec.tasks(),
+        gpus: job.spec.amounts().gpu_milli as f64 / MILLI_PER_GPU as f64,
+        exit_code: s.exit_code,
+        requeues: s.requeues,
+        expected_start: live.as_ref().and_then(|l| l.expected_start),
+        priority: live.as_ref().map(|l| l.priority),
+        held: live.as_ref().is_some_and(|l| l.held),
+        allocation: if full { s.allocation.clone() } else { None },
+        spec: full.then_some(job.spec),
+    }
+}
+
+async fn node_names(st: &AppState) -> Result<Vec<String>, ApiError> {
+    st.engine
+        .read(|e| {
+            e.sched
+                .cluster()
+                .nodes
+                .iter()
+                .map(|n| n.name.clone())
+                .collect()
+        })
+        .await
+}
+
+/// Runs a read of the durable record on the read handle.
+async fn read_store<T: Send + 'static>(
+    st: &AppState,
+    f: impl FnOnce(&mut dyn cadre_store::Store) -> Result<T, cadre_store::StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = st.reads.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut guard = store
+            .lock()
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "store handle poisoned"))?;
+        f(guard.as_mut()).map_err(ApiError::from)
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
+}
+
+async fn views(st: &AppState, jobs: Vec<StoredJob>, full: bool) -> Result<Vec<JobView>, ApiError> {
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let live: Vec<Option<Live>> = st
+        .engine
+        .read(move |e| ids.iter().map(|&id| live_of(e, id)).collect())
+        .await?;
+    let names = node_names(st).await?;
+    Ok(jobs
+        .into_iter()
+        .zip(live)
+        .map(|(j, l)| job_view(&names, j, l, full))
+        .collect())
+}
+
+fn parse_states(text: &str) -> Result<Vec<JobState>, ApiError> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            serde_json::from_value(serde_json::Value::String(s.trim().to_ascii_uppercase()))
+                .map_err(|_| {
+                    ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("`{s}` is not a job state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, PREEMPTING)"),
+                    )
+                })
+        })
+        .collect()
+}
+
+fn query_error(e: axum::extract::rejection::QueryRejection) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, e.body_text())
+}
+
+/// Lists jobs, in id order. Users see their own jobs; administrators every job.
+#[utoipa::path(get, path = "/jobs", params(JobQuery),
+    responses((status = 200, body = JobList), (status = 400, body = ErrorBody)))]
+async fn list_jobs(
+    State(st): State<AppState>,
+    who: Principal,
+    q: Result<Query<JobQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<JobList>, ApiError> {
+    let Query(q) = q.map_err(query_error)?;
+    let user = match (q.user, who.admin) {
+        (Some(u), true) => Some(u),
+        (Some(u), false) if u != who.user => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("`{}` may not list the jobs of `{u}`", who.user),
+            ));
+        }
+        (_, false) => Some(who.user.clone()),
+        (None, true) => None,
+    };
+    let filter = JobFilter {
+        states: q
+            .state
+            .as_deref()
+            .map(parse_states)
+            .transpose()?
+            .unwrap_or_default(),
+        user,
+        account: q.account,
+        partition: q.partition,
+        after: q.after.map(JobId),
+        limit: q.limit,
+    };
+    let jobs = read_store(&st, move |s| s.list_jobs(&filter)).await?;
+    Ok(Json(JobList {
+        jobs: views(&st, jobs, false).await?,
+    }))
+}
+
+async fn own_job(st: &AppState, who: &Principal, id: u64) -> Result<StoredJob, ApiError> {
+    let job = read_store(st, move |s| s.job(JobId(id))).await?;
+    match job {
+        Some(j) if who.admin || j.spec.user == who.user => Ok(j),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("job {id} belongs to another user"),
+        )),
+        None => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("job {id} does not exist"),
+        )),
+    }
+}
+
+/// One job, with its spec and allocation.
+#[utoipa::path(get, path = "/jobs/{id}", params(("id" = u64, Path, description = "job id")),
+    responses((status = 200, body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_job(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = own_job(&st, &who, id).await?;
+    let mut v = views(&st, vec![job], true).await?;
+    v.pop()
+        .map(Json)
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "job view missing"))
+}
+
+async fn act(
+    st: &AppState,
+    who: Principal,
+    id: u64,
+    action: JobAction,
+) -> Result<StatusCode, ApiError> {
+    st.engine
+        .ask(|reply| Command::Job {
+            who,
+            id: JobId(id),
+            action,
+            reply,
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Cancels a job: a pending one ends at once, a running one is stopped (SIGTERM, then
+/// SIGKILL after the kill wait).
+#[utoipa::path(delete, path = "/jobs/{id}", params(("id" = u64, Path, description = "job id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn cancel(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<StatusCode, ApiError> {
+    act(&st, who, id, JobAction::Cancel).await
+}
+
+/// Cancels a job, or with `signal` sends that signal to its tasks.
+#[utoipa::path(post, path = "/jobs/{id}/cancel", params(("id" = u64, Path, description = "job id")), request_body = CancelRequest,
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn cancel_with(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+    Body(req): Body<CancelRequest>,
+) -> Result<StatusCode, ApiError> {
+    let action = match req.signal {
+        Some(sig) if cadre_core::run::signal_name(sig).is_none() => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("{sig} is not a signal number"),
+            ));
+        }
+        Some(sig) => JobAction::Signal(sig),
+        None => JobAction::Cancel,
+    };
+    act(&st, who, id, action).await
+}
+
+/// Changes a job's time limit or nice value.
+#[utoipa::path(patch, path = "/jobs/{id}", params(("id" = u64, Path, description = "job id")), request_body = JobUpdate,
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn update_job(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+    Body(req): Body<JobUpdate>,
+) -> Result<StatusCode, ApiError> {
+    if req.time_limit.is_none() && req.nice.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "nothing to update: give time_limit or nice",
+        ));
+    }
+    if let Some(limit) = req.time_limit {
+        act(&st, who.clone(), id, JobAction::SetTimeLimit(Dur(limit))).await?;
+    }
+    if let Some(nice) = req.nice {
+        act(&st, who, id, JobAction::SetNice(nice)).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Holds a pending job.
+#[utoipa::path(post, path = "/jobs/{id}/hold", params(("id" = u64, Path, description = "job id")),
+    responses((status = 204), (status = 409, body = ErrorBody)))]
+async fn hold(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<StatusCode, ApiError> {
+    act(&st, who, id, JobAction::Hold).await
+}
+
+/// Releases a held job.
+#[utoipa::path(post, path = "/jobs/{id}/release", params(("id" = u64, Path, description = "job id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn release(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<StatusCode, ApiError> {
+    act(&st, who, id, JobAction::Release).await
+}
+
+/// Stops a running job and puts it back in the queue.
+#[utoipa::path(post, path = "/jobs/{id}/requeue", params(("id" = u64, Path, description = "job id")),
+    responses((status = 204), (status = 409, body = ErrorBody)))]
+async fn requeue(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<StatusCode, ApiError> {
+    act(&st, who, id, JobAction::Requeue).await
+}
+
+/// Why a job waits: its reason, priority factors, planned start, and node by node why not.
+#[utoipa::path(get, path = "/jobs/{id}/explain", params(("id" = u64, Path, description = "job id")),
+    responses((status = 200, body = ExplainView), (status = 404, body = ErrorBody)))]
+async fn explain(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<Json<ExplainView>, ApiError> {
+    let job = own_job(&st, &who, id).await?;
+    let final_state = job.status.state;
+    let view = st
+        .engine
+        .read(move |e| {
+            let x = e.sched.explain(JobId(id), wall_now(), true)?;
+            let live = live_of(e, JobId(id));
+            let factors = x.factors.map_or_else(Vec::new, |f| {
+                vec![
+                    ("age".to_string(), f.age),
+                    ("fairshare".into(), f.fairshare),
+                    ("job_size".into(), f.job_size),
+                    ("partition".into(), f.partition),
+                    ("qos".into(), f.qos),
+                    ("nice".into(), f64::from(f.nice)),
+                ]
+            });
+            Some(ExplainView {
+                id: x.job,
+                state: x.state,
+                reason: live.map_or_else(|| x.reason.as_str().to_owned(), |l| l.reason),
+                priority: x.priority,
+                factors,
+                expected_start: x.expected_start.map(|t| t.0),
+                nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
+            })
+        })
+        .await?;
+    Ok(Json(view.unwrap_or(ExplainView {
+        id: JobId(id),
+        state: final_state,
+        reason: "None".into(),
+        priority: 0,
+        factors: Vec::new(),
+        expected_start: None,
+        nodes: Vec::new(),
+    })))
+}
+
+fn node_view(e: &Engine, id: NodeId) -> NodeView {
+    let cluster = e.sched.cluster();
+    let node = cluster.node(id);
+    let shape = cluster.shape(id);
+    let cap = shape.capacity();
+    let used = node.usage.amounts();
+    NodeView {
+        name: node.name.clone(),
+        state: cluster.node_state(id).to_string(),
+        avail: node.avail,
+        reason: node.reason.clone(),
+        connected: e.is_connected(id),
+        partitions: node
+            .partitions
+            .iter()
+            .map(|&p| cluster.partition(p).name.clone())
+            .collect(),
+        cpus: cap.cpus,
+        cpus_alloc: used.cpus,
+        memory_mib: cap.mem_mib,
+        memory_alloc_mib: used.mem_mib,
+        gpus: cap.gpu_milli / u64::from(MILLI_PER_GPU),
+        gpus_alloc: used.gpu_milli as f64 / MILLI_PER_GPU as f64,
+        gpu_model: shape.gpus.first().map(|g| g.model.clone()),
+        emulated_gpus: e.node_emulated(id) && cap.gpu_milli > 0,
+        features: node.features.clone(),
+    }
+}
+
+/// Every node.
+#[utoipa::path(get, path = "/nodes", responses((status = 200, body = NodeList)))]
+async fn list_nodes(
+    State(st): State<AppState>,
+    _who: Principal,
+) -> Result<Json<NodeList>, ApiError> {
+    let nodes = st
+        .engine
+        .read(|e| {
+            (0..e.sched.cluster().nodes.len())
+                .map(|n| node_view(e, NodeId(n as u32)))
+                .collect()
+        })
+        .await?;
+    Ok(Json(NodeList { nodes }))
+}
+
+/// One node.
+#[utoipa::path(get, path = "/nodes/{name}", params(("name" = String, Path, description = "node name")),
+    responses((status = 200, body = NodeView), (status = 404, body = ErrorBody)))]
+async fn get_node(
+    State(st): State<AppState>,
+    _who: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<NodeView>, ApiError> {
+    let missing = format!("node `{name}` does not exist");
+    st.engine
+        .read(move |e| e.sched.cluster().node_id(&name).map(|id| node_view(e, id)))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, missing))
+}
+
+/// Drains a node: it takes no new jobs; running ones finish (administrators).
+#[utoipa::path(post, path = "/nodes/{name}/drain", params(("name" = String, Path, description = "node name")), request_body = DrainRequest,
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn drain(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(name): Path<String>,
+    Body(req): Body<DrainRequest>,
+) -> Result<StatusCode, ApiError> {
+    if req.reason.trim().is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a drain needs a reason",
+        ));
+    }
+    let action = NodeAction::Drain { reason: req.reason };
+    st.engine
+        .ask(|reply| Command::Node {
+            who,
+            name,
+            action,
+            reply,
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Resumes a drained node (administrators).
+#[utoipa::path(post, path = "/nodes/{name}/resume", params(("name" = String, Path, description = "node name")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn resume(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let action = NodeAction::Resume;
+    st.engine
+        .ask(|reply| Command::Node {
+            who,
+            name,
+            action,
+            reply,
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every partition.
+#[utoipa::path(get, path = "/partitions", responses((status = 200, body = PartitionList)))]
+async fn list_partitions(
+    State(st): State<AppState>,
+    _who: Principal,
+) -> Result<Json<PartitionList>, ApiError> {
+    let partitions = st
+        .engine
+        .read(|e| {
+            let c = e.sched.cluster();
+            c.partitions
+                .iter()
+                .map(|p| {
+                    let names: Vec<&str> =
+                        p.nodes.iter().map(|&n| c.node(n).name.as_str()).collect();
+                    let (gpus, used) = p.nodes.iter().fold((0, 0), |(g, u), &n| {
+                        let cap = c.shape(n).capacity().gpu_milli;
+                        (g + cap, u + c.node(n).usage.amounts().gpu_milli)
+                    });
+                    PartitionView {
+                        name: p.name.clone(),
+                        default: p.default,
+                        up: p.up,
+                        nodes: hostlist::compress(&names),
+                        node_count: p.nodes.len() as u32,
+                        max_time: p.max_time.map(|d| d.0),
+                        default_time: p.default_time.map(|d| d.0),
+                        priority_tier: p.priority_tier,
+                        gpus: gpus / u64::from(MILLI_PER_GPU),
+                        gpus_alloc: used as f64 / MILLI_PER_GPU as f64,
+                    }
+                })
+                .collect()
+        })
+        .await?;
+    Ok(Json(PartitionList { partitions }))
+}
+
+/// The fair-share tree, as `sshare -l` shows it.
+#[utoipa::path(get, path = "/shares", responses((status = 200, body = ShareList)))]
+async fn shares(State(st): State<AppState>, _who: Principal) -> Result<Json<ShareList>, ApiError> {
+    let shares = st
+        .engine
+        .read(|e| {
+            let tree = e.sched.fairshare();
+            tree.rows(e.sched.fairshare_algorithm())
+                .into_iter()
+                .map(|r| {
+                    let parent = tree
+                        .account(&r.account)
+                        .and_then(|a| tree.account_parent(a))
+                        .map(|p| tree.account_name(p).to_owned());
+                    ShareView {
+                        user: r.user.unwrap_or_default(),
+                        parent,
+                        account: r.account,
+                        raw_shares: match r.raw_shares {
+                            cadre_core::fairshare::Shares::Raw(n) => n.to_string(),
+                            cadre_core::fairshare::Shares::Parent => "parent".into(),
+                        },
+                        norm_shares: r.norm_shares,
+                        raw_usage: r.raw_usage,
+                        effective_usage: r.effective_usage,
+                        fairshare: r.fairshare.or(r.level_fs).unwrap_or(0.0),
+                    }
+                })
+                .collect()
+        })
+        .await?;
+    Ok(Json(ShareList { shares }))
+}
+
+/// Filters of `GET /usage`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct UsageQuery {
+    user: Option<String>,
+    account: Option<String>,
+    partition: Option<String>,
+    /// Comma-separated end states.
+    state: Option<String>,
+    /// Runs that ended at or after this time (seconds since the epoch).
+    since: Option<u64>,
+    /// Runs that ended before this time.
+    before: Option<u64>,
+    after: Option<u64>,
+    limit: Option<u32>,
+}
+
+/// Accounting: one row per ended run (`sacct`). Users see their own.
+#[utoipa::path(get, path = "/usage", params(UsageQuery), responses((status = 200, body = UsageList)))]
+async fn usage(
+    State(st): State<AppState>,
+    who: Principal,
+    q: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<UsageList>, ApiError> {
+    let Query(q) = q.map_err(query_error)?;
+    let user = if who.admin {
+        q.user
+    } else {
+        Some(who.user.clone())
+    };
+    let filter = AccountingFilter {
+        user,
+        account: q.account,
+        partition: q.partition,
+        states: q
+            .state
+            .as_deref()
+            .map(parse_states)
+            .transpose()?
+            .unwrap_or_default(),
+        ended_since: q.since.map(cadre_core::time::Time),
+        ended_before: q.before.map(cadre_core::time::Time),
+        after: q.after.map(JobId),
+        limit: q.limit,
+    };
+    let rows = read_store(&st, move |s| s.accounting(&filter)).await?;
+    let runs = rows
+        .into_iter()
+        .map(|r| {
+            let gpus = r.usage.gpu_milli as f64 / MILLI_PER_GPU as f64;
+            let secs = r.start_time.map_or(0, |s| r.end_time.0.saturating_sub(s.0));
+            UsageView {
+                job: r.job,
+                run: r.run,
+                name: r.name,
+                user: r.user,
+                account: r.account,
+                partition: r.partition,
+                submit_time: r.submit_time.0,
+                start_time: r.start_time.map(|t| t.0),
+                end_time: r.end_time.0,
+                state: r.state,
+                exit_code: r.exit_code,
+                gpus,
+                cpus: r.usage.cpus,
+                nodes: r.usage.nodes,
+                gpu_seconds: gpus * secs as f64,
+            }
+        })
+        .collect();
+    Ok(Json(UsageList { runs }))
+}
+
+fn token_view(t: TokenRecord, secret: Option<String>) -> TokenView {
+    TokenView {
+        id: t.id,
+        user: t.user,
+        admin: t.admin,
+        created: t.created.0,
+        revoked: t.revoked.map(|r| r.0),
+        token: secret,
+    }
+}
+
+fn admin_only(who: &Principal, what: &str) -> Result<(), ApiError> {
+    if who.admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("only an administrator may {what}"),
+        ))
+    }
+}
+
+/// Creates a bearer token for a user (administrators). The secret is in this answer only.
+#[utoipa::path(post, path = "/tokens", request_body = TokenRequest,
+    responses((status = 201, body = TokenView), (status = 403, body = ErrorBody)))]
+async fn create_token(
+    State(st): State<AppState>,
+    who: Principal,
+    Body(req): Body<TokenRequest>,
+) -> Result<(StatusCode, Json<TokenView>), ApiError> {
+    admin_only(&who, "create tokens")?;
+    if req.user.trim().is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a token needs a user",
+        ));
+    }
+    let secret = crate::state::random_secret("cadre_");
+    let new = NewToken {
+        user: req.user,
+        admin: req.admin,
+        hash: TokenHash::of(&secret),
+        created: wall_now(),
+    };
+    let rec = read_store(&st, move |s| s.create_token(&new)).await?;
+    Ok((StatusCode::CREATED, Json(token_view(rec, Some(secret)))))
+}
+
+/// Every token, revoked ones included (administrators).
+#[utoipa::path(get, path = "/tokens", responses((status = 200, body = TokenList), (status = 403, body = ErrorBody)))]
+async fn list_tokens(
+    State(st): State<AppState>,
+    who: Principal,
+) -> Result<Json<TokenList>, ApiError> {
+    admin_only(&who, "list tokens")?;
+    let tokens = read_store(&st, |s| s.tokens()).await?;
+    Ok(Json(TokenList {
+        tokens: tokens.into_iter().map(|t| token_view(t, None)).collect(),
+    }))
+}
+
+/// Revokes a token (administrators).
+#[utoipa::path(delete, path = "/tokens/{id}", params(("id" = u64, Path, description = "token id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn revoke_token(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<StatusCode, ApiError> {
+    admin_only(&who, "revoke tokens")?;
+    let now = wall_now();
+    if read_store(&st, move |s| s.revoke_token(id, now)).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no unrevoked token {id}"),
+        ))
+    }
+}
+
+/// `/metrics`: Prometheus text format. Unauthenticated, as scrapers expect; it shows
+/// counts and which job holds which GPU, not job contents.
+async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let metrics = st.metrics.clone();
+    let text = st
+        .engine
+        .read(move |e| metrics.render(&scrape_state(e)))
+        .await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}

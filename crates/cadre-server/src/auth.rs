@@ -1,0 +1,170 @@
+//! Who is calling: local clients on the Unix socket by the kernel's peer credentials,
+//! remote ones by bearer tokens (stored hashed), agents by the cluster key.
+//!
+//! An administrator is root, the user the controller runs as (the cluster's owner, as
+//! `SlurmUser` is Slurm's), or the holder of an admin token. Everyone else sees and changes
+//! only their own jobs. A request with no valid credentials gets 401 and nothing else.
+
+use axum::extract::connect_info::Connected;
+use axum::serve::IncomingStream;
+use cadre_proto::api::ErrorCode;
+use cadre_store::{Store, TokenHash};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use crate::engine::ApiError;
+
+/// Where a connection comes from.
+#[derive(Clone, Debug)]
+pub enum Peer {
+    /// A local client on the Unix socket, with the uid the kernel vouches for (`None` if
+    /// the kernel would not say).
+    Unix {
+        uid: Option<u32>,
+    },
+    Tcp(SocketAddr),
+}
+
+impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, tokio::net::UnixListener>) -> Peer {
+        Peer::Unix {
+            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
+        }
+    }
+}
+
+impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Peer {
+        Peer::Tcp(*stream.remote_addr())
+    }
+}
+
+/// An authenticated caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub user: String,
+    pub admin: bool,
+    pub via: Via,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    PeerCredentials,
+    Token,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::PeerCredentials => "peer-credentials",
+            Via::Token => "token",
+        }
+    }
+}
+
+/// What authentication needs: the token store and who owns the cluster.
+pub struct Authenticator {
+    pub tokens: Arc<Mutex<Box<dyn Store>>>,
+    /// The uid the controller runs as: its user is an administrator.
+    pub owner_uid: u32,
+    /// The agents' shared key.
+    pub agent_key: String,
+}
+
+fn unauthenticated(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::Unauthenticated, message)
+}
+
+/// The user name of a uid, or `uid<N>` when the user database has none.
+pub fn user_of_uid(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid{uid}"), |u| u.name)
+}
+
+/// The bearer token of an `Authorization` header value.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
+    let value = header?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Compares secrets in time independent of where they differ.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Authenticator {
+    /// Identifies the caller: a bearer token if one is given, else the socket's peer.
+    pub async fn identify(
+        self: &Arc<Self>,
+        peer: &Peer,
+        authorization: Option<&str>,
+    ) -> Result<Principal, ApiError> {
+        if let Some(token) = bearer(authorization) {
+            let hash = TokenHash::of(token);
+            let store = self.tokens.clone();
+            let found = tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .map_err(|_| ApiError::new(ErrorCode::Internal, "token store poisoned"))?
+                    .active_token(&hash)
+                    .map_err(ApiError::from)
+            })
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
+            return match found {
+                Some(t) => Ok(Principal {
+                    user: t.user,
+                    admin: t.admin,
+                    via: Via::Token,
+                }),
+                None => Err(unauthenticated(
+                    "the bearer token is not valid (unknown or revoked)",
+                )),
+            };
+        }
+        match peer {
+            Peer::Unix { uid: Some(uid) } => Ok(Principal {
+                user: user_of_uid(*uid),
+                admin: *uid == 0 || *uid == self.owner_uid,
+                via: Via::PeerCredentials,
+            }),
+            Peer::Unix { uid: None } => Err(unauthenticated(
+                "the kernel gave no peer credentials for this connection",
+            )),
+            Peer::Tcp(_) => Err(unauthenticated(
+                "authentication required: send `Authorization: Bearer <token>` (see `cadre token create`)",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_header() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(Some("Bearer")), None);
+        assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "abcd"));
+    }
+
+    #[test]
+    fn root_has_a_name() {
+        assert_eq!(user_of_uid(0), "root");
+        assert_eq!(user_of_uid(4_000_000_000), "uid4000000000");
+    }
+}

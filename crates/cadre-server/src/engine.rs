@@ -1,0 +1,1257 @@
+//! The controller's engine: the one thread that owns the scheduler and the store's writer
+//! handle, fed by one command channel (API requests, agent messages, ticks).
+//!
+//! **Given** commands in arrival order. **Decided** here, per batch of commands drained
+//! together: what the store commits (one transaction for all the batch's submissions, one
+//! for the job changes), what the scheduler is told, and what the agents are sent.
+//! **Must hold**:
+//! - a submission is answered only after its commit (group commit: submissions that arrive
+//!   together share one transaction);
+//! - every change of a job's state is committed before anyone is told of it: agents get a
+//!   launch only after the job's start is committed, submitters and agents get their
+//!   answers and acknowledgements only after what they caused is committed;
+//! - a store failure is fatal: the engine stops, and a restarted controller rebuilds from
+//!   what was committed (nothing acknowledged is lost, nothing uncommitted was acted on);
+//! - one run of a job is started once: a restarted controller adopts the runs its agents
+//!   still have and requeues (by the job's policy) the runs whose tasks are gone; it never
+//!   launches a committed run again.
+
+use crate::auth::Principal;
+use crate::metrics::Metrics;
+use cadre_core::alloc::Allocation;
+use cadre_core::cluster::{NodeAvail, NodeId};
+use cadre_core::hostlist;
+use cadre_core::job::{JobId, JobState};
+use cadre_core::resources::MILLI_PER_GPU;
+use cadre_core::scheduler::{CoreError, Decision, Event, Hold, PendingReason, Scheduler};
+use cadre_core::time::{Dur, Time};
+use cadre_proto::agent::{
+    ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
+};
+use cadre_proto::api::ErrorCode;
+use cadre_store::{JobChange, JobStatus, NewJob, NodeRecord, RunUsage, Store, StoreError};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc::UnboundedSender, oneshot};
+
+/// Commands drained and handled together at most.
+const MAX_BATCH: usize = 4096;
+
+/// An error answered to an API caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}"))
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+
+/// What a user asks of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobAction {
+    Cancel,
+    Signal(i32),
+    Hold,
+    Release,
+    Requeue,
+    SetTimeLimit(Dur),
+    SetNice(i32),
+}
+
+/// What an administrator asks of one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAction {
+    Drain { reason: String },
+    Resume,
+}
+
+/// A read of the engine's live state, run on the engine thread.
+pub type ReadFn = Box<dyn FnOnce(&Engine) + Send>;
+
+/// What the engine is told.
+pub enum Command {
+    Submit {
+        jobs: Vec<NewJob>,
+        reply: Reply<Vec<JobId>>,
+    },
+    Job {
+        who: Principal,
+        id: JobId,
+        action: JobAction,
+        reply: Reply<()>,
+    },
+    Node {
+        who: Principal,
+        name: String,
+        action: NodeAction,
+        reply: Reply<()>,
+    },
+    Read(ReadFn),
+    AgentHello {
+        conn: u64,
+        hello: Box<Hello>,
+        tx: UnboundedSender<ControllerMessage>,
+    },
+    AgentEvent {
+        conn: u64,
+        event: SequencedEvent,
+    },
+    AgentGone {
+        conn: u64,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// The engine's settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// How long a node's agent may stay away before the node is marked down and its jobs
+    /// are requeued (Slurm's `SlurmdTimeout`).
+    pub node_timeout: Duration,
+    /// Longest time between scheduling passes when nothing happens.
+    pub sched_interval: Duration,
+    /// Nodes whose GPUs are declared, not discovered.
+    pub emulated_gpus: bool,
+}
+
+/// A connected agent.
+struct AgentLink {
+    conn: u64,
+    tx: UnboundedSender<ControllerMessage>,
+}
+
+/// Where a node's agent is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Presence {
+    Connected,
+    /// Not connected since this instant (the controller's start, or the disconnection).
+    Away(Instant),
+    /// Away longer than the node timeout: the node is down.
+    Lost,
+}
+
+/// One run of an active job as dispatch follows it.
+#[derive(Clone, Debug)]
+struct RunTrack {
+    run: u32,
+    allocation: Allocation,
+    start_time: Time,
+    /// Nodes whose tasks have not ended yet.
+    nodes_left: BTreeSet<NodeId>,
+    /// The worst outcome reported so far.
+    outcome: JobState,
+    exit_code: Option<i32>,
+    /// The launch failed on some node: (why, whether retrying cannot help).
+    launch_failed: Option<(String, bool)>,
+    /// A stop was asked (cancel, requeue, preemption, node failure): resent to agents
+    /// that reconnect with the run still alive.
+    stop: Option<u64>,
+}
+
+/// The engine: the scheduler, the store's writer handle, and dispatch.
+pub struct Engine {
+    pub(crate) sched: Scheduler,
+    store: Box<dyn Store>,
+    config: EngineConfig,
+    metrics: Arc<Metrics>,
+    links: BTreeMap<NodeId, AgentLink>,
+    presence: Vec<Presence>,
+    /// Whether each node's GPUs are emulated, as its agent last reported.
+    emulated: Vec<bool>,
+    /// The administrator's word on each node (drain, down) and why.
+    admin: Vec<(NodeAvail, Option<String>)>,
+    runs: HashMap<JobId, RunTrack>,
+    /// Why a job's last launch failed, for the API.
+    launch_errors: HashMap<JobId, String>,
+    /// Job changes waiting for the batch's commit.
+    changes: Vec<JobChange>,
+    /// Messages to send once the batch is committed.
+    outgoing: Vec<(NodeId, ControllerMessage)>,
+    /// Acknowledgements to send once the batch is committed: connection and sequence.
+    acks: BTreeMap<u64, (NodeId, u64)>,
+    /// Answers to send once the batch is committed.
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+    dirty: bool,
+    last_pass: Option<(Instant, Duration)>,
+}
+
+/// Seconds since the Unix epoch: the engine's clock, read once per batch.
+pub fn wall_now() -> Time {
+    Time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    )
+}
+
+fn core_error(e: CoreError) -> ApiError {
+    let code = match &e {
+        CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
+        CoreError::InvalidJob { .. } => ErrorCode::InvalidRequest,
+        CoreError::WrongState { .. } | CoreError::Transition(_) | CoreError::NotOnNode { .. } => {
+            ErrorCode::Conflict
+        }
+        CoreError::DuplicateJob(_) | CoreError::Booking { .. } => ErrorCode::Internal,
+    };
+    let message = match e {
+        CoreError::InvalidJob { what, .. } => what,
+        other => other.to_string(),
+    };
+    ApiError::new(code, message)
+}
+
+/// The milli-GPUs, CPUs and node list an allocation holds, for accounting.
+fn run_usage(sched: &Scheduler, alloc: &Allocation) -> RunUsage {
+    let amounts = alloc.amounts();
+    let names: Vec<&str> = alloc
+        .nodes()
+        .iter()
+        .map(|&n| sched.cluster().node(n).name.as_str())
+        .collect();
+    RunUsage {
+        gpu_milli: amounts.gpu_milli,
+        cpus: amounts.cpus,
+        nodes: hostlist::compress(&names),
+    }
+}
+
+impl Engine {
+    /// Rebuilds the engine from the store: every unfinished job back into the scheduler,
+    /// running ones adopted with the allocation they hold.
+    pub fn recover(
+        mut sched: Scheduler,
+        mut store: Box<dyn Store>,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, RecoverError> {
+        let now = wall_now();
+        let node_count = sched.cluster().nodes.len();
+        let mut admin = vec![(NodeAvail::Up, None); node_count];
+        for rec in store.nodes()? {
+            if let Some(id) = sched.cluster().node_id(&rec.name) {
+                admin[id.0 as usize] = match rec.avail {
+                    NodeAvail::Drain | NodeAvail::Down => (rec.avail, rec.reason),
+                    NodeAvail::Up | NodeAvail::Unknown => (NodeAvail::Up, None),
+                };
+            }
+        }
+        // Every node is away until its agent says hello.
+        for n in 0..node_count {
+            sched
+                .handle(
+                    Event::NodeAvail {
+                        node: NodeId(n as u32),
+                        avail: NodeAvail::Unknown,
+                        reason: Some("agent not connected".into()),
+                    },
+                    now,
+                )
+                .map_err(RecoverError::Core)?;
+        }
+        let mut runs = HashMap::new();
+        let mut requeue_after = Vec::new();
+        let unfinished = store.unfinished_jobs()?;
+        let adopted = unfinished.len();
+        // Jobs that ended before the restart and that restored jobs depend on.
+        let mut ended_deps = BTreeSet::new();
+        for job in &unfinished {
+            for dep in &job.spec.dependencies {
+                if let cadre_core::job::Dependency::On { job: other, .. } = dep {
+                    ended_deps.insert(*other);
+                }
+            }
+        }
+        for other in ended_deps {
+            if let Some(j) = store.job(other)?
+                && j.status.state.is_final()
+            {
+                sched
+                    .handle(
+                        Event::RestoreEnded {
+                            id: other,
+                            state: j.status.state,
+                        },
+                        now,
+                    )
+                    .map_err(RecoverError::Core)?;
+            }
+        }
+        for job in unfinished {
+            let id = job.id;
+            match job.status.state {
+                JobState::Pending => {
+                    sched
+                        .handle(
+                            Event::RestorePending {
+                                id,
+                                spec: Box::new(job.spec),
+                                requeues: job.status.requeues,
+                                hold: held_by(&job.status.reason),
+                            },
+                            now,
+                        )
+                        .map_err(RecoverError::Core)?;
+                }
+                JobState::Running | JobState::Preempting => {
+                    let allocation = job.status.allocation.clone().ok_or_else(|| {
+                        RecoverError::Inconsistent(format!(
+                            "job {id} is {} without an allocation",
+                            job.status.state
+                        ))
+                    })?;
+                    let start_time = job.status.start_time.unwrap_or(now);
+                    sched
+                        .handle(
+                            Event::Adopt {
+                                id,
+                                spec: Box::new(job.spec),
+                                allocation: allocation.clone(),
+                                start_time,
+                                requeues: job.status.requeues,
+                            },
+                            now,
+                        )
+                        .map_err(RecoverError::Core)?;
+                    // The preemptor it was stopping for is not remembered across a restart:
+                    // the stop goes on as an administrator's requeue would.
+                    if job.status.state == JobState::Preempting {
+                        requeue_after.push(id);
+                    }
+                    runs.insert(
+                        id,
+                        RunTrack {
+                            run: job.status.requeues,
+                            nodes_left: allocation.nodes().into_iter().collect(),
+                            allocation,
+                            start_time,
+                            outcome: JobState::Completed,
+                            exit_code: None,
+                            launch_failed: None,
+                            stop: None,
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
+        let started_at = Instant::now();
+        let mut engine = Engine {
+            sched,
+            store,
+            config: config.clone(),
+            metrics,
+            links: BTreeMap::new(),
+            presence: vec![Presence::Away(started_at); node_count],
+            emulated: vec![config.emulated_gpus; node_count],
+            admin,
+            runs,
+            launch_errors: HashMap::new(),
+            changes: Vec::new(),
+            outgoing: Vec::new(),
+            acks: BTreeMap::new(),
+            replies: Vec::new(),
+            dirty: true,
+            last_pass: None,
+        };
+        for id in requeue_after {
+            let decisions = engine
+                .sched
+                .handle(Event::Requeue { id }, now)
+                .map_err(RecoverError::Core)?;
+            engine.apply(decisions, now);
+        }
+        engine.commit().map_err(RecoverError::Store)?;
+        tracing::info!(jobs = adopted, "recovered unfinished jobs from the store");
+        Ok(engine)
+    }
+
+    /// Runs the engine until a shutdown command or a fatal store error.
+    pub fn run(mut self, rx: Receiver<Command>) -> Result<(), StoreError> {
+        let mut batch: Vec<Command> = Vec::new();
+        loop {
+            let wait = self.until_next_pass();
+            match rx.recv_timeout(wait) {
+                Ok(cmd) => batch.push(cmd),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(cmd) => batch.push(cmd),
+                    Err(_) => break,
+                }
+            }
+            let now = wall_now();
+            let mut shutdown = None;
+            let mut submits = Vec::new();
+            for cmd in batch.drain(..) {
+                match cmd {
+                    Command::Submit { jobs, reply } => submits.push((jobs, reply)),
+                    Command::Shutdown { reply } => shutdown = Some(reply),
+                    other => self.handle(other, now),
+                }
+            }
+            self.submit(submits, now)?;
+            self.check_presence(now);
+            if self.pass_due() {
+                self.pass(now);
+            }
+            self.commit()?;
+            if let Some(reply) = shutdown {
+                tracing::info!("engine stopped");
+                let _ = reply.send(());
+                return Ok(());
+            }
+        }
+    }
+
+    /// Time to wait for commands before the next pass is due.
+    fn until_next_pass(&self) -> Duration {
+        match self.last_pass {
+            None => Duration::ZERO,
+            Some((at, took)) => {
+                let next = if self.dirty {
+                    at + took
+                } else {
+                    at + self.config.sched_interval
+                };
+                next.saturating_duration_since(Instant::now())
+                    .min(self.config.sched_interval)
+            }
+        }
+    }
+
+    /// Whether to run a scheduling pass now: something changed and the last pass is at
+    /// least its own duration ago (so that passes take at most half the engine's time
+    /// under a storm of submissions), or the interval has passed.
+    fn pass_due(&self) -> bool {
+        match self.last_pass {
+            None => true,
+            Some((at, took)) => {
+                let since = at.elapsed();
+                (self.dirty && since >= took) || since >= self.config.sched_interval
+            }
+        }
+    }
+
+    fn pass(&mut self, now: Time) {
+        let t0 = Instant::now();
+        let decisions = self.sched.schedule(now);
+        let took = t0.elapsed();
+        self.metrics.observe_cycle(took);
+        self.last_pass = Some((Instant::now(), took));
+        self.dirty = false;
+        self.apply(decisions, now);
+    }
+
+    /// Commits the batch's job changes, then sends what waited for them.
+    fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.changes.is_empty() {
+            self.store.record(&self.changes)?;
+            self.changes.clear();
+        }
+        for reply in self.replies.drain(..) {
+            reply();
+        }
+        for (node, msg) in self.outgoing.drain(..) {
+            if let Some(link) = self.links.get(&node) {
+                let _ = link.tx.send(msg);
+            }
+        }
+        for (conn, (node, seq)) in std::mem::take(&mut self.acks) {
+            if let Some(link) = self.links.get(&node).filter(|l| l.conn == conn) {
+                let _ = link.tx.send(ControllerMessage::Ack { seq });
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(
+        &mut self,
+        requests: Vec<(Vec<NewJob>, Reply<Vec<JobId>>)>,
+        now: Time,
+    ) -> Result<(), StoreError> {
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut accepted: Vec<(Vec<NewJob>, Reply<Vec<JobId>>)> = Vec::new();
+        for (mut jobs, reply) in requests {
+            let mut refused = None;
+            for job in &mut jobs {
+                job.spec.submit_time = now;
+                if let Err(e) = self.sched.validate(JobId(u64::MAX), &job.spec) {
+                    refused = Some(core_error(e));
+                    break;
+                }
+                if let Some(p) = job.spec.partition.clone() {
+                    job.partition = p;
+                } else if let Some(p) = self.sched.cluster().default_partition() {
+                    job.partition = self.sched.cluster().partition(p).name.clone();
+                }
+            }
+            match refused {
+                Some(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                None => accepted.push((jobs, reply)),
+            }
+        }
+        let all: Vec<NewJob> = accepted
+            .iter()
+            .flat_map(|(jobs, _)| jobs.iter().cloned())
+            .collect();
+        let ids = self.store.submit_batch(&all)?;
+        self.metrics.submitted(ids.len() as u64);
+        let mut ids = ids.into_iter();
+        for (jobs, reply) in accepted {
+            let mine: Vec<JobId> = ids.by_ref().take(jobs.len()).collect();
+            for (job, &id) in jobs.into_iter().zip(&mine) {
+                let spec = Box::new(job.spec);
+                if let Err(e) = self.sched.handle(Event::Submit { id, spec }, now) {
+                    // Validated a moment ago on this thread; only a bug gets here.
+                    tracing::error!(job = %id, error = %e, "committed job refused by the scheduler");
+                }
+            }
+            let _ = reply.send(Ok(mine));
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn handle(&mut self, cmd: Command, now: Time) {
+        match cmd {
+            Command::Job {
+                who,
+                id,
+                action,
+                reply,
+            } => {
+                let result = self.job_action(&who, id, action, now);
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(result);
+                }));
+            }
+            Command::Node {
+                who,
+                name,
+                action,
+                reply,
+            } => {
+                let result = self.node_action(&who, &name, action, now);
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(result);
+                }));
+            }
+            Command::Read(f) => f(self),
+            Command::AgentHello { conn, hello, tx } => self.hello(conn, *hello, tx, now),
+            Command::AgentEvent { conn, event } => {
+                if let Some(node) = self.node_of_conn(conn) {
+                    self.task_event(node, event.event, now);
+                    self.acks.insert(conn, (node, event.seq));
+                }
+            }
+            Command::AgentGone { conn } => {
+                if let Some(node) = self.node_of_conn(conn) {
+                    self.links.remove(&node);
+                    self.presence[node.0 as usize] = Presence::Away(Instant::now());
+                    tracing::warn!(node = %self.node_name(node), "agent disconnected");
+                    self.refresh_avail(node, now);
+                }
+            }
+            Command::Submit { .. } | Command::Shutdown { .. } => {}
+        }
+    }
+
+    fn node_of_conn(&self, conn: u64) -> Option<NodeId> {
+        self.links
+            .iter()
+            .find(|(_, l)| l.conn == conn)
+            .map(|(&n, _)| n)
+    }
+
+    pub(crate) fn node_name(&self, node: NodeId) -> &str {
+        &self.sched.cluster().node(node).name
+    }
+
+    pub(crate) fn is_connected(&self, node: NodeId) -> bool {
+        self.links.contains_key(&node)
+    }
+
+    /// Whether any node's GPUs are emulated.
+    pub(crate) fn emulated_gpus(&self) -> bool {
+        self.emulated.iter().any(|&e| e)
+    }
+
+    pub(crate) fn node_emulated(&self, node: NodeId) -> bool {
+        self.emulated[node.0 as usize]
+    }
+
+    pub(crate) fn launch_error(&self, id: JobId) -> Option<&str> {
+        self.launch_errors.get(&id).map(String::as_str)
+    }
+
+    /// The job's owner, from the scheduler or (for a finished job) the store.
+    fn owner(&mut self, id: JobId) -> Result<(String, Option<JobState>), ApiError> {
+        if let Some(job) = self.sched.job(id) {
+            return Ok((job.spec.user.clone(), Some(job.state)));
+        }
+        match self.store.job(id)? {
+            Some(job) => Ok((job.spec.user, None)),
+            None => Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("job {id} does not exist"),
+            )),
+        }
+    }
+
+    fn job_action(
+        &mut self,
+        who: &Principal,
+        id: JobId,
+        action: JobAction,
+        now: Time,
+    ) -> Result<(), ApiError> {
+        let (owner, live) = self.owner(id)?;
+        if owner != who.user && !who.admin {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "job {id} belongs to user `{owner}`; `{}` may not change it",
+                    who.user
+                ),
+            ));
+        }
+        let Some(state) = live else {
+            let final_state = self
+                .store
+                .job(id)?
+                .map_or(JobState::Completed, |j| j.status.state);
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!("job {id} has already ended ({final_state})"),
+            ));
+        };
+        let event = match action {
+            JobAction::Cancel => Event::Cancel { id },
+            JobAction::Signal(signal) => {
+                let Some(track) = self.runs.get(&id) else {
+                    return Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        format!("job {id} is {state}; only a running job can be signalled"),
+                    ));
+                };
+                let run = RunRef {
+                    job: id,
+                    run: track.run,
+                };
+                for &node in &track.nodes_left {
+                    self.outgoing
+                        .push((node, ControllerMessage::Signal { run, signal }));
+                }
+                return Ok(());
+            }
+            JobAction::Hold => Event::Hold {
+                id,
+                admin: who.admin,
+            },
+            JobAction::Release => {
+                if self.sched.job(id).and_then(|j| j.hold) == Some(Hold::Admin) && !who.admin {
+                    return Err(ApiError::new(
+                        ErrorCode::Forbidden,
+                        format!("job {id} was held by an administrator; only one may release it"),
+                    ));
+                }
+                Event::Release { id }
+            }
+            JobAction::Requeue => Event::Requeue { id },
+            JobAction::SetTimeLimit(limit) => {
+                let current = self.sched.job(id).map_or(Dur(0), |j| j.spec.time_limit);
+                let raises = current.0 != 0 && (limit.0 == 0 || limit > current);
+                if raises && !who.admin {
+                    return Err(ApiError::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "only an administrator may raise job {id}'s time limit (now {} s)",
+                            current.0
+                        ),
+                    ));
+                }
+                Event::SetTimeLimit { id, limit }
+            }
+            JobAction::SetNice(nice) => {
+                if nice < 0 && !who.admin {
+                    return Err(ApiError::new(
+                        ErrorCode::Forbidden,
+                        "only an administrator may set a negative nice value",
+                    ));
+                }
+                Event::SetNice { id, nice }
+            }
+        };
+        let decisions = self.sched.handle(event, now).map_err(core_error)?;
+        self.apply(decisions, now);
+        self.note_change(id, now);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn node_action(
+        &mut self,
+        who: &Principal,
+        name: &str,
+        action: NodeAction,
+        now: Time,
+    ) -> Result<(), ApiError> {
+        if !who.admin {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("only an administrator may change node `{name}`"),
+            ));
+        }
+        let node = self.sched.cluster().node_id(name).ok_or_else(|| {
+            ApiError::new(ErrorCode::NotFound, format!("node `{name}` does not exist"))
+        })?;
+        self.admin[node.0 as usize] = match action {
+            NodeAction::Drain { reason } => (NodeAvail::Drain, Some(reason)),
+            NodeAction::Resume => (NodeAvail::Up, None),
+        };
+        let (avail, reason) = self.admin[node.0 as usize].clone();
+        self.store.upsert_nodes(&[NodeRecord {
+            name: name.to_owned(),
+            avail,
+            reason,
+            emulated_gpus: self.config.emulated_gpus,
+            updated: now,
+        }])?;
+        self.refresh_avail(node, now);
+        Ok(())
+    }
+
+    /// Tells the scheduler the node's availability: the administrator's word, unless its
+    /// agent is away (unknown) or lost (down).
+    fn refresh_avail(&mut self, node: NodeId, now: Time) {
+        let (admin, admin_reason) = self.admin[node.0 as usize].clone();
+        let (avail, reason) = match self.presence[node.0 as usize] {
+            _ if admin == NodeAvail::Down => (NodeAvail::Down, admin_reason),
+            Presence::Connected => (admin, admin_reason),
+            Presence::Away(_) => (NodeAvail::Unknown, Some("agent not connected".into())),
+            Presence::Lost => (NodeAvail::Down, Some("agent not responding".into())),
+        };
+        let current = &self.sched.cluster().node(node);
+        if current.avail == avail && current.reason == reason {
+            return;
+        }
+        match self.sched.handle(
+            Event::NodeAvail {
+                node,
+                avail,
+                reason,
+            },
+            now,
+        ) {
+            Ok(decisions) => self.apply(decisions, now),
+            Err(e) => tracing::error!(error = %e, "node availability refused"),
+        }
+        self.dirty = true;
+    }
+
+    /// Marks nodes whose agents stayed away too long as lost: their runs' tasks count as
+    /// gone (the scheduler stops the rest of each gang and requeues it by policy).
+    fn check_presence(&mut self, now: Time) {
+        for n in 0..self.presence.len() {
+            if let Presence::Away(since) = self.presence[n]
+                && since.elapsed() >= self.config.node_timeout
+            {
+                let node = NodeId(n as u32);
+                tracing::warn!(node = %self.node_name(node), "agent lost: node down");
+                self.presence[n] = Presence::Lost;
+                self.refresh_avail(node, now);
+                let on_node: Vec<JobId> = self
+                    .runs
+                    .iter()
+                    .filter(|(_, t)| t.nodes_left.contains(&node))
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in on_node {
+                    self.node_done(id, node, JobState::NodeFail, None, now);
+                }
+            }
+        }
+    }
+
+    /// Carries out the scheduler's decisions (after the commit of the batch).
+    fn apply(&mut self, decisions: Vec<Decision>, now: Time) {
+        for d in decisions {
+            match d {
+                Decision::Start { job, allocation } => self.start(job, allocation, now),
+                Decision::Preempt { victim, grace, .. } => {
+                    self.note_change(victim, now);
+                    self.stop(victim, grace);
+                }
+                Decision::Stop { job, grace, .. } => self.stop(job, grace),
+                Decision::Reserve(_) => {}
+            }
+        }
+    }
+
+    fn start(&mut self, id: JobId, allocation: Allocation, now: Time) {
+        let Some(job) = self.sched.job(id) else {
+            return;
+        };
+        let run = RunRef {
+            job: id,
+            run: job.requeues,
+        };
+        if let Some(eligible) = job.eligible_since {
+            self.metrics
+                .observe_wait(Duration::from_secs(now.0.saturating_sub(eligible.0)));
+        }
+        let spec = job.spec.clone();
+        let partition = self.sched.cluster().partition(job.partition).name.clone();
+        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0 * 1000);
+        self.note_change(id, now);
+        self.launch_errors.remove(&id);
+        let nodes = allocation.nodes();
+        self.runs.insert(
+            id,
+            RunTrack {
+                run: run.run,
+                allocation: allocation.clone(),
+                start_time: now,
+                nodes_left: nodes.iter().copied().collect(),
+                outcome: JobState::Completed,
+                exit_code: None,
+                launch_failed: None,
+                stop: None,
+            },
+        );
+        let run_spec = match self.store.run_spec(id) {
+            Ok(Some(r)) => r,
+            Ok(None) | Err(_) => {
+                // Without what to run there is nothing to launch: fail the launch on every
+                // node, permanently, so the job is held with the reason.
+                let why = format!("job {id} has no stored run spec");
+                for node in nodes {
+                    self.node_launch_failed(id, node, why.clone(), true, now);
+                }
+                return;
+            }
+        };
+        let node_names = nodes
+            .iter()
+            .map(|&n| (n, self.node_name(n).to_owned()))
+            .collect::<BTreeMap<_, _>>();
+        let order = LaunchOrder {
+            run,
+            spec,
+            partition,
+            allocation,
+            node_names,
+            run_spec,
+            time_limit_ms,
+        };
+        for node in nodes {
+            if self.links.contains_key(&node) {
+                self.outgoing
+                    .push((node, ControllerMessage::Launch(Box::new(order.clone()))));
+            } else {
+                // Its agent went away since the pass: the gang cannot start whole.
+                self.node_launch_failed(id, node, "agent not connected".into(), false, now);
+            }
+        }
+    }
+
+    fn stop(&mut self, id: JobId, grace: Dur) {
+        let Some(track) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let run = RunRef {
+            job: id,
+            run: track.run,
+        };
+        let kill_wait_secs = grace.0.max(1);
+        track.stop = Some(kill_wait_secs);
+        for &node in &track.nodes_left {
+            self.outgoing.push((
+                node,
+                ControllerMessage::Stop {
+                    run,
+                    kill_wait_secs,
+                },
+            ));
+        }
+    }
+
+    /// Queues the job's current status for the batch's commit.
+    fn note_change(&mut self, id: JobId, now: Time) {
+        if let Some(status) = self.status_of(id, now) {
+            self.changes.push(JobChange {
+                id,
+                status,
+                ended_run: None,
+            });
+        }
+    }
+
+    /// The job's status as the store should record it now.
+    fn status_of(&self, id: JobId, now: Time) -> Option<JobStatus> {
+        let track = self.runs.get(&id);
+        if let Some(job) = self.sched.job(id) {
+            let reason = match job.hold {
+                Some(Hold::User) => PendingReason::JobHeldUser,
+                Some(Hold::Admin) => PendingReason::JobHeldAdmin,
+                None => job.reason.clone(),
+            };
+            return Some(JobStatus {
+                state: job.state,
+                reason,
+                start_time: job.start_time.or(track.map(|t| t.start_time)),
+                end_time: None,
+                allocation: job
+                    .allocation
+                    .clone()
+                    .or_else(|| track.map(|t| t.allocation.clone())),
+                exit_code: track.and_then(|t| t.exit_code),
+                requeues: job.requeues,
+            });
+        }
+        let state = self.sched.ended_state(id)?;
+        Some(JobStatus {
+            state,
+            reason: PendingReason::None,
+            start_time: track.map(|t| t.start_time),
+            end_time: Some(now),
+            allocation: track.map(|t| t.allocation.clone()),
+            exit_code: track.and_then(|t| t.exit_code),
+            requeues: track.map_or(0, |t| t.run),
+        })
+    }
+
+    fn hello(
+        &mut self,
+        conn: u64,
+        hello: Hello,
+        tx: UnboundedSender<ControllerMessage>,
+        now: Time,
+    ) {
+        let refuse = |reason: String| {
+            tracing::warn!(node = %hello.node, %reason, "agent refused");
+            let _ = tx.send(ControllerMessage::Refused { reason });
+        };
+        if hello.version != PROTOCOL_VERSION {
+            return refuse(format!(
+                "agent protocol version {} is not supported; this controller speaks version {PROTOCOL_VERSION}",
+                hello.version
+            ));
+        }
+        let Some(node) = self.sched.cluster().node_id(&hello.node) else {
+            let names: Vec<&str> = self
+                .sched
+                .cluster()
+                .nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect();
+            return refuse(format!(
+                "node `{}` is not in the cluster (its nodes are {})",
+                hello.node,
+                hostlist::compress(&names)
+            ));
+        };
+        let want = self.sched.cluster().shape(node).capacity();
+        let have = hello.report.shape.capacity();
+        if have.cpus < want.cpus || have.mem_mib < want.mem_mib || have.gpu_milli < want.gpu_milli {
+            return refuse(format!(
+                "node `{}` has {} cores, {} MiB and {} GPUs, fewer than the cluster describes ({} cores, {} MiB, {} GPUs)",
+                hello.node,
+                have.cpus,
+                have.mem_mib,
+                have.gpu_milli / u64::from(MILLI_PER_GPU),
+                want.cpus,
+                want.mem_mib,
+                want.gpu_milli / u64::from(MILLI_PER_GPU)
+            ));
+        }
+        let _ = tx.send(ControllerMessage::Welcome {
+            version: PROTOCOL_VERSION,
+            node_id: node,
+        });
+        if let Some(old) = self.links.insert(node, AgentLink { conn, tx }) {
+            tracing::info!(node = %hello.node, old = old.conn, "agent reconnected; the older connection is dropped");
+        }
+        self.presence[node.0 as usize] = Presence::Connected;
+        self.emulated[node.0 as usize] = hello.report.emulated_gpus;
+        tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
+        let mut last_seq = None;
+        for ev in hello.outbox {
+            last_seq = Some(ev.seq);
+            self.task_event(node, ev.event, now);
+        }
+        if let Some(seq) = last_seq {
+            self.acks.insert(conn, (node, seq));
+        }
+        // Reconcile what runs there with what the controller thinks runs there.
+        let alive: BTreeSet<RunRef> = hello.running.iter().copied().collect();
+        let mine: Vec<(JobId, u32, Option<u64>)> = self
+            .runs
+            .iter()
+            .filter(|(_, t)| t.nodes_left.contains(&node))
+            .map(|(&id, t)| (id, t.run, t.stop))
+            .collect();
+        for (id, run, stop) in mine {
+            let r = RunRef { job: id, run };
+            if alive.contains(&r) {
+                if let Some(kill_wait_secs) = stop {
+                    self.outgoing.push((
+                        node,
+                        ControllerMessage::Stop {
+                            run: r,
+                            kill_wait_secs,
+                        },
+                    ));
+                }
+            } else {
+                tracing::warn!(job = %id, node = %hello.node, "run's tasks are gone from the node");
+                self.node_done(id, node, JobState::NodeFail, None, now);
+            }
+        }
+        for r in alive {
+            let current = self
+                .runs
+                .get(&r.job)
+                .is_some_and(|t| t.run == r.run && t.nodes_left.contains(&node));
+            if !current {
+                tracing::warn!(job = %r.job, run = r.run, node = %hello.node, "agent runs a run the controller does not: stopping it");
+                self.outgoing.push((
+                    node,
+                    ControllerMessage::Stop {
+                        run: r,
+                        kill_wait_secs: cadre_core::run::DEFAULT_KILL_WAIT_SECS,
+                    },
+                ));
+            }
+        }
+        let _ = self.store.upsert_nodes(&[NodeRecord {
+            name: hello.node.clone(),
+            avail: self.admin[node.0 as usize].0,
+            reason: self.admin[node.0 as usize].1.clone(),
+            emulated_gpus: hello.report.emulated_gpus,
+            updated: now,
+        }]);
+        self.refresh_avail(node, now);
+    }
+
+    fn task_event(&mut self, node: NodeId, event: TaskEvent, now: Time) {
+        let run = event.run();
+        let current = self
+            .runs
+            .get(&run.job)
+            .is_some_and(|t| t.run == run.run && t.nodes_left.contains(&node));
+        if !current {
+            tracing::debug!(job = %run.job, run = run.run, "event of a run that is over: ignored");
+            return;
+        }
+        match event {
+            TaskEvent::Started { .. } => {
+                tracing::debug!(job = %run.job, node = %self.node_name(node), "tasks started");
+            }
+            TaskEvent::LaunchFailed {
+                reason, permanent, ..
+            } => self.node_launch_failed(run.job, node, reason, permanent, now),
+            TaskEvent::Ended {
+                state, exit_code, ..
+            } => self.node_done(run.job, node, state, exit_code, now),
+        }
+    }
+
+    fn node_launch_failed(
+        &mut self,
+        id: JobId,
+        node: NodeId,
+        reason: String,
+        permanent: bool,
+        now: Time,
+    ) {
+        tracing::warn!(job = %id, node = %self.node_name(node), %reason, permanent, "launch failed");
+        if let Some(t) = self.runs.get_mut(&id) {
+            let msg = format!(
+                "launch failed on {}: {reason}",
+                self.sched.cluster().node(node).name
+            );
+            t.launch_failed = Some((
+                msg,
+                permanent || t.launch_failed.as_ref().is_some_and(|f| f.1),
+            ));
+        }
+        // The rest of the gang must not run without this part.
+        self.stop(id, Dur(0));
+        self.node_done(id, node, JobState::Failed, None, now);
+    }
+
+    /// The run's tasks on `node` are gone, with this outcome; once every node's are, the
+    /// job's run is over and the scheduler learns it.
+    fn node_done(
+        &mut self,
+        id: JobId,
+        node: NodeId,
+        state: JobState,
+        exit_code: Option<i32>,
+        now: Time,
+    ) {
+        let Some(t) = self.runs.get_mut(&id) else {
+            return;
+        };
+        if !t.nodes_left.remove(&node) {
+            return;
+        }
+        if severity(state) > severity(t.outcome) {
+            t.outcome = state;
+        }
+        if t.exit_code.is_none() || (exit_code.is_some_and(|c| c != 0) && t.exit_code == Some(0)) {
+            t.exit_code = exit_code.or(t.exit_code);
+        }
+        // The node's tasks vanished (lost agent, or gone at a restart): a node failure for
+        // this job; the scheduler stops the rest of the gang and requeues it by policy.
+        if state == JobState::NodeFail {
+            match self.sched.handle(Event::Lost { id, node }, now) {
+                Ok(decisions) => self.apply(decisions, now),
+                Err(e) => tracing::debug!(job = %id, error = %e, "lost tasks of a stopping job"),
+            }
+        }
+        let Some(t) = self.runs.get(&id) else {
+            return;
+        };
+        if !t.nodes_left.is_empty() {
+            return;
+        }
+        let usage = run_usage(&self.sched, &t.allocation);
+        let launch_failed = t.launch_failed.clone();
+        let event = match &launch_failed {
+            Some((why, _)) => Event::LaunchFailed {
+                id,
+                reason: why.clone(),
+            },
+            None => Event::Ended {
+                id,
+                outcome: t.outcome,
+            },
+        };
+        match self.sched.handle(event, now) {
+            Ok(decisions) => self.apply(decisions, now),
+            Err(e) => {
+                tracing::error!(job = %id, error = %e, "run end refused by the scheduler");
+                self.runs.remove(&id);
+                return;
+            }
+        }
+        if let Some((why, permanent)) = launch_failed {
+            self.launch_errors.insert(id, why);
+            if permanent && self.sched.job(id).is_some() {
+                // Retrying cannot help: held for an administrator, as Slurm holds a job
+                // whose launch failed.
+                let _ = self.sched.handle(Event::Hold { id, admin: true }, now);
+            }
+        }
+        if let Some(status) = self.status_of(id, now) {
+            self.changes.push(JobChange {
+                id,
+                status,
+                ended_run: Some(usage),
+            });
+        }
+        self.runs.remove(&id);
+        self.dirty = true;
+    }
+}
+
+/// How bad an outcome is, for the gang's outcome: the worst node's.
+fn severity(s: JobState) -> u8 {
+    match s {
+        JobState::Completed => 0,
+        JobState::Failed => 1,
+        JobState::OutOfMemory => 2,
+        JobState::Timeout => 3,
+        JobState::NodeFail => 4,
+        JobState::Preempted => 5,
+        JobState::Cancelled => 6,
+        _ => 0,
+    }
+}
+
+/// The hold a stored pending reason records.
+fn held_by(reason: &PendingReason) -> Option<Hold> {
+    match reason {
+        PendingReason::JobHeldUser => Some(Hold::User),
+        PendingReason::JobHeldAdmin => Some(Hold::Admin),
+        _ => None,
+    }
+}
+
+/// Why the engine could not be rebuilt from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the stored jobs do not fit the cluster: {0}")]
+    Core(CoreError),
+    #[error("the store is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+/// A handle to send commands to the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Command>,
+}
+
+impl EngineHandle {
+    pub fn new(tx: Sender<Command>) -> EngineHandle {
+        EngineHandle { tx }
+    }
+
+    pub fn send(&self, cmd: Command) -> Result<(), ApiError> {
+        self.tx
+            .send(cmd)
+            .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the controller is shutting down"))
+    }
+
+    /// Sends a command carrying a reply channel and waits for the answer.
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx))?;
+        rx.await
+            .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the controller is shutting down"))?
+    }
+
+    /// Runs `f` on the engine thread against its live state.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Engine) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Read(Box::new(move |e| {
+            let _ = tx.send(f(e));
+        })))?;
+        rx.await
+            .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the controller is shutting down"))
+    }
+}
