@@ -1,6 +1,6 @@
 //! Durable submissions per second through group commit, until `cadre bench submit` calls
 //! [`cadre_store::bench_submit`] itself. Each job carries a realistic run spec: a batch
-//! script and the 40-variable environment of a login shell on a cluster (about 4 KiB of
+//! script and the 40-variable environment of a login shell on a cluster (about 3.5 KB of
 //! JSON), as `sbatch` captures it.
 //!
 //! `cargo run --release -p cadre-store --example bench_submit -- [DIR|URL] [JOBS] [BATCH] [full|normal] [ENV]`

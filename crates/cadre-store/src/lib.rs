@@ -8,6 +8,9 @@
 //!   [`SqliteStore`] for what that costs and why);
 //! - job ids come from the store: strictly increasing, never reused, even after a crash;
 //! - every change of a job is committed by [`Store::record`] before the controller acts on it;
+//! - what a job runs (its `RunSpec`: command, environment, ...) is committed with its
+//!   submission but read apart from it ([`Store::run_spec`]), so that listing jobs never
+//!   decodes environments;
 //! - each call is one transaction: all of it is committed, or none of it.
 //!
 //! The trait is synchronous and takes `&mut self`: the controller calls it from one writer
