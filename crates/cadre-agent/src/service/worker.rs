@@ -312,15 +312,19 @@ fn write_script(
         .mode(0o700)
         .create(&dir)
         .map_err(err(&dir))?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o700)
-        .open(&path)
-        .map_err(err(&path))?;
-    file.write_all(text.as_bytes()).map_err(err(&path))?;
-    file.sync_all().map_err(err(&path))?;
-    drop(file);
+    {
+        // No task may be forked while the script is open for writing: the child would
+        // hold it open too, and executing it would fail with ETXTBSY.
+        let _no_fork = crate::launch::no_fork_guard();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&path)
+            .map_err(err(&path))?;
+        file.write_all(text.as_bytes()).map_err(err(&path))?;
+        file.sync_all().map_err(err(&path))?;
+    }
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(err(&path))?;
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(err(&dir))?;
