@@ -422,10 +422,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
     prepare_state_dir(&config.state_dir)?;
     let address = match &config.address {
         Some(a) => a.clone(),
-        None => nix::unistd::gethostname()
-            .map_err(|source| AgentError::HostName { source })?
-            .to_string_lossy()
-            .into_owned(),
+        None => host_name()?,
     };
     let shape = &found.shape;
     tracing::info!(
@@ -479,6 +476,14 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         flush_deadline: None,
     };
     service.main(shutdown, events_rx).await
+}
+
+/// This machine's host name, as the kernel has it (`uname -n`).
+pub fn host_name() -> Result<String, AgentError> {
+    Ok(nix::unistd::gethostname()
+        .map_err(|source| AgentError::HostName { source })?
+        .to_string_lossy()
+        .into_owned())
 }
 
 fn check_config(config: &AgentConfig) -> Result<(), AgentError> {
