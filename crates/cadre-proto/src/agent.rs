@@ -94,7 +94,8 @@ pub enum TaskEvent {
         reason: String,
         permanent: bool,
     },
-    /// Every task of the run on this node has ended.
+    /// Every task of the run on this node has ended. NODE_FAIL: stopped because the agent
+    /// itself was shutting down (the job did nothing wrong and may be requeued).
     Ended {
         run: RunRef,
         /// The worst outcome of the node's tasks (a final job state).
@@ -131,7 +132,10 @@ pub enum ControllerMessage {
     Ack { seq: u64 },
     /// Start the run's tasks placed on this node, all or none.
     Launch(Box<LaunchOrder>),
-    /// Stop the run's tasks: SIGTERM, then SIGKILL after `kill_wait_secs`.
+    /// Stop the run's tasks: SIGTERM, then SIGKILL after `kill_wait_secs`. Their `Ended`
+    /// follows (CANCELLED unless they ended otherwise first). A run the agent does not know
+    /// at all is answered with `Ended { state: CANCELLED }` at once, so that the controller
+    /// always gets an end; one that recently ended there gets nothing more.
     Stop { run: RunRef, kill_wait_secs: u64 },
     /// Send a signal to the run's tasks now (`scancel --signal`).
     Signal { run: RunRef, signal: i32 },
