@@ -375,6 +375,13 @@ async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
     }
 }
 
+/// Says goodbye on a connection about to be dropped; a controller that no longer reads
+/// cannot hold the agent up (the close frame is a courtesy).
+async fn close_quietly(ws: &mut Ws) {
+    let close = WebSocketStream::close(ws, None);
+    let _ = tokio::time::timeout(Duration::from_secs(1), close).await;
+}
+
 /// Why the agent is winding down.
 enum Stopping {
     Requested,
@@ -586,7 +593,7 @@ impl Service {
 
     async fn finish(mut self) -> Result<(), AgentError> {
         if let Conn::Open { ws, .. } = &mut self.conn {
-            let _ = WebSocketStream::close(ws.as_mut(), None).await;
+            close_quietly(ws).await;
         }
         match self.stopping.take() {
             Some(Stopping::Fatal(e)) => Err(e),
@@ -602,7 +609,7 @@ impl Service {
         if let Stopping::Fatal(e) = &why {
             tracing::error!(node = %self.node, error = %e, runs = self.runs.len(), "giving up: stopping every run");
             if let Conn::Open { ws, .. } = &mut self.conn {
-                let _ = WebSocketStream::close(ws.as_mut(), None).await;
+                close_quietly(ws).await;
             }
             self.conn = Conn::Closed;
             let _ = self.session.handle(Input::Disconnected);
