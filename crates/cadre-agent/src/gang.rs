@@ -4,7 +4,9 @@
 //! start, whole). [`launch_gang`] starts the job's tasks on this node in rank order; when
 //! one fails to start, the ones already started are killed at once (no grace: they have
 //! only just started and the job goes back to the queue) and reaped, and the error says
-//! which task failed and why. Once started, [`Gang`] supervises the tasks together.
+//! which task failed and why. Once started, [`Gang`] supervises the tasks together: a
+//! blocking [`Gang::wait`], or [`Gang::poll`] for a caller that also takes orders (stop,
+//! signal) between checks.
 //!
 //! Output files shared by several tasks (a pattern without `%t`) are truncated once, by
 //! the first task that opens them, and appended to by the others.
@@ -13,12 +15,13 @@ use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode};
 use crate::launch::{self, LaunchError, RunAs};
 use crate::supervise::{RunningTask, TaskOutcome};
 use cadre_core::job::{JobId, JobState};
+use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Longest sleep of [`Gang::wait`] between checks.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// A gang that did not start; the tasks that had started were stopped.
 #[derive(Debug, thiserror::Error)]
@@ -100,27 +103,53 @@ impl Gang {
         Ok(())
     }
 
+    /// Cancels every task with SIGKILL `kill_wait` after SIGTERM.
+    pub fn cancel_within(&mut self, kill_wait: Duration) -> Result<(), LaunchError> {
+        for t in &mut self.tasks {
+            t.cancel_within(kill_wait)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to the process group of every task that has not ended.
+    pub fn signal(&mut self, signal: Signal) -> Result<(), LaunchError> {
+        for t in &mut self.tasks {
+            t.signal(signal)?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is due; every outcome, in rank order, once all tasks have ended. Never
+    /// blocks.
+    pub fn poll(&mut self) -> Result<Option<Vec<TaskOutcome>>, LaunchError> {
+        let mut outcomes = Vec::with_capacity(self.tasks.len());
+        for t in &mut self.tasks {
+            if let Some(o) = t.poll()? {
+                outcomes.push(o);
+            }
+        }
+        Ok((outcomes.len() == self.tasks.len()).then_some(outcomes))
+    }
+
+    /// How long a caller may sleep before the next [`Gang::poll`]: until the next
+    /// deadline of a task, at most [`POLL_INTERVAL`] (so that exits are noticed soon).
+    pub fn nap(&self) -> Duration {
+        let now = Instant::now();
+        self.tasks
+            .iter()
+            .filter_map(RunningTask::next_deadline)
+            .min()
+            .map_or(POLL_INTERVAL, |d| d.saturating_duration_since(now))
+            .min(POLL_INTERVAL)
+    }
+
     /// Supervises all tasks until every one has ended; outcomes in rank order.
     pub fn wait(&mut self) -> Result<Vec<TaskOutcome>, LaunchError> {
         loop {
-            let mut outcomes = Vec::with_capacity(self.tasks.len());
-            for t in &mut self.tasks {
-                if let Some(o) = t.poll()? {
-                    outcomes.push(o);
-                }
-            }
-            if outcomes.len() == self.tasks.len() {
+            if let Some(outcomes) = self.poll()? {
                 return Ok(outcomes);
             }
-            let now = Instant::now();
-            let nap = self
-                .tasks
-                .iter()
-                .filter_map(RunningTask::next_deadline)
-                .min()
-                .map_or(POLL_INTERVAL, |d| d.saturating_duration_since(now))
-                .min(POLL_INTERVAL);
-            std::thread::sleep(nap);
+            std::thread::sleep(self.nap());
         }
     }
 }

@@ -17,11 +17,12 @@
 //! - [`gang`]: starting all of a job's tasks on this node, or none.
 //! - [`cgroup`]: one cgroup v2 per task where the agent is given one, for out-of-memory
 //!   detection.
+//! - [`service`]: the agent process ([`service::run`]): the connection to the controller
+//!   and the agent protocol, launching and supervising each run in a thread of its own.
 //!
-//! Not here (yet): the agent process, its connection to the controller and the protocol,
-//! health checks, log shipping. Nothing here is async: supervision is a state machine
-//! ([`supervise::Supervisor`]) driven by the caller's clock readings, with a blocking
-//! convenience loop on top.
+//! Not here (yet): health checks, log shipping. Only [`service`] is async (tokio); the
+//! rest is blocking: supervision is a state machine ([`supervise::Supervisor`]) driven by
+//! the caller's clock readings, with blocking convenience loops on top.
 
 pub mod cgroup;
 pub mod discovery;
@@ -30,4 +31,5 @@ pub mod gpu;
 pub mod jobenv;
 pub mod launch;
 pub mod pattern;
+pub mod service;
 pub mod supervise;

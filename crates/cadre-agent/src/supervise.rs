@@ -9,8 +9,9 @@
 //! The rules, after Slurm:
 //! - at `start + time_limit`: SIGCONT and SIGTERM to the task's process group; after
 //!   KillWait, SIGKILL. The outcome is TIMEOUT however the task then ends.
-//! - cancel: the same sequence from now; the outcome is CANCELLED (a task already being
-//!   stopped at its limit stays TIMEOUT).
+//! - cancel: the same sequence from now, with the task's KillWait or the one the cancel
+//!   names (the controller's `Stop` carries its own); the outcome is CANCELLED (a task
+//!   already being stopped at its limit stays TIMEOUT).
 //! - `--signal=[B:]SIG[@TIME]`: SIG at `start + time_limit - TIME` (at once if TIME is
 //!   longer than the limit), once; to the whole process group, or with `B:` to the task's
 //!   main process only. Only jobs with a time limit get it.
@@ -32,7 +33,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest sleep of [`RunningTask::wait`] between checks of the process.
@@ -74,8 +75,9 @@ pub enum Phase {
 pub enum Input {
     /// Time has passed; act on whatever is due.
     Tick,
-    /// The controller cancelled the job.
-    Cancel,
+    /// The controller cancelled the job; SIGKILL after `kill_wait`, or after the task's
+    /// own KillWait when `None`.
+    Cancel { kill_wait: Option<Duration> },
     /// Kill at once, no grace: the gang could not start and the job goes back to the
     /// queue, so there is nothing for the task to save.
     Abort,
@@ -151,10 +153,15 @@ impl Supervisor {
         }
     }
 
-    fn begin_stop(&mut self, reason: StopReason, now: Instant) -> Vec<SignalAction> {
+    fn begin_stop(
+        &mut self,
+        reason: StopReason,
+        kill_wait: Duration,
+        now: Instant,
+    ) -> Vec<SignalAction> {
         self.phase = Phase::Stopping {
             reason,
-            kill_at: now + self.limits.kill_wait,
+            kill_at: now + kill_wait,
             killed: false,
         };
         [Signal::SIGCONT, Signal::SIGTERM]
@@ -170,8 +177,9 @@ impl Supervisor {
     pub fn step(&mut self, input: Input, now: Instant) -> Vec<SignalAction> {
         let mut out = Vec::new();
         match (self.phase, input) {
-            (Phase::Running, Input::Cancel) => {
-                out.extend(self.begin_stop(StopReason::Cancelled, now))
+            (Phase::Running, Input::Cancel { kill_wait }) => {
+                let kill_wait = kill_wait.unwrap_or(self.limits.kill_wait);
+                out.extend(self.begin_stop(StopReason::Cancelled, kill_wait, now))
             }
             (Phase::Running, Input::Tick) => {
                 if let (Some(at), Some(sig)) = (self.pre_end_at(), self.limits.signal)
@@ -188,10 +196,10 @@ impl Supervisor {
                     }
                 }
                 if self.end().is_some_and(|end| now >= end) {
-                    out.extend(self.begin_stop(StopReason::TimeLimit, now));
+                    out.extend(self.begin_stop(StopReason::TimeLimit, self.limits.kill_wait, now));
                 }
             }
-            (Phase::Stopping { .. }, Input::Cancel) => {}
+            (Phase::Stopping { .. }, Input::Cancel { .. }) => {}
             (_, Input::Abort) => {
                 let reason = self.stop_reason().unwrap_or(StopReason::Cancelled);
                 self.phase = Phase::Stopping {
@@ -284,14 +292,51 @@ pub struct TaskFiles {
     pub stderr: Option<PathBuf>,
 }
 
+/// A cancellation asked for, possibly from another thread, and the KillWait it names.
+#[derive(Debug, Default)]
+struct CancelRequest {
+    requested: AtomicBool,
+    /// Milliseconds; [`NO_KILL_WAIT`]: the task's own KillWait.
+    kill_wait_ms: AtomicU64,
+}
+
+/// `CancelRequest::kill_wait_ms` when the cancel names no KillWait.
+const NO_KILL_WAIT: u64 = u64::MAX;
+
+impl CancelRequest {
+    fn request(&self, kill_wait: Option<Duration>) {
+        let ms = kill_wait.map_or(NO_KILL_WAIT, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(NO_KILL_WAIT - 1)
+        });
+        // The KillWait first: a reader that sees `requested` sees it too (SeqCst).
+        self.kill_wait_ms.store(ms, Ordering::SeqCst);
+        self.requested.store(true, Ordering::SeqCst);
+    }
+
+    /// `Some(kill_wait)` once a cancel was asked for.
+    fn taken(&self) -> Option<Option<Duration>> {
+        if !self.requested.load(Ordering::SeqCst) {
+            return None;
+        }
+        let ms = self.kill_wait_ms.load(Ordering::SeqCst);
+        Some((ms != NO_KILL_WAIT).then(|| Duration::from_millis(ms)))
+    }
+}
+
 /// Cancels a task from another thread; takes effect at the task's next
 /// [`RunningTask::poll`].
 #[derive(Clone, Debug)]
-pub struct TaskCanceller(Arc<AtomicBool>);
+pub struct TaskCanceller(Arc<CancelRequest>);
 
 impl TaskCanceller {
+    /// Cancels with the task's own KillWait.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.request(None);
+    }
+
+    /// Cancels with SIGKILL `kill_wait` after SIGTERM.
+    pub fn cancel_within(&self, kill_wait: Duration) {
+        self.0.request(Some(kill_wait));
     }
 }
 
@@ -304,7 +349,7 @@ pub struct RunningTask {
     supervisor: Supervisor,
     files: TaskFiles,
     cgroup: Option<TaskCgroup>,
-    cancel: Arc<AtomicBool>,
+    cancel: Arc<CancelRequest>,
     cancel_applied: bool,
     outcome: Option<TaskOutcome>,
 }
@@ -326,7 +371,7 @@ impl RunningTask {
             supervisor: Supervisor::new(start, limits),
             files,
             cgroup,
-            cancel: Arc::new(AtomicBool::new(false)),
+            cancel: Arc::new(CancelRequest::default()),
             cancel_applied: false,
             outcome: None,
         }
@@ -359,8 +404,32 @@ impl RunningTask {
 
     /// Starts stopping the task now (SIGTERM, SIGKILL after KillWait).
     pub fn cancel(&mut self) -> Result<(), LaunchError> {
-        self.cancel.store(true, Ordering::SeqCst);
+        self.cancel.request(None);
         self.poll().map(drop)
+    }
+
+    /// Starts stopping the task now, with SIGKILL `kill_wait` after SIGTERM.
+    pub fn cancel_within(&mut self, kill_wait: Duration) -> Result<(), LaunchError> {
+        self.cancel.request(Some(kill_wait));
+        self.poll().map(drop)
+    }
+
+    /// Whether the task has ended (and been reaped).
+    pub fn has_ended(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// Sends `signal` to the task's process group now (`scancel --signal`); nothing once
+    /// the task has ended. Safe from pid reuse: the task is reaped only by
+    /// [`RunningTask::poll`], which takes the same `&mut self`.
+    pub fn signal(&mut self, signal: Signal) -> Result<(), LaunchError> {
+        if self.outcome.is_some() {
+            return Ok(());
+        }
+        self.send(SignalAction {
+            target: SignalTarget::Group,
+            signal,
+        })
     }
 
     /// Kills the task at once (no grace) and reaps it.
@@ -418,9 +487,11 @@ impl RunningTask {
         }
         let now = Instant::now();
         let mut actions = Vec::new();
-        if !self.cancel_applied && self.cancel.load(Ordering::SeqCst) {
+        if !self.cancel_applied
+            && let Some(kill_wait) = self.cancel.taken()
+        {
             self.cancel_applied = true;
-            actions.extend(self.supervisor.step(Input::Cancel, now));
+            actions.extend(self.supervisor.step(Input::Cancel { kill_wait }, now));
         }
         actions.extend(self.supervisor.step(Input::Tick, now));
         for a in actions {
@@ -544,7 +615,10 @@ mod tests {
         assert!(s.step(Input::Tick, ms(5000)).is_empty());
         assert_eq!(s.next_deadline(), None);
         // A cancel while timing out changes nothing.
-        assert!(s.step(Input::Cancel, ms(5000)).is_empty());
+        assert!(
+            s.step(Input::Cancel { kill_wait: None }, ms(5000))
+                .is_empty()
+        );
         assert_eq!(s.stop_reason(), Some(StopReason::TimeLimit));
     }
 
@@ -594,7 +668,7 @@ mod tests {
         assert_eq!(s.next_deadline(), None);
         assert!(s.step(Input::Tick, ms(10_000)).is_empty());
         assert_eq!(
-            sigs(&s.step(Input::Cancel, ms(10_000))),
+            sigs(&s.step(Input::Cancel { kill_wait: None }, ms(10_000))),
             vec![Signal::SIGCONT, Signal::SIGTERM]
         );
         assert_eq!(s.stop_reason(), Some(StopReason::Cancelled));
@@ -602,6 +676,30 @@ mod tests {
             sigs(&s.step(Input::Tick, ms(10_100))),
             vec![Signal::SIGKILL]
         );
+    }
+
+    #[test]
+    fn a_cancel_may_name_its_own_kill_wait() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Supervisor::new(t0, limits(10_000, 30_000, None));
+        let kill_wait = Some(Duration::from_millis(50));
+        assert_eq!(
+            sigs(&s.step(Input::Cancel { kill_wait }, ms(100))),
+            vec![Signal::SIGCONT, Signal::SIGTERM]
+        );
+        assert_eq!(s.next_deadline(), Some(ms(150)));
+        assert_eq!(sigs(&s.step(Input::Tick, ms(150))), vec![Signal::SIGKILL]);
+    }
+
+    #[test]
+    fn a_cancel_request_carries_its_kill_wait_across_threads() {
+        let r = CancelRequest::default();
+        assert_eq!(r.taken(), None);
+        r.request(None);
+        assert_eq!(r.taken(), Some(None));
+        r.request(Some(Duration::from_secs(2)));
+        assert_eq!(r.taken(), Some(Some(Duration::from_secs(2))));
     }
 
     #[test]

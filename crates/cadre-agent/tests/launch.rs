@@ -481,3 +481,52 @@ fn tasks_sharing_an_output_file_do_not_truncate_each_other() {
     let err = launch_gang(&j, &node(), &me).unwrap_err();
     assert_eq!(err.source.to_string(), "job 77 has no task on node node002");
 }
+
+#[test]
+fn a_gang_takes_signals_and_stops_within_the_kill_wait_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = me();
+    let n = node();
+    let tasks = vec![task(0, 1, vec![0], vec![]), task(1, 1, vec![0], vec![])];
+    // Each task ends on USR1 with its rank + 3; `ready-<rank>` says its trap is set.
+    let script = "trap 'exit $((SLURM_PROCID + 3))' USR1; touch ready-$SLURM_PROCID; \
+                  while :; do sleep 0.05; done";
+    let j = job(dir.path(), &me.name, script, tasks.clone());
+    let mut g = launch_gang(&j, &n, &me).unwrap();
+    wait_for_files(dir.path(), &["ready-0", "ready-1"]);
+    g.signal(nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let outcomes = loop {
+        if let Some(o) = g.poll().unwrap() {
+            break o;
+        }
+        std::thread::sleep(g.nap());
+    };
+    let codes: Vec<_> = outcomes.iter().map(|o| (o.state, o.exit_code)).collect();
+    assert_eq!(
+        codes,
+        vec![(JobState::Failed, Some(3)), (JobState::Failed, Some(4))]
+    );
+    // Ended tasks take no more signals.
+    g.signal(nix::sys::signal::Signal::SIGUSR1).unwrap();
+
+    // Tasks that ignore SIGTERM are killed after the stop's own KillWait, not the job's.
+    let script = "trap '' TERM; touch ready-$SLURM_PROCID; while :; do sleep 0.05; done";
+    let mut j = job(dir.path(), &me.name, script, tasks);
+    j.kill_wait = Duration::from_secs(60);
+    std::fs::remove_file(dir.path().join("ready-0")).unwrap();
+    std::fs::remove_file(dir.path().join("ready-1")).unwrap();
+    let mut g = launch_gang(&j, &n, &me).unwrap();
+    wait_for_files(dir.path(), &["ready-0", "ready-1"]);
+    g.cancel_within(Duration::from_millis(100)).unwrap();
+    let outcomes = g.wait().unwrap();
+    assert_eq!(gang::gang_state(&outcomes), JobState::Cancelled);
+    assert!(outcomes.iter().all(|o| o.signal == Some(9)), "{outcomes:?}");
+}
+
+fn wait_for_files(dir: &Path, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !names.iter().all(|n| dir.join(n).exists()) {
+        assert!(Instant::now() < deadline, "{names:?} never appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -94,7 +94,8 @@ pub enum TaskEvent {
         reason: String,
         permanent: bool,
     },
-    /// Every task of the run on this node has ended.
+    /// Every task of the run on this node has ended. NODE_FAIL: stopped because the agent
+    /// itself was shutting down (the job did nothing wrong and may be requeued).
     Ended {
         run: RunRef,
         /// The worst outcome of the node's tasks (a final job state).
@@ -131,7 +132,10 @@ pub enum ControllerMessage {
     Ack { seq: u64 },
     /// Start the run's tasks placed on this node, all or none.
     Launch(Box<LaunchOrder>),
-    /// Stop the run's tasks: SIGTERM, then SIGKILL after `kill_wait_secs`.
+    /// Stop the run's tasks: SIGTERM, then SIGKILL after `kill_wait_secs`. Their `Ended`
+    /// follows (CANCELLED unless they ended otherwise first). A run the agent does not know
+    /// at all is answered with `Ended { state: CANCELLED }` at once, so that the controller
+    /// always gets an end; one that recently ended there gets nothing more.
     Stop { run: RunRef, kill_wait_secs: u64 },
     /// Send a signal to the run's tasks now (`scancel --signal`).
     Signal { run: RunRef, signal: i32 },
@@ -144,9 +148,153 @@ pub struct LaunchOrder {
     pub spec: JobSpec,
     pub partition: String,
     pub allocation: Allocation,
-    /// Names of every node of the allocation, for the job's node list.
+    /// Names of every node of the allocation, for the job's node list. In JSON an object
+    /// keyed by the node id as a string (`{"7": "gpu007"}`).
+    #[serde(deserialize_with = "node_names_from_string_keys")]
     pub node_names: BTreeMap<NodeId, String>,
     pub run_spec: RunSpec,
     /// The wall-clock limit in milliseconds from the start; `None`: unlimited.
     pub time_limit_ms: Option<u64>,
+}
+
+/// Reads `LaunchOrder::node_names`, whose JSON keys are strings. Needed because serde reads
+/// an internally tagged enum's variant ([`ControllerMessage::Launch`]) from buffered
+/// content, where a key stays a string and no longer parses as a number by itself.
+fn node_names_from_string_keys<'de, D>(d: D) -> Result<BTreeMap<NodeId, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    BTreeMap::<String, String>::deserialize(d)?
+        .into_iter()
+        .map(|(id, name)| match id.parse::<u32>() {
+            Ok(n) => Ok((NodeId(n), name)),
+            Err(_) => Err(D::Error::custom(format!(
+                "node_names: `{id}` is not a node id"
+            ))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::alloc::TaskAlloc;
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::Dur;
+
+    fn round_trip<T: Serialize + for<'de> Deserialize<'de> + PartialEq + std::fmt::Debug>(
+        value: &T,
+    ) {
+        let text = serde_json::to_string(value).unwrap();
+        let back: T =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot read back {text}: {e}"));
+        assert_eq!(&back, value);
+    }
+
+    #[test]
+    fn every_message_reads_back_as_it_was_written() {
+        let run = RunRef {
+            job: JobId(42),
+            run: 1,
+        };
+        let order = LaunchOrder {
+            run,
+            spec: JobSpec::simple("alice", "physics", 2, TaskResources::default(), Dur(60)),
+            partition: "gpu".into(),
+            allocation: Allocation {
+                tasks: vec![TaskAlloc {
+                    group: 0,
+                    rank: 0,
+                    node: NodeId(7),
+                    cores: vec![0, 1],
+                    gpus: vec![1],
+                    gpu_milli_each: 1000,
+                    nics: vec![],
+                    mem_mib: 1024,
+                    named: vec![("license".into(), 1)],
+                }],
+                exclusive: false,
+            },
+            node_names: [(NodeId(7), "gpu007".into()), (NodeId(12), "gpu012".into())]
+                .into_iter()
+                .collect(),
+            run_spec: RunSpec::command(vec!["true".into()], "/tmp".into()),
+            time_limit_ms: Some(60_000),
+        };
+        for m in [
+            ControllerMessage::Welcome {
+                version: PROTOCOL_VERSION,
+                node_id: NodeId(7),
+            },
+            ControllerMessage::Refused {
+                reason: "no".into(),
+            },
+            ControllerMessage::Ack { seq: 9 },
+            ControllerMessage::Launch(Box::new(order)),
+            ControllerMessage::Stop {
+                run,
+                kill_wait_secs: 30,
+            },
+            ControllerMessage::Signal { run, signal: 10 },
+        ] {
+            round_trip(&m);
+        }
+        let events = vec![
+            SequencedEvent {
+                seq: 1,
+                event: TaskEvent::Started { run },
+            },
+            SequencedEvent {
+                seq: 2,
+                event: TaskEvent::LaunchFailed {
+                    run,
+                    reason: "x".into(),
+                    permanent: true,
+                },
+            },
+            SequencedEvent {
+                seq: 3,
+                event: TaskEvent::Ended {
+                    run,
+                    state: JobState::Failed,
+                    exit_code: Some(3),
+                    signal: None,
+                },
+            },
+        ];
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            node: "gpu007".into(),
+            report: NodeReport {
+                shape: NodeShape::uniform("local", 8, 65536, 4, "h100", 2, 2),
+                emulated_gpus: true,
+                address: "gpu007.example".into(),
+                notes: vec!["gpus: 4 EMULATED".into()],
+            },
+            running: vec![run],
+            outbox: events.clone(),
+        };
+        round_trip(&AgentMessage::Hello(Box::new(hello)));
+        for e in events {
+            round_trip(&AgentMessage::Event(e));
+        }
+    }
+
+    #[test]
+    fn node_names_are_an_object_keyed_by_node_id() {
+        let names: BTreeMap<NodeId, String> = [(NodeId(7), "gpu007".to_string())].into();
+        #[derive(Serialize, Deserialize)]
+        struct Names {
+            #[serde(deserialize_with = "node_names_from_string_keys")]
+            n: BTreeMap<NodeId, String>,
+        }
+        let text = serde_json::to_string(&Names { n: names.clone() }).unwrap();
+        assert_eq!(text, r#"{"n":{"7":"gpu007"}}"#);
+        assert_eq!(serde_json::from_str::<Names>(&text).unwrap().n, names);
+        let err = serde_json::from_str::<Names>(r#"{"n":{"x":"gpu007"}}"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("`x` is not a node id"), "{err}");
+    }
 }

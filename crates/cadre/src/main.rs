@@ -3,9 +3,11 @@
 //! Today it holds the scheduling core's tools: `cadre cluster` (check and show a cluster
 //! description), `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass
 //! over a job list, with every decision and reason), `cadre sim` (trace replays),
-//! `cadre bench scheduler` and `cadre bench openb`. The controller (`cadre up`), the Slurm
-//! command names and the Kubernetes front end come with their own crates.
+//! `cadre bench scheduler` and `cadre bench openb`; and the node agent, `cadre agent`
+//! ([`agent`]). The controller (`cadre up`), the Slurm command names and the Kubernetes
+//! front end come with their own crates.
 
+mod agent;
 mod bench;
 mod bench_openb;
 mod plan;
@@ -55,6 +57,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    Agent(agent::AgentArgs),
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -174,6 +177,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
+        Command::Agent(args) => agent::run(&args),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),

@@ -1,0 +1,955 @@
+//! The node agent process: connects to the controller, says what the node is and what
+//! runs on it, runs what it is told, and reports how it went, over the agent protocol of
+//! [`cadre_proto::agent`] (read its module doc first).
+//!
+//! [`run`] is the whole service: discovery, then one loop that feeds everything that
+//! happens (a controller message, a run's report, the connection opening, dropping or
+//! going silent, the shutdown signal) into the protocol state machine (`session`, pure,
+//! tested on its own) and carries out what it decides (send, launch, stop, signal). Each
+//! run lives in a thread of its own (`worker`) that launches and supervises its tasks.
+//!
+//! The connection:
+//! - `http://host:port` (a WebSocket over TCP) or `unix:///path/to/socket` (over a Unix
+//!   socket), path [`CONNECT_PATH`], header `Authorization: Bearer <key>`. TLS is not
+//!   spoken (yet): use the Unix socket, or a trusted network.
+//! - When it cannot be opened or drops, the agent tries again after 50 ms, doubling up to
+//!   2 s ([`AgentConfig::reconnect_min`], [`AgentConfig::reconnect_max`]), for ever;
+//!   the delay goes back to the minimum once a connection is welcomed. Meanwhile the runs
+//!   go on, supervised, and their events wait in the outbox for the next `Hello`.
+//! - The agent pings every [`AgentConfig::keepalive`] and drops a connection on which
+//!   nothing came for three of those (a controller gone without a word, a lost network).
+//! - Reconnecting cannot help and the agent exits with an error (after stopping any runs)
+//!   when the controller rejects the key (HTTP 401 or 403 on the upgrade), refuses the
+//!   agent (`Refused`), or welcomes it with another protocol version.
+//!
+//! Sequence numbers start at the wall clock's microseconds since 1970 when the agent
+//! starts, so that the events of a restarted agent still number above those of its
+//! previous life.
+//!
+//! Shutdown (the `shutdown` future of [`run`] resolving; `cadre agent` on SIGTERM or
+//! SIGINT): no more launches (those ordered meanwhile fail, not permanently); every run is
+//! stopped with its own KillWait (SIGTERM, SIGKILL after it) and reported NODE_FAIL, since
+//! the node is leaving and the job did nothing wrong; once none is left, the agent waits
+//! up to [`AgentConfig::flush_timeout`] for the controller to acknowledge the last events,
+//! closes the connection and returns.
+//!
+//! Not here: TLS, the agent's own restart without losing its tasks (a restarted agent
+//! starts with none; its tasks died with it), health checks, log shipping.
+
+mod session;
+mod worker;
+
+use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
+use cadre_proto::agent::{
+    AgentMessage, CONNECT_PATH, ControllerMessage, NodeReport, RunRef, TaskEvent,
+};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use session::{Action, Input, Link, Session, SessionError};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::time::{Instant, sleep_until};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::{self, Message};
+use worker::{LaunchContext, RunCommand, RunHandle};
+
+/// How the agent runs. [`AgentConfig::new`] gives the defaults.
+#[derive(Clone)]
+pub struct AgentConfig {
+    /// The controller: `http://host:port` or `unix:///path/to/socket`.
+    pub controller: String,
+    /// The cluster's agent key (the controller's `agent.key`), sent as a bearer token.
+    pub key: String,
+    /// The name of the node this agent serves, as the controller's cluster knows it.
+    pub node: String,
+    /// What to discover and what to emulate (`--gpus-per-node`).
+    pub discovery: DiscoveryOptions,
+    /// The agent's own directory: batch scripts go to `state_dir/job<ID>.<run>/script`
+    /// (the run's directory mode 0700, owned by the job's user when the agent is root),
+    /// removed when the run ends. One per agent: agents on one machine must not share it.
+    pub state_dir: PathBuf,
+    /// A cgroup v2 directory under which each task gets a cgroup of its own (see
+    /// [`crate::cgroup`]); `None`: no cgroups, and out-of-memory kills are not detected.
+    pub cgroup_parent: Option<PathBuf>,
+    /// The host name reported for the node's tasks to be reached at; `None`: this
+    /// machine's host name.
+    pub address: Option<String>,
+    /// First delay before reconnecting.
+    pub reconnect_min: Duration,
+    /// Longest delay before reconnecting.
+    pub reconnect_max: Duration,
+    /// How long opening a connection (TCP or Unix, and the WebSocket handshake) may take.
+    pub connect_timeout: Duration,
+    /// Ping interval; a connection silent for three of them is dropped.
+    pub keepalive: Duration,
+    /// Most events kept unacknowledged; past it the oldest `Started` go first, then the
+    /// oldest events (logged as errors).
+    pub outbox_limit: usize,
+    /// On shutdown, how long to wait for the controller to acknowledge the last events.
+    pub flush_timeout: Duration,
+}
+
+impl AgentConfig {
+    /// An agent of node `node` for the controller at `controller`, with the defaults:
+    /// discovery of this machine without emulated GPUs, no cgroups, this machine's host
+    /// name, reconnects after 50 ms doubling up to 2 s, 5 s to connect, a ping every 10 s,
+    /// 100 000 unacknowledged events at most, 2 s to flush on shutdown.
+    pub fn new(
+        controller: impl Into<String>,
+        key: impl Into<String>,
+        node: impl Into<String>,
+        state_dir: impl Into<PathBuf>,
+    ) -> AgentConfig {
+        AgentConfig {
+            controller: controller.into(),
+            key: key.into(),
+            node: node.into(),
+            discovery: DiscoveryOptions::default(),
+            state_dir: state_dir.into(),
+            cgroup_parent: None,
+            address: None,
+            reconnect_min: Duration::from_millis(50),
+            reconnect_max: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(5),
+            keepalive: Duration::from_secs(10),
+            outbox_limit: 100_000,
+            flush_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl fmt::Debug for AgentConfig {
+    /// Everything but the key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("controller", &self.controller)
+            .field("key", &"<redacted>")
+            .field("node", &self.node)
+            .field("discovery", &self.discovery)
+            .field("state_dir", &self.state_dir)
+            .field("cgroup_parent", &self.cgroup_parent)
+            .field("address", &self.address)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("keepalive", &self.keepalive)
+            .field("outbox_limit", &self.outbox_limit)
+            .field("flush_timeout", &self.flush_timeout)
+            .finish()
+    }
+}
+
+/// Why the agent stopped, other than being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid controller address `{address}`: {why}")]
+    InvalidController { address: String, why: String },
+    #[error("invalid agent configuration: {why}")]
+    InvalidConfig { why: String },
+    #[error("failed to discover the node's hardware: {0}")]
+    Discovery(#[source] DiscoveryError),
+    #[error("failed to prepare the agent's state directory {}: {source}", path.display())]
+    StateDir { path: PathBuf, source: io::Error },
+    #[error("failed to read this machine's host name: {source}")]
+    HostName { source: nix::errno::Errno },
+    #[error(
+        "the controller at {controller} rejected the agent key (HTTP {status}): give the \
+         controller's agent.key with --key-file or CADRE_AGENT_KEY"
+    )]
+    Unauthorized { controller: String, status: u16 },
+    #[error("the controller at {controller} refused node {node}: {reason}")]
+    Refused {
+        controller: String,
+        node: String,
+        reason: String,
+    },
+    #[error(
+        "the controller at {controller} speaks agent protocol version {theirs}; this agent \
+         speaks version {ours}"
+    )]
+    VersionMismatch {
+        controller: String,
+        theirs: u32,
+        ours: u32,
+    },
+    #[error("internal error of the agent: {what}")]
+    Internal { what: String },
+}
+
+/// Where the controller listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Endpoint {
+    /// `host:port`, as given.
+    Tcp {
+        authority: String,
+    },
+    Unix {
+        path: PathBuf,
+    },
+}
+
+impl Endpoint {
+    fn parse(address: &str) -> Result<Endpoint, String> {
+        if let Some(path) = address.strip_prefix("unix://") {
+            if !path.starts_with('/') {
+                return Err(
+                    "a unix:// address takes an absolute path: unix:///path/to/socket".into(),
+                );
+            }
+            return Ok(Endpoint::Unix { path: path.into() });
+        }
+        if address.starts_with("https://") || address.starts_with("wss://") {
+            return Err(
+                "TLS is not supported yet: use http:// on a trusted network, or unix://".into(),
+            );
+        }
+        let Some(rest) = address
+            .strip_prefix("http://")
+            .or_else(|| address.strip_prefix("ws://"))
+        else {
+            return Err("expected http://host:port or unix:///path/to/socket".into());
+        };
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !path.is_empty() {
+            return Err(format!(
+                "the address has a path (`/{path}`); give only host and port"
+            ));
+        }
+        if authority.is_empty() {
+            return Err("no host".into());
+        }
+        // A port after the last colon outside an IPv6 literal's brackets; 80 when none.
+        let host_end = authority.rfind(']').map_or(0, |i| i + 1);
+        let authority = match authority[host_end..].rsplit_once(':') {
+            Some((_, port)) => {
+                port.parse::<u16>()
+                    .map_err(|_| format!("`{port}` is not a port number"))?;
+                authority.to_string()
+            }
+            None => format!("{authority}:80"),
+        };
+        Ok(Endpoint::Tcp { authority })
+    }
+
+    /// The URI of the WebSocket request (over a Unix socket the host is a formality).
+    fn request_uri(&self) -> String {
+        match self {
+            Endpoint::Tcp { authority } => format!("ws://{authority}{CONNECT_PATH}"),
+            Endpoint::Unix { .. } => format!("ws://localhost{CONNECT_PATH}"),
+        }
+    }
+}
+
+/// A byte stream a WebSocket can run over: TCP or a Unix socket.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Ws = WebSocketStream<Box<dyn Io>>;
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("HTTP {status}: the key was rejected")]
+    Unauthorized { status: u16 },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("WebSocket handshake failed: {0}")]
+    Handshake(#[from] tungstenite::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+async fn connect(endpoint: Endpoint, key: String) -> Result<Box<Ws>, ConnectError> {
+    let stream: Box<dyn Io> = match &endpoint {
+        Endpoint::Tcp { authority } => {
+            let s = tokio::net::TcpStream::connect(authority.as_str()).await?;
+            s.set_nodelay(true)?;
+            Box::new(s)
+        }
+        Endpoint::Unix { path } => Box::new(tokio::net::UnixStream::connect(path).await?),
+    };
+    let mut request = endpoint.request_uri().into_client_request()?;
+    // The key was checked to be a valid header value before the first connection.
+    let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
+        .map_err(|e| ConnectError::Handshake(tungstenite::Error::HttpFormat(e.into())))?;
+    request.headers_mut().insert(AUTHORIZATION, bearer);
+    match tokio_tungstenite::client_async(request, stream).await {
+        Ok((ws, _)) => Ok(Box::new(ws)),
+        Err(tungstenite::Error::Http(response))
+            if matches!(response.status().as_u16(), 401 | 403) =>
+        {
+            Err(ConnectError::Unauthorized {
+                status: response.status().as_u16(),
+            })
+        }
+        Err(e) => Err(ConnectError::Handshake(e)),
+    }
+}
+
+/// Delays between connection attempts: doubling from `min` up to `max`.
+#[derive(Clone, Debug)]
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Backoff {
+        let max = max.max(min);
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+/// The connection, as the loop drives it.
+enum Conn {
+    /// Connect at this instant.
+    Waiting {
+        at: Instant,
+    },
+    Connecting(BoxFuture<'static, Result<Box<Ws>, ConnectError>>),
+    Open {
+        ws: Box<Ws>,
+        last_heard: Instant,
+        last_ping: Instant,
+    },
+    /// No more connections (a fatal error).
+    Closed,
+}
+
+/// What happened on the connection.
+enum ConnEvent {
+    ConnectDue,
+    Connected(Result<Box<Ws>, ConnectError>),
+    Received(Option<Result<Message, tungstenite::Error>>),
+    PingDue,
+    Silent,
+}
+
+async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
+    match conn {
+        Conn::Waiting { at } => {
+            sleep_until(*at).await;
+            ConnEvent::ConnectDue
+        }
+        Conn::Connecting(f) => ConnEvent::Connected(f.await),
+        Conn::Open {
+            ws,
+            last_heard,
+            last_ping,
+        } => {
+            let dead_at = *last_heard + keepalive * 3;
+            let ping_at = *last_ping + keepalive;
+            tokio::select! {
+                m = ws.next() => ConnEvent::Received(m),
+                _ = sleep_until(ping_at.min(dead_at)) => {
+                    if Instant::now() >= dead_at { ConnEvent::Silent } else { ConnEvent::PingDue }
+                }
+            }
+        }
+        Conn::Closed => std::future::pending().await,
+    }
+}
+
+/// Says goodbye on a connection about to be dropped; a controller that no longer reads
+/// cannot hold the agent up (the close frame is a courtesy).
+async fn close_quietly(ws: &mut Ws) {
+    let close = WebSocketStream::close(ws, None);
+    let _ = tokio::time::timeout(Duration::from_secs(1), close).await;
+}
+
+/// Why the agent is winding down.
+enum Stopping {
+    Requested,
+    Fatal(AgentError),
+}
+
+/// The service: the protocol state, the runs' threads, the connection.
+struct Service {
+    controller: String,
+    node: String,
+    key: String,
+    endpoint: Endpoint,
+    keepalive: Duration,
+    connect_timeout: Duration,
+    flush_timeout: Duration,
+    session: Session,
+    ctx: Arc<LaunchContext>,
+    runs: BTreeMap<RunRef, RunHandle>,
+    events_tx: UnboundedSender<TaskEvent>,
+    conn: Conn,
+    backoff: Backoff,
+    /// Failed connection attempts since the last welcome.
+    failures: u32,
+    stopping: Option<Stopping>,
+    /// Once idle while stopping: when to give up waiting for acknowledgements.
+    flush_deadline: Option<Instant>,
+}
+
+/// Runs the agent until `shutdown` resolves (then stops every run and returns `Ok`), or
+/// until an error that reconnecting cannot fix. See the module doc.
+pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), AgentError> {
+    let endpoint =
+        Endpoint::parse(&config.controller).map_err(|why| AgentError::InvalidController {
+            address: config.controller.clone(),
+            why,
+        })?;
+    check_config(&config)?;
+    let opts = config.discovery.clone();
+    let found = tokio::task::spawn_blocking(move || discovery::discover(&opts))
+        .await
+        .map_err(|e| AgentError::Internal {
+            what: format!("discovery did not finish: {e}"),
+        })?
+        .map_err(AgentError::Discovery)?;
+    prepare_state_dir(&config.state_dir)?;
+    let address = match &config.address {
+        Some(a) => a.clone(),
+        None => host_name()?,
+    };
+    let shape = &found.shape;
+    tracing::info!(
+        node = %config.node,
+        controller = %config.controller,
+        cores = shape.cores,
+        mem_mib = shape.mem_mib,
+        gpus = shape.gpus.len(),
+        gpus_emulated = found.gpus_emulated,
+        %address,
+        "node discovered"
+    );
+    for line in &found.report {
+        tracing::debug!(node = %config.node, "{line}");
+    }
+    let report = NodeReport {
+        shape: found.shape.clone(),
+        emulated_gpus: found.gpus_emulated,
+        address,
+        notes: found.report.clone(),
+    };
+    let first_seq = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+        .max(1);
+    let ctx = Arc::new(LaunchContext {
+        node_name: config.node.clone(),
+        shape: found.shape,
+        os_cpus: found.os_cpus,
+        cgroup_parent: config.cgroup_parent.clone(),
+        state_dir: config.state_dir.clone(),
+        agent_uid: nix::unistd::geteuid().as_raw(),
+    });
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let service = Service {
+        session: Session::new(config.node.clone(), report, first_seq, config.outbox_limit),
+        controller: config.controller,
+        node: config.node,
+        key: config.key,
+        endpoint,
+        keepalive: config.keepalive.max(Duration::from_millis(10)),
+        connect_timeout: config.connect_timeout,
+        flush_timeout: config.flush_timeout,
+        ctx,
+        runs: BTreeMap::new(),
+        events_tx,
+        conn: Conn::Waiting { at: Instant::now() },
+        backoff: Backoff::new(config.reconnect_min, config.reconnect_max),
+        failures: 0,
+        stopping: None,
+        flush_deadline: None,
+    };
+    service.main(shutdown, events_rx).await
+}
+
+/// This machine's host name, as the kernel has it (`uname -n`).
+pub fn host_name() -> Result<String, AgentError> {
+    Ok(nix::unistd::gethostname()
+        .map_err(|source| AgentError::HostName { source })?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn check_config(config: &AgentConfig) -> Result<(), AgentError> {
+    let bad = |why: &str| {
+        Err(AgentError::InvalidConfig {
+            why: why.to_string(),
+        })
+    };
+    if config.key.is_empty() {
+        return bad("the agent key is empty");
+    }
+    if !config.key.bytes().all(|b| b.is_ascii_graphic()) {
+        return bad("the agent key holds spaces or characters other than printable ASCII");
+    }
+    if config.node.is_empty() {
+        return bad("the node name is empty");
+    }
+    if !config.state_dir.is_absolute() {
+        return Err(AgentError::InvalidConfig {
+            why: format!(
+                "the state directory `{}` is not an absolute path",
+                config.state_dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Creates the state directory (mode 0755: users must reach their run's directory in it).
+fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let err = |source| AgentError::StateDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(err)?;
+    let mode = std::fs::metadata(dir).map_err(err)?.permissions().mode();
+    if nix::unistd::geteuid().is_root() && mode & 0o001 == 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "other users cannot enter the state directory: their batch scripts will not run"
+        );
+    }
+    Ok(())
+}
+
+impl Service {
+    async fn main(
+        mut self,
+        shutdown: impl Future,
+        mut events_rx: UnboundedReceiver<TaskEvent>,
+    ) -> Result<(), AgentError> {
+        let shutdown = shutdown.fuse();
+        tokio::pin!(shutdown);
+        let mut shutdown_seen = false;
+        loop {
+            if self.done() {
+                return self.finish().await;
+            }
+            let flush_at = self.flush_deadline;
+            tokio::select! {
+                _ = &mut shutdown, if !shutdown_seen => {
+                    shutdown_seen = true;
+                    tracing::info!(node = %self.node, runs = self.runs.len(), "shutting down: stopping every run");
+                    self.begin_stopping(Stopping::Requested).await;
+                }
+                Some(event) = events_rx.recv() => self.on_report(event).await,
+                event = next_conn_event(&mut self.conn, self.keepalive) => self.on_conn_event(event).await,
+                _ = sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {}
+            }
+        }
+    }
+
+    /// Whether the agent may leave now.
+    fn done(&mut self) -> bool {
+        if self.stopping.is_none() || !self.session.is_idle() {
+            return false;
+        }
+        let unacked =
+            matches!(self.session.link(), Link::Up { .. }) && self.session.outbox_len() > 0;
+        if !unacked {
+            return true;
+        }
+        let now = Instant::now();
+        let deadline = *self.flush_deadline.get_or_insert(now + self.flush_timeout);
+        if now >= deadline {
+            tracing::warn!(
+                unacked = self.session.outbox_len(),
+                "leaving with events the controller has not acknowledged"
+            );
+            return true;
+        }
+        false
+    }
+
+    async fn finish(mut self) -> Result<(), AgentError> {
+        if let Conn::Open { ws, .. } = &mut self.conn {
+            close_quietly(ws).await;
+        }
+        match self.stopping.take() {
+            Some(Stopping::Fatal(e)) => Err(e),
+            _ => {
+                tracing::info!(node = %self.node, "agent stopped");
+                Ok(())
+            }
+        }
+    }
+
+    async fn begin_stopping(&mut self, why: Stopping) {
+        let first = self.stopping.is_none();
+        if let Stopping::Fatal(e) = &why {
+            tracing::error!(node = %self.node, error = %e, runs = self.runs.len(), "giving up: stopping every run");
+            if let Conn::Open { ws, .. } = &mut self.conn {
+                close_quietly(ws).await;
+            }
+            self.conn = Conn::Closed;
+            let _ = self.session.handle(Input::Disconnected);
+        }
+        if first || matches!(why, Stopping::Fatal(_)) {
+            self.stopping = Some(why);
+        }
+        if first {
+            // A shutdown only stops runs: it cannot fail, nor lead back here.
+            match self.session.handle(Input::Shutdown) {
+                Ok(actions) => {
+                    for action in actions {
+                        self.execute(action).await;
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "shutdown refused by the protocol state"),
+            }
+        }
+    }
+
+    async fn on_report(&mut self, event: TaskEvent) {
+        let run = event.run();
+        match &event {
+            TaskEvent::Started { .. } => {}
+            TaskEvent::LaunchFailed { .. } | TaskEvent::Ended { .. } => {
+                self.runs.remove(&run);
+            }
+        }
+        let result = self.session.handle(Input::Report(event));
+        self.apply(result).await;
+    }
+
+    /// Carries out the session's decisions, or reacts to its error.
+    async fn apply(&mut self, result: Result<Vec<Action>, SessionError>) {
+        match result {
+            Ok(actions) => {
+                for action in actions {
+                    self.execute(action).await;
+                }
+            }
+            Err(e) if e.is_fatal() => {
+                let err = match e {
+                    SessionError::Refused { reason } => AgentError::Refused {
+                        controller: self.controller.clone(),
+                        node: self.node.clone(),
+                        reason,
+                    },
+                    SessionError::VersionMismatch { theirs, ours } => AgentError::VersionMismatch {
+                        controller: self.controller.clone(),
+                        theirs,
+                        ours,
+                    },
+                    other => AgentError::Internal {
+                        what: other.to_string(),
+                    },
+                };
+                self.begin_stopping(Stopping::Fatal(err)).await;
+            }
+            Err(e @ SessionError::Protocol { .. }) => {
+                self.lose_connection(&e.to_string());
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the agent's protocol state machine was fed an impossible input");
+            }
+        }
+    }
+
+    async fn execute(&mut self, action: Action) {
+        match action {
+            Action::Send(message) => self.send(&message).await,
+            Action::Launch { order, node_id } => {
+                let run = order.run;
+                tracing::info!(
+                    job = %run.job,
+                    run = run.run,
+                    user = %order.spec.user,
+                    node_id = node_id.0,
+                    "launching"
+                );
+                let spawned = worker::spawn_run(
+                    order,
+                    node_id,
+                    Arc::clone(&self.ctx),
+                    self.events_tx.clone(),
+                );
+                match spawned {
+                    Ok(handle) => {
+                        self.runs.insert(run, handle);
+                    }
+                    Err(e) => {
+                        // Reported through the channel like any run's report: the session
+                        // hears of it on the next turn of the loop.
+                        let _ = self.events_tx.send(TaskEvent::LaunchFailed {
+                            run,
+                            reason: format!("failed to start a thread for the run: {e}"),
+                            permanent: false,
+                        });
+                    }
+                }
+            }
+            Action::Stop { run, kill_wait } => {
+                tracing::info!(job = %run.job, run = run.run, kill_wait_secs = kill_wait.as_secs(), "stop");
+                if let Some(h) = self.runs.get(&run) {
+                    h.send(RunCommand::Stop { kill_wait });
+                }
+            }
+            Action::Signal { run, signal } => {
+                tracing::info!(job = %run.job, run = run.run, signal, "signal");
+                if let Some(h) = self.runs.get(&run) {
+                    h.send(RunCommand::Signal(signal));
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, message: &AgentMessage) {
+        let Conn::Open { ws, .. } = &mut self.conn else {
+            return;
+        };
+        let text = match serde_json::to_string(message) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "failed to encode a message for the controller");
+                return;
+            }
+        };
+        if let AgentMessage::Event(e) = message {
+            tracing::debug!(seq = e.seq, event = ?e.event, "sending event");
+        }
+        if let Err(e) = ws.send(Message::text(text)).await {
+            self.lose_connection(&format!("failed to send: {e}"));
+        }
+    }
+
+    /// Drops the connection and schedules the next attempt.
+    fn lose_connection(&mut self, why: &str) {
+        if matches!(self.conn, Conn::Closed) {
+            return;
+        }
+        let delay = self.backoff.next_delay();
+        tracing::warn!(controller = %self.controller, reason = why, retry_in_ms = delay.as_millis() as u64, "connection lost");
+        self.conn = Conn::Waiting {
+            at: Instant::now() + delay,
+        };
+        let _ = self.session.handle(Input::Disconnected);
+    }
+
+    async fn on_conn_event(&mut self, event: ConnEvent) {
+        match event {
+            ConnEvent::ConnectDue => {
+                let connecting = tokio::time::timeout(
+                    self.connect_timeout,
+                    connect(self.endpoint.clone(), self.key.clone()),
+                );
+                let timeout = self.connect_timeout;
+                self.conn = Conn::Connecting(
+                    connecting
+                        .map(move |r| r.unwrap_or(Err(ConnectError::Timeout(timeout))))
+                        .boxed(),
+                );
+            }
+            ConnEvent::Connected(Ok(ws)) => {
+                tracing::debug!(controller = %self.controller, "connected; saying hello");
+                let now = Instant::now();
+                self.conn = Conn::Open {
+                    ws,
+                    last_heard: now,
+                    last_ping: now,
+                };
+                let result = self.session.handle(Input::Connected);
+                self.apply(result).await;
+            }
+            ConnEvent::Connected(Err(ConnectError::Unauthorized { status })) => {
+                let err = AgentError::Unauthorized {
+                    controller: self.controller.clone(),
+                    status,
+                };
+                self.begin_stopping(Stopping::Fatal(err)).await;
+            }
+            ConnEvent::Connected(Err(e)) => {
+                self.failures += 1;
+                let delay = self.backoff.next_delay();
+                // The first failure and then one in 30: a controller that is down for
+                // long must not flood the log.
+                if self.failures == 1 || self.failures % 30 == 0 {
+                    tracing::warn!(controller = %self.controller, error = %e, failures = self.failures, retry_in_ms = delay.as_millis() as u64, "cannot connect to the controller");
+                } else {
+                    tracing::debug!(controller = %self.controller, error = %e, failures = self.failures, "cannot connect to the controller");
+                }
+                self.conn = Conn::Waiting {
+                    at: Instant::now() + delay,
+                };
+            }
+            ConnEvent::Received(Some(Ok(message))) => {
+                if let Conn::Open { last_heard, .. } = &mut self.conn {
+                    *last_heard = Instant::now();
+                }
+                match message {
+                    Message::Text(text) => match serde_json::from_str::<ControllerMessage>(&text) {
+                        Ok(m) => self.on_message(m).await,
+                        Err(e) => self.lose_connection(&format!(
+                            "protocol violation by the controller: undecodable message: {e}"
+                        )),
+                    },
+                    Message::Binary(_) => self
+                        .lose_connection("protocol violation by the controller: a binary message"),
+                    Message::Close(frame) => {
+                        let why = frame.map_or_else(
+                            || "closed by the controller".to_string(),
+                            |f| format!("closed by the controller ({}: {})", f.code, f.reason),
+                        );
+                        self.lose_connection(&why);
+                    }
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                }
+            }
+            ConnEvent::Received(Some(Err(e))) => self.lose_connection(&e.to_string()),
+            ConnEvent::Received(None) => self.lose_connection("closed by the controller"),
+            ConnEvent::PingDue => {
+                if let Conn::Open { ws, last_ping, .. } = &mut self.conn {
+                    *last_ping = Instant::now();
+                    if let Err(e) = ws.send(Message::Ping(Default::default())).await {
+                        self.lose_connection(&format!("failed to ping: {e}"));
+                    }
+                }
+            }
+            ConnEvent::Silent => {
+                let why = format!("nothing from the controller in {:?}", self.keepalive * 3);
+                self.lose_connection(&why);
+            }
+        }
+    }
+
+    async fn on_message(&mut self, message: ControllerMessage) {
+        match &message {
+            ControllerMessage::Welcome { node_id, .. } => {
+                self.backoff.reset();
+                self.failures = 0;
+                tracing::info!(
+                    controller = %self.controller,
+                    node = %self.node,
+                    node_id = node_id.0,
+                    running = self.runs.len(),
+                    unacked = self.session.outbox_len(),
+                    "welcomed by the controller"
+                );
+            }
+            ControllerMessage::Ack { seq } => tracing::debug!(seq, "ack"),
+            _ => {}
+        }
+        let result = self.session.handle(Input::Message(message));
+        self.apply(result).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_addresses_are_tcp_or_unix() {
+        let p = Endpoint::parse;
+        assert_eq!(
+            p("http://ctl:6817"),
+            Ok(Endpoint::Tcp {
+                authority: "ctl:6817".into()
+            })
+        );
+        assert_eq!(
+            p("http://ctl/"),
+            Ok(Endpoint::Tcp {
+                authority: "ctl:80".into()
+            })
+        );
+        assert_eq!(
+            p("ws://[::1]:9000"),
+            Ok(Endpoint::Tcp {
+                authority: "[::1]:9000".into()
+            })
+        );
+        assert_eq!(
+            p("http://[::1]"),
+            Ok(Endpoint::Tcp {
+                authority: "[::1]:80".into()
+            })
+        );
+        assert_eq!(
+            p("unix:///run/cadre.sock"),
+            Ok(Endpoint::Unix {
+                path: "/run/cadre.sock".into()
+            })
+        );
+        assert!(
+            p("unix://run/cadre.sock")
+                .unwrap_err()
+                .contains("absolute path")
+        );
+        assert!(p("https://ctl:443").unwrap_err().contains("TLS"));
+        assert!(p("ctl:6817").unwrap_err().contains("expected http://"));
+        assert!(
+            p("http://ctl:port")
+                .unwrap_err()
+                .contains("not a port number")
+        );
+        assert!(p("http://ctl:1/api").unwrap_err().contains("has a path"));
+        assert_eq!(
+            Endpoint::Unix { path: "/x".into() }.request_uri(),
+            "ws://localhost/agent/v1/connect"
+        );
+    }
+
+    #[test]
+    fn reconnect_delays_double_up_to_the_max_and_reset() {
+        let mut b = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        let ms: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(ms, vec![50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_key_never_shows_in_the_config_debug_output() {
+        let c = AgentConfig::new("http://h:1", "s3cr3t-key", "n1", "/tmp/x");
+        let text = format!("{c:?}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert!(text.contains("<redacted>"));
+    }
+
+    #[test]
+    fn a_bad_key_or_node_is_refused_before_connecting() {
+        let mut c = AgentConfig::new("http://h:1", "", "n1", "/tmp/x");
+        let msg = |c: &AgentConfig| check_config(c).unwrap_err().to_string();
+        assert_eq!(
+            msg(&c),
+            "invalid agent configuration: the agent key is empty"
+        );
+        c.key = "two words".into();
+        assert!(msg(&c).contains("printable ASCII"));
+        c.key = "k".into();
+        c.state_dir = "relative".into();
+        assert!(msg(&c).contains("not an absolute path"));
+    }
+}

@@ -1,0 +1,511 @@
+//! One run on this node, from the controller's [`LaunchOrder`] to the end of its tasks, in
+//! a thread of its own (launching and supervising are blocking; see [`crate::gang`]).
+//!
+//! The thread prepares the launch (who the tasks run as, the batch script written to the
+//! state directory, the [`JobLaunch`]), starts the gang, reports `Started` or
+//! `LaunchFailed`, then supervises the tasks while taking the service's orders (stop,
+//! signal) until they have all ended, and reports `Ended`. Reports go to the service loop
+//! through a channel; orders come through another. If the service goes away, the run's
+//! tasks are killed: a task never runs unsupervised.
+//!
+//! Who the tasks run as: an agent running as root runs them as the job's user
+//! (`spec.user`, looked up on this node) and never as root unless the user is `root`; an
+//! agent that is not root cannot switch users and runs the tasks as its own user, so it
+//! only runs the jobs of that user (others fail permanently, see [`crate::launch`]).
+//!
+//! Whether a failed launch is permanent: when the job itself is the cause (an unknown
+//! user, a missing working directory or program, a script that cannot be written for lack
+//! of permission, an order that contradicts itself), trying it again on any node cannot
+//! help; when the node is (out of processes, a cgroup it cannot make, an allocation that
+//! does not match its shape), another try elsewhere can.
+
+use crate::gang::{self, launch_gang};
+use crate::jobenv::{JobLaunch, LocalNode};
+use crate::launch::{LaunchError, RunAs};
+use crate::supervise::TaskOutcome;
+use cadre_core::cluster::{NodeId, NodeShape};
+use cadre_core::job::JobState;
+use cadre_proto::agent::{LaunchOrder, RunRef, TaskEvent};
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What every run on this node shares.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchContext {
+    pub(crate) node_name: String,
+    pub(crate) shape: NodeShape,
+    pub(crate) os_cpus: Vec<u32>,
+    pub(crate) cgroup_parent: Option<PathBuf>,
+    /// Batch scripts go to `state_dir/job<ID>.<run>/script`.
+    pub(crate) state_dir: PathBuf,
+    /// The agent's effective uid.
+    pub(crate) agent_uid: u32,
+}
+
+/// An order for a running run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RunCommand {
+    /// SIGTERM now, SIGKILL after `kill_wait`.
+    Stop { kill_wait: Duration },
+    /// A signal to every task's process group.
+    Signal(i32),
+}
+
+/// The service's end of a run's thread.
+#[derive(Debug)]
+pub(crate) struct RunHandle {
+    commands: mpsc::Sender<RunCommand>,
+}
+
+impl RunHandle {
+    pub(crate) fn send(&self, command: RunCommand) {
+        // The thread leaves only after reporting the run's end, which the service sees
+        // before it could send anything else for the run; a send to a gone thread is a
+        // race with that end, and the order has nothing left to act on.
+        let _ = self.commands.send(command);
+    }
+}
+
+/// What went wrong before the gang could start.
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    #[error("the run spec cannot be launched: {0}")]
+    Spec(String),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("failed to write the batch script {}: {source}", path.display())]
+    Script { path: PathBuf, source: io::Error },
+}
+
+impl PrepareError {
+    fn is_permanent(&self) -> bool {
+        match self {
+            PrepareError::Spec(_) => true,
+            PrepareError::Launch(e) => is_permanent(e),
+            PrepareError::Script { source, .. } => {
+                source.kind() == io::ErrorKind::PermissionDenied
+                    || source.raw_os_error() == Some(Errno::EROFS as i32)
+            }
+        }
+    }
+}
+
+/// Whether trying the launch again cannot help (see the module doc).
+pub(crate) fn is_permanent(e: &LaunchError) -> bool {
+    use LaunchError::*;
+    match e {
+        NoSuchTask { .. }
+        | TaskNotOnNode { .. }
+        | UnknownNodeName { .. }
+        | EmptyCommand { .. }
+        | NulByte { .. }
+        | UnknownUser { .. }
+        | UserMismatch { .. }
+        | RefuseRoot { .. }
+        | CannotSwitchUser { .. }
+        | NoTasksOnNode { .. }
+        | NoWorkDir { .. } => true,
+        GpuOutOfRange { .. }
+        | CoreOutOfRange { .. }
+        | UserLookup { .. }
+        | Pipe { .. }
+        | Cgroup { .. }
+        | Signal { .. }
+        | Wait { .. } => false,
+        // The program, the working directory or an output file is missing or forbidden
+        // to the user: the job's doing. Resource shortages are the node's.
+        Spawn { source, .. } => source.raw_os_error().is_some_and(|n| {
+            [
+                Errno::ENOENT,
+                Errno::EACCES,
+                Errno::EPERM,
+                Errno::ENOTDIR,
+                Errno::EISDIR,
+                Errno::ENOEXEC,
+                Errno::ELOOP,
+                Errno::ENAMETOOLONG,
+                Errno::EROFS,
+            ]
+            .iter()
+            .any(|&e| e as i32 == n)
+        }),
+    }
+}
+
+/// Starts the run's thread. Its reports, `Started` or `LaunchFailed` then `Ended`, go to
+/// `events`.
+pub(crate) fn spawn_run(
+    order: Box<LaunchOrder>,
+    node_id: NodeId,
+    ctx: Arc<LaunchContext>,
+    events: UnboundedSender<TaskEvent>,
+) -> io::Result<RunHandle> {
+    let (tx, rx) = mpsc::channel();
+    let run = order.run;
+    std::thread::Builder::new()
+        .name(format!("run-{}.{}", run.job, run.run))
+        .spawn(move || {
+            let span = tracing::info_span!("run", job = %run.job, run = run.run);
+            let _entered = span.enter();
+            run_thread(&order, node_id, &ctx, &events, &rx);
+        })?;
+    Ok(RunHandle { commands: tx })
+}
+
+fn report(events: &UnboundedSender<TaskEvent>, event: TaskEvent) {
+    if events.send(event).is_err() {
+        tracing::warn!("the agent service is gone; the run's report is lost");
+    }
+}
+
+fn run_thread(
+    order: &LaunchOrder,
+    node_id: NodeId,
+    ctx: &LaunchContext,
+    events: &UnboundedSender<TaskEvent>,
+    commands: &mpsc::Receiver<RunCommand>,
+) {
+    let run = order.run;
+    let failed = |reason: String, permanent: bool| {
+        tracing::warn!(%reason, permanent, "launch failed");
+        report(
+            events,
+            TaskEvent::LaunchFailed {
+                run,
+                reason,
+                permanent,
+            },
+        );
+    };
+    let (job, run_as, script_dir) = match prepare(order, ctx) {
+        Ok(p) => p,
+        Err(e) => return failed(e.to_string(), e.is_permanent()),
+    };
+    let node = LocalNode {
+        id: node_id,
+        name: ctx.node_name.clone(),
+        shape: ctx.shape.clone(),
+        os_cpus: ctx.os_cpus.clone(),
+        cgroup_parent: ctx.cgroup_parent.clone(),
+    };
+    let mut gang = match launch_gang(&job, &node, &run_as) {
+        Ok(g) => g,
+        Err(e) => {
+            remove_script_dir(script_dir.as_deref());
+            return failed(e.to_string(), is_permanent(&e.source));
+        }
+    };
+    let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
+    tracing::info!(user = %run_as.name, uid = run_as.uid, ?pids, "started");
+    report(events, TaskEvent::Started { run });
+    let ended = match supervise(&mut gang, events, commands) {
+        Ok(outcomes) => ended_event(run, &outcomes),
+        Err(e) => {
+            tracing::error!(error = %e, "lost track of the run's tasks; killing them");
+            drop(gang);
+            TaskEvent::Ended {
+                run,
+                state: JobState::Failed,
+                exit_code: None,
+                signal: None,
+            }
+        }
+    };
+    remove_script_dir(script_dir.as_deref());
+    if let TaskEvent::Ended {
+        state,
+        exit_code,
+        signal,
+        ..
+    } = &ended
+    {
+        tracing::info!(state = %state, ?exit_code, ?signal, "ended");
+    }
+    report(events, ended);
+}
+
+/// Who runs the job, its script, and the launch.
+fn prepare(
+    order: &LaunchOrder,
+    ctx: &LaunchContext,
+) -> Result<(JobLaunch, RunAs, Option<PathBuf>), PrepareError> {
+    let rs = &order.run_spec;
+    rs.validate().map_err(PrepareError::Spec)?;
+    let run_as = if ctx.agent_uid == 0 {
+        RunAs::lookup(&order.spec.user)?
+    } else {
+        RunAs::current()?
+    };
+    if ctx.agent_uid == 0 && run_as.uid == 0 && order.spec.user != "root" {
+        // Said again by the launch; said here before anything is written for the job.
+        return Err(LaunchError::RefuseRoot {
+            job: order.run.job,
+            user: order.spec.user.clone(),
+        }
+        .into());
+    }
+    let (command, script_dir) = match &rs.script {
+        Some(text) => {
+            let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
+            let (dir, path) = write_script(&ctx.state_dir, order.run, text, owner)?;
+            let mut command = vec![path.display().to_string()];
+            command.extend(rs.command.iter().cloned());
+            (command, Some(dir))
+        }
+        None => (rs.command.clone(), None),
+    };
+    let mut job = JobLaunch::new(
+        order.run.job,
+        order.spec.clone(),
+        order.allocation.clone(),
+        order.node_names.clone(),
+        command,
+        rs.work_dir.clone(),
+    );
+    job.partition = order.partition.clone();
+    job.submit_dir = rs.submit_dir.clone().unwrap_or_else(|| rs.work_dir.clone());
+    job.submit_host = rs.submit_host.clone();
+    job.stdout = rs.stdout.clone();
+    job.stderr = rs.stderr.clone();
+    job.open_mode = rs.open_mode;
+    job.export = rs.export.clone();
+    job.submit_env = rs.env.clone();
+    job.signal = rs.signal;
+    job.kill_wait = Duration::from_secs(rs.kill_wait_secs);
+    job.time_limit = order.time_limit_ms.map(Duration::from_millis);
+    Ok((job, run_as, script_dir))
+}
+
+/// The run's directory in the state directory.
+pub(crate) fn run_dir(state_dir: &Path, run: RunRef) -> PathBuf {
+    state_dir.join(format!("job{}.{}", run.job, run.run))
+}
+
+/// Writes the batch script to `state_dir/job<ID>.<run>/script`, the directory mode 0700
+/// and both owned by `owner` when given, so that only the job's user can read it.
+fn write_script(
+    state_dir: &Path,
+    run: RunRef,
+    text: &str,
+    owner: Option<(u32, u32)>,
+) -> Result<(PathBuf, PathBuf), PrepareError> {
+    let dir = run_dir(state_dir, run);
+    let path = dir.join("script");
+    let err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| PrepareError::Script { path: p, source }
+    };
+    // A leftover of an earlier life of the agent: the run is not alive here now.
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(&dir)(e)),
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(err(&dir))?;
+    {
+        // No task may be forked while the script is open for writing: the child would
+        // hold it open too, and executing it would fail with ETXTBSY.
+        let _no_fork = crate::launch::no_fork_guard();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&path)
+            .map_err(err(&path))?;
+        file.write_all(text.as_bytes()).map_err(err(&path))?;
+        file.sync_all().map_err(err(&path))?;
+    }
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(err(&path))?;
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(err(&dir))?;
+    }
+    Ok((dir, path))
+}
+
+fn remove_script_dir(dir: Option<&Path>) {
+    if let Some(dir) = dir
+        && let Err(e) = std::fs::remove_dir_all(dir)
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "failed to remove the run's directory");
+    }
+}
+
+/// Supervises the gang until its tasks have ended, taking orders between checks.
+fn supervise(
+    gang: &mut gang::Gang,
+    events: &UnboundedSender<TaskEvent>,
+    commands: &mpsc::Receiver<RunCommand>,
+) -> Result<Vec<TaskOutcome>, LaunchError> {
+    let mut orders_open = true;
+    let mut abandoned = false;
+    loop {
+        if let Some(outcomes) = gang.poll()? {
+            return Ok(outcomes);
+        }
+        if !abandoned && events.is_closed() {
+            abandoned = true;
+            tracing::warn!("the agent service is gone; killing the run's tasks");
+            gang.cancel_within(Duration::ZERO)?;
+        }
+        let nap = gang.nap();
+        if !orders_open {
+            std::thread::sleep(nap);
+            continue;
+        }
+        match commands.recv_timeout(nap) {
+            Ok(RunCommand::Stop { kill_wait }) => {
+                tracing::info!(kill_wait_ms = kill_wait.as_millis() as u64, "stopping");
+                gang.cancel_within(kill_wait)?;
+            }
+            Ok(RunCommand::Signal(number)) => match Signal::try_from(number) {
+                Ok(signal) => {
+                    tracing::info!(%signal, "signalling the tasks");
+                    gang.signal(signal)?;
+                }
+                Err(_) => tracing::warn!(signal = number, "no such signal; not sent"),
+            },
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => orders_open = false,
+        }
+    }
+}
+
+/// The run's end from its tasks' outcomes (in rank order): the worst state, and the exit
+/// code and signal of the first task that did not complete, else of the first task.
+pub(crate) fn ended_event(run: RunRef, outcomes: &[TaskOutcome]) -> TaskEvent {
+    let pick = outcomes
+        .iter()
+        .find(|o| o.state != JobState::Completed)
+        .or(outcomes.first());
+    TaskEvent::Ended {
+        run,
+        state: gang::gang_state(outcomes),
+        exit_code: pick.and_then(|o| o.exit_code),
+        signal: pick.and_then(|o| o.signal),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::OomCheck;
+    use cadre_core::job::JobId;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn outcome(
+        procid: u32,
+        state: JobState,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    ) -> TaskOutcome {
+        TaskOutcome {
+            job: JobId(1),
+            procid,
+            state,
+            exit_code,
+            signal,
+            oom: OomCheck::NotDetected { why: "x".into() },
+        }
+    }
+
+    #[test]
+    fn the_end_names_the_first_task_that_did_not_complete() {
+        let run = RunRef {
+            job: JobId(1),
+            run: 0,
+        };
+        let e = ended_event(
+            run,
+            &[
+                outcome(0, JobState::Completed, Some(0), None),
+                outcome(1, JobState::Failed, Some(3), None),
+                outcome(2, JobState::Failed, None, Some(9)),
+            ],
+        );
+        assert_eq!(
+            e,
+            TaskEvent::Ended {
+                run,
+                state: JobState::Failed,
+                exit_code: Some(3),
+                signal: None
+            }
+        );
+        let e = ended_event(run, &[outcome(0, JobState::Completed, Some(0), None)]);
+        assert_eq!(
+            e,
+            TaskEvent::Ended {
+                run,
+                state: JobState::Completed,
+                exit_code: Some(0),
+                signal: None
+            }
+        );
+    }
+
+    #[test]
+    fn job_caused_failures_are_permanent_and_node_caused_ones_are_not() {
+        let job = JobId(1);
+        assert!(is_permanent(&LaunchError::UnknownUser { user: "x".into() }));
+        assert!(is_permanent(&LaunchError::NoWorkDir {
+            job,
+            dir: "/x".into()
+        }));
+        assert!(!is_permanent(&LaunchError::CoreOutOfRange {
+            job,
+            core: 9,
+            cores: 2
+        }));
+        let spawn = |errno: Errno| LaunchError::Spawn {
+            job,
+            procid: 0,
+            step: "x".into(),
+            source: io::Error::from_raw_os_error(errno as i32),
+        };
+        assert!(is_permanent(&spawn(Errno::ENOENT)));
+        assert!(is_permanent(&spawn(Errno::EACCES)));
+        assert!(!is_permanent(&spawn(Errno::EAGAIN)));
+        assert!(!is_permanent(&spawn(Errno::ENOMEM)));
+    }
+
+    #[test]
+    fn a_script_is_written_private_and_executable_and_replaces_a_leftover() {
+        let state = tempfile::tempdir().unwrap();
+        let run = RunRef {
+            job: JobId(12),
+            run: 3,
+        };
+        let dir = run_dir(state.path(), run);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("stale"), "x").unwrap();
+        let (d, path) = write_script(state.path(), run, "#!/bin/sh\necho hi\n", None).unwrap();
+        assert_eq!(d, dir);
+        assert_eq!(path, state.path().join("job12.3/script"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "#!/bin/sh\necho hi\n"
+        );
+        assert!(!dir.join("stale").exists());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&dir), mode(&path)), (0o700, 0o700));
+        // A state directory that is not there: not permanent (the node's doing).
+        let err =
+            write_script(&state.path().join("missing"), run, "#!/bin/sh\n", None).unwrap_err();
+        assert!(!err.is_permanent(), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("failed to write the batch script"),
+            "{err}"
+        );
+    }
+}

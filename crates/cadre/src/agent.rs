@@ -1,0 +1,195 @@
+//! `cadre agent`: the node agent as a process. Reads its options, finds the key, sets up
+//! logging and a tokio runtime, and runs [`cadre_agent::service::run`] until SIGTERM or
+//! SIGINT.
+
+use anyhow::{Context, Result, bail};
+use cadre_agent::discovery::DiscoveryOptions;
+use cadre_agent::service::{self, AgentConfig};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The key itself, for deployments that pass secrets through the environment.
+const KEY_ENV: &str = "CADRE_AGENT_KEY";
+
+/// Run this machine's node agent: connect to the controller, report the node's hardware,
+/// and run the job tasks the controller places on it.
+#[derive(Args, Debug)]
+#[command(
+    long_about = "Run this machine's node agent (the slurmd role): connect to the controller, \
+report the node's hardware (cores, NUMA domains, memory, GPUs, RDMA NICs), run the job tasks \
+the controller places on this node with their allocated cores and GPUs, and report how they \
+end.
+
+The agent keeps reconnecting (after 50 ms, doubling up to 2 s) whenever the controller cannot \
+be reached; running tasks go on meanwhile and their ends are reported once it is back. It exits \
+with an error when the controller rejects its key or refuses it.
+
+Users: an agent running as root runs each job as the user who submitted it, and never runs \
+as root a job that root did not submit. An agent running as another user runs jobs as itself, so it only \
+runs that user's jobs.
+
+The key (the controller's agent.key) comes from --key-file, else from the CADRE_AGENT_KEY \
+environment variable, else from agent.key in the data directory ($CADRE_DATA_DIR, default \
+~/.local/share/cadre), where a controller on the same machine keeps it.
+
+On SIGTERM or SIGINT the agent stops every running job (SIGTERM, then SIGKILL after the job's \
+KillWait), reports them NODE_FAIL so that the controller can requeue them, and exits with \
+status 0. Exit status 1: the agent could not start, or the controller rejected or refused it.",
+    after_help = "Examples:
+  cadre agent --controller http://ctl.example:6817 --key-file /etc/cadre/agent.key
+  cadre agent --controller unix:///run/cadre/cadre.sock --node node001 --gpus-per-node 8"
+)]
+pub struct AgentArgs {
+    /// The controller: http://HOST:PORT, or unix:///PATH/TO/SOCKET on the same machine.
+    #[arg(long, env = "CADRE_SERVER", value_name = "URL")]
+    pub controller: String,
+    /// This node's name in the controller's cluster [default: this machine's host name, up
+    /// to its first dot].
+    #[arg(long, env = "CADRE_NODE", value_name = "NAME")]
+    pub node: Option<String>,
+    /// A file holding the cluster's agent key (the controller's agent.key). Without it, the
+    /// key is taken from CADRE_AGENT_KEY, else from agent.key in the data directory.
+    #[arg(long, env = "CADRE_AGENT_KEY_FILE", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Declare G emulated GPUs when the machine has none: reported to the controller as
+    /// emulated, for trying cadre without GPUs. Real GPUs are always used instead.
+    #[arg(long, default_value_t = 0, value_name = "G")]
+    pub gpus_per_node: u32,
+    /// The agent's own directory (the batch scripts of running jobs); one per agent
+    /// [default: agent/NODE in the data directory].
+    #[arg(long, env = "CADRE_AGENT_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// A cgroup v2 directory to create one cgroup per task under, for memory limits and
+    /// out-of-memory detection; its children must have the memory controller enabled.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_parent: Option<PathBuf>,
+    /// The host name at which other nodes reach this node's tasks (MASTER_ADDR and the like)
+    /// [default: this machine's host name].
+    #[arg(long, value_name = "HOST")]
+    pub address: Option<String>,
+    /// How much to log on stderr: error, warn, info, debug or trace.
+    #[arg(long, env = "CADRE_LOG", default_value = "info", value_name = "LEVEL")]
+    pub log_level: tracing::Level,
+}
+
+/// `cadre agent`.
+pub fn run(args: &AgentArgs) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_max_level(args.log_level)
+        .with_writer(std::io::stderr)
+        // Colours on a terminal only: not in journald or a log file.
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let node = match &args.node {
+        Some(n) => n.clone(),
+        None => {
+            let host = service::host_name()?;
+            host.split('.').next().unwrap_or(&host).to_string()
+        }
+    };
+    let data_dir = data_dir();
+    let key = read_key(args.key_file.as_deref(), data_dir.as_deref())?;
+    let state_dir = match (&args.state_dir, &data_dir) {
+        (Some(dir), _) => absolute(dir)?,
+        (None, Some(data)) => data.join("agent").join(&node),
+        (None, None) => {
+            bail!("no state directory: give --state-dir, or set CADRE_DATA_DIR or HOME")
+        }
+    };
+    let mut config = AgentConfig::new(&args.controller, key, node, state_dir);
+    config.discovery = DiscoveryOptions {
+        emulate_gpus: args.gpus_per_node,
+        ..DiscoveryOptions::default()
+    };
+    config.cgroup_parent = args.cgroup_parent.clone();
+    config.address = args.address.clone();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("cadre-agent")
+        .build()
+        .context("failed to start the agent's runtime")?;
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("failed to watch for SIGTERM")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+            }
+        };
+        service::run(config, shutdown).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `$CADRE_DATA_DIR`, else `~/.local/share/cadre`.
+fn data_dir() -> Option<PathBuf> {
+    match std::env::var_os("CADRE_DATA_DIR") {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(h).join(".local/share/cadre")),
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("failed to resolve {}", path.display()))
+}
+
+/// The key: from `key_file`, else `$CADRE_AGENT_KEY`, else `agent.key` in the data
+/// directory. Surrounding whitespace (a final newline) is not part of it.
+fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> {
+    let from_file = |path: &Path| -> Result<String> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read the agent key file {}", path.display()))?;
+        let key = text.trim();
+        if key.is_empty() {
+            bail!("the agent key file {} is empty", path.display());
+        }
+        Ok(key.to_string())
+    };
+    if let Some(path) = key_file {
+        return from_file(path);
+    }
+    if let Ok(key) = std::env::var(KEY_ENV)
+        && !key.trim().is_empty()
+    {
+        return Ok(key.trim().to_string());
+    }
+    if let Some(path) = data_dir.map(|d| d.join("agent.key"))
+        && path.exists()
+    {
+        return from_file(&path);
+    }
+    bail!("no agent key: give --key-file FILE (the controller's agent.key), or set {KEY_ENV}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_is_read_without_its_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.key");
+        std::fs::write(&file, "k3y\n").unwrap();
+        assert_eq!(read_key(Some(&file), None).unwrap(), "k3y");
+        // The data directory's agent.key when no file is named (and no env key is set in
+        // the test's environment).
+        if std::env::var(KEY_ENV).is_err() {
+            assert_eq!(read_key(None, Some(dir.path())).unwrap(), "k3y");
+        }
+        std::fs::write(&file, "\n").unwrap();
+        let err = read_key(Some(&file), None).unwrap_err();
+        assert!(err.to_string().ends_with("agent.key is empty"), "{err}");
+        let err = read_key(Some(&dir.path().join("none")), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to read the agent key file"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! `cadre agent` run as an administrator would: its errors, its exit statuses, and its
+//! shutdown on SIGTERM. (The protocol itself is tested in cadre-agent's tests.)
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// `cadre agent ARGS` with a clean environment for the agent's variables.
+fn agent(args: &[&str], data_dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
+    cmd.arg("agent")
+        .args(args)
+        .env("CADRE_DATA_DIR", data_dir)
+        .env_remove("CADRE_AGENT_KEY")
+        .env_remove("CADRE_AGENT_KEY_FILE")
+        .env_remove("CADRE_SERVER")
+        .env_remove("CADRE_NODE")
+        .env_remove("CADRE_AGENT_STATE_DIR")
+        .env_remove("CADRE_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for the child, killing it if it takes longer than `limit`.
+fn wait(mut child: Child, limit: Duration) -> (Option<i32>, String) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.code(), err);
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("cadre agent did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn without_a_key_the_agent_says_how_to_give_one() {
+    let data = tempfile::tempdir().unwrap();
+    let child = agent(
+        &["--controller", "http://127.0.0.1:1", "--node", "n1"],
+        data.path(),
+    )
+    .spawn()
+    .unwrap();
+    let (code, err) = wait(child, Duration::from_secs(10));
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "cadre: error: no agent key: give --key-file FILE (the controller's agent.key), or set \
+         CADRE_AGENT_KEY\n"
+    );
+}
+
+#[test]
+fn a_rejected_key_ends_the_agent_with_status_1() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("agent.key"), "wrong\n").unwrap();
+    // A controller that rejects every upgrade, as the real one rejects a bad key.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&request).to_lowercase();
+            assert!(text.contains("authorization: bearer wrong\r\n"), "{text}");
+            let _ = stream.write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let child = agent(
+        &[
+            "--controller",
+            &address,
+            "--node",
+            "n1",
+            "--log-level",
+            "error",
+        ],
+        data.path(),
+    )
+    .spawn()
+    .unwrap();
+    let (code, err) = wait(child, Duration::from_secs(10));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cadre: error: the controller at {address} rejected the agent key (HTTP 401)"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
+    let data = tempfile::tempdir().unwrap();
+    let socket = data.path().join("nobody-listens.sock");
+    let controller = format!("unix://{}", socket.display());
+    let mut child = agent(
+        &[
+            "--controller",
+            &controller,
+            "--node",
+            "n1",
+            "--gpus-per-node",
+            "2",
+        ],
+        data.path(),
+    )
+    .env("CADRE_AGENT_KEY", "k")
+    .spawn()
+    .unwrap();
+    // Once the agent has logged its node, its signal handlers are in place.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("node discovered")) {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => log.push(line),
+            Err(e) => {
+                child.kill().unwrap();
+                panic!("no discovery in the log ({e}): {log:?}");
+            }
+        }
+    }
+    let discovered = log.last().unwrap();
+    assert!(discovered.contains("gpus_emulated=true"), "{discovered}");
+    assert!(
+        data.path().join("agent/n1").is_dir(),
+        "the state directory defaults to agent/NODE in the data directory"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
+        log.push(line);
+    }
+    assert_eq!(code, Some(0), "{log:#?}");
+    assert!(
+        log.iter().any(|l| l.contains("SIGTERM received")),
+        "{log:#?}"
+    );
+    assert!(log.iter().any(|l| l.contains("agent stopped")), "{log:#?}");
+}
