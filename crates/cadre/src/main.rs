@@ -1,15 +1,25 @@
 //! The `cadre` binary: one command with subcommands.
 //!
-//! Today it holds the scheduling core's tools: `cadre cluster` (check and show a cluster
-//! description), `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass
-//! over a job list, with every decision and reason), `cadre sim` (trace replays),
-//! `cadre bench scheduler` and `cadre bench openb`; and the node agent, `cadre agent`
-//! ([`agent`]). The controller (`cadre up`), the Slurm command names and the Kubernetes
-//! front end come with their own crates.
+//! - the cluster: `cadre up` (controller and agents on one machine), `cadre down`,
+//!   `cadre server` and `cadre agent` (the two halves on their own);
+//! - clients of the controller: `cadre submit`, `cadre jobs`, `cadre nodes`,
+//!   `cadre explain`, `cadre cancel`, `cadre wait`, `cadre token`;
+//! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
+//!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
+//!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
+//! - `cadre bench`: the benchmarks.
+//!
+//! Exit codes: 0 success; 1 an error (the message says what and where), including a
+//! refusal by the controller and a controller that cannot be reached; 2 a usage error.
+//! `cadre wait` exits 1 when a job did not complete.
 
 mod agent;
 mod bench;
+mod bench_api;
 mod bench_openb;
+mod client;
+mod daemon;
+mod native;
 mod plan;
 mod sim;
 
@@ -30,6 +40,70 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Bring up a cluster on this machine: the controller and one agent per node.
+    Up(daemon::UpArgs),
+    /// Stop the cluster `cadre up` started (its controller, then its agents).
+    Down(daemon::DownArgs),
+    /// Run the controller alone; agents connect with `cadre agent`.
+    Server(daemon::ControllerArgs),
+    /// Run a node agent that connects to a controller.
+    Agent(agent::AgentArgs),
+    /// Submit a command as a job.
+    Submit {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        job: native::SubmitArgs,
+    },
+    /// List jobs (your own, or everyone's for administrators).
+    Jobs {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        args: native::JobsArgs,
+    },
+    /// List nodes with their state, allocation and agent.
+    Nodes {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a job waits: reason, priority factors, planned start, per-node why-not.
+    Explain {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        /// The job id.
+        job: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel jobs.
+    Cancel {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+    },
+    /// Wait until jobs end; exit 0 if every one completed, 1 otherwise.
+    Wait {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Create, list and revoke API tokens (administrators).
+    Token {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(subcommand)]
+        command: native::TokenCommand,
+    },
     /// Check a cluster description and show what it describes.
     Cluster {
         #[command(flatten)]
@@ -57,7 +131,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    Agent(agent::AgentArgs),
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -71,6 +144,11 @@ enum BenchCommand {
     Scheduler(bench::SchedulerBenchArgs),
     /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
     Openb(bench_openb::OpenbBenchArgs),
+    /// Durable submissions per second through the API from concurrent clients, and the
+    /// controller's memory with the queue they leave.
+    Submit(bench_api::SubmitBenchArgs),
+    /// Submit-to-first-instruction latency of jobs on an idle cluster.
+    Launch(bench_api::LaunchBenchArgs),
 }
 
 /// Where the cluster comes from: a description file, or a flat cluster from flags.
@@ -98,6 +176,22 @@ impl ClusterArgs {
             }
         }
     }
+}
+
+/// The cluster of `cadre up` and `cadre server`: a description file, or copies of this
+/// machine.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterFileArgs {
+    /// A cluster description (versioned TOML; see docs/cluster.md).
+    #[arg(long, env = "CADRE_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// Nodes `node[001-N]`, each this machine as discovered, one agent each on this machine
+    /// (with --cluster: agents for the file's first N nodes). Default: 1.
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Emulated GPUs per node where the machine has none (reported as emulated everywhere).
+    #[arg(long, default_value_t = 0)]
+    pub gpus_per_node: u32,
 }
 
 /// Where the policy comes from: a file, or a preset.
@@ -156,6 +250,21 @@ fn error_chain(err: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Up(args) => daemon::up(&args),
+        Command::Down(args) => daemon::down(&args),
+        Command::Server(args) => daemon::server(&args),
+        Command::Agent(args) => agent::run(&args),
+        Command::Submit { connect, job } => native::submit(&connect, &job),
+        Command::Jobs { connect, args } => native::jobs(&connect, &args),
+        Command::Nodes { connect, json } => native::nodes(&connect, json),
+        Command::Explain { connect, job, json } => native::explain(&connect, job, json),
+        Command::Cancel { connect, jobs } => native::cancel(&connect, &jobs),
+        Command::Wait {
+            connect,
+            jobs,
+            timeout,
+        } => native::wait(&connect, &jobs, timeout),
+        Command::Token { connect, command } => native::token(&connect, &command),
         Command::Cluster { cluster, json } => {
             let cluster = cluster.load()?;
             let summary = plan::cluster_summary(&cluster);
@@ -177,13 +286,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
-        Command::Agent(args) => agent::run(&args),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),
         Command::Bench {
             bench: BenchCommand::Openb(args),
         } => bench_openb::run_openb(&args),
+        Command::Bench {
+            bench: BenchCommand::Submit(args),
+        } => bench_api::run_submit(&args),
+        Command::Bench {
+            bench: BenchCommand::Launch(args),
+        } => bench_api::run_launch(&args),
     }
 }
 

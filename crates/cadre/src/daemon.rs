@@ -1,0 +1,499 @@
+//! `cadre up`, `cadre down` and `cadre server`: running the controller, and on one machine
+//! its agents too.
+//!
+//! `cadre up` runs the controller in this process and one `cadre agent` process per node
+//! (the cluster file's nodes, or `node[001-N]`), each in its own process group so that a
+//! terminal's Ctrl-C reaches only `cadre up`, which stops them in order: first the
+//! controller (so that what the agents do while stopping is not recorded as the jobs'
+//! fate), then the agents, which stop their tasks. Jobs that were running go back to the
+//! queue (or end NODE_FAIL, by their requeue policy) when the cluster next comes up.
+//!
+//! Files in the data directory: `cadre.pid` (the controller's process id), `cadre.sock`,
+//! `cadre.db` (SQLite, unless `--database` names another store), `agent.key` (the agents'
+//! shared key, mode 0600), `cadre.log` (with `--detach`), and `agents/<node>.{pid,log}` and
+//! `agents/<node>/` (batch scripts).
+//!
+//! After a `kill -9` of the controller, agents keep running and supervising their tasks;
+//! `cadre up` again adopts the agents that are still alive (by their pid files) and starts
+//! the missing ones, and the agents reconnect.
+
+use crate::client::{Connection, Target};
+use crate::{ClusterFileArgs, PolicyArgs};
+use anyhow::{Context, Result, bail};
+use cadre_core::cluster::Cluster;
+use cadre_server::ServerConfig;
+use clap::Args;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// `$CADRE_DATA_DIR`, else `~/.local/share/cadre`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CADRE_DATA_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/share/cadre")
+}
+
+/// Options shared by `cadre up` and `cadre server`.
+#[derive(Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// The data directory (database, socket, logs).
+    #[arg(long, env = "CADRE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterFileArgs,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// The store: a `postgres://` URL, or an SQLite file (default: DATA_DIR/cadre.db).
+    #[arg(long, env = "CADRE_DATABASE")]
+    pub database: Option<String>,
+    /// Also listen on this TCP address (remote clients with tokens, remote agents).
+    #[arg(long, env = "CADRE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Seconds a node's agent may stay away before the node is marked down and its jobs
+    /// requeued (Slurm's SlurmdTimeout).
+    #[arg(long, default_value_t = 30)]
+    pub node_timeout: u64,
+    /// Longest time between scheduling passes, in milliseconds (passes also run on every
+    /// change).
+    #[arg(long, default_value_t = 1000)]
+    pub sched_interval_ms: u64,
+}
+
+/// `cadre up`.
+#[derive(Args, Debug, Clone)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// Return once the cluster is ready, leaving it running in the background (its
+    /// process id in DATA_DIR/cadre.pid, its log in DATA_DIR/cadre.log).
+    #[arg(long)]
+    pub detach: bool,
+}
+
+/// `cadre down`.
+#[derive(Args, Debug, Clone)]
+pub struct DownArgs {
+    /// The data directory of the cluster to stop.
+    #[arg(long, env = "CADRE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Seconds to wait for it to stop before giving up.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    fn new(dir: Option<PathBuf>) -> Result<Layout> {
+        let dir = dir.unwrap_or_else(default_data_dir);
+        std::fs::create_dir_all(dir.join("agents"))
+            .with_context(|| format!("failed to create the data directory {}", dir.display()))?;
+        let dir = dir.canonicalize()?;
+        Ok(Layout { dir })
+    }
+    fn pid(&self) -> PathBuf {
+        self.dir.join("cadre.pid")
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.join("cadre.sock")
+    }
+    fn log(&self) -> PathBuf {
+        self.dir.join("cadre.log")
+    }
+    fn key(&self) -> PathBuf {
+        self.dir.join("agent.key")
+    }
+    fn agent(&self, node: &str, ext: &str) -> PathBuf {
+        self.dir.join("agents").join(format!("{node}.{ext}"))
+    }
+}
+
+/// The process id in `path`, if it names a live process whose command line contains
+/// every one of `words` (so that a reused pid is not taken for ours).
+fn live_pid(path: &Path, words: &[&str]) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    words.iter().all(|w| cmdline.contains(w)).then_some(pid)
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// The agents' key, made on first use.
+fn agent_key(layout: &Layout) -> Result<String> {
+    let path = layout.key();
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let key = text.trim().to_owned();
+        anyhow::ensure!(
+            !key.is_empty(),
+            "the agent key file {} is empty",
+            path.display()
+        );
+        return Ok(key);
+    }
+    let key = cadre_server::state::random_secret("");
+    write_file(&path, &format!("{key}\n"), 0o600)?;
+    Ok(key)
+}
+
+/// The cluster `cadre up` runs: the file's, or `--nodes` copies of this machine (with
+/// `--gpus-per-node` emulated GPUs where it has none).
+fn local_cluster(args: &ClusterFileArgs) -> Result<(Cluster, bool)> {
+    let opts = cadre_agent::discovery::DiscoveryOptions {
+        emulate_gpus: args.gpus_per_node,
+        ..Default::default()
+    };
+    match &args.cluster {
+        Some(path) => {
+            let cluster = cadre_core::config::load_cluster_file(path)?;
+            Ok((cluster, args.gpus_per_node > 0))
+        }
+        None => {
+            let nodes = args.nodes.unwrap_or(1);
+            anyhow::ensure!(nodes > 0, "--nodes must be at least 1");
+            let found = cadre_agent::discovery::discover(&opts)
+                .context("failed to discover this machine's hardware")?;
+            Ok((Cluster::flat(nodes, found.shape), found.gpus_emulated))
+        }
+    }
+}
+
+fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig, Cluster)> {
+    let (cluster, emulated_gpus) = local_cluster(&args.cluster)?;
+    let policy = args.policy.load()?;
+    let database = args
+        .database
+        .clone()
+        .unwrap_or_else(|| layout.dir.join("cadre.db").display().to_string());
+    Ok((
+        ServerConfig {
+            database,
+            socket: layout.socket(),
+            listen: args.listen,
+            cluster: cluster.clone(),
+            policy,
+            agent_key: agent_key(layout)?,
+            node_timeout: Duration::from_secs(args.node_timeout),
+            sched_interval: Duration::from_millis(args.sched_interval_ms.max(1)),
+            emulated_gpus,
+        },
+        cluster,
+    ))
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CADRE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers, only the engine's own end stops us.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// `cadre server`: the controller alone (agents connect with `cadre agent`).
+pub fn server(args: &ControllerArgs) -> Result<ExitCode> {
+    init_tracing();
+    let layout = Layout::new(args.data_dir.clone())?;
+    let (config, _) = server_config(args, &layout)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(cadre_server::serve(config, termination(), || {}))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cadre up`.
+pub fn up(args: &UpArgs) -> Result<ExitCode> {
+    let layout = Layout::new(args.controller.data_dir.clone())?;
+    if let Some(pid) = live_pid(&layout.pid(), &["cadre"]) {
+        bail!(
+            "cadre is already running in {} (pid {pid}); `cadre down` stops it",
+            layout.dir.display()
+        );
+    }
+    if args.detach {
+        return detach(&layout);
+    }
+    init_tracing();
+    write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o644)?;
+    let result = run_up(&args.controller, &layout);
+    let _ = std::fs::remove_file(layout.pid());
+    result
+}
+
+fn run_up(args: &ControllerArgs, layout: &Layout) -> Result<ExitCode> {
+    let (config, cluster) = server_config(args, layout)?;
+    let nodes: Vec<String> = match (&args.cluster.cluster, args.cluster.nodes) {
+        (Some(_), Some(n)) => cluster
+            .nodes
+            .iter()
+            .take(n as usize)
+            .map(|n| n.name.clone())
+            .collect(),
+        _ => cluster.nodes.iter().map(|n| n.name.clone()).collect(),
+    };
+    let gpus = args.cluster.gpus_per_node;
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut agent_pids = Vec::new();
+    let spawn_error = std::cell::RefCell::new(None);
+    let result = rt.block_on(cadre_server::serve(config, termination(), || {
+        for node in &nodes {
+            match ensure_agent(layout, node, gpus) {
+                Ok(pid) => agent_pids.push((node.clone(), pid)),
+                Err(e) => {
+                    tracing::error!(node, error = %e, "failed to start the node's agent");
+                    *spawn_error.borrow_mut() = Some(e);
+                }
+            }
+        }
+        tracing::info!(nodes = nodes.len(), dir = %layout.dir.display(), "cadre is up");
+    }));
+    stop_agents(layout, &agent_pids, Duration::from_secs(40));
+    result?;
+    if let Some(e) = spawn_error.into_inner() {
+        return Err(e);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The node's agent: the one still running from before, or a new one.
+fn ensure_agent(layout: &Layout, node: &str, gpus: u32) -> Result<i32> {
+    let pid_file = layout.agent(node, "pid");
+    if let Some(pid) = live_pid(&pid_file, &["agent", node]) {
+        tracing::info!(node, pid, "adopting the agent still running");
+        return Ok(pid);
+    }
+    let exe = std::env::current_exe().context("failed to find the cadre executable")?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.agent(node, "log"))?;
+    let state_dir = layout.dir.join("agents").join(node);
+    let child = std::process::Command::new(exe)
+        .arg("agent")
+        .arg("--controller")
+        .arg(format!("unix://{}", layout.socket().display()))
+        .arg("--node")
+        .arg(node)
+        .arg("--key-file")
+        .arg(layout.key())
+        .arg("--gpus-per-node")
+        .arg(gpus.to_string())
+        .arg("--state-dir")
+        .arg(&state_dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("failed to start the agent of node {node}"))?;
+    let pid = i32::try_from(child.id()).context("pid out of range")?;
+    write_file(&pid_file, &format!("{pid}\n"), 0o644)?;
+    // The agent outlives this process if it is killed; nothing waits for it here.
+    std::mem::forget(child);
+    Ok(pid)
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); look at its state too.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn reap(pid: i32) {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let _ = waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+}
+
+/// SIGTERM to each agent, then waits for them (SIGKILL after `wait`).
+fn stop_agents(layout: &Layout, agents: &[(String, i32)], wait: Duration) {
+    use nix::sys::signal::{Signal, kill};
+    for (_, pid) in agents {
+        let _ = kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + wait;
+    for (node, pid) in agents {
+        loop {
+            reap(*pid);
+            if !alive(*pid) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+                reap(*pid);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(layout.agent(node, "pid"));
+    }
+}
+
+/// `cadre up --detach`: starts `cadre up` in the background and waits until it answers.
+fn detach(layout: &Layout) -> Result<ExitCode> {
+    let exe = std::env::current_exe().context("failed to find the cadre executable")?;
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--detach")
+        .collect();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.log())?;
+    let mut child = std::process::Command::new(exe)
+        .args(&args)
+        .env("CADRE_DATA_DIR", &layout.dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("failed to start cadre in the background")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let target = Target::of_data_dir(&layout.dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let log = std::fs::read_to_string(layout.log()).unwrap_or_default();
+            let tail: Vec<&str> = log
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            bail!(
+                "cadre stopped while starting ({status}); the end of {}:\n{}",
+                layout.log().display(),
+                tail.join("\n")
+            );
+        }
+        let ready = rt.block_on(async {
+            match Connection::open(&target, None).await {
+                Ok(mut c) => c
+                    .call::<(), cadre_proto::api::NodeList>(hyper::Method::GET, "/nodes", None)
+                    .await
+                    .ok(),
+                Err(_) => None,
+            }
+        });
+        if let Some(nodes) = ready {
+            let connected = nodes.nodes.iter().filter(|n| n.connected).count();
+            if connected == nodes.nodes.len() || Instant::now() >= deadline {
+                let gpus: u64 = nodes.nodes.iter().map(|n| n.gpus).sum();
+                let emulated = nodes.nodes.iter().any(|n| n.emulated_gpus);
+                println!(
+                    "cadre is up: {} node(s), {connected} connected, {gpus} GPU(s){}; pid {} in {}",
+                    nodes.nodes.len(),
+                    if emulated { " (emulated)" } else { "" },
+                    child.id(),
+                    layout.pid().display()
+                );
+                std::mem::forget(child);
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "cadre did not answer within 60 s; see {}",
+                layout.log().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// `cadre down`.
+pub fn down(args: &DownArgs) -> Result<ExitCode> {
+    use nix::sys::signal::{Signal, kill};
+    let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let layout = Layout { dir };
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    match live_pid(&layout.pid(), &["cadre"]) {
+        Some(pid) => {
+            kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM)
+                .with_context(|| format!("failed to signal cadre (pid {pid})"))?;
+            while alive(pid) {
+                if Instant::now() >= deadline {
+                    bail!("cadre (pid {pid}) did not stop within {} s", args.timeout);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(layout.pid());
+            println!("cadre stopped (pid {pid})");
+        }
+        None => println!("cadre is not running in {}", layout.dir.display()),
+    }
+    // Agents left behind by a controller that was killed.
+    let mut orphans = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(layout.dir.join("agents")) {
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "pid") {
+                let node = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match live_pid(&path, &["agent", &node]) {
+                    Some(pid) => orphans.push((node, pid)),
+                    None => {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
+            }
+        }
+    }
+    if !orphans.is_empty() {
+        stop_agents(
+            &layout,
+            &orphans,
+            deadline.saturating_duration_since(Instant::now()),
+        );
+        println!("stopped {} agent(s) left running", orphans.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,437 @@
+//! cadre's own client commands, for what Slurm's commands do not cover: `cadre submit`,
+//! `cadre jobs`, `cadre nodes`, `cadre explain`, `cadre cancel`, `cadre wait` and
+//! `cadre token`. Each talks to the controller's REST API ([`crate::client`]).
+
+use crate::client::{Client, Target};
+use crate::daemon::default_data_dir;
+use anyhow::{Context, Result};
+use cadre_core::job::{JobSpec, JobState, TaskGroup};
+use cadre_core::resources::TaskResources;
+use cadre_core::run::RunSpec;
+use cadre_core::time::Dur;
+use cadre_proto::api::*;
+use clap::{Args, Subcommand};
+use hyper::Method;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How to reach the controller.
+#[derive(Args, Debug, Clone)]
+pub struct ConnectArgs {
+    /// The controller: `unix:///path/cadre.sock` or `http://host:port` (default: the socket
+    /// in the data directory).
+    #[arg(long, env = "CADRE_SERVER", global = true)]
+    pub server: Option<String>,
+    /// A bearer token (`cadre token create`); needed over TCP.
+    #[arg(long, env = "CADRE_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The data directory whose socket to use.
+    #[arg(long, env = "CADRE_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl ConnectArgs {
+    pub fn target(&self) -> Result<Target> {
+        match &self.server {
+            Some(s) => Target::parse(s),
+            None => Ok(Target::of_data_dir(
+                &self.data_dir.clone().unwrap_or_else(default_data_dir),
+            )),
+        }
+    }
+
+    pub fn client(&self) -> Result<Client> {
+        Client::connect(&self.target()?, self.token.clone())
+    }
+}
+
+/// `cadre submit`.
+#[derive(Args, Debug, Clone)]
+pub struct SubmitArgs {
+    /// The job's name (default: the program's name).
+    #[arg(short = 'J', long)]
+    pub name: Option<String>,
+    /// Tasks (ranks) of the job.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub ntasks: u32,
+    /// Exactly this many nodes.
+    #[arg(short = 'N', long)]
+    pub nodes: Option<u32>,
+    /// Exactly this many tasks on each node used.
+    #[arg(long)]
+    pub ntasks_per_node: Option<u32>,
+    #[arg(short = 'c', long, default_value_t = 1)]
+    pub cpus_per_task: u32,
+    #[arg(long, default_value_t = 0)]
+    pub gpus_per_task: u32,
+    /// Memory per task in MiB.
+    #[arg(long, default_value_t = 0)]
+    pub mem_per_task: u64,
+    /// Time limit in Slurm's formats (`30`, `1:00:00`, `2-00:00:00`); default: none.
+    #[arg(short = 't', long)]
+    pub time: Option<String>,
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
+    /// The account to charge (default: `$CADRE_ACCOUNT`, else the user's name).
+    #[arg(short = 'A', long, env = "CADRE_ACCOUNT")]
+    pub account: Option<String>,
+    /// stdout file pattern (`%j` job id, `%t` task, `%N` node ...).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// stderr file pattern (default: with stdout).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Working directory (default: the current one).
+    #[arg(short = 'D', long)]
+    pub chdir: Option<PathBuf>,
+    /// Submit held.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Whole nodes.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Print only the job id.
+    #[arg(long)]
+    pub parsable: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// `cadre jobs`.
+#[derive(Args, Debug, Clone)]
+pub struct JobsArgs {
+    /// Only these states (comma-separated: pending,running,...).
+    #[arg(short = 't', long)]
+    pub states: Option<String>,
+    /// Only this user's jobs (administrators; users always see their own).
+    #[arg(short = 'u', long)]
+    pub user: Option<String>,
+    /// At most this many jobs.
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum TokenCommand {
+    /// Create a token for a user; prints the secret once.
+    Create {
+        #[arg(long)]
+        user: String,
+        /// The token's holder is an administrator.
+        #[arg(long)]
+        admin: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id.
+    Revoke { id: u64 },
+}
+
+fn current_user() -> String {
+    cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
+}
+
+pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
+    let time_limit = match &a.time {
+        // `UNLIMITED` (None) is no limit, as no --time is.
+        Some(t) => cadre_core::config::parse_slurm_duration(t)
+            .map_err(|e| anyhow::anyhow!("failed to parse --time value `{t}`: {e}"))?
+            .unwrap_or(Dur(0)),
+        None => Dur(0),
+    };
+    let user = current_user();
+    let per_task = TaskResources {
+        cpus: a.cpus_per_task,
+        mem_mib: a.mem_per_task,
+        gpus: a.gpus_per_task,
+        ..TaskResources::default()
+    };
+    let mut spec = JobSpec::simple(
+        &user,
+        a.account.as_deref().unwrap_or(&user),
+        a.ntasks,
+        per_task,
+        time_limit,
+    );
+    spec.name = a.name.clone().unwrap_or_else(|| {
+        std::path::Path::new(&a.command[0]).file_name().map_or_else(
+            || a.command[0].clone(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    });
+    spec.partition = a.partition.clone();
+    spec.hold = a.hold;
+    spec.exclusive = a.exclusive;
+    if let Some(TaskGroup {
+        nodes,
+        tasks_per_node,
+        ..
+    }) = spec.groups.first_mut()
+    {
+        *nodes = a.nodes;
+        *tasks_per_node = a.ntasks_per_node;
+    }
+    let cwd = std::env::current_dir()?;
+    let work_dir = match &a.chdir {
+        Some(d) if d.is_absolute() => d.clone(),
+        Some(d) => cwd.join(d),
+        None => cwd.clone(),
+    };
+    let mut run = RunSpec::command(a.command.clone(), work_dir);
+    run.submit_dir = Some(cwd);
+    run.stdout = a.output.clone();
+    run.stderr = a.error.clone();
+    run.env = std::env::vars().collect();
+    run.submit_host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok());
+    let req = SubmitRequest {
+        jobs: vec![JobSubmission { spec, run }],
+    };
+    let resp: SubmitResponse = conn.client()?.send(Method::POST, "/jobs", Some(&req))?;
+    for id in resp.job_ids {
+        if a.parsable {
+            println!("{id}");
+        } else {
+            println!("Submitted job {id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hms(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+fn now_secs() -> u64 {
+    cadre_server::engine::wall_now().0
+}
+
+pub fn jobs(conn: &ConnectArgs, a: &JobsArgs) -> Result<ExitCode> {
+    let mut query = Vec::new();
+    if let Some(s) = &a.states {
+        query.push(format!("state={}", s.to_ascii_uppercase()));
+    }
+    if let Some(u) = &a.user {
+        query.push(format!("user={u}"));
+    }
+    if let Some(l) = a.limit {
+        query.push(format!("limit={l}"));
+    }
+    let path = if query.is_empty() {
+        "/jobs".to_owned()
+    } else {
+        format!("/jobs?{}", query.join("&"))
+    };
+    let list: JobList = conn.client()?.get(&path)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>8} {:<16} {:<10} {:<10} {:>10} {:>5} {:>5}  NODELIST(REASON)",
+        "JOBID", "NAME", "USER", "STATE", "TIME", "TASKS", "GPUS"
+    );
+    let now = now_secs();
+    for j in list.jobs {
+        let time = match (j.start_time, j.end_time, j.state) {
+            (Some(s), Some(e), _) => e.saturating_sub(s),
+            (Some(s), None, st) if st.is_active() => now.saturating_sub(s),
+            _ => 0,
+        };
+        let where_ = if j.state == JobState::Pending {
+            format!("({})", j.reason)
+        } else {
+            j.nodes.clone()
+        };
+        println!(
+            "{:>8} {:<16} {:<10} {:<10} {:>10} {:>5} {:>5}  {}",
+            j.id.0,
+            truncate(&j.name, 16),
+            truncate(&j.user, 10),
+            j.state.to_string(),
+            hms(time),
+            j.tasks,
+            j.gpus,
+            where_
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+pub fn nodes(conn: &ConnectArgs, json: bool) -> Result<ExitCode> {
+    let list: NodeList = conn.client()?.get("/nodes")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12} {:<10} {:>9} {:>11} {:>9}  {:<9} {:<10} REASON",
+        "NODE", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "AGENT", "GPU MODEL"
+    );
+    for n in list.nodes {
+        let model = n.gpu_model.clone().unwrap_or_else(|| "-".into());
+        let model = if n.emulated_gpus {
+            format!("{model} (emulated)")
+        } else {
+            model
+        };
+        println!(
+            "{:<12} {:<10} {:>9} {:>11} {:>9}  {:<9} {:<10} {}",
+            n.name,
+            n.state,
+            format!("{}/{}", n.cpus_alloc, n.cpus),
+            format!("{}/{}G", n.memory_alloc_mib / 1024, n.memory_mib / 1024),
+            format!("{}/{}", n.gpus_alloc, n.gpus),
+            if n.connected { "connected" } else { "away" },
+            model,
+            n.reason.unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
+    let x: ExplainView = conn.client()?.get(&format!("/jobs/{id}/explain"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&x)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("job {} is {}; reason: {}", x.id, x.state, x.reason);
+    if x.state == JobState::Pending {
+        println!("priority {}", x.priority);
+        for (name, value) in &x.factors {
+            println!("  {name:<10} {value:.4}");
+        }
+        match x.expected_start {
+            Some(t) => println!(
+                "expected to start in {} (backfill reservation)",
+                hms(t.saturating_sub(now_secs()))
+            ),
+            None => println!("no planned start yet"),
+        }
+        for (node, why) in &x.nodes {
+            println!("  {node}: {why}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cancel(conn: &ConnectArgs, ids: &[u64]) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let mut failed = false;
+    for id in ids {
+        if let Err(e) =
+            client.send::<(), serde_json::Value>(Method::DELETE, &format!("/jobs/{id}"), None)
+        {
+            eprintln!("cadre: error: {e}");
+            failed = true;
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `cadre wait`: until every job has ended; exit 0 if all completed.
+pub fn wait(conn: &ConnectArgs, ids: &[u64], timeout: Option<u64>) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let deadline = timeout.map(|t| Instant::now() + Duration::from_secs(t));
+    let mut all_ok = true;
+    for &id in ids {
+        loop {
+            let j: JobView = client.get(&format!("/jobs/{id}"))?;
+            if j.state.is_final() {
+                println!("job {id} {}", j.state);
+                all_ok &= j.state == JobState::Completed;
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                anyhow::bail!("job {id} is still {} after the timeout", j.state);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn token(conn: &ConnectArgs, cmd: &TokenCommand) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    match cmd {
+        TokenCommand::Create { user, admin, json } => {
+            let t: TokenView = client.send(
+                Method::POST,
+                "/tokens",
+                Some(&TokenRequest {
+                    user: user.clone(),
+                    admin: *admin,
+                }),
+            )?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&t)?);
+            } else {
+                println!("{}", t.token.context("the controller returned no secret")?);
+                eprintln!(
+                    "token {} for user `{}`{}: shown once; clients send it as `Authorization: Bearer <token>` (CADRE_TOKEN)",
+                    t.id,
+                    t.user,
+                    if t.admin { " (administrator)" } else { "" }
+                );
+            }
+        }
+        TokenCommand::List { json } => {
+            let list: TokenList = client.get("/tokens")?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!("{:>4} {:<16} {:<6} {:<8}", "ID", "USER", "ADMIN", "STATE");
+                for t in list.tokens {
+                    println!(
+                        "{:>4} {:<16} {:<6} {:<8}",
+                        t.id,
+                        t.user,
+                        if t.admin { "yes" } else { "no" },
+                        if t.revoked.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        }
+                    );
+                }
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            client.send::<(), serde_json::Value>(Method::DELETE, &format!("/tokens/{id}"), None)?;
+            println!("token {id} revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
