@@ -17,7 +17,7 @@ use cadre_core::job::JobSpec;
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
 use cadre_core::time::Dur;
-use cadre_proto::api::{JobList, JobSubmission, SubmitRequest, SubmitResponse};
+use cadre_proto::api::{JobSubmission, SubmitRequest, SubmitResponse};
 use cadre_sim::report::percentile;
 use clap::Args;
 use hyper::Method;
@@ -197,9 +197,8 @@ pub fn run_submit(args: &SubmitBenchArgs) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     let result = rt.block_on(submit_load(args, dir.path(), &mut child));
-    let rss = rss_mib(child.id());
     stop(child);
-    let (seconds, mut latencies, queued) = result?;
+    let (seconds, mut latencies, queued, rss) = result?;
     latencies.sort_by(f64::total_cmp);
     let report = SubmitReport {
         jobs: args.jobs,
@@ -235,7 +234,7 @@ async fn submit_load(
     args: &SubmitBenchArgs,
     dir: &Path,
     child: &mut Child,
-) -> Result<(f64, Vec<f64>, usize)> {
+) -> Result<(f64, Vec<f64>, usize, f64)> {
     wait_ready(dir, child).await?;
     let mut run = RunSpec::command(vec!["true".into()], PathBuf::from("/tmp"));
     run.env = (0..args.env_vars)
@@ -278,11 +277,16 @@ async fn submit_load(
     }
     let seconds = t0.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    // Memory first: listing the whole queue would itself take memory.
+    let rss = rss_mib(child.id());
     let mut conn = Connection::open(&target, None).await?;
-    let list: JobList = conn
-        .call::<(), _>(Method::GET, "/jobs?state=PENDING", None)
-        .await?;
-    Ok((seconds, latencies, list.jobs.len()))
+    let (_, text) = conn.send_raw(Method::GET, "/metrics", None).await?;
+    let queued = String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| l.starts_with("cadre_jobs{") && l.contains("state=\"PENDING\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as usize;
+    Ok((seconds, latencies, queued, rss))
 }
 
 fn now_ns() -> u128 {

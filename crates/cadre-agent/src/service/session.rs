@@ -502,7 +502,9 @@ impl Session {
         }
     }
 
-    /// Panics when an invariant does not hold.
+    /// Panics when an invariant does not hold (debug builds and tests check after every
+    /// step).
+    #[cfg(any(test, debug_assertions))]
     pub(crate) fn check_invariants(&self) {
         let mut last = None;
         for e in &self.outbox {
