@@ -2179,3 +2179,61 @@ fn lost_tasks_of_a_job_not_active_or_not_on_the_node_are_errors() {
     assert_eq!(sim.state(1), JobState::Running);
     assert_eq!(sim.s.job(JobId(1)).unwrap().stopping, None);
 }
+
+#[test]
+fn saved_fairshare_usage_comes_back_decayed_after_a_restart() {
+    use cadre_core::cluster::Cluster;
+    use cadre_core::job::{JobId, JobSpec, JobState};
+    use cadre_core::policy::Policy;
+    use cadre_core::resources::TaskResources;
+    use cadre_core::scheduler::{Decision, Event, Scheduler};
+    use cadre_core::time::{Dur, Time};
+    let mut policy = Policy::preset("cadre").unwrap();
+    policy.fairshare.half_life = Dur(3600);
+    let cluster = Cluster::flat_gpu(1, 8);
+    let mut s = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
+    let per_task = TaskResources {
+        cpus: 1,
+        gpus: 8,
+        ..TaskResources::default()
+    };
+    let spec = JobSpec::simple("alice", "ml", 1, per_task, Dur(7200));
+    s.handle(
+        Event::Submit {
+            id: JobId(1),
+            spec: Box::new(spec),
+        },
+        Time(0),
+    )
+    .unwrap();
+    let started = s
+        .schedule(Time(0))
+        .iter()
+        .any(|d| matches!(d, Decision::Start { .. }));
+    assert!(started);
+    s.handle(
+        Event::Ended {
+            id: JobId(1),
+            outcome: JobState::Completed,
+        },
+        Time(1000),
+    )
+    .unwrap();
+    let saved = s.usage_snapshot(Time(1000));
+    assert_eq!(saved.len(), 1);
+    let (user, account, usage) = saved[0].clone();
+    assert_eq!((user.as_str(), account.as_str()), ("alice", "ml"));
+    assert!(usage > 0.0);
+    // A new scheduler an hour (one half-life) later gets half of it back.
+    let mut t = Scheduler::new(cluster, policy).unwrap();
+    assert!(
+        t.restore_usage("alice", "ml", usage, Time(1000), Time(4600))
+            .unwrap()
+    );
+    let back = t.usage_snapshot(Time(4600));
+    assert_eq!(back.len(), 1);
+    assert!(
+        (back[0].2 - usage / 2.0).abs() < usage * 1e-9,
+        "{back:?} vs {usage}"
+    );
+}

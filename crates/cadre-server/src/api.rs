@@ -926,3 +926,59 @@ async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     )
         .into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openapi_document_describes_every_route_and_body() {
+        let doc = serde_json::to_value(openapi_document()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        for p in [
+            "/whoami",
+            "/jobs",
+            "/jobs/{id}",
+            "/jobs/{id}/cancel",
+            "/jobs/{id}/hold",
+            "/jobs/{id}/release",
+            "/jobs/{id}/requeue",
+            "/jobs/{id}/explain",
+            "/nodes",
+            "/nodes/{name}",
+            "/nodes/{name}/drain",
+            "/nodes/{name}/resume",
+            "/partitions",
+            "/shares",
+            "/usage",
+            "/tokens",
+            "/tokens/{id}",
+        ] {
+            assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
+        }
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for s in [
+            "SubmitRequest",
+            "JobSpec",
+            "RunSpec",
+            "JobView",
+            "ErrorBody",
+            "ErrorCode",
+        ] {
+            assert!(schemas.contains_key(s), "schema {s} missing");
+        }
+        // Serde's names, not Rust's: the job state enum is SCREAMING_SNAKE_CASE.
+        let states = doc["components"]["schemas"]["JobState"].to_string();
+        assert!(states.contains("OUT_OF_MEMORY"), "{states}");
+        assert_eq!(doc["servers"][0]["url"], "/api/v1");
+    }
+
+    #[test]
+    fn errors_answer_with_their_status_and_a_json_body() {
+        let resp = ApiError::new(ErrorCode::Forbidden, "no").into_response();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let resp = ApiError::new(ErrorCode::Unauthenticated, "who").into_response();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+    }
+}

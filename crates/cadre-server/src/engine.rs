@@ -29,7 +29,9 @@ use cadre_proto::agent::{
     ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
 use cadre_proto::api::ErrorCode;
-use cadre_store::{JobChange, JobStatus, NewJob, NodeRecord, RunUsage, Store, StoreError};
+use cadre_store::{
+    AssocUsage, JobChange, JobStatus, NewJob, NodeRecord, RunUsage, Store, StoreError,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -38,6 +40,9 @@ use tokio::sync::{mpsc::UnboundedSender, oneshot};
 
 /// Commands drained and handled together at most.
 const MAX_BATCH: usize = 4096;
+
+/// How often fair-share usage is saved (and at shutdown): what a crash can forget.
+const USAGE_SAVE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// An error answered to an API caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,6 +197,7 @@ pub struct Engine {
     replies: Vec<Box<dyn FnOnce() + Send>>,
     dirty: bool,
     last_pass: Option<(Instant, Duration)>,
+    last_usage_save: Instant,
 }
 
 /// Seconds since the Unix epoch: the engine's clock, read once per batch.
@@ -266,6 +272,15 @@ impl Engine {
                     now,
                 )
                 .map_err(RecoverError::Core)?;
+        }
+        let mut restored = 0;
+        for u in store.load_usage()? {
+            if sched
+                .restore_usage(&u.user, &u.account, u.raw_usage, u.as_of, now)
+                .map_err(RecoverError::Core)?
+            {
+                restored += 1;
+            }
         }
         let mut runs = HashMap::new();
         let mut requeue_after = Vec::new();
@@ -371,6 +386,7 @@ impl Engine {
             replies: Vec::new(),
             dirty: true,
             last_pass: None,
+            last_usage_save: Instant::now(),
         };
         for id in requeue_after {
             let decisions = engine
@@ -380,7 +396,11 @@ impl Engine {
             engine.apply(decisions, now);
         }
         engine.commit().map_err(RecoverError::Store)?;
-        tracing::info!(jobs = adopted, "recovered unfinished jobs from the store");
+        tracing::info!(
+            jobs = adopted,
+            usage = restored,
+            "recovered unfinished jobs and fair-share usage from the store"
+        );
         Ok(engine)
     }
 
@@ -416,12 +436,33 @@ impl Engine {
                 self.pass(now);
             }
             self.commit()?;
+            if shutdown.is_some() || self.last_usage_save.elapsed() >= USAGE_SAVE_INTERVAL {
+                self.save_usage(now)?;
+            }
             if let Some(reply) = shutdown {
                 tracing::info!("engine stopped");
                 let _ = reply.send(());
                 return Ok(());
             }
         }
+    }
+
+    /// Saves the fair-share usage as of `now`.
+    fn save_usage(&mut self, now: Time) -> Result<(), StoreError> {
+        let usage: Vec<AssocUsage> = self
+            .sched
+            .usage_snapshot(now)
+            .into_iter()
+            .map(|(user, account, raw_usage)| AssocUsage {
+                user,
+                account,
+                raw_usage,
+                as_of: now,
+            })
+            .collect();
+        self.store.save_usage(&usage)?;
+        self.last_usage_save = Instant::now();
+        Ok(())
     }
 
     /// Time to wait for commands before the next pass is due.

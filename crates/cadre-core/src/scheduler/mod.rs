@@ -1110,6 +1110,54 @@ impl Scheduler {
         Ok(())
     }
 
+    /// The fair-share usage of every user association as of `now`, running jobs charged and
+    /// all usage decayed up to `now`, as (user, account, raw usage in billing-unit-seconds):
+    /// what a controller saves so that a restart does not forget who used what.
+    pub fn usage_snapshot(&mut self, now: Time) -> Vec<(String, String, f64)> {
+        self.fairshare_computed = None;
+        self.accrue(now);
+        self.fairshare
+            .rows(self.fairshare_algorithm())
+            .into_iter()
+            .filter_map(|r| r.user.map(|u| (u, r.account, r.raw_usage)))
+            .filter(|(_, _, usage)| *usage > 0.0)
+            .collect()
+    }
+
+    /// Puts back a usage saved at `as_of` by [`Scheduler::usage_snapshot`], decayed by the
+    /// policy's half-life to `now`. An association the policy no longer has is created if
+    /// the policy creates associations on demand, and skipped (false) otherwise.
+    pub fn restore_usage(
+        &mut self,
+        user: &str,
+        account: &str,
+        raw_usage: f64,
+        as_of: Time,
+        now: Time,
+    ) -> Result<bool, CoreError> {
+        let invalid = |what: String| CoreError::InvalidJob { id: JobId(0), what };
+        let assoc = match self.fairshare.assoc(user, account) {
+            Some(a) => a,
+            None if self.policy.auto_associations => self
+                .fairshare
+                .ensure_assoc(user, account)
+                .map_err(|e| invalid(e.to_string()))?,
+            None => return Ok(false),
+        };
+        let half_life = self.policy.fairshare.half_life.0 as f64;
+        let elapsed = now.since(as_of).0 as f64;
+        let decayed = if half_life > 0.0 {
+            raw_usage * (-elapsed / half_life).exp2()
+        } else {
+            raw_usage
+        };
+        self.fairshare
+            .charge(assoc, decayed)
+            .map_err(|e| invalid(format!("saved usage of `{user}` in `{account}`: {e}")))?;
+        self.fairshare_computed = None;
+        Ok(true)
+    }
+
     /// Every calc period (Slurm's `PriorityCalcPeriod`): charges running jobs' usage up to
     /// `now`, decays all usage by the time since the last decay, and recomputes fair-share
     /// factors. Between calc periods usage is not looked at, so nothing is done.
