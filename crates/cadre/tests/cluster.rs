@@ -205,6 +205,21 @@ impl Cluster {
             .unwrap_or_else(|| panic!("job {id} is not in `cadre jobs --json`"))
     }
 
+    fn controller_pid(&self) -> i32 {
+        read_pid(&self.path("cadre.pid"))
+    }
+
+    /// `kill -9` of the controller; returns once it has exited.
+    fn kill_controller(&self) {
+        let pid = self.controller_pid();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("the controller is killed");
+        wait_until("the killed controller exits", || !running(pid));
+    }
+
     /// The agents' pids, by node, from their pid files.
     fn agent_pids(&self) -> BTreeMap<String, i32> {
         let mut pids = BTreeMap::new();
@@ -464,4 +479,28 @@ fn gang_larger_than_the_cluster_stays_pending_and_never_starts() {
     assert_eq!(explained["reason"], reason);
     assert!(!marker.exists(), "a task of the gang that cannot fit ran");
     assert_eq!(job["start_time"], Value::Null);
+}
+
+/// Regression: a job submitted with `--hold` was stored with no hold in its status, so a
+/// controller restarted after a crash released it, and it ran.
+#[test]
+fn held_job_stays_held_after_the_controller_is_killed() {
+    let c = Cluster::up(1, 0, &[]);
+    let marker = c.path("held-job-ran");
+    let held = c.submit(&[
+        "--hold",
+        "--",
+        "touch",
+        marker.to_str().expect("utf-8 path"),
+    ]);
+    c.kill_controller();
+    c.start();
+    // A job submitted after the restart that runs to the end: the scheduler has had its
+    // passes.
+    let after = c.submit(&["--", "true"]);
+    assert_eq!(c.wait(after), "COMPLETED");
+    let job = c.job(held);
+    assert_eq!(job["state"], "PENDING", "{job}");
+    assert_eq!(job["reason"], "JobHeldUser", "{job}");
+    assert!(!marker.exists(), "the held job ran");
 }
