@@ -504,3 +504,51 @@ fn held_job_stays_held_after_the_controller_is_killed() {
     assert_eq!(job["reason"], "JobHeldUser", "{job}");
     assert!(!marker.exists(), "the held job ran");
 }
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `cadre token create --user USER` as root on the socket: the token's id and secret.
+fn token_for(c: &Cluster, user: &str) -> (u64, String) {
+    let t: Value = serde_json::from_str(&c.ok(&["token", "create", "--user", user, "--json"]))
+        .expect("token JSON");
+    (
+        t["id"].as_u64().expect("token id"),
+        t["token"].as_str().expect("the secret").to_owned(),
+    )
+}
+
+/// Regression: `cadre submit` with a token named the local login name as the job's user,
+/// and the controller refused a token holder submitting as another user (`alice` may not
+/// submit as user `root`).
+#[test]
+fn submit_with_a_token_submits_as_the_tokens_user() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let (_, alice) = token_for(&c, "alice");
+    let server = format!("http://{addr}");
+    let out = c.run(
+        &[
+            "submit",
+            "--server",
+            &server,
+            "--token",
+            &alice,
+            "--parsable",
+            "--hold",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "alice submits: {}", text(&out.stderr));
+    let id: u64 = text(&out.stdout).trim().parse().expect("a job id");
+    let job = c.job(id);
+    assert_eq!(job["user"], "alice", "{job}");
+    assert_eq!(job["account"], "alice", "{job}");
+}
