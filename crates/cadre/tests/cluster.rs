@@ -9,8 +9,11 @@
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long any one wait may take before the test gives up (a hang guard, not a measure).
@@ -56,6 +59,11 @@ fn running(pid: i32) -> bool {
     }
 }
 
+/// Whether the file holds at least one whole line (a writer may be half-way).
+fn has_line(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.contains('\n'))
+}
+
 fn read_pid(path: &Path) -> i32 {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
@@ -64,9 +72,70 @@ fn read_pid(path: &Path) -> i32 {
         .unwrap_or_else(|e| panic!("{} holds `{text}`, not a pid: {e}", path.display()))
 }
 
+/// One HTTP/1.1 exchange on a fresh connection: the status and the body (`null` if empty).
+fn http(
+    mut stream: impl Read + Write,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(req.as_bytes()).expect("request sent");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("answer read");
+    let raw = text(&raw);
+    let (head, rest) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of headers in the answer to {method} {path}: {raw:?}"));
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in the answer to {method} {path}: {head:?}"));
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    let value = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&body).unwrap_or_else(|e| {
+            panic!("the answer to {method} {path} ({status}) is not JSON: {e}: {body:?}")
+        })
+    };
+    (status, value)
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
 /// A cluster in a temporary data directory, stopped when dropped.
 struct Cluster {
     dir: tempfile::TempDir,
+    nodes: u32,
     /// The arguments of `cadre up` (without `--detach`), for a restart.
     up_args: Vec<String>,
     stopped: bool,
@@ -86,6 +155,7 @@ impl Cluster {
         up_args.extend(extra.iter().map(|s| s.to_string()));
         let cluster = Cluster {
             dir,
+            nodes,
             up_args,
             stopped: false,
         };
@@ -95,10 +165,7 @@ impl Cluster {
 
     /// `cadre up --detach` with this cluster's arguments.
     fn start(&self) {
-        let out = self.run(
-            &[&["up", "--detach"][..], &self.up_args_str()[..]].concat(),
-            &[],
-        );
+        let out = self.run(&[&["up", "--detach"][..], &self.up_args_str()[..]].concat());
         assert!(
             out.status.success(),
             "cadre up failed: {}{}",
@@ -106,7 +173,7 @@ impl Cluster {
             self.log()
         );
         let said = text(&out.stdout);
-        let nodes = &self.up_args[1];
+        let nodes = self.nodes;
         assert!(
             said.contains(&format!("{nodes} node(s), {nodes} connected")),
             "not every agent connected: {said}"
@@ -131,20 +198,17 @@ impl Cluster {
         format!("\n--- cadre.log ---\n{log}")
     }
 
-    /// `cadre ARGS` against this cluster (by its data directory), with extra environment.
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    /// `cadre ARGS` against this cluster (by its data directory).
+    fn run(&self, args: &[&str]) -> Output {
         let mut cmd = cadre_command(self.dir());
         // By the environment: an option after `submit`'s `--` would be the command's.
         cmd.args(args).env("CADRE_DATA_DIR", self.dir());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         cmd.output().expect("the cadre binary runs")
     }
 
     /// `cadre ARGS`, which must succeed; its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args, &[]);
+        let out = self.run(args);
         assert!(
             out.status.success(),
             "cadre {args:?} failed ({}): {}{}",
@@ -166,7 +230,7 @@ impl Cluster {
     /// `cadre wait JOB`: the state it ended in, checked against the exit status (0 iff
     /// COMPLETED).
     fn wait(&self, id: u64) -> String {
-        let out = self.run(&["wait", &id.to_string(), "--timeout", "60"], &[]);
+        let out = self.run(&["wait", &id.to_string(), "--timeout", "60"]);
         let said = text(&out.stdout);
         let state = said
             .trim()
@@ -205,6 +269,19 @@ impl Cluster {
             .unwrap_or_else(|| panic!("job {id} is not in `cadre jobs --json`"))
     }
 
+    fn wait_for_state(&self, id: u64, state: &str) {
+        wait_until(&format!("job {id} {state}"), || {
+            self.job(id)["state"] == state
+        });
+    }
+
+    /// One request to the API on the Unix socket (as root: an administrator).
+    fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let sock = std::os::unix::net::UnixStream::connect(self.path("cadre.sock"))
+            .expect("the controller's socket answers");
+        http(sock, method, path, None, body)
+    }
+
     fn controller_pid(&self) -> i32 {
         read_pid(&self.path("cadre.pid"))
     }
@@ -236,7 +313,7 @@ impl Cluster {
     /// `cadre down`, which must succeed.
     fn down(&mut self) {
         self.stopped = true;
-        let out = self.run(&["down"], &[]);
+        let out = self.run(&["down"]);
         assert!(
             out.status.success(),
             "cadre down failed: {}{}",
@@ -252,7 +329,7 @@ impl Drop for Cluster {
             return;
         }
         let agents = self.agent_pids();
-        let out = self.run(&["down"], &[]);
+        let out = self.run(&["down"]);
         if !out.status.success() {
             // Nothing of this test may outlive it: kill what it started, by pid.
             use nix::sys::signal::{Signal, kill};
@@ -426,7 +503,7 @@ fn cancelled_job_ends_cancelled_with_its_processes_gone() {
             shell.display()
         ),
     ]);
-    wait_until("the task writes its pids", || shell.exists());
+    wait_until("the task writes its pids", || has_line(&shell));
     assert_eq!(c.job(id)["state"], "RUNNING");
     let (shell_pid, child_pid) = (read_pid(&shell), read_pid(&child));
     assert!(running(shell_pid) && running(child_pid));
@@ -523,6 +600,29 @@ fn token_for(c: &Cluster, user: &str) -> (u64, String) {
     )
 }
 
+/// `cadre submit --server http://ADDR --token TOKEN --hold -- true`, which must succeed:
+/// the job id.
+fn submit_held_over_tcp(c: &Cluster, addr: &str, token: &str) -> u64 {
+    let server = format!("http://{addr}");
+    let out = c.run(&[
+        "submit",
+        "--server",
+        &server,
+        "--token",
+        token,
+        "--parsable",
+        "--hold",
+        "--",
+        "true",
+    ]);
+    assert!(
+        out.status.success(),
+        "submission with a token: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout).trim().parse().expect("a job id")
+}
+
 /// Regression: `cadre submit` with a token named the local login name as the job's user,
 /// and the controller refused a token holder submitting as another user (`alice` may not
 /// submit as user `root`).
@@ -531,24 +631,210 @@ fn submit_with_a_token_submits_as_the_tokens_user() {
     let addr = format!("127.0.0.1:{}", free_port());
     let c = Cluster::up(1, 0, &["--listen", &addr]);
     let (_, alice) = token_for(&c, "alice");
-    let server = format!("http://{addr}");
-    let out = c.run(
-        &[
-            "submit",
-            "--server",
-            &server,
-            "--token",
-            &alice,
-            "--parsable",
-            "--hold",
-            "--",
-            "true",
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "alice submits: {}", text(&out.stderr));
-    let id: u64 = text(&out.stdout).trim().parse().expect("a job id");
+    let id = submit_held_over_tcp(&c, &addr, &alice);
     let job = c.job(id);
     assert_eq!(job["user"], "alice", "{job}");
     assert_eq!(job["account"], "alice", "{job}");
+}
+
+#[test]
+fn tokens_decide_who_sees_and_changes_what_over_tcp() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", None, None);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthenticated", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+
+    let (_, alice) = token_for(&c, "alice");
+    let (bob_id, bob) = token_for(&c, "bob");
+    let id = submit_held_over_tcp(&c, &addr, &alice);
+    let job = c.job(id);
+    assert_eq!(job["user"], "alice");
+    assert_eq!(job["state"], "PENDING");
+
+    let path = format!("/api/v1/jobs/{id}");
+    let (status, body) = http(tcp(), "DELETE", &path, Some(&bob), None);
+    assert_eq!(status, 403, "bob cancels alice's job: {body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    let (status, body) = http(tcp(), "GET", &path, Some(&bob), None);
+    assert_eq!(status, 403, "bob reads alice's job: {body}");
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["jobs"],
+        serde_json::json!([]),
+        "bob sees no job of alice"
+    );
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&alice), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs"][0]["id"], id, "alice sees her job: {body}");
+
+    let (status, body) = http(
+        tcp(),
+        "POST",
+        "/api/v1/tokens",
+        Some(&bob),
+        Some(r#"{"user":"bob","admin":true}"#),
+    );
+    assert_eq!(status, 403, "a user makes himself a token: {body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+
+    let (status, body) = http(tcp(), "DELETE", &path, Some(&alice), None);
+    assert_eq!(status, 204, "alice cancels her job: {body}");
+    assert_eq!(c.job(id)["state"], "CANCELLED");
+
+    c.ok(&["token", "revoke", &bob_id.to_string()]);
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    assert_eq!(status, 401, "a revoked token: {body}");
+    assert_eq!(body["error"]["code"], "unauthenticated");
+}
+
+/// One submission attempt of the storm: the job id if the controller acknowledged it.
+fn storm_submit(c: &Cluster, ran_dir: &str) -> Option<u64> {
+    let out = c.run(&[
+        "submit",
+        "--parsable",
+        "--hold",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ >> {ran_dir}/ran.$SLURM_JOB_ID"),
+    ]);
+    if !out.status.success() {
+        return None;
+    }
+    Some(text(&out.stdout).trim().parse().expect("a job id"))
+}
+
+#[test]
+fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_twice() {
+    let mut c = Cluster::up(2, 2, &[]);
+    let dir = c.dir().to_str().expect("utf-8 path").to_owned();
+    let long = c.submit(&[
+        "-n",
+        "2",
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--gpus-per-task",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ >> {dir}/long.$SLURM_PROCID; exec sleep 30"),
+    ]);
+    let long_pids = [c.path("long.0"), c.path("long.1")];
+    wait_until("both tasks of the long job write their pids", || {
+        long_pids.iter().all(|p| has_line(p))
+    });
+    c.wait_for_state(long, "RUNNING");
+    let (status, before) = c.api("GET", &format!("/api/v1/jobs/{long}"), None);
+    assert_eq!(status, 200, "{before}");
+    assert!(before["allocation"].is_object(), "{before}");
+    let task_pids: Vec<i32> = long_pids.iter().map(|p| read_pid(p)).collect();
+    let agents = c.agent_pids();
+    let controller = c.controller_pid();
+
+    let acked = Mutex::new(Vec::new());
+    let count = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let (acked, count, c, dir) = (&acked, &count, &c, &dir);
+            s.spawn(move || {
+                for _ in 0..50 {
+                    if let Some(id) = storm_submit(c, dir) {
+                        acked.lock().expect("ids").push(id);
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        wait_until("a hundred submissions acknowledged", || {
+            count.load(Ordering::SeqCst) >= 100
+        });
+        c.kill_controller();
+    });
+    let acked = acked.into_inner().expect("ids");
+    assert!(
+        acked.len() < 400,
+        "every submission was acknowledged: the kill came too late to test anything"
+    );
+
+    c.start();
+    assert_ne!(c.controller_pid(), controller, "a new controller");
+    assert_eq!(
+        c.agent_pids(),
+        agents,
+        "the agents are adopted, not restarted"
+    );
+    for (node, pid) in &agents {
+        assert!(running(*pid), "the agent of {node} (pid {pid}) is gone");
+    }
+
+    let jobs = c.jobs();
+    eprintln!(
+        "{} of 400 submissions acknowledged, {} jobs stored",
+        acked.len(),
+        jobs.len() - 1
+    );
+    let lost: Vec<u64> = acked
+        .iter()
+        .copied()
+        .filter(|id| !jobs.contains_key(id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged jobs lost: {lost:?}");
+
+    let (status, after) = c.api("GET", &format!("/api/v1/jobs/{long}"), None);
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(after["state"], "RUNNING", "{after}");
+    assert_eq!(after["allocation"], before["allocation"]);
+    assert_eq!(after["start_time"], before["start_time"]);
+    assert_eq!(after["requeues"], 0);
+    for (path, pid) in long_pids.iter().zip(&task_pids) {
+        assert_eq!(lines(path).len(), 1, "{} started again", path.display());
+        assert!(running(*pid), "the long job's task {pid} is gone");
+    }
+
+    // Held jobs stay held; release a few and let them run.
+    let storm: Vec<u64> = jobs.keys().copied().filter(|&id| id != long).collect();
+    for id in &storm {
+        assert_eq!(jobs[id]["state"], "PENDING", "job {id}: {}", jobs[id]);
+        assert_eq!(jobs[id]["reason"], "JobHeldUser", "job {id}: {}", jobs[id]);
+    }
+    // The first ones, and the last ones: submitted as the controller was killed.
+    let released: Vec<u64> = [&storm[..3], &storm[storm.len() - 3..]].concat();
+    for id in &released {
+        let (status, body) = c.api("POST", &format!("/api/v1/jobs/{id}/release"), None);
+        assert_eq!(status, 204, "release {id}: {body}");
+    }
+    for &id in &released {
+        assert_eq!(c.wait(id), "COMPLETED");
+        assert_eq!(lines(&c.path(&format!("ran.{id}"))).len(), 1, "job {id}");
+    }
+    for (id, job) in c.jobs() {
+        assert_eq!(job["requeues"], 0, "job {id} was requeued: {job}");
+    }
+    for id in storm.iter().filter(|id| !released.contains(id)) {
+        assert!(!c.path(&format!("ran.{id}")).exists(), "held job {id} ran");
+    }
+    for path in &long_pids {
+        assert_eq!(lines(path).len(), 1, "{} started again", path.display());
+    }
+
+    c.down();
+    for (node, pid) in agents {
+        assert!(!running(pid), "the adopted agent of {node} still runs");
+    }
+    for pid in task_pids {
+        assert!(!running(pid), "the long job's task {pid} still runs");
+    }
+    assert!(!c.path("cadre.sock").exists());
 }
