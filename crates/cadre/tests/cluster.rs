@@ -433,7 +433,7 @@ fn concurrent_jobs_on_one_node_see_disjoint_gpus() {
                   echo \"$CUDA_DEVICE_ORDER\" > order.$SLURM_JOB_ID; i=0; \
                   while [ \"$(ls gpus.* | grep -cv tmp)\" -lt 2 ]; do \
                     i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.1; \
-                  done; sleep 1";
+                  done";
     let dir = c.dir().to_str().expect("utf-8 path").to_owned();
     let submit = || {
         c.submit(&[
