@@ -37,6 +37,7 @@ macro_rules! conformance_suite {
             record_of_an_unknown_job_commits_nothing,
             listing_filters_and_pages,
             unfinished_jobs_survive_reopen,
+            held_submission_is_stored_held,
             nodes_upsert_by_name,
             accounting_keeps_one_row_per_run,
             usage_snapshot_round_trips,
@@ -331,7 +332,12 @@ pub(crate) fn changes_read_back_exactly<H: Harness>(h: &H) {
     let fresh = ok(s.job(id)).expect("submitted job");
     assert_eq!(fresh.spec, spec);
     assert_eq!(fresh.partition, "gpu");
-    assert_eq!(fresh.status, JobStatus::submitted());
+    // The rich spec is submitted held.
+    let submitted = JobStatus {
+        reason: PendingReason::JobHeldUser,
+        ..JobStatus::submitted()
+    };
+    assert_eq!(fresh.status, submitted);
 
     let held = JobStatus {
         reason: PendingReason::Limit("QOSMaxGRESPerUser".into()),
@@ -508,6 +514,28 @@ pub(crate) fn unfinished_jobs_survive_reopen<H: Harness>(h: &H) {
     assert_eq!(open_jobs[1].status.state, JobState::Preempting);
     assert_eq!(open_jobs[1].status.allocation, Some(allocation()));
     assert_eq!(open_jobs[2].status, JobStatus::submitted());
+}
+
+/// Regression: a job submitted held was stored with no hold, and a controller restarted
+/// from the store released it.
+pub(crate) fn held_submission_is_stored_held<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let mut held = new_job("u", "a", "p");
+    held.spec.hold = true;
+    let ids = ok(s.submit_batch(&[held, new_job("u", "a", "p")]));
+    drop(s);
+    let mut s = open(h);
+    let reasons: Vec<(JobId, PendingReason)> = ok(s.unfinished_jobs())
+        .into_iter()
+        .map(|j| (j.id, j.status.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (ids[0], PendingReason::JobHeldUser),
+            (ids[1], PendingReason::None)
+        ]
+    );
 }
 
 pub(crate) fn nodes_upsert_by_name<H: Harness>(h: &H) {

@@ -103,12 +103,15 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
         return Ok(Vec::new());
     }
     let first = take_ids(tx, "job", jobs.len() as u64)?;
-    let status = JobStatus::submitted();
-    let state = enum_text(&status.state);
-    let reason = json("pending reason", first, &status.reason)?;
+    let state = enum_text(&JobStatus::submitted().state);
     let mut ids = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.iter().enumerate() {
         let id = first + i as u64;
+        let reason = json(
+            "pending reason",
+            id,
+            &JobStatus::submitted_as(&job.spec).reason,
+        )?;
         // One statement text for every job and batch size, so that both backends prepare
         // it once per connection (a multi-row INSERT would be a new statement per size).
         tx.execute(
@@ -124,7 +127,7 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
                 time("submit time", job.spec.submit_time)?,
                 Value::Text(json("spec", id, &job.spec)?),
                 Value::Text(state.clone()),
-                Value::Text(reason.clone()),
+                Value::Text(reason),
                 Value::Text(json("run spec", id, &job.run)?),
             ],
         )?;

@@ -63,6 +63,20 @@ impl JobStatus {
             requeues: 0,
         }
     }
+
+    /// The status `spec` is stored with at submission: [`JobStatus::submitted`], held by
+    /// its user if the spec asks to be. A restarted controller reads the hold from the
+    /// stored reason, so a held submission must be stored held.
+    pub fn submitted_as(spec: &JobSpec) -> JobStatus {
+        JobStatus {
+            reason: if spec.hold {
+                PendingReason::JobHeldUser
+            } else {
+                PendingReason::None
+            },
+            ..JobStatus::submitted()
+        }
+    }
 }
 
 /// A job's new status, to be committed before the controller acts on it.

@@ -150,7 +150,13 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
             .unwrap_or(Dur(0)),
         None => Dur(0),
     };
-    let user = current_user();
+    let mut client = conn.client()?;
+    // With a token, the controller takes the caller for the token's user, whoever is
+    // logged in here.
+    let user = match &conn.token {
+        Some(_) => client.get::<WhoAmI>("/whoami")?.user,
+        None => current_user(),
+    };
     let per_task = TaskResources {
         cpus: a.cpus_per_task,
         mem_mib: a.mem_per_task,
@@ -199,7 +205,7 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
     let req = SubmitRequest {
         jobs: vec![JobSubmission { spec, run }],
     };
-    let resp: SubmitResponse = conn.client()?.send(Method::POST, "/jobs", Some(&req))?;
+    let resp: SubmitResponse = client.send(Method::POST, "/jobs", Some(&req))?;
     for id in resp.job_ids {
         if a.parsable {
             println!("{id}");

@@ -1,0 +1,840 @@
+//! Whole clusters started as a user starts them (`cadre up --detach` in a temporary data
+//! directory, agents and emulated GPUs on this machine) and driven through the `cadre`
+//! command line, and through hand-written HTTP/1.1 where the check is about the API's own
+//! answers (status codes, tokens, a job's allocation).
+//!
+//! Each test has its own data directory and cluster; a guard stops the cluster (`cadre
+//! down`) when the test ends, also when it panics. Nothing here asserts a duration: tests
+//! wait for states and files, and the deadlines only keep a broken build from hanging.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long any one wait may take before the test gives up (a hang guard, not a measure).
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// `cadre` with none of the caller's `CADRE_*` variables (a developer's `CADRE_SERVER` or
+/// `CADRE_TOKEN` must not redirect the tests).
+fn cadre_command(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CADRE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Waits until `done` says yes, panicking with `what` after [`DEADLINE`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a process that has not exited. A zombie has exited: orphans are
+/// reparented to this machine's pid 1, which does not reap them.
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Whether the file holds at least one whole line (a writer may be half-way).
+fn has_line(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.contains('\n'))
+}
+
+fn read_pid(path: &Path) -> i32 {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{} holds `{text}`, not a pid: {e}", path.display()))
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: the status and the body (`null` if empty).
+fn http(
+    mut stream: impl Read + Write,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(req.as_bytes()).expect("request sent");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("answer read");
+    let raw = text(&raw);
+    let (head, rest) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of headers in the answer to {method} {path}: {raw:?}"));
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in the answer to {method} {path}: {head:?}"));
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    let value = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&body).unwrap_or_else(|e| {
+            panic!("the answer to {method} {path} ({status}) is not JSON: {e}: {body:?}")
+        })
+    };
+    (status, value)
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
+/// A cluster in a temporary data directory, stopped when dropped.
+struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: u32,
+    /// The arguments of `cadre up` (without `--detach`), for a restart.
+    up_args: Vec<String>,
+    stopped: bool,
+}
+
+impl Cluster {
+    /// `cadre up --detach --nodes N --gpus-per-node G EXTRA...`, ready (every agent
+    /// connected) when this returns.
+    fn up(nodes: u32, gpus_per_node: u32, extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut up_args = vec![
+            "--nodes".to_owned(),
+            nodes.to_string(),
+            "--gpus-per-node".to_owned(),
+            gpus_per_node.to_string(),
+        ];
+        up_args.extend(extra.iter().map(|s| s.to_string()));
+        let cluster = Cluster {
+            dir,
+            nodes,
+            up_args,
+            stopped: false,
+        };
+        cluster.start();
+        cluster
+    }
+
+    /// `cadre up --detach` with this cluster's arguments.
+    fn start(&self) {
+        let out = self.run(&[&["up", "--detach"][..], &self.up_args_str()[..]].concat());
+        assert!(
+            out.status.success(),
+            "cadre up failed: {}{}",
+            text(&out.stderr),
+            self.log()
+        );
+        let said = text(&out.stdout);
+        let nodes = self.nodes;
+        assert!(
+            said.contains(&format!("{nodes} node(s), {nodes} connected")),
+            "not every agent connected: {said}"
+        );
+    }
+
+    fn up_args_str(&self) -> Vec<&str> {
+        self.up_args.iter().map(String::as_str).collect()
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir().join(name)
+    }
+
+    /// The controller's log, for failure messages.
+    fn log(&self) -> String {
+        let log = std::fs::read_to_string(self.path("cadre.log")).unwrap_or_default();
+        format!("\n--- cadre.log ---\n{log}")
+    }
+
+    /// `cadre ARGS` against this cluster (by its data directory).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = cadre_command(self.dir());
+        // By the environment: an option after `submit`'s `--` would be the command's.
+        cmd.args(args).env("CADRE_DATA_DIR", self.dir());
+        cmd.output().expect("the cadre binary runs")
+    }
+
+    /// `cadre ARGS`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "cadre {args:?} failed ({}): {}{}",
+            out.status,
+            text(&out.stderr),
+            self.log()
+        );
+        text(&out.stdout)
+    }
+
+    /// `cadre submit --parsable ARGS`: the job id.
+    fn submit(&self, args: &[&str]) -> u64 {
+        let out = self.ok(&[&["submit", "--parsable"][..], args].concat());
+        out.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("submit printed `{out}`, not a job id: {e}"))
+    }
+
+    /// `cadre wait JOB`: the state it ended in, checked against the exit status (0 iff
+    /// COMPLETED).
+    fn wait(&self, id: u64) -> String {
+        let out = self.run(&["wait", &id.to_string(), "--timeout", "60"]);
+        let said = text(&out.stdout);
+        let state = said
+            .trim()
+            .strip_prefix(&format!("job {id} "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "cadre wait {id} printed `{said}`: {}{}",
+                    text(&out.stderr),
+                    self.log()
+                )
+            })
+            .to_owned();
+        assert_eq!(
+            out.status.success(),
+            state == "COMPLETED",
+            "cadre wait {id} exits 0 iff the job COMPLETED (it is {state})"
+        );
+        state
+    }
+
+    /// `cadre jobs --json`, by id.
+    fn jobs(&self) -> BTreeMap<u64, Value> {
+        let out = self.ok(&["jobs", "--json"]);
+        let list: Value = serde_json::from_str(&out).expect("cadre jobs --json prints JSON");
+        list["jobs"]
+            .as_array()
+            .expect("a list of jobs")
+            .iter()
+            .map(|j| (j["id"].as_u64().expect("a job id"), j.clone()))
+            .collect()
+    }
+
+    fn job(&self, id: u64) -> Value {
+        self.jobs()
+            .remove(&id)
+            .unwrap_or_else(|| panic!("job {id} is not in `cadre jobs --json`"))
+    }
+
+    fn wait_for_state(&self, id: u64, state: &str) {
+        wait_until(&format!("job {id} {state}"), || {
+            self.job(id)["state"] == state
+        });
+    }
+
+    /// One request to the API on the Unix socket (as root: an administrator).
+    fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let sock = std::os::unix::net::UnixStream::connect(self.path("cadre.sock"))
+            .expect("the controller's socket answers");
+        http(sock, method, path, None, body)
+    }
+
+    fn controller_pid(&self) -> i32 {
+        read_pid(&self.path("cadre.pid"))
+    }
+
+    /// `kill -9` of the controller; returns once it has exited.
+    fn kill_controller(&self) {
+        let pid = self.controller_pid();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("the controller is killed");
+        wait_until("the killed controller exits", || !running(pid));
+    }
+
+    /// The agents' pids, by node, from their pid files.
+    fn agent_pids(&self) -> BTreeMap<String, i32> {
+        let mut pids = BTreeMap::new();
+        for entry in std::fs::read_dir(self.path("agents")).expect("agents directory") {
+            let path = entry.expect("directory entry").path();
+            if path.extension().is_some_and(|x| x == "pid") {
+                let node = path.file_stem().expect("a name").to_string_lossy();
+                pids.insert(node.into_owned(), read_pid(&path));
+            }
+        }
+        pids
+    }
+
+    /// `cadre down`, which must succeed.
+    fn down(&mut self) {
+        self.stopped = true;
+        let out = self.run(&["down"]);
+        assert!(
+            out.status.success(),
+            "cadre down failed: {}{}",
+            text(&out.stderr),
+            self.log()
+        );
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let agents = self.agent_pids();
+        let out = self.run(&["down"]);
+        if !out.status.success() {
+            // Nothing of this test may outlive it: kill what it started, by pid.
+            use nix::sys::signal::{Signal, kill};
+            use nix::unistd::Pid;
+            if let Ok(text) = std::fs::read_to_string(self.path("cadre.pid"))
+                && let Ok(pid) = text.trim().parse()
+            {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            for pid in agents.values() {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `KEY=value` lines a task printed.
+fn env_of(path: &Path) -> BTreeMap<String, String> {
+    lines(path)
+        .into_iter()
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
+#[test]
+fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
+    let mut c = Cluster::up(4, 2, &[]);
+    let agents = c.agent_pids();
+    assert_eq!(agents.len(), 4, "one agent per node: {agents:?}");
+    let pattern = c.path("rank-%t.out");
+    let id = c.submit(&[
+        "-n",
+        "4",
+        "--ntasks-per-node",
+        "1",
+        "--gpus-per-task",
+        "1",
+        "-o",
+        pattern.to_str().expect("utf-8 path"),
+        "--",
+        "sh",
+        "-c",
+        "for v in SLURM_PROCID SLURM_NODEID SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_NTASKS \
+         CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER; do eval echo $v=\\$$v; done",
+    ]);
+    assert_eq!(c.wait(id), "COMPLETED");
+
+    let mut nodes = BTreeSet::new();
+    let mut node_ids = BTreeSet::new();
+    for rank in 0..4 {
+        let env = env_of(&c.path(&format!("rank-{rank}.out")));
+        assert_eq!(env["SLURM_PROCID"], rank.to_string(), "{env:?}");
+        assert_eq!(env["SLURM_JOB_NODELIST"], "node[001-004]", "{env:?}");
+        assert_eq!(env["SLURM_NTASKS"], "4", "{env:?}");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID", "{env:?}");
+        let gpus: Vec<&str> = env["CUDA_VISIBLE_DEVICES"].split(',').collect();
+        assert_eq!(gpus.len(), 1, "one GPU per task: {env:?}");
+        assert!(
+            ["0", "1"].contains(&gpus[0]),
+            "a GPU of a 2-GPU node: {env:?}"
+        );
+        nodes.insert(env["SLURMD_NODENAME"].clone());
+        node_ids.insert(env["SLURM_NODEID"].clone());
+    }
+    let want: BTreeSet<String> = (1..=4).map(|n| format!("node00{n}")).collect();
+    assert_eq!(nodes, want, "each rank on its own node");
+    assert_eq!(node_ids, ["0", "1", "2", "3"].map(String::from).into());
+    let job = c.job(id);
+    assert_eq!(job["nodes"], "node[001-004]");
+    assert_eq!(job["exit_code"], 0);
+
+    c.down();
+    assert!(
+        !c.path("cadre.sock").exists(),
+        "cadre down removes the socket"
+    );
+    assert!(
+        !c.path("cadre.pid").exists(),
+        "cadre down removes the pid file"
+    );
+    for (node, pid) in agents {
+        assert!(!running(pid), "the agent of {node} (pid {pid}) still runs");
+    }
+}
+
+#[test]
+fn concurrent_jobs_on_one_node_see_disjoint_gpus() {
+    let c = Cluster::up(1, 4, &[]);
+    // Each job records its GPUs, then waits until the other has too: both COMPLETED means
+    // they ran at the same time (a job that waits alone gives up and fails).
+    let script = "echo \"$CUDA_VISIBLE_DEVICES\" > gpus.$SLURM_JOB_ID.tmp && \
+                  mv gpus.$SLURM_JOB_ID.tmp gpus.$SLURM_JOB_ID; \
+                  echo \"$CUDA_DEVICE_ORDER\" > order.$SLURM_JOB_ID; i=0; \
+                  while [ \"$(ls gpus.* | grep -cv tmp)\" -lt 2 ]; do \
+                    i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.1; \
+                  done";
+    let dir = c.dir().to_str().expect("utf-8 path").to_owned();
+    let submit = || {
+        c.submit(&[
+            "-n",
+            "1",
+            "--gpus-per-task",
+            "2",
+            "-D",
+            &dir,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+    };
+    let (a, b) = (submit(), submit());
+    assert_eq!(c.wait(a), "COMPLETED", "job {a} ran alone");
+    assert_eq!(c.wait(b), "COMPLETED", "job {b} ran alone");
+    let devices = |id: u64| -> BTreeSet<String> {
+        let line = lines(&c.path(&format!("gpus.{id}"))).join("");
+        let set: BTreeSet<String> = line.split(',').map(str::to_owned).collect();
+        assert_eq!(set.len(), 2, "job {id} sees two GPUs: `{line}`");
+        set
+    };
+    let (ga, gb) = (devices(a), devices(b));
+    assert!(
+        ga.is_disjoint(&gb),
+        "jobs {a} and {b} share GPUs: {ga:?} {gb:?}"
+    );
+    let all: BTreeSet<String> = ga.union(&gb).cloned().collect();
+    assert_eq!(all, ["0", "1", "2", "3"].map(String::from).into());
+    for id in [a, b] {
+        assert_eq!(lines(&c.path(&format!("order.{id}"))), ["PCI_BUS_ID"]);
+    }
+}
+
+#[test]
+fn time_limit_ends_a_job_as_timeout_and_stops_its_process() {
+    let c = Cluster::up(1, 0, &[]);
+    let pid_file = c.path("task.pid");
+    let id = c.submit(&[
+        "-t",
+        "0:02",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+    ]);
+    assert_eq!(c.wait(id), "TIMEOUT");
+    assert_eq!(c.job(id)["state"], "TIMEOUT");
+    assert_eq!(c.job(id)["time_limit"], 2);
+    let pid = read_pid(&pid_file);
+    assert!(!running(pid), "the timed-out task (pid {pid}) still runs");
+}
+
+#[test]
+fn cancelled_job_ends_cancelled_with_its_processes_gone() {
+    let c = Cluster::up(1, 0, &[]);
+    let (shell, child) = (c.path("shell.pid"), c.path("child.pid"));
+    let id = c.submit(&[
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "sleep 60 & echo $! > {}; echo $$ > {}; wait",
+            child.display(),
+            shell.display()
+        ),
+    ]);
+    wait_until("the task writes its pids", || has_line(&shell));
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    let (shell_pid, child_pid) = (read_pid(&shell), read_pid(&child));
+    assert!(running(shell_pid) && running(child_pid));
+    c.ok(&["cancel", &id.to_string()]);
+    assert_eq!(c.wait(id), "CANCELLED");
+    // The shell is the agent's child, reaped by it; its own child is an orphan by now.
+    assert!(
+        !Path::new(&format!("/proc/{shell_pid}")).exists(),
+        "the task (pid {shell_pid}) is still there after its job ended"
+    );
+    assert!(
+        !running(child_pid),
+        "the task's child (pid {child_pid}) still runs after its job ended"
+    );
+}
+
+#[test]
+fn failing_command_ends_failed_with_its_exit_code() {
+    let c = Cluster::up(1, 0, &[]);
+    let id = c.submit(&["--", "sh", "-c", "exit 3"]);
+    assert_eq!(c.wait(id), "FAILED");
+    let job = c.job(id);
+    assert_eq!(job["state"], "FAILED");
+    assert_eq!(job["exit_code"], 3);
+}
+
+#[test]
+fn gang_larger_than_the_cluster_stays_pending_and_never_starts() {
+    let c = Cluster::up(2, 2, &[]);
+    let marker = c.path("started");
+    // Three tasks of 2 GPUs: each fits a node, the gang does not fit the 4 GPUs.
+    let big = c.submit(&[
+        "-n",
+        "3",
+        "--gpus-per-task",
+        "2",
+        "--",
+        "touch",
+        marker.to_str().expect("utf-8 path"),
+    ]);
+    // A job submitted after it that runs to the end: the scheduler has had its passes.
+    let small = c.submit(&["--gpus-per-task", "1", "--", "true"]);
+    assert_eq!(c.wait(small), "COMPLETED");
+    let job = c.job(big);
+    assert_eq!(job["state"], "PENDING");
+    let reason = job["reason"].as_str().expect("a reason");
+    assert!(!reason.is_empty() && reason != "None", "reason `{reason}`");
+    let explained: Value =
+        serde_json::from_str(&c.ok(&["explain", &big.to_string(), "--json"])).expect("JSON");
+    assert_eq!(explained["reason"], reason);
+    assert!(!marker.exists(), "a task of the gang that cannot fit ran");
+    assert_eq!(job["start_time"], Value::Null);
+}
+
+/// Regression: a job submitted with `--hold` was stored with no hold in its status, so a
+/// controller restarted after a crash released it, and it ran.
+#[test]
+fn held_job_stays_held_after_the_controller_is_killed() {
+    let c = Cluster::up(1, 0, &[]);
+    let marker = c.path("held-job-ran");
+    let held = c.submit(&[
+        "--hold",
+        "--",
+        "touch",
+        marker.to_str().expect("utf-8 path"),
+    ]);
+    c.kill_controller();
+    c.start();
+    // A job submitted after the restart that runs to the end: the scheduler has had its
+    // passes.
+    let after = c.submit(&["--", "true"]);
+    assert_eq!(c.wait(after), "COMPLETED");
+    let job = c.job(held);
+    assert_eq!(job["state"], "PENDING", "{job}");
+    assert_eq!(job["reason"], "JobHeldUser", "{job}");
+    assert!(!marker.exists(), "the held job ran");
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `cadre token create --user USER` as root on the socket: the token's id and secret.
+fn token_for(c: &Cluster, user: &str) -> (u64, String) {
+    let t: Value = serde_json::from_str(&c.ok(&["token", "create", "--user", user, "--json"]))
+        .expect("token JSON");
+    (
+        t["id"].as_u64().expect("token id"),
+        t["token"].as_str().expect("the secret").to_owned(),
+    )
+}
+
+/// `cadre submit --server http://ADDR --token TOKEN --hold -- true`, which must succeed:
+/// the job id.
+fn submit_held_over_tcp(c: &Cluster, addr: &str, token: &str) -> u64 {
+    let server = format!("http://{addr}");
+    let out = c.run(&[
+        "submit",
+        "--server",
+        &server,
+        "--token",
+        token,
+        "--parsable",
+        "--hold",
+        "--",
+        "true",
+    ]);
+    assert!(
+        out.status.success(),
+        "submission with a token: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout).trim().parse().expect("a job id")
+}
+
+/// Regression: `cadre submit` with a token named the local login name as the job's user,
+/// and the controller refused a token holder submitting as another user (`alice` may not
+/// submit as user `root`).
+#[test]
+fn submit_with_a_token_submits_as_the_tokens_user() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let (_, alice) = token_for(&c, "alice");
+    let id = submit_held_over_tcp(&c, &addr, &alice);
+    let job = c.job(id);
+    assert_eq!(job["user"], "alice", "{job}");
+    assert_eq!(job["account"], "alice", "{job}");
+}
+
+#[test]
+fn tokens_decide_who_sees_and_changes_what_over_tcp() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", None, None);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthenticated", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+
+    let (_, alice) = token_for(&c, "alice");
+    let (bob_id, bob) = token_for(&c, "bob");
+    let id = submit_held_over_tcp(&c, &addr, &alice);
+    let job = c.job(id);
+    assert_eq!(job["user"], "alice");
+    assert_eq!(job["state"], "PENDING");
+
+    let path = format!("/api/v1/jobs/{id}");
+    let (status, body) = http(tcp(), "DELETE", &path, Some(&bob), None);
+    assert_eq!(status, 403, "bob cancels alice's job: {body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    let (status, body) = http(tcp(), "GET", &path, Some(&bob), None);
+    assert_eq!(status, 403, "bob reads alice's job: {body}");
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["jobs"],
+        serde_json::json!([]),
+        "bob sees no job of alice"
+    );
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&alice), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs"][0]["id"], id, "alice sees her job: {body}");
+
+    let (status, body) = http(
+        tcp(),
+        "POST",
+        "/api/v1/tokens",
+        Some(&bob),
+        Some(r#"{"user":"bob","admin":true}"#),
+    );
+    assert_eq!(status, 403, "a user makes himself a token: {body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+
+    let (status, body) = http(tcp(), "DELETE", &path, Some(&alice), None);
+    assert_eq!(status, 204, "alice cancels her job: {body}");
+    assert_eq!(c.job(id)["state"], "CANCELLED");
+
+    c.ok(&["token", "revoke", &bob_id.to_string()]);
+    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    assert_eq!(status, 401, "a revoked token: {body}");
+    assert_eq!(body["error"]["code"], "unauthenticated");
+}
+
+/// One submission attempt of the storm: the job id if the controller acknowledged it.
+fn storm_submit(c: &Cluster, ran_dir: &str) -> Option<u64> {
+    let out = c.run(&[
+        "submit",
+        "--parsable",
+        "--hold",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ >> {ran_dir}/ran.$SLURM_JOB_ID"),
+    ]);
+    if !out.status.success() {
+        return None;
+    }
+    Some(text(&out.stdout).trim().parse().expect("a job id"))
+}
+
+#[test]
+fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_twice() {
+    let mut c = Cluster::up(2, 2, &[]);
+    let dir = c.dir().to_str().expect("utf-8 path").to_owned();
+    let long = c.submit(&[
+        "-n",
+        "2",
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--gpus-per-task",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ >> {dir}/long.$SLURM_PROCID; exec sleep 30"),
+    ]);
+    let long_pids = [c.path("long.0"), c.path("long.1")];
+    wait_until("both tasks of the long job write their pids", || {
+        long_pids.iter().all(|p| has_line(p))
+    });
+    c.wait_for_state(long, "RUNNING");
+    let (status, before) = c.api("GET", &format!("/api/v1/jobs/{long}"), None);
+    assert_eq!(status, 200, "{before}");
+    assert!(before["allocation"].is_object(), "{before}");
+    let task_pids: Vec<i32> = long_pids.iter().map(|p| read_pid(p)).collect();
+    let agents = c.agent_pids();
+    let controller = c.controller_pid();
+
+    let acked = Mutex::new(Vec::new());
+    let count = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let (acked, count, c, dir) = (&acked, &count, &c, &dir);
+            s.spawn(move || {
+                for _ in 0..50 {
+                    if let Some(id) = storm_submit(c, dir) {
+                        acked.lock().expect("ids").push(id);
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        wait_until("a hundred submissions acknowledged", || {
+            count.load(Ordering::SeqCst) >= 100
+        });
+        c.kill_controller();
+    });
+    let acked = acked.into_inner().expect("ids");
+    assert!(
+        acked.len() < 400,
+        "every submission was acknowledged: the kill came too late to test anything"
+    );
+
+    c.start();
+    assert_ne!(c.controller_pid(), controller, "a new controller");
+    assert_eq!(
+        c.agent_pids(),
+        agents,
+        "the agents are adopted, not restarted"
+    );
+    for (node, pid) in &agents {
+        assert!(running(*pid), "the agent of {node} (pid {pid}) is gone");
+    }
+
+    let jobs = c.jobs();
+    eprintln!(
+        "{} of 400 submissions acknowledged, {} jobs stored",
+        acked.len(),
+        jobs.len() - 1
+    );
+    let lost: Vec<u64> = acked
+        .iter()
+        .copied()
+        .filter(|id| !jobs.contains_key(id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged jobs lost: {lost:?}");
+
+    let (status, after) = c.api("GET", &format!("/api/v1/jobs/{long}"), None);
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(after["state"], "RUNNING", "{after}");
+    assert_eq!(after["allocation"], before["allocation"]);
+    assert_eq!(after["start_time"], before["start_time"]);
+    assert_eq!(after["requeues"], 0);
+    for (path, pid) in long_pids.iter().zip(&task_pids) {
+        assert_eq!(lines(path).len(), 1, "{} started again", path.display());
+        assert!(running(*pid), "the long job's task {pid} is gone");
+    }
+
+    // Held jobs stay held; release a few and let them run.
+    let storm: Vec<u64> = jobs.keys().copied().filter(|&id| id != long).collect();
+    for id in &storm {
+        assert_eq!(jobs[id]["state"], "PENDING", "job {id}: {}", jobs[id]);
+        assert_eq!(jobs[id]["reason"], "JobHeldUser", "job {id}: {}", jobs[id]);
+    }
+    // The first ones, and the last ones: submitted as the controller was killed.
+    let released: Vec<u64> = [&storm[..3], &storm[storm.len() - 3..]].concat();
+    for id in &released {
+        let (status, body) = c.api("POST", &format!("/api/v1/jobs/{id}/release"), None);
+        assert_eq!(status, 204, "release {id}: {body}");
+    }
+    for &id in &released {
+        assert_eq!(c.wait(id), "COMPLETED");
+        assert_eq!(lines(&c.path(&format!("ran.{id}"))).len(), 1, "job {id}");
+    }
+    for (id, job) in c.jobs() {
+        assert_eq!(job["requeues"], 0, "job {id} was requeued: {job}");
+    }
+    for id in storm.iter().filter(|id| !released.contains(id)) {
+        assert!(!c.path(&format!("ran.{id}")).exists(), "held job {id} ran");
+    }
+    for path in &long_pids {
+        assert_eq!(lines(path).len(), 1, "{} started again", path.display());
+    }
+
+    c.down();
+    for (node, pid) in agents {
+        assert!(!running(pid), "the adopted agent of {node} still runs");
+    }
+    for pid in task_pids {
+        assert!(!running(pid), "the long job's task {pid} still runs");
+    }
+    assert!(!c.path("cadre.sock").exists());
+}
