@@ -52,9 +52,10 @@ pub struct SubmitArgs {
     /// The job's name (default: the program's name).
     #[arg(short = 'J', long)]
     pub name: Option<String>,
-    /// Tasks (ranks) of the job.
-    #[arg(short = 'n', long, default_value_t = 1)]
-    pub ntasks: u32,
+    /// Tasks (ranks) of the job (default: nodes x tasks per node, one per node with
+    /// --nodes alone, else 1).
+    #[arg(short = 'n', long)]
+    pub ntasks: Option<u32>,
     /// Exactly this many nodes.
     #[arg(short = 'N', long)]
     pub nodes: Option<u32>,
@@ -166,7 +167,12 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
     let mut spec = JobSpec::simple(
         &user,
         a.account.as_deref().unwrap_or(&user),
-        a.ntasks,
+        a.ntasks
+            .unwrap_or_else(|| match (a.nodes, a.ntasks_per_node) {
+                (Some(n), Some(k)) => n * k,
+                (Some(n), None) => n,
+                _ => 1,
+            }),
         per_task,
         time_limit,
     );
