@@ -306,15 +306,7 @@ async fn read_store<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&mut dyn cadre_store::Store) -> Result<T, cadre_store::StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let store = st.reads.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut guard = store
-            .lock()
-            .map_err(|_| ApiError::new(ErrorCode::Internal, "store handle poisoned"))?;
-        f(guard.as_mut()).map_err(ApiError::from)
-    })
-    .await
-    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
+    st.reads.with(f).await
 }
 
 async fn views(st: &AppState, jobs: Vec<StoredJob>, full: bool) -> Result<Vec<JobView>, ApiError> {

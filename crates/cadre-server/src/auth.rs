@@ -8,11 +8,12 @@
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
 use cadre_proto::api::ErrorCode;
-use cadre_store::{Store, TokenHash};
+use cadre_store::TokenHash;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::engine::ApiError;
+use crate::state::ReadStore;
 
 /// Where a connection comes from.
 #[derive(Clone, Debug)]
@@ -64,7 +65,7 @@ impl Via {
 
 /// What authentication needs: the token store and who owns the cluster.
 pub struct Authenticator {
-    pub tokens: Arc<Mutex<Box<dyn Store>>>,
+    pub tokens: ReadStore,
     /// The uid the controller runs as: its user is an administrator.
     pub owner_uid: u32,
     /// The agents' shared key.
@@ -105,16 +106,7 @@ impl Authenticator {
     ) -> Result<Principal, ApiError> {
         if let Some(token) = bearer(authorization) {
             let hash = TokenHash::of(token);
-            let store = self.tokens.clone();
-            let found = tokio::task::spawn_blocking(move || {
-                store
-                    .lock()
-                    .map_err(|_| ApiError::new(ErrorCode::Internal, "token store poisoned"))?
-                    .active_token(&hash)
-                    .map_err(ApiError::from)
-            })
-            .await
-            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))??;
+            let found = self.tokens.with(move |s| s.active_token(&hash)).await?;
             return match found {
                 Some(t) => Ok(Principal {
                     user: t.user,

@@ -23,7 +23,7 @@ pub mod state;
 use crate::auth::{Authenticator, Peer};
 use crate::engine::{Command, Engine, EngineConfig, EngineHandle, RecoverError};
 use crate::metrics::Metrics;
-use crate::state::AppState;
+use crate::state::{AppState, ReadStore};
 use cadre_core::cluster::Cluster;
 use cadre_core::policy::Policy;
 use cadre_core::scheduler::{CoreError, Scheduler};
@@ -32,7 +32,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the controller runs with.
@@ -111,8 +111,6 @@ pub async fn serve(
             source,
         })
     };
-    let writer = open(&config.database)?;
-    let reads = Arc::new(Mutex::new(open(&config.database)?));
     let sched = Scheduler::new(config.cluster.clone(), config.policy.clone())
         .map_err(ServerError::Scheduler)?;
     let metrics = Arc::new(Metrics::new());
@@ -121,7 +119,20 @@ pub async fn serve(
         sched_interval: config.sched_interval,
         emulated_gpus: config.emulated_gpus,
     };
-    let engine = Engine::recover(sched, writer, engine_config, metrics.clone())?;
+    // Stores block (PostgreSQL's client on a runtime of its own): open them and rebuild
+    // the engine off the async threads.
+    let (engine, reads) = {
+        let database = config.database.clone();
+        let metrics = metrics.clone();
+        tokio::task::spawn_blocking(move || -> Result<_, ServerError> {
+            let writer = open(&database)?;
+            let reads = ReadStore::new(open(&database)?);
+            let engine = Engine::recover(sched, writer, engine_config, metrics)?;
+            Ok((engine, reads))
+        })
+        .await
+        .map_err(|_| ServerError::EnginePanicked)??
+    };
     let socket = bind_socket(&config.socket).await?;
     let tcp = match config.listen {
         Some(addr) => Some(
@@ -150,7 +161,7 @@ pub async fn serve(
             owner_uid: nix::unistd::geteuid().as_raw(),
             agent_key: config.agent_key.clone(),
         }),
-        reads,
+        reads: reads.clone(),
         metrics,
     };
     let app = api::router(state);
@@ -198,6 +209,7 @@ pub async fn serve(
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }
     let _ = std::fs::remove_file(&config.socket);
+    reads.close().await;
     drop(handle);
     match tokio::task::spawn_blocking(move || engine_thread.join()).await {
         Ok(Ok(Ok(()))) => Ok(()),

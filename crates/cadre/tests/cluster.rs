@@ -838,3 +838,64 @@ fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_
     }
     assert!(!c.path("cadre.sock").exists());
 }
+
+/// The test PostgreSQL server's URL (`.ci/run` starts one and sets it; CI must have it).
+fn postgres_url() -> Option<String> {
+    match std::env::var("CADRE_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CADRE_TEST_POSTGRES is unset in CI: .ci/run starts a server and sets it"
+            );
+            None
+        }
+    }
+}
+
+/// The production store behind the same controller: `cadre up --database postgres://...`
+/// runs a job, writes it to PostgreSQL (and no SQLite file), and a restart finds it there.
+#[test]
+fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let schema = format!("cadre_cluster_test_{}", std::process::id());
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("test database");
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .expect("test schema");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let database = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    let mut c = Cluster::up(1, 1, &["--database", &database]);
+    let id = c.submit(&["--gpus-per-task", "1", "--", "true"]);
+    assert_eq!(c.wait(id), "COMPLETED");
+    assert!(
+        !c.path("cadre.db").exists(),
+        "an SQLite file was made beside a PostgreSQL store"
+    );
+    let row = admin
+        .query_one(
+            &format!("SELECT state, requeues FROM {schema}.jobs WHERE id = $1"),
+            &[&i64::try_from(id).expect("small id")],
+        )
+        .expect("the job's row in PostgreSQL");
+    assert_eq!(row.get::<_, String>(0), "COMPLETED");
+    assert_eq!(row.get::<_, i64>(1), 0);
+    let runs: i64 = admin
+        .query_one(
+            &format!("SELECT COUNT(*) FROM {schema}.job_runs WHERE job_id = $1"),
+            &[&i64::try_from(id).expect("small id")],
+        )
+        .expect("accounting rows")
+        .get(0);
+    assert_eq!(runs, 1, "one accounting row for one run");
+    // A restart reads the same store.
+    c.kill_controller();
+    c.start();
+    assert_eq!(c.job(id)["state"], "COMPLETED");
+    c.down();
+    let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+}
