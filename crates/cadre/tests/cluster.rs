@@ -899,3 +899,42 @@ fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
     c.down();
     let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
 }
+
+/// `/metrics` of a running cluster: jobs by state, GPUs (emulated, allocated), and which
+/// job holds which GPU.
+#[test]
+fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
+    let c = Cluster::up(1, 2, &[]);
+    let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "30"]);
+    c.wait_for_state(id, "RUNNING");
+    let mut sock = std::os::unix::net::UnixStream::connect(c.path("cadre.sock"))
+        .expect("the controller's socket answers");
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n\r\n")
+        .expect("request sent");
+    let mut raw = String::new();
+    sock.read_to_string(&mut raw).expect("answer read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    let user = String::from_utf8_lossy(
+        &Command::new("id")
+            .arg("-un")
+            .output()
+            .expect("id runs")
+            .stdout,
+    )
+    .trim()
+    .to_owned();
+    for line in [
+        "cadre_gpus{partition=\"gpu\"} 2".to_owned(),
+        "cadre_gpus_emulated{partition=\"gpu\"} 2".to_owned(),
+        "cadre_gpus_allocated{partition=\"gpu\"} 1.0".to_owned(),
+        "cadre_jobs{state=\"RUNNING\",partition=\"gpu\"} 1".to_owned(),
+        "cadre_jobs_submitted_total 1".to_owned(),
+        "cadre_nodes{state=\"mixed\"} 1".to_owned(),
+        format!("cadre_gpu_job_info{{node=\"node001\",gpu=\"0\",job=\"{id}\",user=\"{user}\"}} 1"),
+    ] {
+        assert!(raw.lines().any(|l| l == line), "no `{line}` in:\n{raw}");
+    }
+    assert!(raw.contains("cadre_scheduler_cycle_seconds_count"));
+    assert!(raw.trim_end().ends_with("# EOF"));
+    c.ok(&["cancel", &id.to_string()]);
+}
