@@ -9,6 +9,7 @@
 use crate::resources::{Amounts, TaskResources};
 use crate::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A job's id, assigned by the caller (the store, or a trace) before the core sees it.
@@ -194,6 +195,12 @@ pub struct JobSpec {
     /// Put each task of the job on a different node (`podAntiAffinity` on hostname).
     #[serde(default)]
     pub one_task_per_node: bool,
+    /// What front ends record and the scheduler never looks at: the options a Slurm
+    /// script gave that cadre keeps only to show them back (`--comment`, `--mail-type`,
+    /// the form a memory request took, ...), a manifest's labels and annotations. Keys are
+    /// namespaced by their front end (`slurm.comment`, `k8s.label/team`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 fn yes() -> bool {
@@ -240,6 +247,7 @@ impl JobSpec {
             features: Vec::new(),
             node_selector: Vec::new(),
             one_task_per_node: false,
+            annotations: BTreeMap::new(),
         }
     }
 

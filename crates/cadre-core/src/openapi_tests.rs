@@ -45,13 +45,17 @@ fn job_spec_schema_has_serde_field_names_and_requires_only_fields_without_defaul
     );
     assert_eq!(spec["additionalProperties"], false, "deny_unknown_fields");
     // Every key serde writes is a property of the schema, and no other.
-    let sample = crate::job::JobSpec::simple(
+    let mut sample = crate::job::JobSpec::simple(
         "u",
         "a",
         1,
         crate::resources::TaskResources::default(),
         crate::time::Dur(60),
     );
+    // Left out of the JSON when empty.
+    sample
+        .annotations
+        .insert("slurm.comment".into(), "x".into());
     let written = serde_json::to_value(&sample).expect("a spec serializes");
     let mut keys: Vec<&String> = written.as_object().expect("an object").keys().collect();
     let mut props: Vec<&String> = spec["properties"]

@@ -23,6 +23,11 @@ pub struct JobSubmission {
     /// administrator; `submit_time` is set by the controller.
     pub spec: JobSpec,
     pub run: RunSpec,
+    /// For a task of a job array: the position in this request of the array's first task.
+    /// The controller sets `spec.array.array_job` to that task's id (an array's id is its
+    /// first task's, as in Slurm), which the submitter cannot know before the commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_of: Option<usize>,
 }
 
 /// `POST /jobs`: one job, or several committed together (all, or none).

@@ -174,8 +174,27 @@ async fn submit(
     if req.jobs.is_empty() {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "no jobs given"));
     }
-    let mut jobs = Vec::with_capacity(req.jobs.len());
-    for (i, JobSubmission { mut spec, run }) in req.jobs.into_iter().enumerate() {
+    let count = req.jobs.len();
+    let mut jobs = Vec::with_capacity(count);
+    for (
+        i,
+        JobSubmission {
+            mut spec,
+            run,
+            array_of,
+        },
+    ) in req.jobs.into_iter().enumerate()
+    {
+        if let Some(p) = array_of
+            && (p >= count || spec.array.is_none())
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "jobs[{i}].array_of: {p} must name a job of this request ({count} jobs), and the job must have `spec.array`"
+                ),
+            ));
+        }
         if spec.user.is_empty() || (!who.admin && spec.user != who.user) {
             if !spec.user.is_empty() && spec.user != who.user {
                 return Err(ApiError::new(
@@ -194,6 +213,7 @@ async fn submit(
             partition: spec.partition.clone().unwrap_or_default(),
             spec,
             run,
+            array_of,
         });
     }
     let job_ids = st

@@ -556,21 +556,30 @@ impl Engine {
                 None => accepted.push((jobs, reply)),
             }
         }
-        let all: Vec<NewJob> = accepted
-            .iter()
-            .flat_map(|(jobs, _)| jobs.iter().cloned())
-            .collect();
+        // One batch for every request; array positions become positions in the batch.
+        let mut all: Vec<NewJob> = Vec::new();
+        let mut replies = Vec::with_capacity(accepted.len());
+        for (jobs, reply) in accepted {
+            let offset = all.len();
+            replies.push((jobs.len(), reply));
+            all.extend(jobs.into_iter().map(|mut j| {
+                j.array_of = j.array_of.map(|p| p + offset);
+                j
+            }));
+        }
         let ids = self.store.submit_batch(&all)?;
         self.metrics.submitted(ids.len() as u64);
-        let mut ids = ids.into_iter();
-        for (jobs, reply) in accepted {
-            let mine: Vec<JobId> = ids.by_ref().take(jobs.len()).collect();
-            for (job, &id) in jobs.into_iter().zip(&mine) {
+        let mut jobs = all.into_iter().zip(ids.iter().copied());
+        for (n, reply) in replies {
+            let mut mine = Vec::with_capacity(n);
+            for (mut job, id) in jobs.by_ref().take(n) {
+                job.resolve_array(&ids);
                 let spec = Box::new(job.spec);
                 if let Err(e) = self.sched.handle(Event::Submit { id, spec }, now) {
                     // Validated a moment ago on this thread; only a bug gets here.
                     tracing::error!(job = %id, error = %e, "committed job refused by the scheduler");
                 }
+                mine.push(id);
             }
             let _ = reply.send(Ok(mine));
         }

@@ -153,6 +153,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         spec,
         run: run_spec(env_vars),
         partition: "gpu".into(),
+        array_of: None,
     };
     let run_json = serde_json::to_string(&job.run)?.len();
 

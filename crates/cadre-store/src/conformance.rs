@@ -38,6 +38,7 @@ macro_rules! conformance_suite {
             listing_filters_and_pages,
             unfinished_jobs_survive_reopen,
             held_submission_is_stored_held,
+            array_tasks_take_their_first_tasks_id,
             nodes_upsert_by_name,
             accounting_keeps_one_row_per_run,
             usage_snapshot_round_trips,
@@ -101,6 +102,7 @@ fn new_job(user: &str, account: &str, partition: &str) -> NewJob {
         spec: spec(user, account, "job"),
         run: RunSpec::command(vec!["true".into()], "/tmp".into()),
         partition: partition.into(),
+        array_of: None,
     }
 }
 
@@ -328,6 +330,7 @@ pub(crate) fn changes_read_back_exactly<H: Harness>(h: &H) {
         spec: spec.clone(),
         run: rich_run(),
         partition: "gpu".into(),
+        array_of: None,
     }]))[0];
     let fresh = ok(s.job(id)).expect("submitted job");
     assert_eq!(fresh.spec, spec);
@@ -536,6 +539,33 @@ pub(crate) fn held_submission_is_stored_held<H: Harness>(h: &H) {
             (ids[1], PendingReason::None)
         ]
     );
+}
+
+pub(crate) fn array_tasks_take_their_first_tasks_id<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let plain = new_job("u", "a", "p");
+    let task = |index: u32, array_of: usize| {
+        let mut j = new_job("u", "a", "p");
+        j.spec.array = Some(cadre_core::job::ArrayIndex {
+            array_job: JobId(0),
+            index,
+        });
+        j.array_of = Some(array_of);
+        j
+    };
+    // A plain job first, so that the array's id is not the batch's first id.
+    let ids = ok(s.submit_batch(&[plain, task(0, 1), task(1, 1), task(7, 1)]));
+    for (k, index) in [(1, 0), (2, 1), (3, 7)] {
+        let job = ok(s.job(ids[k])).expect("stored");
+        assert_eq!(
+            job.spec.array,
+            Some(cadre_core::job::ArrayIndex {
+                array_job: ids[1],
+                index
+            })
+        );
+    }
+    assert_eq!(ok(s.job(ids[0])).expect("stored").spec.array, None);
 }
 
 pub(crate) fn nodes_upsert_by_name<H: Harness>(h: &H) {

@@ -104,9 +104,19 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
     }
     let first = take_ids(tx, "job", jobs.len() as u64)?;
     let state = enum_text(&JobStatus::submitted().state);
+    let batch_ids: Vec<JobId> = (0..jobs.len() as u64).map(|i| JobId(first + i)).collect();
     let mut ids = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.iter().enumerate() {
         let id = first + i as u64;
+        let resolved;
+        let job = if job.array_of.is_some() {
+            let mut j = job.clone();
+            j.resolve_array(&batch_ids);
+            resolved = j;
+            &resolved
+        } else {
+            job
+        };
         let reason = json(
             "pending reason",
             id,
@@ -600,6 +610,7 @@ mod tests {
             spec: JobSpec::simple(user, "a", 1, TaskResources::default(), Dur::hours(1)),
             run,
             partition: "p".into(),
+            array_of: None,
         }
     }
 

@@ -19,6 +19,23 @@ pub struct NewJob {
     pub run: RunSpec,
     /// The partition the controller resolved: the spec's, or the cluster's default.
     pub partition: String,
+    /// For a task of an array submitted in this batch: the position in the batch of the
+    /// array's first task, whose id becomes the array's id (`spec.array.array_job`, as
+    /// Slurm's array id is its first task's). The submitter cannot know that id before
+    /// the commit.
+    pub array_of: Option<usize>,
+}
+
+impl NewJob {
+    /// Sets `spec.array.array_job` from `array_of` and the batch's ids: what the store
+    /// commits and what the controller must then tell its scheduler.
+    pub fn resolve_array(&mut self, batch_ids: &[JobId]) {
+        if let (Some(pos), Some(array)) = (self.array_of, self.spec.array.as_mut())
+            && let Some(&id) = batch_ids.get(pos)
+        {
+            array.array_job = id;
+        }
+    }
 }
 
 /// A job as the store keeps it: the spec it was submitted with and its latest recorded state.

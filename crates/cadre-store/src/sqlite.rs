@@ -248,6 +248,7 @@ mod tests {
             ),
             run: cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into()),
             partition: "p".into(),
+            array_of: None,
         };
         let mut out = std::io::stdout().lock();
         // Bounded, in case the parent died before killing us.
@@ -330,6 +331,7 @@ mod tests {
             ),
             run: cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into()),
             partition: "p".into(),
+            array_of: None,
         }]);
         let next = next.expect("submit after reopen")[0].0;
         assert_eq!(next, stored.len() as u64 + 1);

@@ -163,7 +163,11 @@ fn job(name: &str, gpus: u32, run: RunSpec) -> JobSubmission {
     };
     let mut spec = JobSpec::simple("", "bench", 1, per_task, Dur(600));
     spec.name = name.into();
-    JobSubmission { spec, run }
+    JobSubmission {
+        spec,
+        run,
+        array_of: None,
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -209,7 +209,11 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
         .ok()
         .and_then(|h| h.into_string().ok());
     let req = SubmitRequest {
-        jobs: vec![JobSubmission { spec, run }],
+        jobs: vec![JobSubmission {
+            spec,
+            run,
+            array_of: None,
+        }],
     };
     let resp: SubmitResponse = client.send(Method::POST, "/jobs", Some(&req))?;
     for id in resp.job_ids {
