@@ -796,6 +796,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Drains a node whose agent failed to launch a job, recording why (durably).
+    fn drain_on_failure(&mut self, node: NodeId, reason: &str, now: Time) {
+        if self.admin[node.0 as usize].0 != NodeAvail::Up {
+            return;
+        }
+        let why = format!("launch failed: {reason}");
+        tracing::warn!(node = %self.node_name(node), reason = %why, "node drained");
+        self.admin[node.0 as usize] = (NodeAvail::Drain, Some(why.clone()));
+        let record = NodeRecord {
+            name: self.node_name(node).to_owned(),
+            avail: NodeAvail::Drain,
+            reason: Some(why),
+            emulated_gpus: self.emulated[node.0 as usize],
+            updated: now,
+        };
+        if let Err(e) = self.store.upsert_nodes(&[record]) {
+            tracing::error!(error = %e, "failed to record the drain");
+        }
+        self.refresh_avail(node, now);
+    }
+
     /// Tells the scheduler the node's availability: the administrator's word, unless its
     /// agent is away (unknown) or lost (down).
     fn refresh_avail(&mut self, node: NodeId, now: Time) {
@@ -954,6 +975,9 @@ impl Engine {
     /// Queues the job's current status for the batch's commit.
     fn note_change(&mut self, id: JobId, now: Time) {
         if let Some(status) = self.status_of(id, now) {
+            if status.state.is_final() {
+                self.launch_errors.remove(&id);
+            }
             self.changes.push(JobChange {
                 id,
                 status,
@@ -1126,7 +1150,15 @@ impl Engine {
             }
             TaskEvent::LaunchFailed {
                 reason, permanent, ..
-            } => self.node_launch_failed(run.job, node, reason, permanent, now),
+            } => {
+                if !permanent {
+                    // The node could not start what it was given, through no fault of the
+                    // job: drained for an administrator to look at, as Slurm drains a node
+                    // whose launch failed, so the requeued job does not bounce off it again.
+                    self.drain_on_failure(node, &reason, now);
+                }
+                self.node_launch_failed(run.job, node, reason, permanent, now)
+            }
             TaskEvent::Ended {
                 state, exit_code, ..
             } => self.node_done(run.job, node, state, exit_code, now),
