@@ -172,6 +172,22 @@ struct RunTrack {
     stop: Option<u64>,
 }
 
+impl RunTrack {
+    /// A run that has just started (or was adopted) on every node of its allocation.
+    fn new(run: u32, allocation: Allocation, start_time: Time) -> RunTrack {
+        RunTrack {
+            run,
+            nodes_left: allocation.nodes().into_iter().collect(),
+            allocation,
+            start_time,
+            outcome: JobState::Completed,
+            exit_code: None,
+            launch_failed: None,
+            stop: None,
+        }
+    }
+}
+
 /// The engine: the scheduler, the store's writer handle, and dispatch.
 pub struct Engine {
     pub(crate) sched: Scheduler,
@@ -353,16 +369,7 @@ impl Engine {
                     }
                     runs.insert(
                         id,
-                        RunTrack {
-                            run: job.status.requeues,
-                            nodes_left: allocation.nodes().into_iter().collect(),
-                            allocation,
-                            start_time,
-                            outcome: JobState::Completed,
-                            exit_code: None,
-                            launch_failed: None,
-                            stop: None,
-                        },
+                        RunTrack::new(job.status.requeues, allocation, start_time),
                     );
                 }
                 _ => {}
@@ -902,19 +909,8 @@ impl Engine {
         self.note_change(id, now);
         self.launch_errors.remove(&id);
         let nodes = allocation.nodes();
-        self.runs.insert(
-            id,
-            RunTrack {
-                run: run.run,
-                allocation: allocation.clone(),
-                start_time: now,
-                nodes_left: nodes.iter().copied().collect(),
-                outcome: JobState::Completed,
-                exit_code: None,
-                launch_failed: None,
-                stop: None,
-            },
-        );
+        self.runs
+            .insert(id, RunTrack::new(run.run, allocation.clone(), now));
         let run_spec = match self.store.run_spec(id) {
             Ok(Some(r)) => r,
             Ok(None) | Err(_) => {
