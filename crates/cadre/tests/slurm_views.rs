@@ -480,3 +480,137 @@ fn slurm_read_side_commands_answer_as_slurm() {
         )
     );
 }
+
+/// Whether the reference Slurm (`shared/slurm/start-slurm.sh`) answers on this machine.
+/// Without it the comparison is skipped, unless `CADRE_TEST_SLURM_REF=1` demands it.
+fn reference_slurm() -> bool {
+    let up = Command::new("/usr/bin/sinfo")
+        .arg("-h")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !up {
+        assert!(
+            std::env::var("CADRE_TEST_SLURM_REF").as_deref() != Ok("1"),
+            "CADRE_TEST_SLURM_REF=1 but the reference Slurm does not answer (/usr/bin/sinfo -h)"
+        );
+        eprintln!("the reference Slurm does not answer: comparison skipped");
+    }
+    up
+}
+
+/// The reference command's stdout, stderr (its program path taken out) and exit code.
+fn reference(name: &str, args: &[&str]) -> (String, String, Option<i32>) {
+    let out = Command::new(format!("/usr/bin/{name}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the reference command runs");
+    (
+        text(&out.stdout),
+        text(&out.stderr).replace("/usr/bin/", ""),
+        out.status.code(),
+    )
+}
+
+/// Every header, error message and exit code that does not depend on the jobs and nodes
+/// of the two clusters is the reference Slurm's.
+#[test]
+fn headers_and_errors_are_the_reference_slurms() {
+    if !reference_slurm() {
+        return;
+    }
+    let c = Cluster::up(1, 2);
+    let bin = c.dir.path().join("bin");
+    let mine = |name: &str, args: &[&str]| {
+        let out = c.slurm(name, args);
+        (
+            text(&out.stdout),
+            text(&out.stderr).replace(&format!("{}/", bin.display()), ""),
+            out.status.code(),
+        )
+    };
+    let first_header = |out: &str| {
+        out.lines()
+            .find(|l| !l.contains(" 20") || l.contains("JOBID") || l.contains("PARTITION"))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let squeue_letters = "aAbcCDeEfFghijkKlLmMnNpPqQrRStTuUvVyY";
+    let sinfo_letters = "aAbBcCdDeEfFgGhHIlLmMnNoOpPrRstTuUvwXYZz";
+    let all = |letters: &str| {
+        letters
+            .chars()
+            .map(|c| format!("%{c}"))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let squeue_names = "account,jobid,tres-per-node,tres-per-job,mincpus,numcpus,numnodes,endtime,dependency,feature,arrayjobid,jobarrayid,groupname,oversubscribe,name,comment,arraytaskid,timelimit,timeleft,minmemory,timeused,reqnodes,nodelist,priority,partition,qos,prioritylong,reason,reasonlist,starttime,statecompact,state,username,userid,reservation,submittime,nice,schednodes,numtasks,restartcnt,requeue,pendingtime,exit_code,cpus-per-task,JobID:.7|,Name:3x";
+    let sinfo_names = "available,nodeai,features_act,maxcpuspernode,cpus,cpusstate,disk,nodes,freemem,reason,features,nodeaiot,groups,gres,gresused,oversubscribe,timestamp,priorityjobfactor,time,defaulttime,memory,allocmem,preemptmode,nodehost,nodelist,nodeaddr,cpusload,prioritytier,partition,root,partitionname,size,statecompact,statelong,statecomplete,user,userlong,version,weight,sockets,cores,threads,socketcorethread,Partition:.4|";
+    let squeue_fmt = all(squeue_letters);
+    let sinfo_fmt = all(sinfo_letters);
+    let header_cases: Vec<(&str, Vec<&str>)> = vec![
+        ("squeue", vec![]),
+        ("squeue", vec!["-l"]),
+        ("squeue", vec!["--start"]),
+        ("squeue", vec!["-s"]),
+        ("squeue", vec!["-o", &squeue_fmt]),
+        ("squeue", vec!["-O", squeue_names]),
+        ("sinfo", vec![]),
+        ("sinfo", vec!["-l"]),
+        ("sinfo", vec!["-s"]),
+        ("sinfo", vec!["-N"]),
+        ("sinfo", vec!["-N", "-l"]),
+        ("sinfo", vec!["-R"]),
+        ("sinfo", vec!["-R", "-l"]),
+        ("sinfo", vec!["-o", &sinfo_fmt]),
+        ("sinfo", vec!["-O", sinfo_names]),
+    ];
+    for (name, args) in &header_cases {
+        let (theirs, _, _) = reference(name, args);
+        let (ours, err, _) = mine(name, args);
+        assert_eq!(
+            first_header(&ours),
+            first_header(&theirs),
+            "{name} {args:?}: the header differs ({err})"
+        );
+    }
+    let error_cases: Vec<(&str, Vec<&str>)> = vec![
+        ("squeue", vec!["--bogus"]),
+        ("squeue", vec!["-x"]),
+        ("squeue", vec!["-o"]),
+        ("squeue", vec!["--format"]),
+        ("squeue", vec!["--long=3"]),
+        ("squeue", vec!["--st"]),
+        ("squeue", vec!["-j", "abc"]),
+        ("squeue", vec!["-j", "999999"]),
+        ("squeue", vec!["-t", "bogus"]),
+        ("squeue", vec!["-u", "no-such-user-here"]),
+        ("squeue", vec!["-h", "-o", "%_"]),
+        ("squeue", vec!["-h", "-O", "bogus"]),
+        ("sinfo", vec!["--bogus"]),
+        ("sinfo", vec!["-t", "bogus"]),
+        ("sinfo", vec!["-p"]),
+        ("sinfo", vec!["-h", "-o", "%_"]),
+        ("sinfo", vec!["-h", "-O", "bogus"]),
+        ("scancel", vec![]),
+        ("scancel", vec!["abc"]),
+        ("scancel", vec!["--bogus"]),
+        ("scancel", vec!["-t", "bogus", "5"]),
+        ("scancel", vec!["-s", "FOO", "5"]),
+        ("scancel", vec!["-u", "no-such-user-here"]),
+        ("sacct", vec!["--bogus"]),
+        ("sshare", vec!["--bogus"]),
+        ("sprio", vec!["--bogus"]),
+    ];
+    for (name, args) in &error_cases {
+        let (_, theirs, their_code) = reference(name, args);
+        let (_, ours, our_code) = mine(name, args);
+        assert_eq!(
+            (ours.as_str(), our_code),
+            (theirs.as_str(), their_code),
+            "{name} {args:?}: the message or the exit code differs"
+        );
+    }
+}

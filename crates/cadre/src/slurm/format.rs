@@ -471,6 +471,33 @@ pub(crate) fn state_rank(s: JobState) -> usize {
     ALL_STATES.iter().position(|&x| x == s).unwrap_or(0)
 }
 
+/// Job states Slurm names that cadre's jobs never are in (long and compact forms): a
+/// filter on them is valid and selects nothing.
+pub(crate) const OTHER_SLURM_STATES: [(&str, &str); 14] = [
+    ("SUSPENDED", "S"),
+    ("BOOT_FAIL", "BF"),
+    ("DEADLINE", "DL"),
+    ("CONFIGURING", "CF"),
+    ("RESIZING", "RS"),
+    ("RESV_DEL_HOLD", "RD"),
+    ("REQUEUED", "RQ"),
+    ("REQUEUE_FED", "RF"),
+    ("REQUEUE_HOLD", "RH"),
+    ("REVOKED", "RV"),
+    ("SIGNALING", "SI"),
+    ("SPECIAL_EXIT", "SE"),
+    ("STAGE_OUT", "SO"),
+    ("STOPPED", "ST"),
+];
+
+/// Whether `text` names a Slurm job state that cadre's jobs are never in.
+pub(crate) fn is_other_slurm_state(text: &str) -> bool {
+    let t = text.trim().to_ascii_uppercase();
+    OTHER_SLURM_STATES
+        .iter()
+        .any(|(long, short)| *long == t || *short == t)
+}
+
 /// A state name in either form, any case (`pd`, `Running`, `CG`). `None` if unknown.
 pub(crate) fn parse_state(text: &str) -> Option<JobState> {
     let t = text.trim().to_ascii_uppercase();

@@ -39,7 +39,10 @@ fn argv0(cmd: &str) -> String {
 pub(crate) fn parse_args(cmd: &str, args: &[String], table: &[Opt]) -> Result<Parsed, ExitCode> {
     getopt::parse(args, table).map_err(|e: GetoptError| {
         eprintln!("{}: {e}", argv0(cmd));
-        eprintln!("Try \"{cmd} --help\" for more information");
+        // sacct says only what getopt said.
+        if cmd != "sacct" {
+            eprintln!("Try \"{cmd} --help\" for more information");
+        }
         ExitCode::from(1)
     })
 }

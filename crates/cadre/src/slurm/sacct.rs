@@ -444,6 +444,8 @@ pub(crate) struct Selection {
     pub partitions: Vec<String>,
     pub names: Vec<String>,
     pub states: Vec<JobState>,
+    /// Whether `-s` was given (it may name only states no cadre job is in).
+    pub states_given: bool,
     pub jobs: Vec<JobRef>,
     pub nodes: Vec<String>,
     pub start: u64,
@@ -475,7 +477,7 @@ impl Selection {
             && any(&self.accounts, &r.account)
             && any(&self.partitions, &r.partition)
             && any(&self.names, &r.name)
-            && (self.states.is_empty() || self.states.contains(&r.state))
+            && (!self.states_given || self.states.contains(&r.state))
     }
 }
 
@@ -736,6 +738,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     for s in p.values("state").iter().flat_map(|s| query::list(s)) {
         match format::parse_state(&s) {
             Some(st) => sel.states.push(st),
+            // A state cadre's jobs are never in selects nothing.
+            None if format::is_other_slurm_state(&s) => {}
             None => return query::fail(CMD, format!("Invalid state: {s}")),
         }
     }
@@ -762,7 +766,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         sel.users.push(me);
     }
     let has_jobs = !sel.jobs.is_empty();
-    let has_states = !sel.states.is_empty();
+    sel.states_given = p.has("state");
+    let has_states = sel.states_given;
     let time = |name: &str| -> Result<Option<u64>, ExitCode> {
         match p.value(name) {
             None => Ok(None),

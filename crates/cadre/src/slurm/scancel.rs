@@ -94,6 +94,8 @@ pub(crate) struct Selection {
     pub users: Vec<String>,
     pub names: Vec<String>,
     pub states: Vec<JobState>,
+    /// Whether `-t` was given (SUSPENDED selects nothing: cadre does not suspend jobs).
+    pub states_given: bool,
     pub partitions: Vec<String>,
     pub accounts: Vec<String>,
     pub qos: Vec<String>,
@@ -104,7 +106,7 @@ impl Selection {
     fn has_filters(&self) -> bool {
         !(self.users.is_empty()
             && self.names.is_empty()
-            && self.states.is_empty()
+            && !self.states_given
             && self.partitions.is_empty()
             && self.accounts.is_empty()
             && self.qos.is_empty()
@@ -128,7 +130,7 @@ impl Selection {
             && any(&self.partitions, &j.partition)
             && any(&self.accounts, &j.account)
             && any(&self.qos, &qos)
-            && (self.states.is_empty() || self.states.contains(&j.state))
+            && (!self.states_given || self.states.contains(&j.state))
             && on_nodes
     }
 }
@@ -243,9 +245,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             match super::format::parse_state(&s) {
                 Some(st @ (JobState::Pending | JobState::Running)) => sel.states.push(st),
                 // cadre does not suspend jobs: no job is SUSPENDED.
-                _ if s.eq_ignore_ascii_case("SUSPENDED") || s.eq_ignore_ascii_case("S") => {
-                    sel.states.push(JobState::Preempted)
-                }
+                _ if s.eq_ignore_ascii_case("SUSPENDED") || s.eq_ignore_ascii_case("S") => {}
                 _ => {
                     eprintln!("Invalid job state specified: {s}");
                     eprintln!("Valid job states are PENDING, RUNNING, and SUSPENDED");
@@ -367,6 +367,7 @@ mod tests {
         let active = vec![job(1, JobState::Pending), job(2, JobState::Running)];
         let pending = Selection {
             states: vec![JobState::Pending],
+            states_given: true,
             ..Selection::default()
         };
         assert_eq!(targets(&active, &pending).0, vec![("1".into(), 1)]);

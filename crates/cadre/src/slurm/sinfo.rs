@@ -52,7 +52,8 @@ const OPTIONS: &[Opt] = &[
 ];
 
 const DEFAULT_FORMAT: &str = "%#P %.5a %.10l %.6D %.6t %N";
-const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F  %N";
+// sinfo(1) documents two spaces before the node list; Slurm 22.05 prints one.
+const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F %N";
 const LONG_FORMAT: &str = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
 // As Slurm 22.05 prints them: in node-oriented output the partition is right-justified
 // and the CPU count left-justified.
@@ -98,6 +99,7 @@ pub(crate) enum Field {
     Size,
     StateCompact,
     StateLong,
+    StateComplete,
     User,
     UserLong,
     Version,
@@ -185,13 +187,14 @@ fn named(name: &str) -> Option<Field> {
         "nodelist" => NodeList,
         "nodeaddr" => NodeAddr,
         "cpusload" => CpuLoad,
-        "prioritytier" | "priority" => PrioTier,
+        "prioritytier" => PrioTier,
         "partition" => Partition,
         "root" => Root,
         "partitionname" => PartitionName,
         "size" => Size,
         "statecompact" => StateCompact,
-        "statelong" | "statecomplete" => StateLong,
+        "statelong" => StateLong,
+        "statecomplete" => StateComplete,
         "user" => User,
         "userlong" => UserLong,
         "version" => Version,
@@ -239,6 +242,7 @@ fn header(f: Field) -> &'static str {
         Root => "ROOT",
         Size => "JOB_SIZE",
         StateCompact | StateLong => "STATE",
+        StateComplete => "STATECOMPLETE",
         User | UserLong => "USER",
         Version => "VERSION",
         Weight => "WEIGHT",
@@ -409,6 +413,19 @@ pub(crate) fn value(r: &Record<'_>, f: Field) -> String {
         Size => "1-infinite".into(),
         StateCompact => state_names(first).0,
         StateLong => state_names(first).1,
+        StateComplete => {
+            let base = match first.state.as_str() {
+                "draining" => "mixed+drain",
+                "drained" => "idle+drain",
+                "mixed" | "allocated" | "idle" | "down" => first.state.as_str(),
+                _ => "unknown",
+            };
+            if first.connected {
+                base.to_owned()
+            } else {
+                format!("{base}+not_responding")
+            }
+        }
         Version => query::SLURM_VERSION.into(),
         Weight => "1".into(),
         Sockets | Threads => "1".into(),
@@ -642,7 +659,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             if state_matches(&s, &probe).is_none() {
                 eprintln!("{CMD}: error: Bad state string: \"{s}\"");
                 eprintln!(
-                    "{CMD}: error: valid states: unknown,down,idle,allocated,mixed,future,drain,drained,draining,no_respond,reserved,perfctrs,cloud,completing,powering_down,powered_down,power_down,powering_up,fail,maint,reboot,reboot^,unknown"
+                    "{CMD}: error: valid states: unknown,down,idle,allocated,?,mixed,future,drain,drained,draining,no_respond,reserved,perfctrs,cloud,completing,powering_down,powered_down,power_down,powering_up,fail,maint,reboot,reboot^,unknown"
                 );
                 return ExitCode::from(1);
             }
