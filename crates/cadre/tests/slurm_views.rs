@@ -614,3 +614,33 @@ fn headers_and_errors_are_the_reference_slurms() {
         );
     }
 }
+
+/// Without a controller, each command says so in Slurm's words and exits 1.
+#[test]
+fn without_a_controller_the_commands_fail_as_slurms_do() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for name in COMMANDS {
+        let link = dir.path().join(name);
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cadre"), &link).expect("link");
+        let mut cmd = Command::new(&link);
+        for (var, _) in std::env::vars_os() {
+            if var.to_string_lossy().starts_with("CADRE_") {
+                cmd.env_remove(var);
+            }
+        }
+        let args: &[&str] = if name == "scancel" { &["5"] } else { &[] };
+        let out = cmd
+            .args(args)
+            .env("CADRE_DATA_DIR", dir.path().join("none"))
+            .output()
+            .expect("the command runs");
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "{name}: error: Unable to contact slurm controller (connect failure): "
+            )),
+            "{name}: {err}"
+        );
+    }
+}

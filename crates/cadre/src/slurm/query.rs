@@ -59,7 +59,8 @@ pub(crate) fn version() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A client of the controller, configured from the environment.
+/// A client of the controller, configured from the environment. Failing, the message
+/// starts with Slurm's words for it, which scripts look for.
 pub(crate) fn connect() -> anyhow::Result<Client> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     ConnectArgs {
@@ -68,6 +69,12 @@ pub(crate) fn connect() -> anyhow::Result<Client> {
         data_dir: std::env::var_os("CADRE_DATA_DIR").map(Into::into),
     }
     .client()
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "Unable to contact slurm controller (connect failure): {}",
+            describe(&e)
+        )
+    })
 }
 
 /// The error's message and causes, for `cmd: error: ...`.
