@@ -547,6 +547,18 @@ pub(crate) fn gpu_gres(count: u64, emulated: bool) -> String {
     }
 }
 
+/// Memory in MiB as Slurm writes it, in the largest unit that divides it (`1536M`, `2G`,
+/// `1T`).
+pub(crate) fn mem_mib(mib: u64) -> String {
+    if mib > 0 && mib % (1024 * 1024) == 0 {
+        format!("{}T", mib / (1024 * 1024))
+    } else if mib > 0 && mib % 1024 == 0 {
+        format!("{}G", mib / 1024)
+    } else {
+        format!("{mib}M")
+    }
+}
+
 /// Whole GPUs of a possibly fractional count, rounded up (a shared GPU is still a GPU).
 pub(crate) fn whole_gpus(gpus: f64) -> u64 {
     if gpus <= 0.0 { 0 } else { gpus.ceil() as u64 }
@@ -654,5 +666,8 @@ mod tests {
         assert!(ctime(t).starts_with("Sat Nov 21 13:57:54 2026"));
         assert_eq!(gpu_gres(8, true), "gpu:emulated:8");
         assert_eq!(gpu_gres(8, false), "gpu:8");
+        assert_eq!(mem_mib(2048), "2G");
+        assert_eq!(mem_mib(1536), "1536M");
+        assert_eq!(mem_mib(1024 * 1024), "1T");
     }
 }

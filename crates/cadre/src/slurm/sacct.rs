@@ -308,19 +308,10 @@ fn tres(cpus: u64, gpus: f64, mem: Option<u64>, nodes: u64) -> String {
         parts.push(format!("gres/gpu={g}"));
     }
     if let Some(m) = mem {
-        parts.push(format!("mem={}", mem_text(m * nodes.max(1))));
+        parts.push(format!("mem={}", format::mem_mib(m * nodes.max(1))));
     }
     parts.push(format!("node={}", nodes.max(1)));
     parts.join(",")
-}
-
-/// Memory in MiB as Slurm writes it (`4000M`, `16G`).
-fn mem_text(mib: u64) -> String {
-    if mib > 0 && mib % 1024 == 0 {
-        format!("{}G", mib / 1024)
-    } else {
-        format!("{mib}M")
-    }
 }
 
 /// A field's value for a row at `now`.
@@ -387,7 +378,7 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
         Qos => r.qos.clone(),
         Reason => r.reason.clone(),
         ReqCpus => r.cpus.to_string(),
-        ReqMem => r.mem_per_node.map_or_else(|| "0".into(), mem_text),
+        ReqMem => r.mem_per_node.map_or_else(|| "0".into(), format::mem_mib),
         ReqNodes => r.node_count.to_string(),
         Restarts => r.restarts.to_string(),
         State => match r.state {

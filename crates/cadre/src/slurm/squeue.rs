@@ -288,10 +288,8 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
         TresPerNode => {
             query::gpus_per_node(j).map_or_else(|| "N/A".into(), |g| format!("gres:gpu:{g}"))
         }
-        TresPerJob => match format::whole_gpus(j.gpus) {
-            0 => "N/A".into(),
-            g => format!("gres:gpu:{g}"),
-        },
+        // cadre's GPU requests are per task or per node, never per job.
+        TresPerJob => "N/A".into(),
         MinCpus => spec
             .and_then(|s| s.groups.iter().map(|g| g.per_task.cpus).max())
             .unwrap_or(1)
@@ -341,7 +339,7 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
             (true, Some(s), limit) => format::duration((s + limit).saturating_sub(now)),
             (_, _, limit) => format::time_limit(limit),
         },
-        MinMemory => query::mem_per_node(j).map_or_else(|| "0".into(), |m| format!("{m}M")),
+        MinMemory => query::mem_per_node(j).map_or_else(|| "0".into(), format::mem_mib),
         TimeUsed => format::duration(time_used(j, now)),
         ReqNodes | SchedNodes => match f {
             ReqNodes => String::new(),
@@ -388,7 +386,12 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
             .unwrap_or(now)
             .saturating_sub(j.submit_time)
             .to_string(),
-        ExitCode => exit_code_text(j.exit_code),
+        // The raw wait status, as Slurm shows it here: the code times 256, or the signal.
+        ExitCode => match j.exit_code {
+            Some(c) if c > 128 && c < 128 + 65 => (c - 128).to_string(),
+            Some(c) => (i64::from(c) * 256).to_string(),
+            None => "0".into(),
+        },
         CpusPerTask => spec
             .and_then(|s| s.groups.first())
             .map_or(1, |g| g.per_task.cpus)
