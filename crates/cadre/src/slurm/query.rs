@@ -21,6 +21,18 @@ pub(crate) const SLURM_VERSION: &str = "23.11.0";
 /// How long a finished job stays visible to squeue (Slurm's default `MinJobAge`).
 pub(crate) const MIN_JOB_AGE_SECS: u64 = 300;
 
+/// Prepares the process as Slurm's C commands are: a closed pipe on stdout (`squeue | head`)
+/// ends it quietly by SIGPIPE, instead of Rust's default of ignoring the signal and failing
+/// the next write. Returns the arguments as strings.
+pub(crate) fn start(args: Vec<OsString>) -> Vec<String> {
+    // SAFETY: called first thing in a single-threaded command, before any thread or
+    // handler exists; setting a signal's disposition to the default has no other effect.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    strings(args)
+}
+
 /// Arguments as strings (non-UTF-8 ones lossily: Slurm's options are ASCII).
 pub(crate) fn strings(args: Vec<OsString>) -> Vec<String> {
     args.into_iter()

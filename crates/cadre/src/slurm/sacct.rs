@@ -686,7 +686,7 @@ fn usage() -> ExitCode {
 
 /// `sacct [OPTIONS]`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::strings(args);
+    let args = query::start(args);
     let p = match query::parse_args(CMD, &args, OPTIONS) {
         Ok(p) => p,
         Err(code) => return code,

@@ -179,7 +179,7 @@ fn why(e: &anyhow::Error) -> String {
 
 /// `scancel [OPTIONS] [job_id[_array_id][.step_id]]...`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::strings(args);
+    let args = query::start(args);
     let p = match query::parse_args(CMD, &args, OPTIONS) {
         Ok(p) => p,
         Err(code) => return code,
