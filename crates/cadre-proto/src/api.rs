@@ -7,7 +7,7 @@
 
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeAvail;
-use cadre_core::job::{JobId, JobSpec, JobState};
+use cadre_core::job::{ArrayIndex, JobId, JobSpec, JobState};
 use cadre_core::run::RunSpec;
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +75,13 @@ pub struct JobView {
     pub expected_start: Option<u64>,
     pub priority: Option<u64>,
     pub held: bool,
-    /// Present when asked for one job.
+    /// For a task of a job array: the array's id (its first task's) and this task's index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayIndex>,
+    /// CPUs of the whole gang: allocated if it runs or ran, else asked for.
+    #[serde(default)]
+    pub cpus: u64,
+    /// Present when asked for one job, or for a list with `detail=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<JobSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,6 +239,12 @@ pub struct UsageView {
     pub nodes: String,
     /// GPU-seconds of the run.
     pub gpu_seconds: f64,
+    /// For a task of a job array: the array's id and the task's index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayIndex>,
+    /// The job's time limit in seconds; 0: none.
+    #[serde(default)]
+    pub time_limit: u64,
 }
 
 /// `GET /usage`.
@@ -240,6 +252,45 @@ pub struct UsageView {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageList {
     pub runs: Vec<UsageView>,
+}
+
+/// The multifactor priority of one pending job (`sprio`): each factor in [0, 1], as the
+/// scheduler computed it now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PriorityView {
+    pub id: JobId,
+    pub user: String,
+    pub partition: String,
+    pub priority: u64,
+    pub age: f64,
+    pub fairshare: f64,
+    pub job_size: f64,
+    /// The partition's factor (its priority job factor over the highest one).
+    pub partition_factor: f64,
+    pub qos: f64,
+    pub nice: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayIndex>,
+}
+
+/// The configured weights of the priority factors (`sprio -w`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PriorityWeightsView {
+    pub age: u32,
+    pub fairshare: u32,
+    pub job_size: u32,
+    pub partition: u32,
+    pub qos: u32,
+}
+
+/// `GET /priorities`: the weights, and every pending job's factors in id order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PriorityList {
+    pub weights: PriorityWeightsView,
+    pub jobs: Vec<PriorityView>,
 }
 
 /// `POST /tokens` (administrators).

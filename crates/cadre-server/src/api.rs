@@ -97,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/partitions", get(list_partitions))
         .route("/shares", get(shares))
         .route("/usage", get(usage))
+        .route("/priorities", get(priorities))
         .route("/tokens", post(create_token).get(list_tokens))
         .route("/tokens/{id}", axum::routing::delete(revoke_token));
     Router::new()
@@ -134,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         list_partitions,
         shares,
         usage,
+        priorities,
         create_token,
         list_tokens,
         revoke_token
@@ -235,6 +237,8 @@ struct JobQuery {
     /// Only jobs above this id.
     after: Option<u64>,
     limit: Option<u32>,
+    /// Include each job's spec and allocation, as `GET /jobs/{id}` does.
+    detail: Option<bool>,
 }
 
 /// What the engine knows of a live job beyond the store.
@@ -281,6 +285,10 @@ fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) 
         hostlist::compress(&names)
     });
     let state = live.as_ref().map_or(s.state, |l| l.state);
+    let cpus = s
+        .allocation
+        .as_ref()
+        .map_or_else(|| job.spec.amounts().cpus, |a| a.amounts().cpus);
     JobView {
         id: job.id,
         name: job.spec.name.clone(),
@@ -303,6 +311,8 @@ fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) 
         expected_start: live.as_ref().and_then(|l| l.expected_start),
         priority: live.as_ref().map(|l| l.priority),
         held: live.as_ref().is_some_and(|l| l.held),
+        array: job.spec.array,
+        cpus,
         allocation: if full { s.allocation.clone() } else { None },
         spec: full.then_some(job.spec),
     }
@@ -397,7 +407,7 @@ async fn list_jobs(
     };
     let jobs = read_store(&st, move |s| s.list_jobs(&filter)).await?;
     Ok(Json(JobList {
-        jobs: views(&st, jobs, false).await?,
+        jobs: views(&st, jobs, q.detail.unwrap_or(false)).await?,
     }))
 }
 
@@ -812,10 +822,23 @@ async fn usage(
         after: q.after.map(JobId),
         limit: q.limit,
     };
-    let rows = read_store(&st, move |s| s.accounting(&filter)).await?;
+    // The array membership and time limit are the job's, not the run's: read them from
+    // the jobs, once per job.
+    let (rows, jobs) = read_store(&st, move |s| {
+        let rows = s.accounting(&filter)?;
+        let mut jobs = std::collections::BTreeMap::new();
+        for r in &rows {
+            if let std::collections::btree_map::Entry::Vacant(v) = jobs.entry(r.job) {
+                v.insert(s.job(r.job)?.map(|j| (j.spec.array, j.spec.time_limit.0)));
+            }
+        }
+        Ok((rows, jobs))
+    })
+    .await?;
     let runs = rows
         .into_iter()
         .map(|r| {
+            let (array, time_limit) = jobs.get(&r.job).copied().flatten().unwrap_or((None, 0));
             let gpus = r.usage.gpu_milli as f64 / MILLI_PER_GPU as f64;
             let secs = r.start_time.map_or(0, |s| r.end_time.0.saturating_sub(s.0));
             UsageView {
@@ -834,10 +857,77 @@ async fn usage(
                 cpus: r.usage.cpus,
                 nodes: r.usage.nodes,
                 gpu_seconds: gpus * secs as f64,
+                array,
+                time_limit,
             }
         })
         .collect();
     Ok(Json(UsageList { runs }))
+}
+
+/// Filters of `GET /priorities`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct PriorityQuery {
+    user: Option<String>,
+    partition: Option<String>,
+}
+
+/// The priority factors of every pending job (`sprio`), and the weights. Users see their
+/// own jobs; administrators every job.
+#[utoipa::path(get, path = "/priorities", params(PriorityQuery),
+    responses((status = 200, body = PriorityList), (status = 400, body = ErrorBody)))]
+async fn priorities(
+    State(st): State<AppState>,
+    who: Principal,
+    q: Result<Query<PriorityQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<PriorityList>, ApiError> {
+    let Query(q) = q.map_err(query_error)?;
+    let user = if who.admin { q.user } else { Some(who.user) };
+    let list = st
+        .engine
+        .read(move |e| {
+            let now = wall_now();
+            let w = &e.sched.policy().priority;
+            let weights = PriorityWeightsView {
+                age: w.age,
+                fairshare: w.fairshare,
+                job_size: w.job_size,
+                partition: w.partition,
+                qos: w.qos,
+            };
+            let cluster = e.sched.cluster();
+            let mut jobs: Vec<PriorityView> = e
+                .sched
+                .jobs()
+                .filter(|j| j.state == JobState::Pending)
+                .filter(|j| user.as_ref().is_none_or(|u| &j.spec.user == u))
+                .filter_map(|j| {
+                    let partition = cluster.partition(j.partition).name.clone();
+                    if q.partition.as_ref().is_some_and(|p| p != &partition) {
+                        return None;
+                    }
+                    let f = e.sched.factors(j.id, now)?;
+                    Some(PriorityView {
+                        id: j.id,
+                        user: j.spec.user.clone(),
+                        partition,
+                        priority: j.priority,
+                        age: f.age,
+                        fairshare: f.fairshare,
+                        job_size: f.job_size,
+                        partition_factor: f.partition,
+                        qos: f.qos,
+                        nice: f.nice,
+                        array: j.spec.array,
+                    })
+                })
+                .collect();
+            jobs.sort_by_key(|j| j.id);
+            PriorityList { weights, jobs }
+        })
+        .await?;
+    Ok(Json(list))
 }
 
 fn token_view(t: TokenRecord, secret: Option<String>) -> TokenView {
@@ -963,6 +1053,7 @@ mod tests {
             "/partitions",
             "/shares",
             "/usage",
+            "/priorities",
             "/tokens",
             "/tokens/{id}",
         ] {
@@ -974,6 +1065,8 @@ mod tests {
             "JobSpec",
             "RunSpec",
             "JobView",
+            "PriorityList",
+            "UsageView",
             "ErrorBody",
             "ErrorCode",
         ] {

@@ -22,6 +22,7 @@ mod daemon;
 mod native;
 mod plan;
 mod sim;
+mod slurm;
 
 use anyhow::{Context, Result};
 use cadre_core::cluster::Cluster;
@@ -224,6 +225,22 @@ impl PolicyArgs {
 }
 
 fn main() -> ExitCode {
+    // Invoked under the name of a Slurm command (a link named so), answer as that command.
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name.as_str() {
+        "squeue" => return slurm::squeue::run(argv.collect()),
+        "sinfo" => return slurm::sinfo::run(argv.collect()),
+        "sacct" => return slurm::sacct::run(argv.collect()),
+        "scancel" => return slurm::scancel::run(argv.collect()),
+        "sshare" => return slurm::sshare::run(argv.collect()),
+        "sprio" => return slurm::sprio::run(argv.collect()),
+        _ => {}
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

@@ -1,0 +1,385 @@
+//! `scancel`: cancel or signal jobs, with Slurm's options, messages and exit codes.
+//!
+//! Jobs are named by id (`12`), array task (`12_3`) or whole array (`12`, the array's id),
+//! and/or chosen by filters (`-u`, `-n`, `-t`, `-p`, `-A`, `-q`, `-w`, `--me`); with both,
+//! only the named jobs that pass every filter are acted on. Without `-s` a job is
+//! cancelled (`DELETE /jobs/{id}`: pending ones end at once, running ones get SIGTERM,
+//! then SIGKILL after the kill wait); with `-s SIG` its tasks get the signal
+//! (`POST /jobs/{id}/cancel`). `-b`, `-f`, `--ctld`, `-H` are accepted: cadre signals a
+//! job's tasks, which are its batch script.
+//!
+//! Errors, one line each on stderr as `scancel: error: Kill job error on job id N: why`,
+//! and exit code 1: an unknown id (`Invalid job id specified`), a job that has ended
+//! (`Job/step already completing or completed`, not reported with `-Q`), a job of another
+//! user (`Access/permission denied`). This is current Slurm's behaviour; Slurm 22.05 said
+//! nothing about unknown or ended jobs unless `-v` and exited 0.
+
+use super::getopt::{HasArg, Opt};
+use super::query::{self, JobRef};
+use crate::client::ApiFailure;
+use cadre_core::job::JobState;
+use cadre_proto::api::{CancelRequest, JobList, JobView};
+use hyper::Method;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+const CMD: &str = "scancel";
+
+const OPTIONS: &[Opt] = &[
+    Opt::new('A', "account", HasArg::Required),
+    Opt::new('b', "batch", HasArg::No),
+    Opt::new('M', "clusters", HasArg::Required),
+    Opt::long("ctld", HasArg::No),
+    Opt::new('f', "full", HasArg::No),
+    Opt::long("help", HasArg::No),
+    Opt::new('H', "hurry", HasArg::No),
+    Opt::new('i', "interactive", HasArg::No),
+    Opt::new('n', "jobname", HasArg::Required),
+    Opt::long("name", HasArg::Required),
+    Opt::long("me", HasArg::No),
+    Opt::new('w', "nodelist", HasArg::Required),
+    Opt::new('p', "partition", HasArg::Required),
+    Opt::new('q', "qos", HasArg::Required),
+    Opt::new('Q', "quiet", HasArg::No),
+    Opt::new('R', "reservation", HasArg::Required),
+    Opt::long("sibling", HasArg::Required),
+    Opt::new('s', "signal", HasArg::Required),
+    Opt::new('t', "state", HasArg::Required),
+    Opt::long("usage", HasArg::No),
+    Opt::new('u', "user", HasArg::Required),
+    Opt::new('v', "verbose", HasArg::No),
+    Opt::new('V', "version", HasArg::No),
+    Opt::long("wckey", HasArg::Required),
+];
+
+/// A signal by name (`USR1`, `SIGUSR1`, any case) or number.
+pub(crate) fn parse_signal(text: &str) -> Option<i32> {
+    if let Ok(n) = text.parse::<i32>() {
+        return (1..=64).contains(&n).then_some(n);
+    }
+    let name = text.to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    Some(match name {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ABRT" => 6,
+        "KILL" => 9,
+        "USR1" => 10,
+        "SEGV" => 11,
+        "USR2" => 12,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "CHLD" => 17,
+        "CONT" => 18,
+        "STOP" => 19,
+        "TSTP" => 20,
+        "TTIN" => 21,
+        "TTOU" => 22,
+        "URG" => 23,
+        "XCPU" => 24,
+        "XFSZ" => 25,
+        "VTALRM" => 26,
+        "PROF" => 27,
+        "WINCH" => 28,
+        _ => return None,
+    })
+}
+
+/// Which jobs to act on, from the command line.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Selection {
+    pub refs: Vec<(String, JobRef)>,
+    pub users: Vec<String>,
+    pub names: Vec<String>,
+    pub states: Vec<JobState>,
+    /// Whether `-t` was given (SUSPENDED selects nothing: cadre does not suspend jobs).
+    pub states_given: bool,
+    pub partitions: Vec<String>,
+    pub accounts: Vec<String>,
+    pub qos: Vec<String>,
+    pub nodes: Vec<String>,
+}
+
+impl Selection {
+    fn has_filters(&self) -> bool {
+        !(self.users.is_empty()
+            && self.names.is_empty()
+            && !self.states_given
+            && self.partitions.is_empty()
+            && self.accounts.is_empty()
+            && self.qos.is_empty()
+            && self.nodes.is_empty())
+    }
+
+    fn passes(&self, j: &JobView) -> bool {
+        let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+        let qos = j
+            .spec
+            .as_ref()
+            .and_then(|s| s.qos.clone())
+            .unwrap_or_else(|| "normal".into());
+        let on_nodes = self.nodes.is_empty()
+            || cadre_core::hostlist::expand(&j.nodes)
+                .unwrap_or_default()
+                .iter()
+                .any(|n| self.nodes.contains(n));
+        any(&self.users, &j.user)
+            && any(&self.names, &j.name)
+            && any(&self.partitions, &j.partition)
+            && any(&self.accounts, &j.account)
+            && any(&self.qos, &qos)
+            && (!self.states_given || self.states.contains(&j.state))
+            && on_nodes
+    }
+}
+
+/// What to do for each job: (how the user named it, its id) in order; and the ids the user
+/// named that match no job that has not ended.
+pub(crate) fn targets(active: &[JobView], sel: &Selection) -> (Vec<(String, u64)>, Vec<String>) {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let mut missing = Vec::new();
+    if sel.refs.is_empty() {
+        for j in active.iter().filter(|j| sel.passes(j)) {
+            out.push((super::format::job_id(j.id.0, j.array), j.id.0));
+        }
+        return (out, missing);
+    }
+    for (text, r) in &sel.refs {
+        let matched: Vec<&JobView> = active.iter().filter(|j| r.matches(j)).collect();
+        if matched.is_empty() {
+            missing.push(text.clone());
+        }
+        for j in matched.into_iter().filter(|j| sel.passes(j)) {
+            if !out.iter().any(|(_, id)| *id == j.id.0) {
+                out.push((super::format::job_id(j.id.0, j.array), j.id.0));
+            }
+        }
+    }
+    (out, missing)
+}
+
+fn usage() -> ExitCode {
+    println!(
+        "Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n               [-p partition] [-Q] [-q qos] [-R reservation] [-s signal | integer]\n               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]\n               [--hurry] [-V] [-v] [-w hosts...] [--wckey=wckey] [--me]\n               [job_id[_array_id][.step_id]]"
+    );
+    ExitCode::SUCCESS
+}
+
+/// Slurm's words for why an action on a job was refused.
+fn why(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<ApiFailure>() {
+        Some(f) if f.status == 404 => "Invalid job id specified".into(),
+        Some(f) if f.status == 403 => "Access/permission denied".into(),
+        Some(f) if f.status == 409 => "Job/step already completing or completed".into(),
+        _ => query::describe(e),
+    }
+}
+
+/// `scancel [OPTIONS] [job_id[_array_id][.step_id]]...`.
+pub fn run(args: Vec<OsString>) -> ExitCode {
+    let args = query::start(args);
+    let p = match query::parse_args(CMD, &args, OPTIONS) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    if p.has("help") || p.has("usage") {
+        return usage();
+    }
+    if p.has("version") {
+        return query::version();
+    }
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let verbose = p.has("verbose");
+    let quiet = p.has("quiet");
+    let signal = match p.value("signal") {
+        None => None,
+        Some(s) => match parse_signal(s) {
+            Some(n) => Some(n),
+            None => {
+                eprintln!("Unknown job signal: {s}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let mut sel = Selection::default();
+    for text in p.operands.iter().flat_map(|o| query::list(o)) {
+        match JobRef::parse(&text) {
+            Some(r) => sel.refs.push((text, r)),
+            None => return query::fail(CMD, format!("Invalid job id {text}")),
+        }
+    }
+    let pick = |opt: &str, var: &str| -> Vec<String> {
+        p.value(opt)
+            .map(str::to_owned)
+            .or_else(|| env(var))
+            .map(|v| query::list(&v))
+            .unwrap_or_default()
+    };
+    sel.names = pick("jobname", "SCANCEL_NAME");
+    sel.names
+        .extend(p.value("name").map(query::list).unwrap_or_default());
+    sel.partitions = pick("partition", "SCANCEL_PARTITION");
+    sel.accounts = pick("account", "SCANCEL_ACCOUNT");
+    sel.qos = pick("qos", "SCANCEL_QOS");
+    if let Some(u) = p
+        .value("user")
+        .map(str::to_owned)
+        .or_else(|| env("SCANCEL_USER"))
+    {
+        match query::user_name(&u) {
+            Some(name) => sel.users.push(name),
+            None => return query::fail(CMD, format!("Invalid user name: {u}")),
+        }
+    }
+    if p.has("me") {
+        sel.users.push(query::current_user());
+    }
+    if let Some(t) = p
+        .value("state")
+        .map(str::to_owned)
+        .or_else(|| env("SCANCEL_STATE"))
+    {
+        for s in query::list(&t) {
+            match super::format::parse_state(&s) {
+                Some(st @ (JobState::Pending | JobState::Running)) => sel.states.push(st),
+                // cadre does not suspend jobs: no job is SUSPENDED.
+                _ if s.eq_ignore_ascii_case("SUSPENDED") || s.eq_ignore_ascii_case("S") => {}
+                _ => {
+                    eprintln!("Invalid job state specified: {s}");
+                    eprintln!("Valid job states are PENDING, RUNNING, and SUSPENDED");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    }
+    if let Some(w) = p.value("nodelist") {
+        match cadre_core::hostlist::expand(w) {
+            Ok(n) => sel.nodes = n,
+            Err(e) => return query::fail(CMD, format!("Invalid node list: {e}")),
+        }
+    }
+    if sel.refs.is_empty() && !sel.has_filters() {
+        return query::fail(CMD, "No job identification provided");
+    }
+
+    let mut client = match query::connect() {
+        Ok(c) => c,
+        Err(e) => return query::fail(CMD, query::describe(&e)),
+    };
+    let active: JobList = match client.get("/jobs?detail=true&state=PENDING,RUNNING,PREEMPTING") {
+        Ok(l) => l,
+        Err(e) => return query::fail(CMD, query::describe(&e)),
+    };
+    let (todo, missing) = targets(&active.jobs, &sel);
+    let mut rc = ExitCode::SUCCESS;
+    for text in missing {
+        // Not among the jobs that have not ended: an ended job, or none at all.
+        let known = JobRef::parse(&text)
+            .filter(|r| r.index.is_none())
+            .is_some_and(|r| client.get::<JobView>(&format!("/jobs/{}", r.id)).is_ok());
+        if known && quiet {
+            continue;
+        }
+        let reason = if known {
+            "Job/step already completing or completed"
+        } else {
+            "Invalid job id specified"
+        };
+        eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+        rc = ExitCode::from(1);
+    }
+    for (text, id) in todo {
+        if verbose {
+            match signal {
+                Some(s) => eprintln!("{CMD}: Signal {s} to job {text}"),
+                None => eprintln!("{CMD}: Terminating job {text}"),
+            }
+        }
+        let result = match signal {
+            None => {
+                client.send::<(), serde_json::Value>(Method::DELETE, &format!("/jobs/{id}"), None)
+            }
+            Some(s) => client.send::<_, serde_json::Value>(
+                Method::POST,
+                &format!("/jobs/{id}/cancel"),
+                Some(&CancelRequest { signal: Some(s) }),
+            ),
+        };
+        if let Err(e) = result {
+            let reason = why(&e);
+            if quiet && reason.starts_with("Job/step already") {
+                continue;
+            }
+            eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+            rc = ExitCode::from(1);
+        }
+    }
+    rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::squeue::tests::job;
+    use cadre_core::job::{ArrayIndex, JobId};
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("USR1"), Some(10));
+        assert_eq!(parse_signal("sigterm"), Some(15));
+        assert_eq!(parse_signal("SIGUSR2"), Some(12));
+        assert_eq!(parse_signal("9"), Some(9));
+        assert_eq!(parse_signal("FOO"), None);
+        assert_eq!(parse_signal("0"), None);
+    }
+
+    #[test]
+    fn ids_name_jobs_array_tasks_and_whole_arrays() {
+        let mut active: Vec<JobView> = (0..3)
+            .map(|i| {
+                let mut j = job(50 + i, JobState::Pending);
+                j.array = Some(ArrayIndex {
+                    array_job: JobId(50),
+                    index: i as u32,
+                });
+                j
+            })
+            .collect();
+        active.push(job(60, JobState::Running));
+        let sel = |texts: &[&str]| Selection {
+            refs: texts
+                .iter()
+                .map(|t| (t.to_string(), JobRef::parse(t).unwrap()))
+                .collect(),
+            ..Selection::default()
+        };
+        let (t, missing) = targets(&active, &sel(&["50_1", "60", "99"]));
+        assert_eq!(t, vec![("50_1".into(), 51), ("60".into(), 60)]);
+        assert_eq!(missing, vec!["99".to_string()]);
+        let (t, _) = targets(&active, &sel(&["50"]));
+        assert_eq!(t.iter().map(|x| x.1).collect::<Vec<_>>(), vec![50, 51, 52]);
+    }
+
+    #[test]
+    fn filters_alone_or_with_ids() {
+        let active = vec![job(1, JobState::Pending), job(2, JobState::Running)];
+        let pending = Selection {
+            states: vec![JobState::Pending],
+            states_given: true,
+            ..Selection::default()
+        };
+        assert_eq!(targets(&active, &pending).0, vec![("1".into(), 1)]);
+        let both = Selection {
+            refs: vec![("2".into(), JobRef::parse("2").unwrap())],
+            ..pending
+        };
+        assert!(targets(&active, &both).0.is_empty());
+        let other_user = Selection {
+            users: vec!["bob".into()],
+            ..Selection::default()
+        };
+        assert!(targets(&active, &other_user).0.is_empty());
+    }
+}
