@@ -110,13 +110,11 @@ impl K8sError {
 }
 
 /// Collects the problems of one object while it is translated.
-#[allow(dead_code)] // the translation comes next
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
     problems: Vec<Problem>,
 }
 
-#[allow(dead_code)]
 impl Refusals {
     pub(crate) fn refuse(&mut self, path: impl Into<String>, reason: impl Into<String>) {
         self.problems.push(Problem {
