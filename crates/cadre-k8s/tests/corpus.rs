@@ -376,6 +376,30 @@ fn with_a_container_runtime_entrypoint_images_are_accepted() {
 }
 
 #[test]
+fn corpus_topology_and_completion_details() {
+    let Some(dir) = corpus_dir() else { return };
+    let read = |f: &str| {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        plan(&text, f, &opts()).unwrap().workloads.remove(0)
+    };
+    let tas = read("kueue__site_static_examples_jobs_sample-jobset-tas-required.yaml");
+    assert_eq!(
+        tas.spec.topology.span,
+        cadre_core::job::NetworkSpan::OneLeaf
+    );
+    let mpi = read("volcano__example_integrations_mpi_mpi-example.yaml");
+    assert_eq!(mpi.completion, cadre_k8s::Completion::Groups(vec![0]));
+    let pi = read("mpiop__examples_v2beta1_pi_pi.yaml");
+    assert_eq!(pi.ssh.as_ref().unwrap().mount_path, "/home/mpiuser/.ssh");
+    assert_eq!(pi.spec.annotations["k8s.worker.runAsUser"], "1000");
+    let bench = read("mpiop__examples_v2beta1_tensorflow-benchmarks_tensorflow-benchmarks.yaml");
+    assert_eq!(
+        bench.groups[1].program,
+        cadre_k8s::Program::Argv(vec!["/usr/sbin/sshd".into(), "-De".into()])
+    );
+}
+
+#[test]
 fn corpus_queues_have_the_quotas_they_state() {
     let Some(dir) = corpus_dir() else { return };
     let text =
@@ -403,4 +427,51 @@ fn corpus_queues_have_the_quotas_they_state() {
         ]
     );
     p.queues.quota_config().unwrap();
+}
+
+/// The full text of every outcome, as a user reads it: gangs with their groups, queues, and
+/// refusals with every reason.
+#[test]
+fn corpus_outcomes_read_as_a_user_sees_them() {
+    let Some(dir) = corpus_dir() else { return };
+    let mut out = String::new();
+    for (file, _) in CORPUS {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        match plan(&text, file, &opts()) {
+            Err(e) => out.push_str(&format!("{e}\n\n")),
+            Ok(p) => {
+                for w in &p.workloads {
+                    let groups: Vec<String> = w
+                        .spec
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            format!(
+                                "{} x{}{}: {:?}",
+                                g.name,
+                                g.count,
+                                g.min_count
+                                    .map(|m| format!(" (min {m})"))
+                                    .unwrap_or_default(),
+                                g.per_task
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "{file}: {} in {}: {}; completion {:?}; topology {:?}\n",
+                        w.name,
+                        w.namespace,
+                        groups.join("; "),
+                        w.completion,
+                        w.spec.topology
+                    ));
+                }
+                for q in &p.queues.queues {
+                    out.push_str(&format!("{file}: queue {:?}\n", q.config));
+                }
+                out.push('\n');
+            }
+        }
+    }
+    insta::assert_snapshot!(out);
 }
