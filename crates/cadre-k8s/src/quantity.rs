@@ -232,4 +232,33 @@ mod tests {
         assert_eq!(q("1.5").to_string(), "1500m");
         assert_eq!(q("2").to_string(), "2");
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// A booked amount is never below what was asked, and never a unit more.
+            #[test]
+            fn rounding_up_books_at_least_the_request(milli in 0u64..10_000_000, bytes in 0u64..(1 << 40)) {
+                let cpu = q(&format!("{milli}m"));
+                prop_assert_eq!(cpu.ceil(), u128::from(milli.div_ceil(1000)));
+                prop_assert!(cpu.ceil() * 1000 >= u128::from(milli));
+                let mem = q(&bytes.to_string());
+                prop_assert!(mem.ceil_mib() * MIB >= u128::from(bytes));
+                prop_assert!(mem.ceil_mib() * MIB < u128::from(bytes) + MIB);
+            }
+
+            /// Every suffix scales exactly: `n<suffix>` is n times the suffix's unit.
+            #[test]
+            fn suffixes_scale_exactly(n in 0u64..1_000_000, i in 0usize..7) {
+                let (bin, dec) = (["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][i], ["", "k", "M", "G", "T", "P", "E"][i]);
+                let b = q(&format!("{n}{bin}"));
+                let d = q(&format!("{n}{dec}"));
+                prop_assert_eq!(b.whole(), Some(u128::from(n) << (10 * i)));
+                prop_assert_eq!(d.whole(), Some(u128::from(n) * 1000u128.pow(i as u32)));
+                prop_assert_eq!(q(&format!("{n}e{}", 3 * i)), d);
+            }
+        }
+    }
 }
