@@ -111,17 +111,25 @@ pub(crate) struct PodPieces {
 }
 
 /// Reads pod template `t` found at `path` (`spec.mpiReplicaSpecs.Worker.template`), for
-/// the group whose annotations are prefixed `k8s.<group>.`.
+/// the group whose annotations are prefixed `k8s.<group>.`, whose pods the kind's
+/// controller labels with `implicit_labels`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_pod_template(
     t: &PodTemplateSpec,
     path: &str,
     group: &str,
     role: PodRole,
+    implicit_labels: &[(&str, &str)],
     opts: &TranslateOptions,
     refusals: &mut Refusals,
     notes: &mut BTreeMap<String, String>,
 ) -> PodPieces {
     let mut pieces = PodPieces::default();
+    // The labels the kind's controller puts on the pods, which selectors (pod
+    // anti-affinity) and `fieldRef`s may name.
+    for (k, v) in implicit_labels {
+        pieces.labels.insert(k.to_string(), v.to_string());
+    }
     let meta_path = format!("{path}.metadata");
     if let Some(meta) = &t.metadata {
         read_template_metadata(meta, &meta_path, group, &mut pieces, refusals, notes);

@@ -226,12 +226,20 @@ impl<'a> Builder<'a> {
     }
 
     /// Reads a pod template into a group.
-    fn pod(&mut self, t: &PodTemplateSpec, path: &str, group: &str, role: PodRole) -> PodPieces {
+    fn pod(
+        &mut self,
+        t: &PodTemplateSpec,
+        path: &str,
+        group: &str,
+        role: PodRole,
+        implicit_labels: &[(&str, &str)],
+    ) -> PodPieces {
         read_pod_template(
             t,
             path,
             group,
             role,
+            implicit_labels,
             self.opts,
             &mut self.refusals,
             &mut self.notes,
@@ -588,7 +596,12 @@ fn translate_job(
         mpi_worker: false,
         indexed: shape.indexed,
     };
-    let pieces = b.pod(&spec.template, "spec.template", "task", role);
+    let name = b.name.clone();
+    let labels = [
+        ("batch.kubernetes.io/job-name", name.as_str()),
+        ("job-name", name.as_str()),
+    ];
+    let pieces = b.pod(&spec.template, "spec.template", "task", role, &labels);
     if pieces.hostname.is_some() {
         b.refuse(
             "spec.template.spec.hostname",
@@ -704,7 +717,12 @@ fn translate_jobset(js: &JobSet, opts: &TranslateOptions) -> Result<Translated, 
             indexed: shape.indexed,
         };
         let tpath = format!("{path}.template.spec.template");
-        let pieces = b.pod(&js.template, &tpath, &rj.name, role);
+        let jsname = b.name.clone();
+        let labels = [
+            ("jobset.sigs.k8s.io/jobset-name", jsname.as_str()),
+            ("jobset.sigs.k8s.io/replicatedjob-name", rj.name.as_str()),
+        ];
+        let pieces = b.pod(&js.template, &tpath, &rj.name, role, &labels);
         if pieces.hostname.is_some() || pieces.subdomain.is_some() {
             b.refuse(
                 format!("{tpath}.spec"),
@@ -850,7 +868,14 @@ fn translate_mpijob(j: &MpiJob, opts: &TranslateOptions) -> Result<Translated, K
             }
             replica_restart(&mut b, l, "launcher");
             let path = "spec.mpiReplicaSpecs.Launcher.template";
-            let pieces = b.pod(&l.template, path, "launcher", PodRole::default());
+            let labels = kubeflow_labels(&b.name, "mpi-operator", "launcher", true);
+            let pieces = b.pod(
+                &l.template,
+                path,
+                "launcher",
+                PodRole::default(),
+                &as_refs(&labels),
+            );
             no_naming_overrides(&mut b, &pieces, path, "MPI Operator");
             groups.push(Group {
                 name: "launcher".into(),
@@ -874,7 +899,8 @@ fn translate_mpijob(j: &MpiJob, opts: &TranslateOptions) -> Result<Translated, K
             mpi_worker: true,
             indexed: false,
         };
-        let pieces = b.pod(&w.template, path, "worker", role);
+        let labels = kubeflow_labels(&b.name, "mpi-operator", "worker", true);
+        let pieces = b.pod(&w.template, path, "worker", role, &as_refs(&labels));
         no_naming_overrides(&mut b, &pieces, path, "MPI Operator");
         if n > 0 {
             groups.push(Group {
@@ -908,6 +934,39 @@ fn translate_mpijob(j: &MpiJob, opts: &TranslateOptions) -> Result<Translated, K
         Completion::Groups(vec![0]),
         Some(SshKeys { mount_path: mount }),
     )
+}
+
+/// The labels the Kubeflow operators put on a replica's pods (`training.kubeflow.org/...`);
+/// `job-role` is set on the MPI launcher and workers and on the PyTorch master.
+fn kubeflow_labels(job: &str, operator: &str, replica: &str, role: bool) -> Vec<(String, String)> {
+    let mut l = vec![
+        (
+            "training.kubeflow.org/job-name".to_string(),
+            job.to_string(),
+        ),
+        (
+            "training.kubeflow.org/operator-name".to_string(),
+            operator.to_string(),
+        ),
+        (
+            "training.kubeflow.org/replica-type".to_string(),
+            replica.to_string(),
+        ),
+    ];
+    if role {
+        l.push((
+            "training.kubeflow.org/job-role".to_string(),
+            replica.to_string(),
+        ));
+    }
+    l
+}
+
+fn as_refs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 fn port_named(p: &PodPieces, name: &str) -> Option<u16> {
@@ -948,7 +1007,14 @@ fn translate_pytorchjob(j: &PyTorchJob, opts: &TranslateOptions) -> Result<Trans
         }
         replica_restart(&mut b, m, "master");
         let path = "spec.pytorchReplicaSpecs.Master.template";
-        let pieces = b.pod(&m.template, path, "master", PodRole::default());
+        let labels = kubeflow_labels(&b.name, "pytorchjob-controller", "master", true);
+        let pieces = b.pod(
+            &m.template,
+            path,
+            "master",
+            PodRole::default(),
+            &as_refs(&labels),
+        );
         no_naming_overrides(&mut b, &pieces, path, "Training Operator");
         master_port = port_named(&pieces, "pytorchjob-port").unwrap_or(PYTORCH_DEFAULT_PORT);
         has_master = true;
@@ -971,7 +1037,14 @@ fn translate_pytorchjob(j: &PyTorchJob, opts: &TranslateOptions) -> Result<Trans
         worker_replicas = n;
         replica_restart(&mut b, w, "worker");
         let path = "spec.pytorchReplicaSpecs.Worker.template";
-        let pieces = b.pod(&w.template, path, "worker", PodRole::default());
+        let labels = kubeflow_labels(&b.name, "pytorchjob-controller", "worker", false);
+        let pieces = b.pod(
+            &w.template,
+            path,
+            "worker",
+            PodRole::default(),
+            &as_refs(&labels),
+        );
         no_naming_overrides(&mut b, &pieces, path, "Training Operator");
         worker_port = port_named(&pieces, "pytorchjob-port").unwrap_or(PYTORCH_DEFAULT_PORT);
         let mut min_count = None;
@@ -1287,7 +1360,13 @@ fn translate_volcano_job(j: &VolcanoJob, opts: &TranslateOptions) -> Result<Tran
             }
         }
         let tpath = format!("{path}.template");
-        let mut pieces = b.pod(&t.template, &tpath, &name, PodRole::default());
+        let (jname, ns) = (b.name.clone(), b.namespace.clone());
+        let labels = [
+            ("volcano.sh/job-name", jname.as_str()),
+            ("volcano.sh/job-namespace", ns.as_str()),
+            ("volcano.sh/task-spec", name.as_str()),
+        ];
+        let mut pieces = b.pod(&t.template, &tpath, &name, PodRole::default(), &labels);
         if let Some(s) = span {
             pieces.span = Some(pieces.span.map_or(s, |p| p.max(s)));
         }

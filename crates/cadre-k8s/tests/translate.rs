@@ -616,6 +616,12 @@ fn an_mpijob_is_a_launcher_and_workers() {
     assert_eq!(t.completion, Completion::Groups(vec![0]));
     assert_eq!(t.ssh.as_ref().unwrap().mount_path, "/root/.ssh");
     assert_eq!(t.namespace, "hpc");
+    // The operator's own pod labels select the job's pods too.
+    let y = MPI.replace(
+        "{labelSelector: {matchLabels: {role: w}}",
+        "{labelSelector: {matchLabels: {training.kubeflow.org/job-role: worker}}",
+    );
+    assert!(ok(&y).spec.one_task_per_node);
     assert_refused(
         &MPI.replace("queue: gpu-q,", "minAvailable: 2, queue: gpu-q,"),
         "spec.runPolicy.schedulingPolicy.minAvailable",
