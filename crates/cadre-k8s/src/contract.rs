@@ -1,0 +1,598 @@
+//! The contracts the programs inside a job rely on: the names tasks use to find each
+//! other, the per-rank environment, and the MPI and Volcano host files, as the Kubernetes
+//! controllers make them (kubeflow/mpi-operator `pkg/controller/mpi_job_controller.go`,
+//! kubeflow/trainer `release-1.9` `pkg/controller.v1/pytorch/{envvar,master,elastic}.go`,
+//! volcano `pkg/controllers/job/plugins/{env,svc}`, Kubernetes' Job controller for
+//! `JOB_COMPLETION_INDEX`). All pure: given a [`Translated`] job and where its tasks landed
+//! ([`Placement`]), they compute text and variables; the agent writes and injects them.
+//!
+//! # Ranks
+//! A task's rank is its position over all placed tasks in (group, index) order, the order
+//! of `SLURM_PROCID`: for an MPIJob the launcher is rank 0 and worker `i` rank `i + 1`; for
+//! a PyTorchJob the master is rank 0. An elastic group may be placed with fewer tasks than
+//! it asks for; ranks count placed tasks.
+//!
+//! # Names
+//! Every task has a pod name ([`pod_name`]) and the DNS names its pod would have in
+//! Kubernetes ([`dns_names`]); inside the job each name must resolve to the address of the
+//! node the task runs on ([`hosts_file`]). Pods' own random suffixes (a batch Job's pods,
+//! an MPIJob's launcher) are left out: cadre's pod names are deterministic.
+//!
+//! # Environment
+//! [`rank_environment`] lists the container's own `env` first (literal values, and the
+//! `fieldRef`s resolved for this task), then the variables the kind's controller adds, in
+//! the order the controller appends them. As in Kubernetes a later entry overrides an
+//! earlier one of the same name, and a value's `$(VAR)` references are expanded with the
+//! entries before it; the program's `$(VAR)` references are expanded with all of them
+//! ([`rank_program`]).
+
+use crate::error::K8sError;
+use crate::model::{
+    Completion, EnvSource, MpiImplementation, Program, PyTorchContract, Translated, WorkloadKind,
+};
+
+/// The cluster domain of the DNS names.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// Where the MPI Operator mounts the hostfile in the launcher.
+pub const MPI_DIR: &str = "/etc/mpi";
+/// Where Volcano's svc plugin mounts the task host files.
+pub const VOLCANO_DIR: &str = "/etc/volcano";
+
+/// Where one task runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedTask {
+    /// The node's name (`spec.nodeName`).
+    pub node: String,
+    /// The node's address, which the job's names resolve to (`status.podIP`: tasks use the
+    /// node's network).
+    pub address: String,
+}
+
+/// Where a job's tasks run, and where its files are visible.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// For each task group of the spec, its placed tasks by index.
+    pub tasks: Vec<Vec<PlacedTask>>,
+    /// Where the launcher sees the MPI files: [`MPI_DIR`] when the agent mounts them there
+    /// (root, a private mount namespace), else the per-job directory it wrote them to.
+    pub mpi_dir: String,
+    /// Where tasks see Volcano's host files: [`VOLCANO_DIR`], or the per-job directory.
+    pub volcano_dir: String,
+    /// The rendezvous port (PyTorch `MASTER_PORT`, the elastic rendezvous port) when the
+    /// controller moved it off the manifest's: tasks of different jobs on one node share
+    /// the node's ports. `None`: the manifest's.
+    pub rendezvous_port: Option<u16>,
+}
+
+impl Placement {
+    /// Tasks placed as given, files at the Kubernetes paths, ports as written.
+    pub fn new(tasks: Vec<Vec<PlacedTask>>) -> Placement {
+        Placement {
+            tasks,
+            mpi_dir: MPI_DIR.into(),
+            volcano_dir: VOLCANO_DIR.into(),
+            rendezvous_port: None,
+        }
+    }
+}
+
+/// A file the agent writes for the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFile {
+    /// Absolute path as the tasks see it.
+    pub path: String,
+    pub text: String,
+    /// Unix permission bits.
+    pub mode: u32,
+    /// The groups whose tasks see it.
+    pub groups: Vec<usize>,
+}
+
+fn contract_err(what: String) -> K8sError {
+    K8sError::Contract { what }
+}
+
+fn check(t: &Translated, p: &Placement) -> Result<(), K8sError> {
+    if p.tasks.len() != t.spec.groups.len() {
+        return Err(contract_err(format!(
+            "job `{}` has {} task groups; the placement gives {}",
+            t.name,
+            t.spec.groups.len(),
+            p.tasks.len()
+        )));
+    }
+    for (g, placed) in t.spec.groups.iter().zip(&p.tasks) {
+        let n = u32::try_from(placed.len()).unwrap_or(u32::MAX);
+        if n > g.count || n < g.min_tasks() {
+            return Err(contract_err(format!(
+                "group `{}` of job `{}` asks for {} to {} tasks; the placement gives {n}",
+                g.name,
+                t.name,
+                g.min_tasks(),
+                g.count
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The (group, index) of `rank`.
+pub fn task_of_rank(t: &Translated, rank: u32, p: &Placement) -> Result<(usize, u32), K8sError> {
+    check(t, p)?;
+    let mut r = rank as usize;
+    for (g, placed) in p.tasks.iter().enumerate() {
+        if r < placed.len() {
+            return Ok((g, r as u32));
+        }
+        r -= placed.len();
+    }
+    Err(contract_err(format!(
+        "job `{}` has {} placed tasks; there is no rank {rank}",
+        t.name,
+        p.tasks.iter().map(Vec::len).sum::<usize>()
+    )))
+}
+
+/// The name of the pod of task `index` of group `group` (`fieldRef: metadata.name`).
+pub fn pod_name(t: &Translated, group: usize, index: u32) -> String {
+    let base = &t.name;
+    let gname = t.spec.groups.get(group).map_or("", |g| g.name.as_str());
+    match &t.kind {
+        WorkloadKind::Job { .. } => format!("{base}-{index}"),
+        WorkloadKind::JobSet { completions, .. } => {
+            let c = completions.get(group).copied().unwrap_or(1).max(1);
+            format!("{base}-{gname}-{}-{}", index / c, index % c)
+        }
+        WorkloadKind::MpiJob { .. } if gname == "launcher" => format!("{base}-launcher"),
+        WorkloadKind::MpiJob { .. }
+        | WorkloadKind::PyTorchJob(_)
+        | WorkloadKind::VolcanoJob { .. } => format!("{base}-{gname}-{index}"),
+    }
+}
+
+fn under(host: &str, sub: &str, ns: &str) -> Vec<String> {
+    vec![
+        host.to_string(),
+        format!("{host}.{sub}"),
+        format!("{host}.{sub}.{ns}"),
+        format!("{host}.{sub}.{ns}.svc"),
+        format!("{host}.{sub}.{ns}.svc.{CLUSTER_DOMAIN}"),
+    ]
+}
+
+/// The names that resolve to task `index` of group `group` inside the job (empty for tasks
+/// Kubernetes gives no stable name: a Job's pods without a subdomain, a Volcano job's
+/// without the svc plugin).
+pub fn dns_names(t: &Translated, group: usize, index: u32) -> Vec<String> {
+    let ns = &t.namespace;
+    match &t.kind {
+        WorkloadKind::Job { indexed, subdomain } => match (indexed, subdomain) {
+            (true, Some(sub)) => under(&pod_name(t, group, index), sub, ns),
+            _ => Vec::new(),
+        },
+        WorkloadKind::JobSet {
+            indexed, subdomain, ..
+        } => match subdomain {
+            Some(sub) if indexed.get(group) == Some(&true) => {
+                under(&pod_name(t, group, index), sub, ns)
+            }
+            _ => Vec::new(),
+        },
+        WorkloadKind::MpiJob { .. } => under(&pod_name(t, group, index), &t.name, ns),
+        WorkloadKind::PyTorchJob(_) => {
+            // One headless Service per replica, named as the pod.
+            let svc = pod_name(t, group, index);
+            vec![
+                svc.clone(),
+                format!("{svc}.{ns}"),
+                format!("{svc}.{ns}.svc"),
+                format!("{svc}.{ns}.svc.{CLUSTER_DOMAIN}"),
+            ]
+        }
+        WorkloadKind::VolcanoJob {
+            svc_plugin,
+            hostnames,
+            subdomains,
+            ..
+        } => {
+            if !svc_plugin {
+                return Vec::new();
+            }
+            let host = hostnames
+                .get(group)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| pod_name(t, group, index));
+            let sub = subdomains
+                .get(group)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| t.name.clone());
+            under(&host, &sub, ns)
+        }
+    }
+}
+
+/// The job's hosts file: every task's names on the line of its node's address, then the
+/// pod templates' `hostAliases`. The agent makes it the tasks' `/etc/hosts` (a private mount
+/// namespace when it runs as root), with the node's own lines kept first.
+pub fn hosts_file(t: &Translated, p: &Placement) -> Result<String, K8sError> {
+    check(t, p)?;
+    let mut out = format!("# cadre job {}/{}\n", t.namespace, t.name);
+    for (g, placed) in p.tasks.iter().enumerate() {
+        for (i, task) in placed.iter().enumerate() {
+            let names = dns_names(t, g, i as u32);
+            if !names.is_empty() {
+                out.push_str(&format!("{}\t{}\n", task.address, names.join(" ")));
+            }
+        }
+    }
+    for run in &t.groups {
+        for (ip, names) in &run.host_aliases {
+            out.push_str(&format!("{ip}\t{}\n", names.join(" ")));
+        }
+    }
+    Ok(out)
+}
+
+/// The MPI Operator's hostfile (`/etc/mpi/hostfile` in the launcher), or `None` for other
+/// kinds: one line per worker (the launcher first with `runLauncherAsWorker`), its FQDN
+/// `<pod>.<job>.<namespace>.svc` and its slots, `<host> slots=<n>` for OpenMPI and
+/// `<host>:<n>` for Intel MPI and MPICH.
+pub fn hostfile(t: &Translated, p: &Placement) -> Result<Option<String>, K8sError> {
+    let WorkloadKind::MpiJob {
+        slots_per_worker,
+        implementation,
+        run_launcher_as_worker,
+    } = &t.kind
+    else {
+        return Ok(None);
+    };
+    check(t, p)?;
+    let line = |host: String| match implementation {
+        MpiImplementation::OpenMpi => format!("{host} slots={slots_per_worker}\n"),
+        MpiImplementation::Intel | MpiImplementation::Mpich => {
+            format!("{host}:{slots_per_worker}\n")
+        }
+    };
+    let fqdn = |pod: String| format!("{pod}.{}.{}.svc", t.name, t.namespace);
+    let mut out = String::new();
+    if *run_launcher_as_worker {
+        out.push_str(&line(fqdn(pod_name(t, 0, 0))));
+    }
+    for i in 0..p.tasks.get(1).map_or(0, Vec::len) {
+        out.push_str(&line(fqdn(pod_name(t, 1, i as u32))));
+    }
+    Ok(Some(out))
+}
+
+/// The MPI Operator's `discover_hosts.sh` (Horovod elastic): `echo` of each running
+/// worker's FQDN, sorted by pod name as the operator sorts them, after the launcher's with
+/// `runLauncherAsWorker`. `None` for other kinds.
+pub fn discover_hosts(t: &Translated, running_workers: &[u32]) -> Option<String> {
+    let WorkloadKind::MpiJob {
+        run_launcher_as_worker,
+        ..
+    } = &t.kind
+    else {
+        return None;
+    };
+    let fqdn = |pod: String| format!("{pod}.{}.{}.svc", t.name, t.namespace);
+    let mut out = String::from("#!/bin/sh\n");
+    if *run_launcher_as_worker {
+        out.push_str(&format!("echo {}\n", fqdn(pod_name(t, 0, 0))));
+    }
+    let mut pods: Vec<String> = running_workers.iter().map(|&i| pod_name(t, 1, i)).collect();
+    pods.sort();
+    for pod in pods {
+        out.push_str(&format!("echo {}\n", fqdn(pod)));
+    }
+    Some(out)
+}
+
+/// Volcano's svc plugin: per task, the hosts of its pods (`<host>.<subdomain>`); the task
+/// key is its name with `-` made `_`.
+fn volcano_hosts(t: &Translated) -> Vec<(String, Vec<String>)> {
+    let WorkloadKind::VolcanoJob {
+        svc_plugin: true,
+        hostnames,
+        subdomains,
+        ..
+    } = &t.kind
+    else {
+        return Vec::new();
+    };
+    t.spec
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| {
+            let sub = subdomains
+                .get(g)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| t.name.clone());
+            let hosts = match hostnames.get(g).cloned().flatten() {
+                Some(h) => vec![format!("{h}.{sub}")],
+                None => (0..group.count)
+                    .map(|i| format!("{}.{sub}", pod_name(t, g, i)))
+                    .collect(),
+            };
+            (group.name.replace('-', "_"), hosts)
+        })
+        .collect()
+}
+
+/// The files the agent writes for the job: the MPI hostfile and discover_hosts.sh (seen by
+/// the launcher) and Volcano's `<task>.host` files (seen by every task).
+pub fn job_files(t: &Translated, p: &Placement) -> Result<Vec<JobFile>, K8sError> {
+    let mut files = Vec::new();
+    if let Some(text) = hostfile(t, p)? {
+        files.push(JobFile {
+            path: format!("{}/hostfile", p.mpi_dir),
+            text,
+            mode: 0o444,
+            groups: vec![0],
+        });
+        let workers: Vec<u32> = (0..p.tasks.get(1).map_or(0, Vec::len) as u32).collect();
+        if let Some(text) = discover_hosts(t, &workers) {
+            files.push(JobFile {
+                path: format!("{}/discover_hosts.sh", p.mpi_dir),
+                text,
+                mode: 0o555,
+                groups: vec![0],
+            });
+        }
+    }
+    let all: Vec<usize> = (0..t.spec.groups.len()).collect();
+    for (key, hosts) in volcano_hosts(t) {
+        files.push(JobFile {
+            path: format!("{}/{key}.host", p.volcano_dir),
+            text: hosts.join("\n"),
+            mode: 0o644,
+            groups: all.clone(),
+        });
+    }
+    Ok(files)
+}
+
+/// Expands `$(VAR)` references as Kubernetes does: a defined variable is replaced, an
+/// undefined one is left as written, and `$$` is a literal `$`.
+pub fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(r) = after.strip_prefix('$') {
+            out.push('$');
+            rest = r;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match lookup(name) {
+                Some(v) => out.push_str(&v),
+                None => out.push_str(&format!("$({name})")),
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn lookup_in(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// The whole environment the kind gives task `rank` (see the module doc for the order).
+pub fn rank_environment(
+    t: &Translated,
+    rank: u32,
+    p: &Placement,
+) -> Result<Vec<(String, String)>, K8sError> {
+    let (g, index) = task_of_rank(t, rank, p)?;
+    let task = &p.tasks[g][index as usize];
+    let run = &t.groups[g];
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in &run.env {
+        let value = match &var.source {
+            EnvSource::Literal(v) => expand(v, lookup_in(&env)),
+            EnvSource::PodName => pod_name(t, g, index),
+            EnvSource::Namespace => t.namespace.clone(),
+            EnvSource::PodIp | EnvSource::HostIp => task.address.clone(),
+            EnvSource::NodeName => task.node.clone(),
+            EnvSource::CompletionIndex => completion_index(t, g, index).to_string(),
+        };
+        env.push((var.name.clone(), value));
+    }
+    env.extend(contract_environment(t, g, index, p));
+    Ok(env)
+}
+
+/// The index an Indexed Job's pod gets: its position in its (child) Job.
+fn completion_index(t: &Translated, g: usize, index: u32) -> u32 {
+    match &t.kind {
+        WorkloadKind::JobSet { completions, .. } => {
+            index % completions.get(g).copied().unwrap_or(1).max(1)
+        }
+        _ => index,
+    }
+}
+
+fn kv(k: &str, v: impl ToString) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+fn contract_environment(
+    t: &Translated,
+    g: usize,
+    index: u32,
+    p: &Placement,
+) -> Vec<(String, String)> {
+    match &t.kind {
+        WorkloadKind::Job { indexed, .. } => {
+            if *indexed {
+                vec![kv("JOB_COMPLETION_INDEX", index)]
+            } else {
+                Vec::new()
+            }
+        }
+        WorkloadKind::JobSet { indexed, .. } => {
+            if indexed.get(g) == Some(&true) {
+                vec![kv("JOB_COMPLETION_INDEX", completion_index(t, g, index))]
+            } else {
+                Vec::new()
+            }
+        }
+        WorkloadKind::MpiJob {
+            slots_per_worker,
+            implementation,
+            run_launcher_as_worker,
+        } => {
+            if g != 0 {
+                return vec![kv("K_MPI_JOB_ROLE", "worker")];
+            }
+            let hostfile = format!("{}/hostfile", p.mpi_dir);
+            let mut env = vec![kv("K_MPI_JOB_ROLE", "launcher")];
+            match implementation {
+                MpiImplementation::OpenMpi => env.extend([
+                    kv("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+                    kv("OMPI_MCA_orte_default_hostfile", &hostfile),
+                    kv("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+                    kv("OMPI_MCA_orte_set_default_slots", slots_per_worker),
+                ]),
+                MpiImplementation::Intel => env.extend([
+                    kv("I_MPI_HYDRA_HOST_FILE", &hostfile),
+                    kv(
+                        "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
+                        "-o ConnectionAttempts=10",
+                    ),
+                    kv("I_MPI_PERHOST", slots_per_worker),
+                ]),
+                MpiImplementation::Mpich => env.extend([
+                    kv("HYDRA_HOST_FILE", &hostfile),
+                    kv("HYDRA_LAUNCH_EXTRA_ARGS", "-o ConnectionAttempts=10"),
+                ]),
+            }
+            if !run_launcher_as_worker {
+                env.extend([
+                    kv("NVIDIA_VISIBLE_DEVICES", ""),
+                    kv("NVIDIA_DRIVER_CAPABILITIES", ""),
+                ]);
+            }
+            env
+        }
+        WorkloadKind::PyTorchJob(c) => pytorch_environment(t, c, g, index, p),
+        WorkloadKind::VolcanoJob {
+            env_plugin,
+            svc_plugin: _,
+            ..
+        } => {
+            let mut env = Vec::new();
+            if *env_plugin {
+                env.push(kv("VK_TASK_INDEX", index));
+                env.push(kv("VC_TASK_INDEX", index));
+            }
+            for (key, hosts) in volcano_hosts(t) {
+                let up = key.to_ascii_uppercase();
+                env.push(kv(&format!("VC_{up}_HOSTS"), hosts.join(",")));
+                env.push(kv(&format!("VC_{up}_NUM"), hosts.len()));
+            }
+            env
+        }
+    }
+}
+
+fn pytorch_environment(
+    t: &Translated,
+    c: &PyTorchContract,
+    g: usize,
+    index: u32,
+    p: &Placement,
+) -> Vec<(String, String)> {
+    let mut env = vec![kv("PYTHONUNBUFFERED", "0")];
+    if c.has_master {
+        let port = p.rendezvous_port.unwrap_or(c.master_port);
+        let addr = format!("{}-master-0", t.name);
+        let rank = if g == 0 { index } else { index + 1 };
+        let nproc: u32 = c.nproc_per_node.parse().unwrap_or(1);
+        env.extend([
+            kv("MASTER_PORT", port),
+            kv("PET_MASTER_PORT", port),
+            kv("MASTER_ADDR", &addr),
+            kv("PET_MASTER_ADDR", &addr),
+            kv("WORLD_SIZE", c.total_replicas.saturating_mul(nproc)),
+            kv("RANK", rank),
+            kv("PET_NPROC_PER_NODE", &c.nproc_per_node),
+            kv("PET_NODE_RANK", rank),
+        ]);
+    }
+    match &c.elastic {
+        Some(e) => {
+            let host = e
+                .rdzv_host
+                .clone()
+                .unwrap_or_else(|| format!("{}-worker-0", t.name));
+            let port = p.rendezvous_port.or(e.rdzv_port).unwrap_or(c.worker_port);
+            env.push(kv("PET_RDZV_ENDPOINT", format!("{host}:{port}")));
+            env.push(kv("PET_RDZV_BACKEND", &e.rdzv_backend));
+            env.push(kv(
+                "PET_NNODES",
+                format!("{}:{}", e.min_replicas, e.max_replicas),
+            ));
+            if let Some(m) = e.max_restarts {
+                env.push(kv("PET_MAX_RESTARTS", m));
+            }
+            if let Some(n) = e.n_proc_per_node {
+                env.push(kv("PET_NPROC_PER_NODE", n));
+            }
+            if let Some(id) = &e.rdzv_id {
+                env.push(kv("PET_RDZV_ID", id));
+            }
+            if !e.rdzv_conf.is_empty() {
+                let conf: Vec<String> = e
+                    .rdzv_conf
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                env.push(kv("PET_RDZV_CONF", conf.join(",")));
+            }
+            if e.standalone {
+                env.push(kv("PET_STANDALONE", ""));
+            }
+        }
+        None => env.push(kv("PET_NNODES", c.total_replicas)),
+    }
+    env
+}
+
+/// Task `rank`'s program with its `$(VAR)` references expanded by its environment.
+pub fn rank_program(t: &Translated, rank: u32, p: &Placement) -> Result<Program, K8sError> {
+    let env = rank_environment(t, rank, p)?;
+    let (g, _) = task_of_rank(t, rank, p)?;
+    let ex =
+        |v: &Vec<String>| -> Vec<String> { v.iter().map(|a| expand(a, lookup_in(&env))).collect() };
+    Ok(match &t.groups[g].program {
+        Program::Argv(argv) => Program::Argv(ex(argv)),
+        Program::ImageEntrypoint { args } => Program::ImageEntrypoint { args: ex(args) },
+    })
+}
+
+/// Whether the job has succeeded once these groups' tasks have all exited 0, and which
+/// tasks to stop then: the groups of [`Completion::Groups`].
+pub fn completing_groups(t: &Translated) -> Vec<usize> {
+    match &t.completion {
+        Completion::AllTasks => (0..t.spec.groups.len()).collect(),
+        Completion::Groups(g) => g.clone(),
+    }
+}

@@ -1,0 +1,287 @@
+//! What a workload manifest becomes: [`Translated`], a cadre [`JobSpec`] (the gang) plus
+//! what the job's tasks run and the contract they expect (names, environment, files).
+//!
+//! Everything here is plain data computed once at submission; what depends on where the
+//! tasks land (addresses, per-rank variables, host files) is computed from it by the pure
+//! functions of [`crate::contract`] when the gang is placed.
+
+use cadre_core::job::JobSpec;
+use cadre_core::run::{Export, RunSpec};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What the caller knows that a manifest does not say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TranslateOptions {
+    /// The submitting user, who the tasks run as (a manifest's `runAsUser` never changes it).
+    pub user: String,
+    /// The account charged.
+    pub account: String,
+    /// Where tasks start when the container names no `workingDir`: the directory
+    /// `cadre apply` ran in, as `sbatch` uses its submission directory. Absolute.
+    pub submit_dir: PathBuf,
+    /// Whether the agents have a container runtime. Without one, a container's program runs
+    /// on the host (its image is recorded, not used), so a container that gives no
+    /// `command` (it would run its image's entrypoint) is refused.
+    pub container_runtime: bool,
+    /// The namespace of objects that name none (kubectl's `default`).
+    pub default_namespace: String,
+}
+
+impl TranslateOptions {
+    /// Options for `user` charging `account`, starting in `submit_dir`, without a container
+    /// runtime, in namespace `default`.
+    pub fn new(user: &str, account: &str, submit_dir: impl Into<PathBuf>) -> TranslateOptions {
+        TranslateOptions {
+            user: user.to_string(),
+            account: account.to_string(),
+            submit_dir: submit_dir.into(),
+            container_runtime: false,
+            default_namespace: "default".to_string(),
+        }
+    }
+}
+
+/// The workload kinds, with what their contracts need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// `batch/v1` Job. Indexed: each task gets `JOB_COMPLETION_INDEX` and, when the pod
+    /// template names a `subdomain`, the hostname `<job>-<index>` resolvable as
+    /// `<job>-<index>.<subdomain>`.
+    Job {
+        indexed: bool,
+        subdomain: Option<String>,
+    },
+    /// `jobset.x-k8s.io` JobSet: one task group per replicated Job; each child Job `j` of
+    /// replicated Job `r` has `completions` pods; hostnames `<jobset>-<r>-<j>-<i>` under
+    /// `subdomain` when DNS hostnames are enabled.
+    JobSet {
+        /// Per task group: the child Jobs' completions (tasks per child Job).
+        completions: Vec<u32>,
+        indexed: Vec<bool>,
+        /// `None`: DNS hostnames disabled.
+        subdomain: Option<String>,
+    },
+    /// `kubeflow.org/v2beta1` MPIJob: group 0 is the launcher, group 1 (if any) the workers.
+    MpiJob {
+        slots_per_worker: u32,
+        implementation: MpiImplementation,
+        run_launcher_as_worker: bool,
+    },
+    /// `kubeflow.org/v1` PyTorchJob: groups are `master` (if any) then `worker` (if any).
+    PyTorchJob(Box<PyTorchContract>),
+    /// `batch.volcano.sh/v1alpha1` Job: one group per task, in order.
+    VolcanoJob {
+        /// The `env` plugin: `VK_TASK_INDEX`, `VC_TASK_INDEX`.
+        env_plugin: bool,
+        /// The `svc` plugin: hostnames `<job>-<task>-<i>.<job>`, `/etc/volcano/<task>.host`,
+        /// `VC_<TASK>_HOSTS`, `VC_<TASK>_NUM`.
+        svc_plugin: bool,
+        /// Per group: the pod template's own `hostname`/`subdomain`, which the svc plugin
+        /// uses instead of its defaults.
+        hostnames: Vec<Option<String>>,
+        subdomains: Vec<Option<String>>,
+    },
+}
+
+/// The MPI implementation of an MPIJob (its launcher's variables and hostfile format).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MpiImplementation {
+    OpenMpi,
+    Intel,
+    Mpich,
+}
+
+/// What the Training Operator's PyTorchJob environment needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyTorchContract {
+    pub has_master: bool,
+    /// Replicas of Master plus Worker, as written (WORLD_SIZE counts these).
+    pub total_replicas: u32,
+    pub worker_replicas: u32,
+    /// `spec.nprocPerNode` as written (the operator defaults it to `auto`).
+    pub nproc_per_node: String,
+    /// The Master's `pytorchjob-port` (default 23456).
+    pub master_port: u16,
+    /// The Worker's `pytorchjob-port` (default 23456), the elastic rendezvous port's default.
+    pub worker_port: u16,
+    pub elastic: Option<ElasticContract>,
+}
+
+/// `elasticPolicy`, as the environment shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElasticContract {
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub rdzv_backend: String,
+    pub rdzv_host: Option<String>,
+    pub rdzv_port: Option<u16>,
+    pub rdzv_id: Option<String>,
+    pub rdzv_conf: Vec<(String, String)>,
+    pub standalone: bool,
+    pub max_restarts: Option<i32>,
+    pub n_proc_per_node: Option<i32>,
+}
+
+/// How a task gets its program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// `command` followed by `args` (with `$(VAR)` references still to expand per rank).
+    Argv(Vec<String>),
+    /// No `command`: the image's entrypoint with these `args`. Only with a container runtime.
+    ImageEntrypoint { args: Vec<String> },
+}
+
+/// Where an environment variable's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvSource {
+    /// A literal `value` (may hold `$(VAR)` references, expanded per rank).
+    Literal(String),
+    /// `fieldRef: metadata.name`: the pod's name in the naming contract.
+    PodName,
+    /// `fieldRef: metadata.namespace`.
+    Namespace,
+    /// `fieldRef: status.podIP` / `status.podIPs`: the address of the task's node (tasks use
+    /// the node's network).
+    PodIp,
+    /// `fieldRef: status.hostIP` / `status.hostIPs`: the node's address.
+    HostIp,
+    /// `fieldRef: spec.nodeName`: the node's name.
+    NodeName,
+    /// `fieldRef: metadata.annotations['batch.kubernetes.io/job-completion-index']` (and the
+    /// label of the same name): the task's completion index.
+    CompletionIndex,
+}
+
+/// One environment variable of a container, in manifest order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvVar {
+    pub name: String,
+    pub source: EnvSource,
+}
+
+/// A declared container port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    pub name: Option<String>,
+    pub port: u16,
+}
+
+/// What the tasks of one group run: the parts of a pod template cadre uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupRun {
+    /// The replica type or task as the manifest names it (`Launcher`, `Worker`, `Master`,
+    /// a Volcano task's or JobSet replicated Job's name, `task` for a batch Job).
+    pub replica_type: String,
+    /// The container's name.
+    pub container: String,
+    /// The container's image: used with a container runtime, recorded otherwise.
+    pub image: Option<String>,
+    pub program: Program,
+    pub env: Vec<EnvVar>,
+    /// `workingDir`; `None`: [`TranslateOptions::submit_dir`].
+    pub work_dir: Option<String>,
+    pub ports: Vec<Port>,
+    /// `hostAliases`: extra lines for the job's hosts file, `(address, names)`.
+    pub host_aliases: Vec<(String, Vec<String>)>,
+}
+
+/// When the job has succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// When every task has exited 0 (batch Job, Volcano's default, JobSet's `All`).
+    AllTasks,
+    /// When every task of these groups has exited 0; the job's other tasks (MPI workers
+    /// running `sshd`, parameter servers) are then stopped. MPIJob: the launcher; PyTorchJob
+    /// with a Master: the master; Volcano `TaskCompleted -> CompleteJob`; JobSet's
+    /// `successPolicy` targets.
+    Groups(Vec<usize>),
+}
+
+/// Passwordless SSH between the job's tasks (MPI Operator's `<job>-ssh` Secret, Volcano's
+/// `ssh` plugin): a key pair made for the job, visible to every task at `mount_path`
+/// (`id_rsa`, `id_rsa.pub`, `authorized_keys`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshKeys {
+    pub mount_path: String,
+}
+
+/// The queue a manifest names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueRef {
+    /// The `kueue.x-k8s.io/queue-name` label: a LocalQueue of the job's namespace, which
+    /// [`crate::queues::QueueSet::route`] maps to its ClusterQueue.
+    Kueue {
+        namespace: String,
+        local_queue: String,
+    },
+    /// A queue named directly: Volcano's `spec.queue`, Kubeflow's
+    /// `runPolicy.schedulingPolicy.queue`.
+    Direct { queue: String },
+}
+
+/// A workload manifest as cadre runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Translated {
+    pub kind: WorkloadKind,
+    /// `metadata.name`: the base of every name in the naming contract.
+    pub name: String,
+    pub namespace: String,
+    /// The gang: one task group per replica type, in the manifest's rank order. `queue` is
+    /// set for queues named directly; a Kueue LocalQueue is resolved through
+    /// [`crate::queues::QueueSet::route`].
+    pub spec: JobSpec,
+    /// Parallel to `spec.groups`.
+    pub groups: Vec<GroupRun>,
+    pub queue: Option<QueueRef>,
+    pub completion: Completion,
+    pub ssh: Option<SshKeys>,
+    /// Seconds between SIGTERM and SIGKILL (`terminationGracePeriodSeconds`, default 30).
+    pub kill_wait_secs: u64,
+    /// Where tasks start when their container names no `workingDir`.
+    pub submit_dir: PathBuf,
+}
+
+impl Translated {
+    /// The launch description of group `group`'s tasks, with what does not depend on the
+    /// rank: the program as written (its `$(VAR)` references are expanded per rank by
+    /// [`crate::contract::rank_program`]), the working directory, no exported submitter
+    /// environment (a pod sees only what its manifest and its contract give it), output in
+    /// `<name>-<job id>-<rank>.out` under the working directory, and the kill wait. `None`
+    /// for a group that does not exist or runs its image's entrypoint.
+    pub fn run_spec(&self, group: usize) -> Option<RunSpec> {
+        let g = self.groups.get(group)?;
+        let Program::Argv(argv) = &g.program else {
+            return None;
+        };
+        let mut run = RunSpec::command(argv.clone(), self.work_dir(group)?);
+        run.export = Export::None;
+        run.stdout = Some(format!("{}-%j-%t.out", self.name));
+        run.kill_wait_secs = self.kill_wait_secs;
+        run.env = g
+            .env
+            .iter()
+            .filter_map(|e| match &e.source {
+                EnvSource::Literal(v) => Some((e.name.clone(), v.clone())),
+                _ => None,
+            })
+            .collect();
+        Some(run)
+    }
+
+    /// Where group `group`'s tasks start.
+    pub fn work_dir(&self, group: usize) -> Option<PathBuf> {
+        let g = self.groups.get(group)?;
+        Some(
+            g.work_dir
+                .as_ref()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| self.submit_dir.clone()),
+        )
+    }
+
+    /// The annotations recorded on the job spec (labels, ignored fields' values).
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.spec.annotations
+    }
+}
