@@ -109,10 +109,8 @@ pub fn load(path: &Path) -> Result<SlurmCluster, SlurmConfError> {
 ///
 /// As [`load`].
 pub fn load_with(path: &Path, files: &dyn ConfFiles) -> Result<SlurmCluster, SlurmConfError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    // A bare file name's directory is empty: the files beside it are bare names too.
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut notes = Vec::new();
     let mut reader = syntax::Reader::new(files, dir.clone());
     let lines = reader.read_file(path, false)?.unwrap_or_default();

@@ -595,7 +595,11 @@ fn partition_line(
         nodes: f.get("nodes").cloned(),
         default: default.unwrap_or(false),
         max_time: max_time.flatten(),
-        default_time: default_time.flatten(),
+        // Slurm: without DefaultTime, a job that gives no time limit gets MaxTime.
+        default_time: match default_time {
+            Some(given) => given,
+            None => max_time.flatten(),
+        },
         up,
         priority_tier: tier.or(legacy).unwrap_or(1),
         priority_job_factor: factor.or(legacy).unwrap_or(1),

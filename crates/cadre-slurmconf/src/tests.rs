@@ -379,7 +379,7 @@ fn partitions_in_order_with_their_settings() {
     assert_eq!(debug.nodes, [NodeId(0), NodeId(4)]);
     let train = &parts[1];
     assert_eq!(train.max_time, Some(Dur::days(1)), "from the DEFAULT line");
-    assert_eq!(train.default_time, None);
+    assert_eq!(train.default_time, None, "DefaultTime=-1 is no limit");
     assert_eq!((train.priority_tier, train.priority_job_factor), (10, 5));
     assert_eq!(train.nodes.len(), 4);
     let old = &parts[2];
@@ -396,6 +396,11 @@ fn partitions_in_order_with_their_settings() {
         "node order, duplicates dropped"
     );
     assert_eq!(parts[3].nodes.len(), 6);
+    assert_eq!(
+        parts[3].default_time,
+        Some(Dur::days(1)),
+        "without DefaultTime, MaxTime as in Slurm"
+    );
     assert!(!parts[1].default && !parts[3].default);
 }
 
