@@ -1,7 +1,7 @@
 //! Why a Slurm configuration could not be read as a cadre cluster.
 //!
 //! Every error names the file and, where one line is at fault, the line:
-//! `/etc/slurm/slurm.conf:41: NodeName=gpu[001-128]: unknown key `Cpus_`". The file is the
+//! ``/etc/slurm/slurm.conf:41: NodeName=gpu[001-128]: unknown key `Cpus_` ``. The file is the
 //! one the line is in: an included file, `gres.conf` or `topology.conf` beside
 //! `slurm.conf`. [`Problem`] says what is wrong, with structured fields; its messages are
 //! lowercase and name the key or item at fault.
