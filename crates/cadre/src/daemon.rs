@@ -2,10 +2,11 @@
 //! its agents too.
 //!
 //! `cadre up` runs the controller in this process and one `cadre agent` process per node
-//! (the cluster file's nodes, or `node[001-N]`), each in its own process group so that a
-//! terminal's Ctrl-C reaches only `cadre up`, which stops them in order: first the
-//! controller (so that what the agents do while stopping is not recorded as the jobs'
-//! fate), then the agents, which stop their tasks. Jobs that were running go back to the
+//! (the nodes of `--cluster` or `--slurm-conf`, which must fit this machine, or
+//! `node[001-N]`), each in its own process group so that a terminal's Ctrl-C reaches only
+//! `cadre up`, which stops them in order: first the controller (so that what the agents do
+//! while stopping is not recorded as the jobs' fate), then the agents, which stop their
+//! tasks. Jobs that were running go back to the
 //! queue (or end NODE_FAIL, by their requeue policy) when the cluster next comes up.
 //!
 //! Files in the data directory: `cadre.pid` (the controller's process id), `cadre.sock`,
@@ -18,11 +19,12 @@
 //! the missing ones, and the agents reconnect.
 
 use crate::client::{Connection, Target};
-use crate::{ClusterFileArgs, PolicyArgs};
+use crate::{ClusterFileArgs, Described, PolicyArgs};
 use anyhow::{Context, Result, bail};
 use cadre_core::cluster::Cluster;
 use cadre_server::ServerConfig;
 use clap::Args;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -157,26 +159,121 @@ fn agent_key(layout: &Layout) -> Result<String> {
     Ok(key)
 }
 
-/// The cluster `cadre up` runs: the file's, or `--nodes` copies of this machine (with
-/// `--gpus-per-node` emulated GPUs where it has none).
+/// The cluster `cadre up` runs: the description's (cadre's TOML or a slurm.conf), or
+/// `--nodes` copies of this machine (with `--gpus-per-node` emulated GPUs where it has
+/// none).
 fn local_cluster(args: &ClusterFileArgs) -> Result<(Cluster, bool)> {
+    if let Some(described) = described_cluster(args)? {
+        for note in &described.notes {
+            tracing::info!("{note}");
+        }
+        return Ok((described.cluster, args.gpus_per_node > 0));
+    }
     let opts = cadre_agent::discovery::DiscoveryOptions {
         emulate_gpus: args.gpus_per_node,
         ..Default::default()
     };
-    match &args.cluster {
-        Some(path) => {
-            let cluster = cadre_core::config::load_cluster_file(path)?;
-            Ok((cluster, args.gpus_per_node > 0))
-        }
-        None => {
-            let nodes = args.nodes.unwrap_or(1);
-            anyhow::ensure!(nodes > 0, "--nodes must be at least 1");
-            let found = cadre_agent::discovery::discover(&opts)
-                .context("failed to discover this machine's hardware")?;
-            Ok((Cluster::flat(nodes, found.shape), found.gpus_emulated))
-        }
+    let nodes = args.nodes.unwrap_or(1);
+    anyhow::ensure!(nodes > 0, "--nodes must be at least 1");
+    let found = cadre_agent::discovery::discover(&opts)
+        .context("failed to discover this machine's hardware")?;
+    Ok((Cluster::flat(nodes, found.shape), found.gpus_emulated))
+}
+
+/// The cluster of `--cluster` or `--slurm-conf`, if one is given.
+fn described_cluster(args: &ClusterFileArgs) -> Result<Option<Described>> {
+    Ok(match (&args.cluster, &args.slurm_conf) {
+        (Some(path), _) => Some(Described {
+            cluster: cadre_core::config::load_cluster_file(path)?,
+            files: vec![path.clone()],
+            notes: Vec::new(),
+            origins: BTreeMap::new(),
+        }),
+        (None, Some(path)) => Some(Described::from_slurm_conf(path)?),
+        (None, None) => None,
+    })
+}
+
+/// The nodes `cadre up` starts agents for on this machine: the first `--nodes` of a
+/// description (all by default), or every node of a flat cluster.
+fn local_nodes(args: &ClusterFileArgs, cluster: &Cluster) -> Vec<String> {
+    let count = match args.nodes {
+        Some(n) if args.described() => n as usize,
+        _ => cluster.nodes.len(),
+    };
+    cluster
+        .nodes
+        .iter()
+        .take(count)
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+/// `cadre up` runs every node's agent on this machine, and the controller refuses an
+/// agent whose machine is smaller than its node (cores, memory, GPUs; emulated GPUs count,
+/// which is what `--gpus-per-node` is for). A described node bigger than this machine
+/// could never connect, so `cadre up` refuses to start, naming the node and where it is
+/// described, rather than waiting for agents that will be turned away. Hardware is never
+/// pretended.
+fn check_fits_this_machine(args: &ClusterFileArgs) -> Result<()> {
+    let Some(described) = described_cluster(args)? else {
+        return Ok(());
+    };
+    let cluster = &described.cluster;
+    let nodes = local_nodes(args, cluster);
+    if nodes.is_empty() {
+        return Ok(());
     }
+    let opts = cadre_agent::discovery::DiscoveryOptions {
+        emulate_gpus: args.gpus_per_node,
+        ..Default::default()
+    };
+    let found = cadre_agent::discovery::discover(&opts)
+        .context("failed to discover this machine's hardware")?;
+    let have = found.shape.capacity();
+    let too_big: Vec<&str> = nodes
+        .iter()
+        .map(String::as_str)
+        .filter(|name| {
+            let want = cluster
+                .node_id(name)
+                .map(|id| cluster.shape(id).capacity())
+                .unwrap_or_default();
+            want.cpus > have.cpus || want.mem_mib > have.mem_mib || want.gpu_milli > have.gpu_milli
+        })
+        .collect();
+    let Some(first) = too_big.first() else {
+        return Ok(());
+    };
+    let want = cluster
+        .node_id(first)
+        .map(|id| cluster.shape(id).capacity())
+        .unwrap_or_default();
+    let gpus = |milli: u64| milli / u64::from(cadre_core::resources::MILLI_PER_GPU);
+    let at = described
+        .origins
+        .get(*first)
+        .map(|o| format!(" (described at {o})"))
+        .unwrap_or_default();
+    let others = match too_big.len() - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more of the {} nodes do not fit either)", nodes.len()),
+    };
+    let emulated = if found.gpus_emulated { " emulated" } else { "" };
+    bail!(
+        "node `{first}`{at} has {} CPUs, {} MiB and {} GPUs; this machine has {} CPUs, {} MiB \
+         and {}{emulated} GPUs{others}. `cadre up` runs every node's agent on this machine, \
+         and the controller refuses an agent whose machine is smaller than its node: run \
+         `cadre server` with this description and `cadre agent` on each real node, start \
+         agents for only the first nodes with `--nodes N`, or describe nodes that fit this \
+         machine (`--gpus-per-node G` emulates G GPUs where it has none)",
+        want.cpus,
+        want.mem_mib,
+        gpus(want.gpu_milli),
+        have.cpus,
+        have.mem_mib,
+        gpus(have.gpu_milli),
+    )
 }
 
 fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig, Cluster)> {
@@ -248,6 +345,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             layout.dir.display()
         );
     }
+    check_fits_this_machine(&args.controller.cluster)?;
     if args.detach {
         return detach(&layout);
     }
@@ -260,15 +358,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
 
 fn run_up(args: &ControllerArgs, layout: &Layout) -> Result<ExitCode> {
     let (config, cluster) = server_config(args, layout)?;
-    let nodes: Vec<String> = match (&args.cluster.cluster, args.cluster.nodes) {
-        (Some(_), Some(n)) => cluster
-            .nodes
-            .iter()
-            .take(n as usize)
-            .map(|n| n.name.clone())
-            .collect(),
-        _ => cluster.nodes.iter().map(|n| n.name.clone()).collect(),
-    };
+    let nodes = local_nodes(&args.cluster, &cluster);
     let gpus = args.cluster.gpus_per_node;
     let rt = tokio::runtime::Runtime::new()?;
     let mut agent_pids = Vec::new();

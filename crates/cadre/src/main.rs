@@ -28,7 +28,8 @@ use anyhow::{Context, Result};
 use cadre_core::cluster::Cluster;
 use cadre_core::policy::Policy;
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// cadre: one workload manager for GPU training clusters.
@@ -152,12 +153,17 @@ enum BenchCommand {
     Launch(bench_api::LaunchBenchArgs),
 }
 
-/// Where the cluster comes from: a description file, or a flat cluster from flags.
+/// Where the cluster comes from: a description file, a Slurm site's slurm.conf, or a flat
+/// cluster from flags.
 #[derive(Args, Debug, Clone)]
 pub struct ClusterArgs {
     /// A cluster description (versioned TOML; see docs/cluster.md).
-    #[arg(long, env = "CADRE_CLUSTER", conflicts_with_all = ["nodes", "gpus_per_node"])]
+    #[arg(long, env = "CADRE_CLUSTER", conflicts_with_all = ["nodes", "gpus_per_node", "slurm_conf"])]
     pub cluster: Option<PathBuf>,
+    /// A Slurm site's slurm.conf as the cluster, with gres.conf and topology.conf from its
+    /// directory (see docs/slurm-conf.md).
+    #[arg(long, env = "CADRE_SLURM_CONF", conflicts_with_all = ["nodes", "gpus_per_node"])]
+    pub slurm_conf: Option<PathBuf>,
     /// A flat cluster of this many nodes `node[001-N]` in one partition `gpu`.
     #[arg(long, default_value_t = 4)]
     pub nodes: u32,
@@ -169,30 +175,91 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     pub fn load(&self) -> Result<Cluster> {
-        match &self.cluster {
-            Some(path) => Ok(cadre_core::config::load_cluster_file(path)?),
-            None => {
+        Ok(self.load_described()?.cluster)
+    }
+
+    /// The cluster, with what reading a slurm.conf noted.
+    pub fn load_described(&self) -> Result<Described> {
+        match (&self.cluster, &self.slurm_conf) {
+            (Some(path), _) => Ok(Described::of(cadre_core::config::load_cluster_file(path)?)),
+            (None, Some(path)) => Described::from_slurm_conf(path),
+            (None, None) => {
                 anyhow::ensure!(self.nodes > 0, "--nodes must be at least 1");
-                Ok(Cluster::flat_gpu(self.nodes, self.gpus_per_node))
+                Ok(Described::of(Cluster::flat_gpu(
+                    self.nodes,
+                    self.gpus_per_node,
+                )))
             }
         }
     }
 }
 
-/// The cluster of `cadre up` and `cadre server`: a description file, or copies of this
-/// machine.
+/// A cluster read from a description, and what the reading says about it.
+pub struct Described {
+    pub cluster: Cluster,
+    /// Files read (a slurm.conf and the files beside it).
+    pub files: Vec<PathBuf>,
+    /// What a slurm.conf had that does not do in cadre what it does in Slurm
+    /// (`file:line: what`).
+    pub notes: Vec<String>,
+    /// The line describing each node (`file:line`), where known.
+    pub origins: BTreeMap<String, String>,
+}
+
+impl Described {
+    fn of(cluster: Cluster) -> Described {
+        Described {
+            cluster,
+            files: Vec::new(),
+            notes: Vec::new(),
+            origins: BTreeMap::new(),
+        }
+    }
+
+    /// A Slurm site's slurm.conf, with gres.conf and topology.conf beside it.
+    pub fn from_slurm_conf(path: &Path) -> Result<Described> {
+        let read = cadre_slurmconf::load(path)?;
+        let origins = read
+            .cluster
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.name.clone(), read.origin(&n.name)?.to_string())))
+            .collect();
+        Ok(Described {
+            files: read.files,
+            notes: read.notes.iter().map(ToString::to_string).collect(),
+            origins,
+            cluster: read.cluster,
+        })
+    }
+}
+
+/// The cluster of `cadre up` and `cadre server`: a description file, a Slurm site's
+/// slurm.conf, or copies of this machine.
 #[derive(Args, Debug, Clone)]
 pub struct ClusterFileArgs {
     /// A cluster description (versioned TOML; see docs/cluster.md).
-    #[arg(long, env = "CADRE_CLUSTER")]
+    #[arg(long, env = "CADRE_CLUSTER", conflicts_with = "slurm_conf")]
     pub cluster: Option<PathBuf>,
+    /// A Slurm site's slurm.conf as the cluster, with gres.conf and topology.conf from its
+    /// directory (see docs/slurm-conf.md).
+    #[arg(long, env = "CADRE_SLURM_CONF")]
+    pub slurm_conf: Option<PathBuf>,
     /// Nodes `node[001-N]`, each this machine as discovered, one agent each on this machine
-    /// (with --cluster: agents for the file's first N nodes). Default: 1.
+    /// (with --cluster or --slurm-conf: agents for the description's first N nodes).
+    /// Default: 1, or every node of the description.
     #[arg(long)]
     pub nodes: Option<u32>,
     /// Emulated GPUs per node where the machine has none (reported as emulated everywhere).
     #[arg(long, default_value_t = 0)]
     pub gpus_per_node: u32,
+}
+
+impl ClusterFileArgs {
+    /// Whether the cluster comes from a description (a file), not from this machine.
+    pub fn described(&self) -> bool {
+        self.cluster.is_some() || self.slurm_conf.is_some()
+    }
 }
 
 /// Where the policy comes from: a file, or a preset.
@@ -283,8 +350,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => native::wait(&connect, &jobs, timeout),
         Command::Token { connect, command } => native::token(&connect, &command),
         Command::Cluster { cluster, json } => {
-            let cluster = cluster.load()?;
-            let summary = plan::cluster_summary(&cluster);
+            let described = cluster.load_described()?;
+            let mut summary = plan::cluster_summary(&described.cluster);
+            summary.read = described
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            summary.notes = described.notes;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {

@@ -49,6 +49,12 @@ pub struct ClusterSummary {
     switches: usize,
     blocks: usize,
     states: BTreeMap<String, usize>,
+    /// The files a slurm.conf description was read from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
+    /// What a slurm.conf had that does not do in cadre what it does in Slurm.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +138,8 @@ pub fn cluster_summary(cluster: &Cluster) -> ClusterSummary {
         switches: cluster.switches.len(),
         blocks: cluster.blocks.len(),
         states,
+        read: Vec::new(),
+        notes: Vec::new(),
     }
 }
 
@@ -162,6 +170,12 @@ pub fn render_cluster_summary(s: &ClusterSummary) -> String {
     }
     let states: Vec<String> = s.states.iter().map(|(k, v)| format!("{v} {k}")).collect();
     out += &format!("states: {}\n", states.join(", "));
+    if !s.read.is_empty() {
+        out += &format!("read: {}\n", s.read.join(", "));
+    }
+    for note in &s.notes {
+        out += &format!("note: {note}\n");
+    }
     out
 }
 
