@@ -267,7 +267,17 @@ impl Engine {
     ) -> Result<Engine, RecoverError> {
         let now = wall_now();
         let node_count = sched.cluster().nodes.len();
-        let mut admin = vec![(NodeAvail::Up, None); node_count];
+        // The description's word first (a node described drained or down stays so), then
+        // what administrators changed since, as the store recorded it.
+        let mut admin: Vec<(NodeAvail, Option<String>)> = sched
+            .cluster()
+            .nodes
+            .iter()
+            .map(|n| match n.avail {
+                NodeAvail::Drain | NodeAvail::Down => (n.avail, n.reason.clone()),
+                NodeAvail::Up | NodeAvail::Unknown => (NodeAvail::Up, None),
+            })
+            .collect();
         for rec in store.nodes()? {
             if let Some(id) = sched.cluster().node_id(&rec.name) {
                 admin[id.0 as usize] = match rec.avail {
@@ -546,6 +556,7 @@ impl Engine {
             let mut refused = None;
             for job in &mut jobs {
                 job.spec.submit_time = now;
+                self.default_time_limit(&mut job.spec);
                 if let Err(e) = self.sched.validate(JobId(u64::MAX), &job.spec) {
                     refused = Some(core_error(e));
                     break;
@@ -592,6 +603,26 @@ impl Engine {
         }
         self.dirty = true;
         Ok(())
+    }
+
+    /// A job that gives no time limit gets its partition's default, else its maximum (as
+    /// Slurm's DefaultTime falls back to MaxTime), so that it is not refused by the very
+    /// partition it did not ask a limit of.
+    fn default_time_limit(&self, spec: &mut cadre_core::job::JobSpec) {
+        if spec.time_limit.0 != 0 {
+            return;
+        }
+        let cluster = self.sched.cluster();
+        let partition = match &spec.partition {
+            Some(name) => cluster.partition_id(name),
+            None => cluster.default_partition(),
+        };
+        if let Some(p) = partition {
+            let p = cluster.partition(p);
+            if let Some(limit) = p.default_time.or(p.max_time) {
+                spec.time_limit = limit;
+            }
+        }
     }
 
     fn handle(&mut self, cmd: Command, now: Time) {

@@ -272,6 +272,38 @@ fn a_cluster_from_slurm_conf_runs_jobs_on_its_named_partitions() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+
+    // Regression: a job without a time limit gets the partition's (MaxTime, there being no
+    // DefaultTime) and runs; it used to pend forever with PartitionTimeLimit.
+    let id = c.submit(&["-p", "debug", "--", "true"]);
+    let job = c.finished(id);
+    assert_eq!(job["time_limit"], 600);
+    assert_eq!(job["state"], "COMPLETED");
+}
+
+/// Regression: a node the description says is drained stayed drained only until its agent
+/// connected; the description's state is the administrator's word until changed.
+#[test]
+fn a_node_described_drained_stays_drained_when_its_agent_connects() {
+    let conf = SlurmFiles::write(&[(
+        "slurm.conf",
+        "\
+ClusterName=itest
+NodeName=gpu001 CPUs=1 RealMemory=1024
+NodeName=gpu002 CPUs=1 RealMemory=1024 State=DRAIN Reason=maintenance
+PartitionName=debug Nodes=ALL Default=YES State=UP
+",
+    )]);
+    let path = conf.slurm_conf();
+    let c = Cluster::up(&["--slurm-conf", path.to_str().expect("utf-8 path")], 2);
+    let nodes = c.json(&["nodes", "--json"]);
+    let nodes = nodes["nodes"].as_array().expect("a list of nodes");
+    assert_eq!(nodes[0]["name"], "gpu001");
+    assert_eq!(nodes[0]["state"], "idle", "{}", nodes[0]);
+    assert_eq!(nodes[1]["name"], "gpu002");
+    assert_eq!(nodes[1]["connected"], true, "{}", nodes[1]);
+    assert_eq!(nodes[1]["state"], "drained", "{}", nodes[1]);
+    assert_eq!(nodes[1]["reason"], "maintenance", "{}", nodes[1]);
 }
 
 #[test]
