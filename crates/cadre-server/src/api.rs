@@ -216,6 +216,23 @@ async fn submit(
             array_of,
         });
     }
+    if req.dry_run {
+        let problem = st
+            .engine
+            .read(move |e| {
+                jobs.iter().find_map(|j| {
+                    e.sched
+                        .validate(JobId(u64::MAX), &j.spec)
+                        .err()
+                        .map(crate::engine::core_error)
+                })
+            })
+            .await?;
+        return match problem {
+            Some(err) => Err(err),
+            None => Ok((StatusCode::OK, Json(SubmitResponse { job_ids: vec![] }))),
+        };
+    }
     let job_ids = st
         .engine
         .ask(|reply| Command::Submit { jobs, reply })
@@ -303,8 +320,10 @@ fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) 
         expected_start: live.as_ref().and_then(|l| l.expected_start),
         priority: live.as_ref().map(|l| l.priority),
         held: live.as_ref().is_some_and(|l| l.held),
+        array: job.spec.array,
         allocation: if full { s.allocation.clone() } else { None },
         spec: full.then_some(job.spec),
+        run: None,
     }
 }
 
@@ -425,10 +444,17 @@ async fn get_job(
     Path(id): Path<u64>,
 ) -> Result<Json<JobView>, ApiError> {
     let job = own_job(&st, &who, id).await?;
+    let run = read_store(&st, move |s| s.run_spec(JobId(id))).await?;
     let mut v = views(&st, vec![job], true).await?;
-    v.pop()
-        .map(Json)
-        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "job view missing"))
+    let mut view = v
+        .pop()
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "job view missing"))?;
+    // The captured environment stays out: it is large, and nothing shows it.
+    view.run = run.map(|mut r| {
+        r.env = Vec::new();
+        r
+    });
+    Ok(Json(view))
 }
 
 async fn act(
