@@ -65,9 +65,52 @@ fn note<'a>(spec: &'a JobSpec, key: &str) -> Option<&'a str> {
     spec.annotations.get(key).map(String::as_str)
 }
 
-/// `Dependency=` of a job: its remaining dependencies with their state, `(null)` when none
-/// remains. `state` tells where one entry stands.
-pub fn dependency_field(spec: &JobSpec, state: impl Fn(&DepEntry) -> DepState) -> String {
+/// What a dependency needs to know of a job it names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DepJob {
+    pub state: JobState,
+    /// Whether it has started (now or before).
+    pub started: bool,
+}
+
+/// Where one entry stands, given the jobs it names (every task of an array it names).
+/// `singleton` stays unfulfilled while its job pends: Slurm evaluates it only when it
+/// schedules, and shows it unfulfilled until then.
+pub fn entry_state(kind: DepKind, targets: &[DepJob]) -> DepState {
+    if kind == DepKind::Singleton || targets.is_empty() {
+        return DepState::Unfulfilled;
+    }
+    let mut result = DepState::Fulfilled;
+    for j in targets {
+        let s = match kind {
+            DepKind::After if j.started || j.state.is_final() => DepState::Fulfilled,
+            DepKind::AfterAny if j.state.is_final() => DepState::Fulfilled,
+            DepKind::AfterOk if j.state == JobState::Completed => DepState::Fulfilled,
+            DepKind::AfterOk if j.state.is_final() => DepState::Failed,
+            DepKind::AfterNotOk if j.state == JobState::Completed => DepState::Failed,
+            DepKind::AfterNotOk if j.state.is_final() => DepState::Fulfilled,
+            _ => DepState::Unfulfilled,
+        };
+        result = match (result, s) {
+            (DepState::Failed, _) | (_, DepState::Failed) => DepState::Failed,
+            (DepState::Unfulfilled, _) | (_, DepState::Unfulfilled) => DepState::Unfulfilled,
+            _ => DepState::Fulfilled,
+        };
+    }
+    result
+}
+
+/// `Dependency=` of a job: while it pends, its dependencies that still hold it back, with
+/// their state; `(null)` when none does, and always once it has started (Slurm clears
+/// them then). `targets` gives the jobs an entry names.
+pub fn dependency_field(
+    spec: &JobSpec,
+    state: JobState,
+    targets: impl Fn(&DepEntry) -> Vec<DepJob>,
+) -> String {
+    if state != JobState::Pending {
+        return "(null)".into();
+    }
     let (entries, sep) = match note(spec, keys::DEPENDENCY).map(parse_dependency) {
         Some(Ok(d)) => {
             let sep = d.separator();
@@ -101,7 +144,7 @@ pub fn dependency_field(spec: &JobSpec, state: impl Fn(&DepEntry) -> DepState) -
     };
     let shown: Vec<String> = entries
         .iter()
-        .filter_map(|e| match state(e) {
+        .filter_map(|e| match entry_state(e.kind, &targets(e)) {
             DepState::Fulfilled => None,
             DepState::Unfulfilled => Some(format!("{e}(unfulfilled)")),
             DepState::Failed => Some(format!("{e}(failed)")),
@@ -619,7 +662,12 @@ mod tests {
         let job = ShowJob {
             view: &v,
             array: None,
-            dependency: dependency_field(v.spec.as_ref().unwrap(), |_| DepState::Unfulfilled),
+            dependency: dependency_field(v.spec.as_ref().unwrap(), v.state, |_| {
+                vec![DepJob {
+                    state: JobState::Pending,
+                    started: false,
+                }]
+            }),
             uid: 0,
             group: "root".into(),
             gid: 0,
@@ -727,6 +775,37 @@ mod tests {
             text.contains("StdOut=/tmp/sb/slurm-5_4294967294.out"),
             "{text}"
         );
+    }
+
+    /// Regression (comparison with Slurm, 42-dependency-singleton): a held job's
+    /// `singleton` showed `(null)` where Slurm shows `singleton(unfulfilled)`.
+    #[test]
+    fn singleton_shows_unfulfilled_while_its_job_pends() {
+        let f = fields(&[(Opt::Dependency, Some("singleton"))]);
+        assert_eq!(f["Dependency"], "singleton(unfulfilled)");
+        let v = view_of(&[(Opt::Dependency, Some("singleton"))]);
+        let spec = v.spec.as_ref().unwrap();
+        assert_eq!(
+            dependency_field(spec, JobState::Running, |_| vec![]),
+            "(null)"
+        );
+    }
+
+    #[test]
+    fn dependency_entries_leave_once_fulfilled_and_say_when_they_failed() {
+        let v = view_of(&[(Opt::Dependency, Some("afterok:1,afterany:2"))]);
+        let spec = v.spec.as_ref().unwrap();
+        let done = |state| DepJob {
+            state,
+            started: true,
+        };
+        let shown = dependency_field(spec, JobState::Pending, |e| match e.target.map(|t| t.job) {
+            Some(1) => vec![done(JobState::Failed)],
+            _ => vec![done(JobState::Completed)],
+        });
+        assert_eq!(shown, "afterok:1(failed)");
+        let shown = dependency_field(spec, JobState::Pending, |_| vec![done(JobState::Completed)]);
+        assert_eq!(shown, "(null)");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
 //!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
 //!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
-//! - `cadre bench`: the benchmarks.
+//! - `cadre bench`: the benchmarks;
+//! - the Slurm commands: invoked as `sbatch`, `scontrol`, ... (see [`slurm`]); `cadre
+//!   install-aliases DIR` makes the links.
 //!
 //! Exit codes: 0 success; 1 an error (the message says what and where), including a
 //! refusal by the controller and a controller that cannot be reached; 2 a usage error.
@@ -22,6 +24,7 @@ mod daemon;
 mod native;
 mod plan;
 mod sim;
+mod slurm;
 
 use anyhow::{Context, Result};
 use cadre_core::cluster::Cluster;
@@ -131,6 +134,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Link the Slurm command names (sbatch, squeue, scontrol, ...) to this executable in
+    /// DIR, so that the binary answers as them.
+    InstallAliases {
+        /// Where to make the links (e.g. a directory early on PATH).
+        dir: PathBuf,
+    },
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -224,6 +233,20 @@ impl PolicyArgs {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.first().and_then(|a| slurm::command_name(a)) {
+        Some("sbatch") => return slurm::sbatch::run(argv),
+        Some("scontrol") => return slurm::scontrol::run(argv),
+        Some("srun") => return slurm::not_implemented("srun"),
+        Some("salloc") => return slurm::not_implemented("salloc"),
+        Some("squeue") => return slurm::not_implemented("squeue"),
+        Some("sinfo") => return slurm::not_implemented("sinfo"),
+        Some("scancel") => return slurm::not_implemented("scancel"),
+        Some("sacct") => return slurm::not_implemented("sacct"),
+        Some("sshare") => return slurm::not_implemented("sshare"),
+        Some("sprio") => return slurm::not_implemented("sprio"),
+        _ => {}
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -286,6 +309,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
+        Command::InstallAliases { dir } => slurm::install_aliases(&dir),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),
