@@ -262,6 +262,10 @@ struct Live {
     priority: u64,
     expected_start: Option<u64>,
     held: bool,
+    /// The spec's values that change after submission (`scontrol update`): the store keeps
+    /// the spec as submitted.
+    time_limit: Dur,
+    nice: i32,
 }
 
 fn live_of(e: &Engine, id: JobId) -> Option<Live> {
@@ -284,10 +288,16 @@ fn live_of(e: &Engine, id: JobId) -> Option<Live> {
         priority: job.priority,
         expected_start: e.sched.expected_start(id).map(|t| t.0),
         held: job.hold.is_some(),
+        time_limit: job.spec.time_limit,
+        nice: job.spec.nice,
     })
 }
 
-fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) -> JobView {
+fn job_view(e_names: &[String], mut job: StoredJob, live: Option<Live>, full: bool) -> JobView {
+    if let Some(l) = &live {
+        job.spec.time_limit = l.time_limit;
+        job.spec.nice = l.nice;
+    }
     let s = &job.status;
     let nodes = s.allocation.as_ref().map_or_else(String::new, |a| {
         let names: Vec<&str> = a
