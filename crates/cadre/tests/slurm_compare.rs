@@ -406,13 +406,21 @@ fn sbatch_and_scontrol_show_job_match_slurm_on_the_corpus() {
     if !reference_available() {
         return;
     }
+    // The reference's nodes get the features the corpus asks for, and their own back
+    // at the end (others may be comparing against the same reference).
     let nodes = run_ok(Command::new("/usr/bin/sinfo").args(["-h", "-o", "%N"]));
-    run_ok(Command::new("/usr/bin/scontrol").args([
-        "update",
-        &format!("NodeName={}", nodes.trim()),
-        &format!("AvailableFeatures={FEATURES}"),
-        &format!("ActiveFeatures={FEATURES}"),
-    ]));
+    let before = run_ok(Command::new("/usr/bin/sinfo").args(["-h", "-o", "%f"]));
+    let before = before.lines().next().unwrap_or("").trim().to_string();
+    let set_features = |f: &str| {
+        let f = if f == "(null)" { "" } else { f };
+        run_ok(Command::new("/usr/bin/scontrol").args([
+            "update",
+            &format!("NodeName={}", nodes.trim()),
+            &format!("AvailableFeatures={f}"),
+            &format!("ActiveFeatures={f}"),
+        ]));
+    };
+    set_features(FEATURES);
     let (_controller, data, bin) = start_cadre();
     let work_dir = tempfile::tempdir().expect("work directory");
     let work = work_dir.path().canonicalize().unwrap();
@@ -549,6 +557,7 @@ fn sbatch_and_scontrol_show_job_match_slurm_on_the_corpus() {
     let _ = Command::new("/usr/bin/scancel")
         .args(slurm_ids.iter().map(u64::to_string))
         .output();
+    set_features(&before);
     for line in &report {
         eprintln!("{line}");
     }

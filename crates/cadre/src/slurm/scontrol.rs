@@ -694,10 +694,11 @@ fn job_action(words: &[String], action: &str) -> Outcome {
                 &format!("/jobs/{id}/{action}"),
                 None,
             ) {
+                let finished = all.iter().any(|j| j.id == id && j.state.is_final());
                 let f = match api_failure(&e) {
-                    Some(f) if f.status == 409 => Failure(format!(
-                        "Job {text}: Job has already finished or is not in a state for {action}"
-                    )),
+                    Some(f) if f.status == 409 && finished => {
+                        Failure(format!("Job has already finished for job {text}"))
+                    }
                     _ => api_error(&e, &format!("slurm_{action}")),
                 };
                 eprintln!("{}", f.0);
