@@ -51,6 +51,27 @@ const COMPARED: &[&str] = &[
     "ArrayTaskId",
     "StdOut",
     "StdErr",
+    // Beyond the list: the rest of the request as scontrol shows it.
+    "ArrayJobId",
+    "JobState",
+    "Reason",
+    "Nice",
+    "Requeue",
+    "TimeMin",
+    "MinCPUsNode",
+    "NtasksPerN:B:S:C",
+    "ReqB:S:C:T",
+    "CpusPerTres",
+    "MemPerTres",
+    "OverSubscribe",
+    "Contiguous",
+    "Command",
+    "WorkDir",
+    "Comment",
+    "StdIn",
+    "Switches",
+    "MailUser",
+    "MailType",
 ];
 
 const FEATURES: &str = "a100,ib";
@@ -263,7 +284,7 @@ fn normalize(side: &Side, field: &str, value: &str, job: u64, work: &Path) -> St
             v = v.replace(&format!(":{id}"), &format!(":{name}"));
         }
     }
-    if field == "StdOut" || field == "StdErr" {
+    if matches!(field, "StdOut" | "StdErr" | "StdIn" | "ArrayJobId") {
         v = replace_number(&v, job, "<job>");
     }
     v
@@ -573,4 +594,45 @@ fn sbatch_and_scontrol_show_job_match_slurm_on_the_corpus() {
         "differences from Slurm:\n{}",
         failures.join("\n")
     );
+}
+
+/// `scontrol show hostnames` and `show hostlist`, which torchrun-style scripts build their
+/// rendezvous from, print what Slurm prints.
+#[test]
+fn scontrol_hostlists_match_slurm() {
+    if !reference_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let exe = env!("CARGO_BIN_EXE_cadre");
+    run_ok(Command::new(exe).arg("install-aliases").arg(dir.path()));
+    let ours = dir.path().join("scontrol");
+    let mut failures = Vec::new();
+    for (what, list) in [
+        ("hostnames", "gpu[001-004]"),
+        ("hostnames", "n[1-3,7],m5"),
+        ("hostnames", "rack[1-2]-node[01-02]"),
+        ("hostnames", "a,b,c"),
+        ("hostnames", "x[09-11]"),
+        ("hostlist", "tux2,tux1,tux2"),
+        ("hostlist", "gpu001,gpu002,gpu003,gpu007"),
+        ("hostlist", "n1,n10,n2"),
+    ] {
+        let theirs = Command::new("/usr/bin/scontrol")
+            .args(["show", what, list])
+            .output()
+            .expect("scontrol runs");
+        let mine = Command::new(&ours)
+            .args(["show", what, list])
+            .output()
+            .expect("cadre's scontrol runs");
+        if theirs.stdout != mine.stdout || theirs.status.code() != mine.status.code() {
+            failures.push(format!(
+                "show {what} {list}: slurm `{}`, cadre `{}`",
+                text(&theirs.stdout).trim(),
+                text(&mine.stdout).trim()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
