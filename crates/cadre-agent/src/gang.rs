@@ -10,6 +10,9 @@
 //!
 //! Output files shared by several tasks (a pattern without `%t`) are truncated once, by
 //! the first task that opens them, and appended to by the others.
+//!
+//! A batch job starts one process, its script, on its first node; its gang on the other
+//! nodes has no process and ends at once, their resources held by the job until it ends.
 
 use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode};
 use crate::launch::{self, LaunchError, RunAs};
@@ -61,7 +64,15 @@ pub fn launch_gang(
             stopped,
         }
     };
-    let indices = jobenv::tasks_on_node(&job.allocation, node.id);
+    let mut indices = jobenv::tasks_on_node(&job.allocation, node.id);
+    if job.batch && !indices.is_empty() {
+        // The script runs once, on the first node; the other tasks only hold their share.
+        let batch = jobenv::batch_task(&job.allocation);
+        indices.retain(|&i| Some(i) == batch);
+        if indices.is_empty() {
+            return Ok(Gang { tasks: Vec::new() });
+        }
+    }
     if indices.is_empty() {
         return Err(fail(
             LaunchError::NoTasksOnNode {

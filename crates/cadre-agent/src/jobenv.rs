@@ -37,6 +37,11 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub use cadre_core::run::{Export, OpenMode};
 
 /// Everything the agent needs to launch a job's tasks, as the controller sends it.
+///
+/// A batch job ([`JobLaunch::batch`]) runs like Slurm's: its script once, as the batch step,
+/// on the job's first node, with all the job's CPUs, GPUs and memory on that node; the
+/// job's other tasks hold their resources without a process (launching on them is a job
+/// step's business, `srun`'s).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobLaunch {
     pub id: JobId,
@@ -68,6 +73,8 @@ pub struct JobLaunch {
     pub kill_wait: Duration,
     /// `--signal`.
     pub signal: Option<PreEndSignal>,
+    /// A batch script: run once, on the first node (see above).
+    pub batch: bool,
 }
 
 impl JobLaunch {
@@ -100,6 +107,7 @@ impl JobLaunch {
             time_limit,
             kill_wait: DEFAULT_KILL_WAIT,
             signal: None,
+            batch: false,
         }
     }
 }
@@ -154,6 +162,13 @@ pub fn task_place(alloc: &Allocation, index: usize) -> Option<TaskPlace> {
         localid,
         nodeid,
     })
+}
+
+/// The task a batch script runs as: the first (in rank order) on the job's first node,
+/// where Slurm runs the batch step.
+pub fn batch_task(alloc: &Allocation) -> Option<usize> {
+    let first = *alloc.nodes().first()?;
+    tasks_on_node(alloc, first).first().copied()
 }
 
 /// Indices of the allocation's tasks on `node`, in rank order.
@@ -388,7 +403,16 @@ pub fn task_environment(
         set("SLURM_GPUS_ON_NODE", job_gpus.len().to_string());
         set("SLURM_JOB_GPUS", join(&job_gpus));
     }
-    set("CUDA_VISIBLE_DEVICES", join(&task_gpus));
+    if job.batch {
+        // The batch step: rank 0 of its node, the first node, and every GPU of the job
+        // there (Slurm's batch step sees the node's whole allocation).
+        set("SLURM_PROCID", "0".into());
+        set("SLURM_LOCALID", "0".into());
+        set("SLURM_NODEID", "0".into());
+        set("CUDA_VISIBLE_DEVICES", join(&job_gpus));
+    } else {
+        set("CUDA_VISIBLE_DEVICES", join(&task_gpus));
+    }
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
     Ok(env)
 }
@@ -488,6 +512,21 @@ mod tests {
         assert_eq!((p.procid, p.localid, p.nodeid), (1, 0, 2));
         assert_eq!(tasks_on_node(&j.allocation, NodeId(3)), vec![2, 0]);
         assert!(task_place(&j.allocation, 9).is_none());
+    }
+
+    /// Regression: a batch script ran once per task, on every node, each copy seeing only
+    /// its task's GPUs; Slurm runs it once, on the first node, seeing the node's GPUs.
+    #[test]
+    fn a_batch_script_is_the_first_nodes_first_task_with_the_nodes_gpus() {
+        let mut j = job();
+        // The first node is gpu001 (node 1), whose only task is index 1.
+        assert_eq!(batch_task(&j.allocation), Some(1));
+        j.batch = true;
+        let env = task_environment(&j, &node3(), 2, &alice()).unwrap();
+        assert_eq!(env["SLURM_PROCID"], "0");
+        assert_eq!(env["SLURM_NODEID"], "0");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "10,11,12");
+        assert_eq!(env["SLURM_NTASKS"], "4");
     }
 
     #[test]

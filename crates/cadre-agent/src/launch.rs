@@ -424,7 +424,20 @@ pub(crate) fn launch_task_with(
             dir: job.work_dir.clone(),
         });
     }
-    let cpus = jobenv::os_cpus(job.id, node, task)?;
+    let mut cpus = jobenv::os_cpus(job.id, node, task)?;
+    // The batch step has every core and all the memory of the job on its node.
+    let mut mem_mib = task.mem_mib;
+    if job.batch {
+        for i in jobenv::tasks_on_node(&job.allocation, node.id) {
+            if i != index {
+                let other = &job.allocation.tasks[i];
+                cpus.extend(jobenv::os_cpus(job.id, node, other)?);
+                mem_mib += other.mem_mib;
+            }
+        }
+        cpus.sort_unstable();
+        cpus.dedup();
+    }
     let cpus = if cpus.is_empty() {
         None
     } else {
@@ -444,7 +457,7 @@ pub(crate) fn launch_task_with(
 
     let cgroup = match &node.cgroup_parent {
         Some(parent) => Some(
-            TaskCgroup::create(parent, job.id, place.procid, task.mem_mib).map_err(|source| {
+            TaskCgroup::create(parent, job.id, place.procid, mem_mib).map_err(|source| {
                 LaunchError::Cgroup {
                     job: job.id,
                     source,

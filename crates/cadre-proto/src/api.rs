@@ -36,6 +36,10 @@ pub struct JobSubmission {
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub jobs: Vec<JobSubmission>,
+    /// Check the jobs as a submission would (partition, QOS, dependencies, limits) and
+    /// answer with no ids, committing nothing (`sbatch --test-only`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// The ids of the submitted jobs, in the order given. They are committed: they survive a
@@ -86,6 +90,10 @@ pub struct JobView {
     pub spec: Option<JobSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<Allocation>,
+    /// What the job runs (its script, directory, output files), without the environment
+    /// captured at submission. Present when asked for one job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunSpec>,
 }
 
 /// `GET /jobs`.

@@ -218,6 +218,23 @@ async fn submit(
             array_of,
         });
     }
+    if req.dry_run {
+        let problem = st
+            .engine
+            .read(move |e| {
+                jobs.iter().find_map(|j| {
+                    e.sched
+                        .validate(JobId(u64::MAX), &j.spec)
+                        .err()
+                        .map(crate::engine::core_error)
+                })
+            })
+            .await?;
+        return match problem {
+            Some(err) => Err(err),
+            None => Ok((StatusCode::OK, Json(SubmitResponse { job_ids: vec![] }))),
+        };
+    }
     let job_ids = st
         .engine
         .ask(|reply| Command::Submit { jobs, reply })
@@ -249,6 +266,10 @@ struct Live {
     priority: u64,
     expected_start: Option<u64>,
     held: bool,
+    /// The spec's values that change after submission (`scontrol update`): the store keeps
+    /// the spec as submitted.
+    time_limit: Dur,
+    nice: i32,
 }
 
 fn live_of(e: &Engine, id: JobId) -> Option<Live> {
@@ -271,10 +292,16 @@ fn live_of(e: &Engine, id: JobId) -> Option<Live> {
         priority: job.priority,
         expected_start: e.sched.expected_start(id).map(|t| t.0),
         held: job.hold.is_some(),
+        time_limit: job.spec.time_limit,
+        nice: job.spec.nice,
     })
 }
 
-fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) -> JobView {
+fn job_view(e_names: &[String], mut job: StoredJob, live: Option<Live>, full: bool) -> JobView {
+    if let Some(l) = &live {
+        job.spec.time_limit = l.time_limit;
+        job.spec.nice = l.nice;
+    }
     let s = &job.status;
     let nodes = s.allocation.as_ref().map_or_else(String::new, |a| {
         let names: Vec<&str> = a
@@ -315,6 +342,7 @@ fn job_view(e_names: &[String], job: StoredJob, live: Option<Live>, full: bool) 
         cpus,
         allocation: if full { s.allocation.clone() } else { None },
         spec: full.then_some(job.spec),
+        run: None,
     }
 }
 
@@ -435,10 +463,17 @@ async fn get_job(
     Path(id): Path<u64>,
 ) -> Result<Json<JobView>, ApiError> {
     let job = own_job(&st, &who, id).await?;
+    let run = read_store(&st, move |s| s.run_spec(JobId(id))).await?;
     let mut v = views(&st, vec![job], true).await?;
-    v.pop()
-        .map(Json)
-        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "job view missing"))
+    let mut view = v
+        .pop()
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "job view missing"))?;
+    // The captured environment stays out: it is large, and nothing shows it.
+    view.run = run.map(|mut r| {
+        r.env = Vec::new();
+        r
+    });
+    Ok(Json(view))
 }
 
 async fn act(

@@ -225,7 +225,7 @@ pub fn wall_now() -> Time {
     )
 }
 
-fn core_error(e: CoreError) -> ApiError {
+pub(crate) fn core_error(e: CoreError) -> ApiError {
     let code = match &e {
         CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
         CoreError::InvalidJob { .. } => ErrorCode::InvalidRequest,

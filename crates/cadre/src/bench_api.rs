@@ -266,6 +266,7 @@ async fn submit_load(
             for _ in 0..n {
                 let req = SubmitRequest {
                     jobs: vec![job("bench", 1, run.clone())],
+                    dry_run: false,
                 };
                 let t = Instant::now();
                 let _: SubmitResponse = conn.call(Method::POST, "/jobs", Some(&req)).await?;
@@ -361,6 +362,7 @@ async fn launch_load(args: &LaunchBenchArgs, dir: &Path) -> Result<Vec<f64>> {
         run.stdout = Some("/dev/null".into());
         let req = SubmitRequest {
             jobs: vec![job("launch", 1, run)],
+            dry_run: false,
         };
         let t0 = now_ns();
         let _: SubmitResponse = conn.call(Method::POST, "/jobs", Some(&req)).await?;

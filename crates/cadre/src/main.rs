@@ -7,7 +7,9 @@
 //! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
 //!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
 //!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
-//! - `cadre bench`: the benchmarks.
+//! - `cadre bench`: the benchmarks;
+//! - the Slurm commands: invoked as `sbatch`, `scontrol`, ... (see [`slurm`]); `cadre
+//!   install-aliases DIR` makes the links.
 //!
 //! Exit codes: 0 success; 1 an error (the message says what and where), including a
 //! refusal by the controller and a controller that cannot be reached; 2 a usage error.
@@ -132,6 +134,12 @@ enum Command {
         /// Print the shape and the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Link the Slurm command names (sbatch, squeue, scontrol, ...) to this executable in
+    /// DIR, so that the binary answers as them.
+    InstallAliases {
+        /// Where to make the links (e.g. a directory early on PATH).
+        dir: PathBuf,
     },
     /// Run a benchmark and print its figures.
     Bench {
@@ -293,19 +301,18 @@ impl PolicyArgs {
 
 fn main() -> ExitCode {
     // Invoked under the name of a Slurm command (a link named so), answer as that command.
-    let mut argv = std::env::args_os();
-    let argv0 = argv.next().unwrap_or_default();
-    let name = std::path::Path::new(&argv0)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    match name.as_str() {
-        "squeue" => return slurm::squeue::run(argv.collect()),
-        "sinfo" => return slurm::sinfo::run(argv.collect()),
-        "sacct" => return slurm::sacct::run(argv.collect()),
-        "scancel" => return slurm::scancel::run(argv.collect()),
-        "sshare" => return slurm::sshare::run(argv.collect()),
-        "sprio" => return slurm::sprio::run(argv.collect()),
+    let argv: Vec<String> = std::env::args().collect();
+    let rest = || std::env::args_os().skip(1).collect();
+    match argv.first().and_then(|a| slurm::command_name(a)) {
+        Some("sbatch") => return slurm::sbatch::run(argv),
+        Some("scontrol") => return slurm::scontrol::run(argv),
+        Some("squeue") => return slurm::squeue::run(rest()),
+        Some("sinfo") => return slurm::sinfo::run(rest()),
+        Some("sacct") => return slurm::sacct::run(rest()),
+        Some("scancel") => return slurm::scancel::run(rest()),
+        Some("sshare") => return slurm::sshare::run(rest()),
+        Some("sprio") => return slurm::sprio::run(rest()),
+        Some(name @ ("srun" | "salloc")) => return slurm::not_implemented(name),
         _ => {}
     }
     let cli = Cli::parse();
@@ -376,6 +383,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
+        Command::InstallAliases { dir } => slurm::install_aliases(&dir),
         Command::Bench {
             bench: BenchCommand::Scheduler(args),
         } => bench::run_scheduler(&args),

@@ -214,6 +214,7 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
             run,
             array_of: None,
         }],
+        dry_run: false,
     };
     let resp: SubmitResponse = client.send(Method::POST, "/jobs", Some(&req))?;
     for id in resp.job_ids {

@@ -279,6 +279,7 @@ fn prepare(
     job.submit_env = rs.env.clone();
     job.signal = rs.signal;
     job.kill_wait = Duration::from_secs(rs.kill_wait_secs);
+    job.batch = rs.script.is_some();
     job.time_limit = order.time_limit_ms.map(Duration::from_millis);
     Ok((job, run_as, script_dir))
 }

@@ -1,22 +1,177 @@
-//! The `cadre` binary answering as Slurm's commands: invoked as `squeue`, `sinfo`,
-//! `sacct`, `scancel`, `sshare` or `sprio` (a link named so), it takes their options and
-//! prints their formats, talking to cadre's controller.
+//! The `cadre` binary answering as Slurm's commands: invoked as `sbatch`, `scontrol`,
+//! `squeue`, `sinfo`, `sacct`, `scancel`, `sshare` or `sprio` (argv[0]'s file name; `cadre
+//! install-aliases DIR` makes the links), it takes their options and prints their formats,
+//! talking to cadre's controller. Errors are printed as Slurm prints them, with Slurm's
+//! exit codes.
 //!
-//! - [`format`]: the `-o` `%`-field and `-O` named-field engines, and how Slurm writes
-//!   times, durations, states and job ids;
-//! - [`getopt`]: GNU getopt_long parsing with glibc's messages;
-//! - [`query`]: the controller, error reporting and exit codes, values derived from jobs;
-//! - one module per command.
+//! - `sbatch` and `scontrol`: option parsing, conversion and record formats live in
+//!   `cadre-slurm`; here are the I/O around them (scripts, the environment, the clock and
+//!   the local time zone, users and groups, the controller's API);
+//! - the read side: [`format`] (the `-o` `%`-field and `-O` named-field engines, and how
+//!   Slurm writes times, durations, states and job ids), [`getopt`] (GNU getopt_long with
+//!   glibc's messages), [`query`] (the controller, error reporting and exit codes), and one
+//!   module per command.
 //!
-//! Where Slurm releases differ, the commands follow current Slurm and say so in their
-//! module docs; the reference they were compared with is Slurm 22.05.
+//! Not implemented yet: `srun` and `salloc` (job steps). Where Slurm releases differ, the
+//! commands follow current Slurm and say so in their module docs; the reference they were
+//! compared with is Slurm 22.05.
 
 pub mod format;
 pub mod getopt;
 pub mod query;
 pub mod sacct;
+pub mod sbatch;
 pub mod scancel;
+pub mod scontrol;
 pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
 pub mod sshare;
+
+use crate::client::{ApiFailure, Client};
+use crate::native::ConnectArgs;
+use anyhow::{Context, Result};
+use cadre_slurm::SlurmError;
+use cadre_slurm::time::Clock;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Every command name the binary answers to.
+pub const COMMANDS: [&str; 10] = [
+    "sbatch", "srun", "salloc", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sshare",
+    "sprio",
+];
+
+/// The command a program path names, if it is one of [`COMMANDS`].
+pub fn command_name(argv0: &str) -> Option<&'static str> {
+    let name = Path::new(argv0).file_name()?.to_str()?;
+    COMMANDS.iter().copied().find(|c| *c == name)
+}
+
+/// The answer of a command that is not there yet.
+pub fn not_implemented(name: &str) -> ExitCode {
+    eprintln!("cadre: {name} is not implemented yet");
+    ExitCode::from(1)
+}
+
+/// `cadre install-aliases DIR`: a symbolic link to this executable under every Slurm
+/// command name. Existing links are replaced; other files are left alone (an error).
+pub fn install_aliases(dir: &Path) -> Result<ExitCode> {
+    let exe = std::env::current_exe()
+        .context("failed to find the path of this executable")?
+        .canonicalize()?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("failed to create the directory {}", dir.display()))?;
+    for name in COMMANDS {
+        let link = dir.join(name);
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)?,
+            Ok(_) => anyhow::bail!(
+                "{} exists and is not a symbolic link; not replacing it",
+                link.display()
+            ),
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link)
+            .with_context(|| format!("failed to link {} to {}", link.display(), exe.display()))?;
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The controller, found as cadre's own commands find it (`$CADRE_SERVER`,
+/// `$CADRE_TOKEN`, `$CADRE_DATA_DIR`, else the default data directory).
+pub fn connect_args() -> ConnectArgs {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    ConnectArgs {
+        server: var("CADRE_SERVER"),
+        token: var("CADRE_TOKEN"),
+        data_dir: var("CADRE_DATA_DIR").map(PathBuf::from),
+    }
+}
+
+/// A client of the controller, or Slurm's kind of failure to reach it.
+pub fn connect() -> Result<Client, SlurmError> {
+    connect_args()
+        .client()
+        .map_err(|e| SlurmError::submission(crate::error_chain(&e)))
+}
+
+/// The API's answer to a failed request, if that is what `e` is.
+pub fn api_failure(e: &anyhow::Error) -> Option<&ApiFailure> {
+    e.chain().find_map(|c| c.downcast_ref::<ApiFailure>())
+}
+
+/// The wall clock and the local time zone's offset now.
+pub fn local_clock() -> Clock {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let t = now as libc::time_t;
+    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value;
+    // localtime_r reads `t` and writes only into `tm`, both owned by this frame and alive
+    // for the whole call, and is thread-safe (unlike localtime).
+    let offset = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff
+        }
+    };
+    Clock {
+        now,
+        utc_offset: offset,
+    }
+}
+
+/// The user running this command.
+pub fn current_user() -> String {
+    cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
+}
+
+/// A user's uid, primary group name and gid, for `UserId=`/`GroupId=` (nobody's when the
+/// user is not known here).
+pub fn ids_of(user: &str) -> (u32, String, u32) {
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(u)) => {
+            let group = nix::unistd::Group::from_gid(u.gid)
+                .ok()
+                .flatten()
+                .map_or_else(|| u.gid.as_raw().to_string(), |g| g.name);
+            (u.uid.as_raw(), group, u.gid.as_raw())
+        }
+        _ => (65_534, "nogroup".into(), 65_534),
+    }
+}
+
+/// `$SLURM_EXIT_ERROR`, which Slurm's commands exit with when a request fails.
+pub fn exit_error() -> Option<u8> {
+    std::env::var("SLURM_EXIT_ERROR").ok()?.parse().ok()
+}
+
+/// Prints an error as command `cmd` (invoked as `prog`) and returns its exit code.
+pub fn fail(cmd: &str, prog: &str, e: &SlurmError) -> ExitCode {
+    eprintln!("{}", e.render(cmd, prog));
+    ExitCode::from(e.exit_code(exit_error()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_come_from_the_programs_file_name() {
+        assert_eq!(command_name("/usr/local/bin/sbatch"), Some("sbatch"));
+        assert_eq!(command_name("scontrol"), Some("scontrol"));
+        assert_eq!(command_name("/opt/cadre/bin/cadre"), None);
+        assert_eq!(command_name("sbatch2"), None);
+    }
+
+    #[test]
+    fn the_local_clock_has_a_sane_offset() {
+        let c = local_clock();
+        assert!(c.now > 1_600_000_000);
+        assert!(c.utc_offset.abs() <= 14 * 3600);
+    }
+}

@@ -842,6 +842,7 @@ pub(crate) mod tests {
             cpus: 8,
             spec: Some(spec),
             allocation: None,
+            run: None,
         }
     }
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --ntasks-per-node=4
+echo done

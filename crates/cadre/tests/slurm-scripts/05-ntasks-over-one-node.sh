@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -n 100
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=gpu:a100:2
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus=4
+echo done

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -G 4
+#SBATCH -N 2
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -t 90
+echo done

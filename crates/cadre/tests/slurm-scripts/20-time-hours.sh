@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --time=25:00:00
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --time=1-12:30
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -A proj1
+echo done

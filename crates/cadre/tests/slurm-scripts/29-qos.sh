@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --qos=normal
+echo done

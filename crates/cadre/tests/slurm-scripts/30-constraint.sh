@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -C a100
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --exclusive
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --switches=1@1:00
+echo done

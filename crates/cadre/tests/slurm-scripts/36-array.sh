@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --array=1-3
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --array=0-9:3%2
+echo done

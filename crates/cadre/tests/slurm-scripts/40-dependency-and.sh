@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --dependency=afterok:@PARENT@:@PARENT2@,afterany:@PARENT@
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --dependency=afterok:@PARENT@?afternotok:@PARENT2@
+echo done

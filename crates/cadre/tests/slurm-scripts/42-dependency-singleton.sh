@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --dependency=singleton
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -d @PARENT@
+echo done

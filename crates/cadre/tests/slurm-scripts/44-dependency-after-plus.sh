@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -d after:@PARENT@+5
+echo done

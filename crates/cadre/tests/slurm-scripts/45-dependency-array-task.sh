@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -d afterany:@ARRAY@_2
+echo done

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -o out-%j.txt
+#SBATCH -e err-%j.txt
+echo done

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -D /tmp
+#SBATCH -o rel/out.txt
+echo done

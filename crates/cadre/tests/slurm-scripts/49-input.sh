@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -i /dev/zero
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --export=NONE,FOO=bar
+echo done

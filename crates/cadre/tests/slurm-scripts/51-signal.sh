@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --signal=B:USR1@90
+echo done

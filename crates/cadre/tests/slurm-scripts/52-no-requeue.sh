@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --no-requeue
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --begin=now+1hour
+echo done

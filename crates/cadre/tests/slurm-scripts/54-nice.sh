@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --nice=5
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --hint=nomultithread
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --wait-all-nodes=1
+echo done

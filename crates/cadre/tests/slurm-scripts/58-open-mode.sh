@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --open-mode=append
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --priority=100
+echo done

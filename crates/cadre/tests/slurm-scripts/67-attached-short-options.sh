@@ -1,0 +1,3 @@
+#!/bin/bash
+# args: -N2 -n4 -c2 -t10
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --mem=2560
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus-per-node=a100:2
+echo done

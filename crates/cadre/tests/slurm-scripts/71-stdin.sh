@@ -1,0 +1,4 @@
+#!/bin/bash
+# stdin
+#SBATCH -N 2
+echo done

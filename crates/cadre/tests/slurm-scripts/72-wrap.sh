@@ -1,0 +1,3 @@
+#!/bin/bash
+# wrap: echo hello
+echo done

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --hold
+#SBATCH -n 2
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --mem=100K
+echo done

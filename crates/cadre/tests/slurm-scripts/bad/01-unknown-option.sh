@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --foo
+echo done

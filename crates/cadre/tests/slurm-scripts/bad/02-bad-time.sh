@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -t abc
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -t 1:2:3:4
+echo done

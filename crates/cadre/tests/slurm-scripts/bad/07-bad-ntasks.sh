@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -n x
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -c 0
+echo done

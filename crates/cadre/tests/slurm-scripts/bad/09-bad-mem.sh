@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --mem=10X
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=mps:100
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=gpu:1,gpu:a100:1
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --array=5-1
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --array=0-2000
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -d 1:2
+echo done

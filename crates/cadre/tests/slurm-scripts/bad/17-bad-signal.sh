@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --signal=FOO
+echo done

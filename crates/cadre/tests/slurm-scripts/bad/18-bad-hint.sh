@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --hint=foo
+echo done

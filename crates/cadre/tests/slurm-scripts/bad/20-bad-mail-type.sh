@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --mail-type=foo
+echo done

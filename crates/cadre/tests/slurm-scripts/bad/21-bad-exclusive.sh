@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --exclusive=foo
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH myscriptarg
+echo done

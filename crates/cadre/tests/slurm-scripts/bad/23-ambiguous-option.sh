@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --ntasks-per=2
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -C nope
+echo done

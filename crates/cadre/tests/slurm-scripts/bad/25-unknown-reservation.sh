@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --reservation=nosuch
+echo done

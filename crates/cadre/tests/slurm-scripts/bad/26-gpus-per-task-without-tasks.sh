@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus-per-task=1
+echo done

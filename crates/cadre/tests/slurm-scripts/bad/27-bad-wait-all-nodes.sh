@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --wait-all-nodes=5
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+# env: SBATCH_TIMELIMIT=abc
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --oversubscribe=x
+echo done

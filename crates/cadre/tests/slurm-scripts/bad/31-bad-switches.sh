@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --switches=x
+echo done

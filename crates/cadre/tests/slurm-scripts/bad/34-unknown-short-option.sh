@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -Z
+echo done

@@ -1,0 +1,3 @@
+#!/bin/bash
+# args: --wrap=true extra
+echo done
