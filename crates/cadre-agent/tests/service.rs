@@ -279,6 +279,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         partition: "gpu".into(),
         allocation,
         node_names: [(NODE_ID, "n1".to_string())].into_iter().collect(),
+        node_addresses: Default::default(),
         run_spec,
         time_limit_ms: None,
     }
