@@ -485,3 +485,30 @@ spec:
     assert!(err.contains("nothing was applied"), "{err}");
     assert_eq!(c.ok(&["get", "workloads", "-A", "-o", "json"]).trim(), "[]");
 }
+
+#[test]
+fn a_failed_master_fails_its_pytorchjob_and_stops_the_workers() {
+    let c = Cluster::up(1);
+    let job = c.apply(
+        "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: broken}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [sh, -c, 'echo master; exit 3']}]
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [sh, -c, 'echo worker; exec sleep 3600']}]
+",
+    );
+    assert_eq!(c.wait(job), "FAILED", "{}", c.log());
+    let listed = c.workloads();
+    assert_eq!(listed[0]["exit_code"], 3, "{listed:?}");
+    assert!(c.output("broken", job, 1).contains("worker"));
+}
