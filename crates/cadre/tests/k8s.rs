@@ -8,7 +8,8 @@
 //! installed here, so the MPIJob's launcher is a Python script that reads the MPI
 //! hostfile and connects to each worker listed in it, as `mpirun` would reach them, and
 //! its workers serve one connection and then sleep: the job completes because its
-//! launcher did, and the workers are stopped.
+//! launcher did, and the workers are stopped. A Volcano Job with the `env` and `svc` plugins
+//! reads its host files at `/etc/volcano`.
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
@@ -324,6 +325,60 @@ spec:
     )
 }
 
+fn volcano_job() -> String {
+    let script = indent(
+        r#"
+workers = open("/etc/volcano/worker.host").read().split()
+check(workers == ["vc-worker-0.vc", "vc-worker-1.vc"], "the svc plugin's host file")
+check(e["VC_WORKER_HOSTS"] == ",".join(workers) and e["VC_WORKER_NUM"] == "2", "VC_WORKER_*")
+check(e["VC_MASTER_HOSTS"] == "vc-master-0.vc", "VC_MASTER_HOSTS")
+addrs = [socket.gethostbyname(h) for h in workers]
+if e["SLURM_PROCID"] == "0":
+    s = listen(port(0))
+    got = sorted(s.accept()[0].recv(100).decode() for _ in range(2))
+    print("master heard", got, flush=True)
+    check(got == ["worker 0", "worker 1"], "both workers reached the master")
+else:
+    c = connect(e["VC_MASTER_HOSTS"], port(0)); c.sendall(b"worker " + e["VK_TASK_INDEX"].encode()); c.close()
+    print("worker", e["VK_TASK_INDEX"], "found", workers, "at", addrs, flush=True)
+"#,
+    );
+    format!(
+        "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {{name: vc}}
+spec:
+  minAvailable: 3
+  plugins: {{env: [], svc: []}}
+  tasks:
+  - name: master
+    replicas: 1
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - name: m
+          image: python:3.11
+          command:
+          - python3
+          - -c
+          - |
+{script}  - name: worker
+    replicas: 2
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - name: w
+          image: python:3.11
+          command:
+          - python3
+          - -c
+          - |
+{script}"
+    )
+}
+
 #[test]
 fn workloads_run_as_gangs_with_their_names_environment_and_files() {
     let hosts_before = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
@@ -331,8 +386,14 @@ fn workloads_run_as_gangs_with_their_names_environment_and_files() {
     let idx = c.apply(&indexed_job());
     let pt = c.apply(&pytorch_job());
     let mpi = c.apply(&mpi_job());
+    let vc = c.apply(&volcano_job());
 
-    for (job, name, ranks) in [(idx, "idx", 3), (pt, "pt", 3), (mpi, "mpi", 3)] {
+    for (job, name, ranks) in [
+        (idx, "idx", 3),
+        (pt, "pt", 3),
+        (mpi, "mpi", 3),
+        (vc, "vc", 3),
+    ] {
         let state = c.wait(job);
         let outputs: Vec<String> = (0..ranks).map(|r| c.output(name, job, r)).collect();
         assert_eq!(
