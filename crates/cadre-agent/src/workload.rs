@@ -112,7 +112,12 @@ pub fn placement(
     let mut resolved: BTreeMap<NodeId, String> = BTreeMap::new();
     let mut groups: Vec<Vec<(u32, PlacedTask)>> = vec![Vec::new(); t.spec.groups.len()];
     for task in &allocation.tasks {
-        let name = names.get(&task.node).cloned().unwrap_or_default();
+        let name = names
+            .get(&task.node)
+            .cloned()
+            .ok_or_else(|| cadre_k8s::K8sError::Contract {
+                what: format!("the launch order names no node id {}", task.node.0),
+            })?;
         let address = match resolved.get(&task.node) {
             Some(a) => a.clone(),
             None => {

@@ -1323,6 +1323,7 @@ impl Engine {
         if !t.nodes_left.remove(&node) {
             return;
         }
+        let was_settled = t.settled.is_some();
         match t.settled {
             // Stopped after the completing groups were done: the outcome is fixed.
             Some((outcome, code)) => {
@@ -1343,7 +1344,9 @@ impl Engine {
         }
         // The node's tasks vanished (lost agent, or gone at a restart): a node failure for
         // this job; the scheduler stops the rest of the gang and requeues it by policy.
-        if state == JobState::NodeFail {
+        // Not once its completing groups had settled its outcome: what was lost was being
+        // stopped anyway.
+        if state == JobState::NodeFail && !was_settled {
             match self.sched.handle(Event::Lost { id, node }, now) {
                 Ok(decisions) => self.apply(decisions, now),
                 Err(e) => tracing::debug!(job = %id, error = %e, "lost tasks of a stopping job"),

@@ -573,3 +573,51 @@ spec:
     assert_eq!(listed[0]["exit_code"], 3, "{listed:?}");
     assert!(c.output("broken", job, 1).contains("worker"));
 }
+
+#[test]
+fn a_restarted_controller_still_ends_an_mpijob_with_its_launcher() {
+    let c = Cluster::up(1);
+    let job = c.apply(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: long}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers: [{name: l, image: m, command: [sh, -c, 'while [ ! -e go ]; do sleep 0.05; done']}]
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: w, image: m, command: [sh, -c, 'exec sleep 3600']}]
+",
+    );
+    let deadline = Instant::now() + DEADLINE;
+    while c.state(job) != "RUNNING" {
+        assert!(Instant::now() < deadline, "never ran\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // kill -9 of the controller; `cadre up` again adopts the agents and the running job.
+    let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
+        .expect("cadre.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the controller is killed");
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    }) {
+        assert!(Instant::now() < deadline, "the killed controller lives on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.ok(&["up", "--detach", "--nodes", "1"]);
+    std::fs::write(c.dir().join("go"), "").expect("go");
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+}
