@@ -194,6 +194,9 @@ pub fn prepare(
         move |source| WorkloadError::Write { path, source }
     };
     std::fs::create_dir_all(run_dir).map_err(write_err(run_dir))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(run_dir, Some(uid), Some(gid)).map_err(write_err(run_dir))?;
+    }
 
     // The hosts file: the node's own lines first (localhost, the node's name), then the
     // job's names.

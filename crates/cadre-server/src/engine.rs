@@ -15,6 +15,12 @@
 //! - one run of a job is started once: a restarted controller adopts the runs its agents
 //!   still have and requeues (by the job's policy) the runs whose tasks are gone; it never
 //!   launches a committed run again.
+//!
+//! A run ends when every node's tasks have ended; its outcome is the worst node's. A job
+//! whose run spec names completing groups (an MPIJob's launcher, a PyTorchJob's master) is
+//! settled earlier: once every node holding tasks of those groups has reported them ended
+//! (`Completing`, or its `Ended`), the outcome so far is fixed and the job's other tasks are
+//! stopped on every node; how they end no longer counts.
 
 use crate::auth::Principal;
 use crate::metrics::Metrics;
