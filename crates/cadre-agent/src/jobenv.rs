@@ -11,6 +11,10 @@
 //! node-id order, which is the cluster's node-table order, as Slurm orders
 //! `SLURM_JOB_NODELIST`), and its full environment ([`task_environment`]).
 //!
+//! A task with its own program ([`TaskProgram`], a Kubernetes workload's) gets its
+//! variables last, over the Slurm ones: its kind's contract wins, as the variables a
+//! Kubernetes controller injects win over the container's.
+//!
 //! Must hold: `CUDA_VISIBLE_DEVICES` names exactly the device indices of the task's
 //! allocated GPUs (empty when it has none, so that a task never sees a GPU it was not
 //! given), whatever the submitter's environment said; the job's variables always win over
@@ -75,9 +79,42 @@ pub struct JobLaunch {
     pub signal: Option<PreEndSignal>,
     /// A batch script: run once, on the first node (see above).
     pub batch: bool,
+    /// Tasks that run something else than `command`, by position in the allocation: the
+    /// tasks of a Kubernetes workload, each running its group's program with its rank's
+    /// contract ([`crate::workload`]).
+    pub programs: BTreeMap<usize, TaskProgram>,
+}
+
+/// What one task runs in place of the job's command, and what it sees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskProgram {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Where it starts; relative output paths are under it.
+    pub work_dir: PathBuf,
+    /// Variables set over the job's environment, in order (a later one wins).
+    pub env: Vec<(String, String)>,
+    /// Files or directories bind-mounted in the task's own mount namespace, `(what, where)`:
+    /// the job's hosts file over `/etc/hosts`, the MPI files at `/etc/mpi`. Needs the agent
+    /// to be root; empty otherwise.
+    pub binds: Vec<(PathBuf, PathBuf)>,
 }
 
 impl JobLaunch {
+    /// What task `index` runs: its own program, else the job's command.
+    pub fn command_of(&self, index: usize) -> &[String] {
+        self.programs
+            .get(&index)
+            .map_or(&self.command, |p| &p.command)
+    }
+
+    /// Where task `index` starts.
+    pub fn work_dir_of(&self, index: usize) -> &std::path::Path {
+        self.programs
+            .get(&index)
+            .map_or(&self.work_dir, |p| &p.work_dir)
+    }
+
     /// A launch with Slurm's defaults: export everything, truncate, `slurm-%j.out`, the
     /// spec's time limit (0 means none), a 30 s KillWait, no `--signal`.
     pub fn new(
@@ -108,6 +145,7 @@ impl JobLaunch {
             kill_wait: DEFAULT_KILL_WAIT,
             signal: None,
             batch: false,
+            programs: BTreeMap::new(),
         }
     }
 }
@@ -414,6 +452,11 @@ pub fn task_environment(
         set("CUDA_VISIBLE_DEVICES", join(&task_gpus));
     }
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+    if let Some(program) = job.programs.get(&index) {
+        for (k, v) in &program.env {
+            set(k, v.clone());
+        }
+    }
     Ok(env)
 }
 

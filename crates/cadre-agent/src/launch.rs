@@ -293,14 +293,18 @@ enum ChildStep {
     Chdir = 6,
     Stdout = 7,
     Stderr = 8,
+    Namespace = 9,
+    Bind = 10,
 }
 
 impl ChildStep {
     fn from_byte(b: u8) -> Option<ChildStep> {
         use ChildStep::*;
-        [Cgroup, Affinity, Groups, Gid, Uid, Chdir, Stdout, Stderr]
-            .into_iter()
-            .find(|s| *s as u8 == b)
+        [
+            Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == b)
     }
 }
 
@@ -308,6 +312,9 @@ impl ChildStep {
 struct ChildPlan {
     cgroup_procs: Option<OwnedFd>,
     cpus: Option<CpuSet>,
+    /// Bind mounts `(what, where)` made in a mount namespace of the task's own; none: the
+    /// task shares the agent's.
+    binds: Vec<(CString, CString)>,
     switch: Option<UserSwitch>,
     work_dir: CString,
     stdout: CString,
@@ -336,6 +343,31 @@ impl ChildPlan {
         if let Some(cpus) = &self.cpus {
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus)
                 .map_err(|e| fail(ChildStep::Affinity, e))?;
+        }
+        if !self.binds.is_empty() {
+            // A mount namespace of the task's own, private so that nothing mounted in it
+            // propagates back to the node; then the job's files over the node's.
+            use nix::mount::{MsFlags, mount};
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+                .map_err(|e| fail(ChildStep::Namespace, e))?;
+            mount(
+                None::<&std::ffi::CStr>,
+                c"/",
+                None::<&std::ffi::CStr>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&std::ffi::CStr>,
+            )
+            .map_err(|e| fail(ChildStep::Namespace, e))?;
+            for (what, at) in &self.binds {
+                mount(
+                    Some(what.as_c_str()),
+                    at.as_c_str(),
+                    None::<&std::ffi::CStr>,
+                    MsFlags::MS_BIND,
+                    None::<&std::ffi::CStr>,
+                )
+                .map_err(|e| fail(ChildStep::Bind, e))?;
+            }
         }
         if let Some(s) = &self.switch {
             nix::unistd::setgroups(&s.groups).map_err(|e| fail(ChildStep::Groups, e))?;
@@ -379,11 +411,12 @@ pub fn output_paths(
         .stdout
         .as_deref()
         .unwrap_or(pattern::default_output_pattern(job.spec.array.is_some()));
-    let stdout = expand_output_path(out_pattern, &values, &job.work_dir);
+    let work_dir = job.work_dir_of(place.index);
+    let stdout = expand_output_path(out_pattern, &values, work_dir);
     let stderr = job
         .stderr
         .as_deref()
-        .map(|p| expand_output_path(p, &values, &job.work_dir))
+        .map(|p| expand_output_path(p, &values, work_dir))
         .filter(|p| *p != stdout);
     (stdout, stderr)
 }
@@ -415,15 +448,30 @@ pub(crate) fn launch_task_with(
         tasks: job.allocation.tasks.len(),
     })?;
     let switch = user_switch(job, run_as)?;
-    let Some((program, args)) = job.command.split_first() else {
+    let path_c = |what, p: &Path| cstring(job.id, what, p.as_os_str().as_bytes());
+    let Some((program, args)) = job.command_of(index).split_first() else {
         return Err(LaunchError::EmptyCommand { job: job.id });
     };
-    if !job.work_dir.is_dir() {
+    let work_dir = job.work_dir_of(index);
+    if !work_dir.is_dir() {
         return Err(LaunchError::NoWorkDir {
             job: job.id,
-            dir: job.work_dir.clone(),
+            dir: work_dir.to_path_buf(),
         });
     }
+    let binds = match job.programs.get(&index) {
+        Some(p) => p
+            .binds
+            .iter()
+            .map(|(what, at)| {
+                Ok((
+                    path_c("bind mount source", what)?,
+                    path_c("bind mount target", at)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, LaunchError>>()?,
+        None => Vec::new(),
+    };
     let mut cpus = jobenv::os_cpus(job.id, node, task)?;
     // The batch step has every core and all the memory of the job on its node.
     let mut mem_mib = task.mem_mib;
@@ -453,7 +501,6 @@ pub(crate) fn launch_task_with(
         Some(set)
     };
     let (stdout, stderr) = output_paths(job, node, &place);
-    let path_c = |what, p: &Path| cstring(job.id, what, p.as_os_str().as_bytes());
 
     let cgroup = match &node.cgroup_parent {
         Some(parent) => Some(
@@ -482,7 +529,8 @@ pub(crate) fn launch_task_with(
         cgroup_procs,
         cpus,
         switch: switch.clone(),
-        work_dir: path_c("working directory", &job.work_dir)?,
+        binds,
+        work_dir: path_c("working directory", work_dir)?,
         stdout: path_c("output file", &stdout)?,
         stderr: stderr
             .as_deref()
@@ -505,9 +553,10 @@ pub(crate) fn launch_task_with(
     // async-signal-safe operations are allowed (the parent may have other threads holding
     // locks, e.g. the allocator's). `ChildPlan::run` only reads data prepared before the
     // fork (C strings, a CpuSet, a group list, file descriptors) and makes direct system
-    // calls through nix (write, sched_setaffinity, setgroups, setgid, setuid, chdir, open,
-    // dup2, close on drop of the opened descriptors); none of them allocates or takes a
-    // lock: nix passes `&CStr` paths straight through and `io::Error::from_raw_os_error`
+    // calls through nix (write, sched_setaffinity, unshare, mount, setgroups, setgid,
+    // setuid, chdir, open, dup2, close on drop of the opened descriptors); none of them
+    // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
+    // arguments) straight through and `io::Error::from_raw_os_error`
     // does not allocate. The closure does not touch the parent's state.
     unsafe {
         cmd.pre_exec(move || plan.run());
@@ -532,7 +581,7 @@ pub(crate) fn launch_task_with(
             if let Some(cg) = &cgroup {
                 cg.remove();
             }
-            let step = describe_step(step, program, &job.work_dir, &stdout, &stderr, &switch);
+            let step = describe_step(step, program, work_dir, &stdout, &stderr, &switch);
             return Err(LaunchError::Spawn {
                 job: job.id,
                 procid: place.procid,
@@ -572,6 +621,10 @@ fn describe_step(
         None => format!("cannot execute `{program}`"),
         Some(ChildStep::Cgroup) => "cannot join the task's cgroup".into(),
         Some(ChildStep::Affinity) => "cannot pin to the allocated cores".into(),
+        Some(ChildStep::Namespace) => "cannot make the task's own mount namespace".into(),
+        Some(ChildStep::Bind) => {
+            "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
+        }
         Some(ChildStep::Groups) => format!("cannot set the supplementary groups of {who}"),
         Some(ChildStep::Gid) => format!("cannot set the group id of {who}"),
         Some(ChildStep::Uid) => format!("cannot become {who}"),
@@ -656,11 +709,11 @@ mod tests {
 
     #[test]
     fn child_steps_round_trip_through_their_byte() {
-        for b in 0..=9u8 {
+        for b in 0..=11u8 {
             if let Some(s) = ChildStep::from_byte(b) {
                 assert_eq!(s as u8, b);
             } else {
-                assert!(b == 0 || b == 9);
+                assert!(b == 0 || b == 11);
             }
         }
     }

@@ -17,6 +17,9 @@
 //! - [`gang`]: starting all of a job's tasks on this node, or none.
 //! - [`cgroup`]: one cgroup v2 per task where the agent is given one, for out-of-memory
 //!   detection.
+//! - [`workload`]: a Kubernetes workload's contracts on this node: each task's program and
+//!   variables, the job's hosts, MPI and Volcano files, and the bind mounts that put them
+//!   where the programs look.
 //! - [`service`]: the agent process ([`service::run`]): the connection to the controller
 //!   and the agent protocol, launching and supervising each run in a thread of its own.
 //!
@@ -33,3 +36,4 @@ pub mod launch;
 pub mod pattern;
 pub mod service;
 pub mod supervise;
+pub mod workload;

@@ -633,7 +633,7 @@ impl Service {
     async fn on_report(&mut self, event: TaskEvent) {
         let run = event.run();
         match &event {
-            TaskEvent::Started { .. } => {}
+            TaskEvent::Started { .. } | TaskEvent::Completing { .. } => {}
             TaskEvent::LaunchFailed { .. } | TaskEvent::Ended { .. } => {
                 self.runs.remove(&run);
             }

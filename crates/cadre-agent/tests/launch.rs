@@ -540,3 +540,69 @@ fn wait_for_files(dir: &Path, names: &[&str]) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_namespace() {
+    if !is_root() {
+        eprintln!("skipped: mount namespaces need root");
+        return;
+    }
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "10.9.8.7\tpeer-0 peer-0.sub\n").unwrap();
+    let mpi = dir.path().join("mpi");
+    std::fs::create_dir(&mpi).unwrap();
+    std::fs::write(mpi.join("hostfile"), "peer-0.sub slots=1\n").unwrap();
+    // A mount point of the test's own, so that nothing of the node's is needed.
+    let point = dir.path().join("point");
+    std::fs::create_dir(&point).unwrap();
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+    let mut j = job(dir.path(), "nobody", "not run", one_task(vec![]));
+    j.export = cadre_agent::jobenv::Export::None;
+    j.programs.insert(
+        0,
+        cadre_agent::jobenv::TaskProgram {
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "id -u; getent hosts peer-0.sub; cat {}/hostfile; echo \"$ROLE $SLURM_PROCID\"",
+                    point.display()
+                ),
+            ],
+            work_dir: dir.path().to_path_buf(),
+            env: vec![
+                ("ROLE".into(), "first".into()),
+                ("ROLE".into(), "launcher".into()),
+            ],
+            binds: vec![(hosts.clone(), "/etc/hosts".into()), (mpi, point.clone())],
+        },
+    );
+    let o = launch_task(&j, &node(), 0, &nobody)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(o.state, JobState::Completed, "{out}");
+    assert_eq!(
+        out,
+        format!(
+            "{}\n10.9.8.7        peer-0 peer-0.sub\npeer-0.sub slots=1\nlauncher 0\n",
+            nobody.uid
+        )
+    );
+    // Nothing leaked to the node.
+    assert_eq!(std::fs::read_to_string("/etc/hosts").unwrap(), node_hosts);
+    assert_eq!(std::fs::read_dir(&point).unwrap().count(), 0);
+
+    // A mount point that does not exist: the launch fails and says what failed.
+    j.programs.get_mut(&0).unwrap().binds = vec![(hosts, dir.path().join("missing"))];
+    let err = launch_task(&j, &node(), 0, &nobody)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot bind-mount the job's files (hosts file, MPI or Volcano files)"),
+        "{err}"
+    );
+}

@@ -279,6 +279,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         partition: "gpu".into(),
         allocation,
         node_names: [(NODE_ID, "n1".to_string())].into_iter().collect(),
+        node_addresses: Default::default(),
         run_spec,
         time_limit_ms: None,
     }
@@ -715,4 +716,47 @@ async fn batch_scripts_launched_together_all_start() {
     }
     ended.sort_unstable();
     assert_eq!(ended, jobs);
+}
+
+#[tokio::test]
+async fn the_end_of_the_completing_groups_tasks_is_reported_while_the_others_run() {
+    let ctl = Controller::tcp().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _agent = Agent::start(&ctl.address, KEY);
+    let (mut c, _) = ctl.accept().await;
+    c.welcome().await;
+    // Rank 0 (group 0, a launcher) ends; rank 1 (group 1, a worker) would serve on.
+    let mut o = order(
+        50,
+        &me(),
+        dir.path(),
+        "if [ $SLURM_PROCID = 0 ]; then exit 0; else sleep 30; fi",
+    );
+    let mut worker = o.allocation.tasks[0].clone();
+    worker.group = 1;
+    worker.gpus = vec![];
+    o.allocation.tasks.push(worker);
+    o.run_spec.completing_groups = Some(vec![0]);
+    c.launch(o).await;
+    assert_eq!(
+        c.event().await.event,
+        TaskEvent::Started { run: run_ref(50) }
+    );
+    assert_eq!(
+        c.event().await.event,
+        TaskEvent::Completing {
+            run: run_ref(50),
+            state: JobState::Completed,
+            exit_code: Some(0),
+            signal: None
+        }
+    );
+    // The controller stops the rest; the node's end follows as usual.
+    c.send(ControllerMessage::Stop {
+        run: run_ref(50),
+        kill_wait_secs: 1,
+    })
+    .await;
+    let end = ended(c.event().await.event, run_ref(50));
+    assert_eq!(end, (JobState::Cancelled, None, Some(15)));
 }

@@ -216,6 +216,20 @@ pub struct RunSpec {
     /// Seconds between SIGTERM and SIGKILL when the job is stopped.
     #[serde(default = "default_kill_wait")]
     pub kill_wait_secs: u64,
+    /// When the job has succeeded: once every task of these task groups (positions in the
+    /// spec) has exited 0; the job's other tasks (an MPI job's workers running `sshd`) are
+    /// then stopped and do not count in its outcome. `None`: once every task has ended, the
+    /// job's outcome being the worst task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completing_groups: Option<Vec<u16>>,
+    /// A Kubernetes workload's translation, from which the agent computes each task's
+    /// program, environment, host names and files at launch (`cadre_k8s::WorkloadRun`,
+    /// versioned; see docs/kubernetes.md). Opaque to the scheduler and the store; `None`
+    /// for every other job. With it, `command` and `work_dir` are those of the first task
+    /// group, kept for display and validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub kubernetes: Option<serde_json::Value>,
 }
 
 fn default_kill_wait() -> u64 {
@@ -238,6 +252,8 @@ impl RunSpec {
             env: Vec::new(),
             signal: None,
             kill_wait_secs: DEFAULT_KILL_WAIT_SECS,
+            completing_groups: None,
+            kubernetes: None,
         }
     }
 

@@ -95,6 +95,9 @@ pub enum K8sError {
     /// The contract functions were asked about a rank or placement that does not fit the job.
     #[error("{what}")]
     Contract { what: String },
+    /// A job's carried translation ([`crate::submission::WorkloadRun`]) cannot be read.
+    #[error("the job's Kubernetes translation cannot be read: {what}")]
+    Payload { what: String },
 }
 
 impl K8sError {

@@ -5,7 +5,8 @@
 //! own kinds through `k8s-openapi`, the custom resources through [`crd`]); translating a
 //! workload into a [`cadre_core::job::JobSpec`] and what its tasks run ([`translate`],
 //! [`model`]); the per-rank contracts computed once the gang is placed ([`contract`]); queue
-//! objects into cadre's queues ([`queues`]). What does not: talking to a Kubernetes API
+//! objects into cadre's queues ([`queues`]); what a translated workload is submitted as, and
+//! the versioned translation it carries for the agent ([`submission`]). What does not: talking to a Kubernetes API
 //! server, submitting to the controller, launching tasks. Everything here is pure.
 //!
 //! # Kinds
@@ -113,6 +114,7 @@ pub mod model;
 mod pod;
 pub mod quantity;
 pub mod queues;
+pub mod submission;
 pub mod translate;
 
 pub use contract::{
@@ -126,6 +128,7 @@ pub use model::{
     TranslateOptions, Translated, WorkloadKind,
 };
 pub use queues::QueueSet;
+pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};
 pub use translate::translate;
 
 /// What a file of manifests amounts to.

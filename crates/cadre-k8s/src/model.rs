@@ -7,6 +7,7 @@
 
 use cadre_core::job::JobSpec;
 use cadre_core::run::{Export, RunSpec};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -43,7 +44,8 @@ impl TranslateOptions {
 }
 
 /// The workload kinds, with what their contracts need.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WorkloadKind {
     /// `batch/v1` Job. Indexed: each task gets `JOB_COMPLETION_INDEX` and, when the pod
     /// template names a `subdomain`, the hostname `<job>-<index>` resolvable as
@@ -85,7 +87,8 @@ pub enum WorkloadKind {
 }
 
 /// The MPI implementation of an MPIJob (its launcher's variables and hostfile format).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MpiImplementation {
     OpenMpi,
     Intel,
@@ -93,7 +96,8 @@ pub enum MpiImplementation {
 }
 
 /// What the Training Operator's PyTorchJob environment needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PyTorchContract {
     pub has_master: bool,
     /// Replicas of Master plus Worker, as written (WORLD_SIZE counts these).
@@ -109,7 +113,8 @@ pub struct PyTorchContract {
 }
 
 /// `elasticPolicy`, as the environment shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ElasticContract {
     pub min_replicas: u32,
     pub max_replicas: u32,
@@ -124,7 +129,8 @@ pub struct ElasticContract {
 }
 
 /// How a task gets its program.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Program {
     /// `command` followed by `args` (with `$(VAR)` references still to expand per rank).
     Argv(Vec<String>),
@@ -133,7 +139,8 @@ pub enum Program {
 }
 
 /// Where an environment variable's value comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EnvSource {
     /// A literal `value` (may hold `$(VAR)` references, expanded per rank).
     Literal(String),
@@ -154,21 +161,24 @@ pub enum EnvSource {
 }
 
 /// One environment variable of a container, in manifest order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EnvVar {
     pub name: String,
     pub source: EnvSource,
 }
 
 /// A declared container port.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Port {
     pub name: Option<String>,
     pub port: u16,
 }
 
 /// What the tasks of one group run: the parts of a pod template cadre uses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GroupRun {
     /// The replica type or task as the manifest names it (`Launcher`, `Worker`, `Master`,
     /// a Volcano task's or JobSet replicated Job's name, `task` for a batch Job).
@@ -187,7 +197,8 @@ pub struct GroupRun {
 }
 
 /// When the job has succeeded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Completion {
     /// When every task has exited 0 (batch Job, Volcano's default, JobSet's `All`).
     AllTasks,
@@ -201,13 +212,15 @@ pub enum Completion {
 /// Passwordless SSH between the job's tasks (MPI Operator's `<job>-ssh` Secret, Volcano's
 /// `ssh` plugin): a key pair made for the job, visible to every task at `mount_path`
 /// (`id_rsa`, `id_rsa.pub`, `authorized_keys`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SshKeys {
     pub mount_path: String,
 }
 
 /// The queue a manifest names.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QueueRef {
     /// The `kueue.x-k8s.io/queue-name` label: a LocalQueue of the job's namespace, which
     /// [`crate::queues::QueueSet::route`] maps to its ClusterQueue.
@@ -221,7 +234,8 @@ pub enum QueueRef {
 }
 
 /// A workload manifest as cadre runs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Translated {
     pub kind: WorkloadKind,
     /// `metadata.name`: the base of every name in the naming contract.

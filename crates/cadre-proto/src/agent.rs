@@ -27,7 +27,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The version of this protocol. A controller refuses agents of another version.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version 2: launch orders carry the nodes' addresses and run specs may carry a Kubernetes
+/// translation and completing groups; agents report [`TaskEvent::Completing`].
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The path of the agent's WebSocket on the controller.
 pub const CONNECT_PATH: &str = "/agent/v1/connect";
@@ -105,6 +107,18 @@ pub enum TaskEvent {
         /// The signal that ended that task, if one did.
         signal: Option<i32>,
     },
+    /// For a run whose spec names completing groups
+    /// ([`cadre_core::run::RunSpec::completing_groups`]): every task of those groups on this
+    /// node has ended while other tasks of the node still run. The fields are as in
+    /// `Ended`, over the node's tasks that have ended so far. The controller decides, once
+    /// every node's completing tasks are done, whether the job has succeeded, and stops
+    /// the rest; the node's `Ended` follows as usual.
+    Completing {
+        run: RunRef,
+        state: JobState,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 impl TaskEvent {
@@ -112,7 +126,8 @@ impl TaskEvent {
         match self {
             TaskEvent::Started { run }
             | TaskEvent::LaunchFailed { run, .. }
-            | TaskEvent::Ended { run, .. } => *run,
+            | TaskEvent::Ended { run, .. }
+            | TaskEvent::Completing { run, .. } => *run,
         }
     }
 }
@@ -152,6 +167,10 @@ pub struct LaunchOrder {
     /// keyed by the node id as a string (`{"7": "gpu007"}`).
     #[serde(deserialize_with = "node_names_from_string_keys")]
     pub node_names: BTreeMap<NodeId, String>,
+    /// The address each node of the allocation reported in its `Hello` (where its tasks
+    /// can be reached), keyed as `node_names`; a node without one is reached by its name.
+    #[serde(default, deserialize_with = "node_names_from_string_keys")]
+    pub node_addresses: BTreeMap<NodeId, String>,
     pub run_spec: RunSpec,
     /// The wall-clock limit in milliseconds from the start; `None`: unlimited.
     pub time_limit_ms: Option<u64>,
@@ -219,6 +238,7 @@ mod tests {
             node_names: [(NodeId(7), "gpu007".into()), (NodeId(12), "gpu012".into())]
                 .into_iter()
                 .collect(),
+            node_addresses: [(NodeId(7), "10.0.0.7".into())].into_iter().collect(),
             run_spec: RunSpec::command(vec!["true".into()], "/tmp".into()),
             time_limit_ms: Some(60_000),
         };
@@ -259,6 +279,15 @@ mod tests {
                     run,
                     state: JobState::Failed,
                     exit_code: Some(3),
+                    signal: None,
+                },
+            },
+            SequencedEvent {
+                seq: 4,
+                event: TaskEvent::Completing {
+                    run,
+                    state: JobState::Completed,
+                    exit_code: Some(0),
                     signal: None,
                 },
             },

@@ -90,6 +90,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/release", post(release))
         .route("/jobs/{id}/requeue", post(requeue))
         .route("/jobs/{id}/explain", get(explain))
+        .route("/jobs/{id}/run", get(get_run))
         .route("/nodes", get(list_nodes))
         .route("/nodes/{name}", get(get_node))
         .route("/nodes/{name}/drain", post(drain))
@@ -128,6 +129,7 @@ pub fn router(state: AppState) -> Router {
         release,
         requeue,
         explain,
+        get_run,
         list_nodes,
         get_node,
         drain,
@@ -474,6 +476,22 @@ async fn get_job(
         r
     });
     Ok(Json(view))
+}
+
+/// What a job runs (its run spec: program, directories, environment, and a Kubernetes
+/// workload's translation), for its owner and administrators.
+#[utoipa::path(get, path = "/jobs/{id}/run", params(("id" = u64, Path, description = "job id")),
+    responses((status = 200, body = cadre_core::run::RunSpec), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_run(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<Json<cadre_core::run::RunSpec>, ApiError> {
+    own_job(&st, &who, id).await?;
+    read_store(&st, move |s| s.run_spec(JobId(id)))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("job {id} does not exist")))
 }
 
 async fn act(

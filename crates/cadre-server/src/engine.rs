@@ -15,6 +15,12 @@
 //! - one run of a job is started once: a restarted controller adopts the runs its agents
 //!   still have and requeues (by the job's policy) the runs whose tasks are gone; it never
 //!   launches a committed run again.
+//!
+//! A run ends when every node's tasks have ended; its outcome is the worst node's. A job
+//! whose run spec names completing groups (an MPIJob's launcher, a PyTorchJob's master) is
+//! settled earlier: once every node holding tasks of those groups has reported them ended
+//! (`Completing`, or its `Ended`), the outcome so far is fixed and the job's other tasks are
+//! stopped on every node; how they end no longer counts.
 
 use crate::auth::Principal;
 use crate::metrics::Metrics;
@@ -170,11 +176,32 @@ struct RunTrack {
     /// A stop was asked (cancel, requeue, preemption, node failure): resent to agents
     /// that reconnect with the run still alive.
     stop: Option<u64>,
+    /// For a job that completes with some of its groups (the run spec's
+    /// `completing_groups`): the nodes holding tasks of those groups that have not all
+    /// ended yet. Empty otherwise.
+    completing_left: BTreeSet<NodeId>,
+    /// Once every completing task has ended: the run's outcome and exit code, fixed. The
+    /// other tasks are then stopped, and how they end does not count.
+    settled: Option<(JobState, Option<i32>)>,
 }
 
 impl RunTrack {
-    /// A run that has just started (or was adopted) on every node of its allocation.
-    fn new(run: u32, allocation: Allocation, start_time: Time) -> RunTrack {
+    /// A run that has just started (or was adopted) on every node of its allocation;
+    /// `completing`: the run spec's completing groups.
+    fn new(
+        run: u32,
+        allocation: Allocation,
+        start_time: Time,
+        completing: Option<&[u16]>,
+    ) -> RunTrack {
+        let completing_left = completing.map_or_else(BTreeSet::new, |groups| {
+            allocation
+                .tasks
+                .iter()
+                .filter(|t| groups.contains(&t.group))
+                .map(|t| t.node)
+                .collect()
+        });
         RunTrack {
             run,
             nodes_left: allocation.nodes().into_iter().collect(),
@@ -184,6 +211,20 @@ impl RunTrack {
             exit_code: None,
             launch_failed: None,
             stop: None,
+            completing_left,
+            settled: None,
+        }
+    }
+
+    /// Records a node's outcome in the run's (the worst wins; the first failing exit code).
+    fn record(&mut self, state: JobState, exit_code: Option<i32>) {
+        if severity(state) > severity(self.outcome) {
+            self.outcome = state;
+        }
+        if self.exit_code.is_none()
+            || (exit_code.is_some_and(|c| c != 0) && self.exit_code == Some(0))
+        {
+            self.exit_code = exit_code.or(self.exit_code);
         }
     }
 }
@@ -198,6 +239,8 @@ pub struct Engine {
     presence: Vec<Presence>,
     /// Whether each node's GPUs are emulated, as its agent last reported.
     emulated: Vec<bool>,
+    /// Where each node's tasks can be reached, as its agent last reported.
+    addresses: Vec<Option<String>>,
     /// The administrator's word on each node (drain, down) and why.
     admin: Vec<(NodeAvail, Option<String>)>,
     runs: HashMap<JobId, RunTrack>,
@@ -377,9 +420,20 @@ impl Engine {
                     if job.status.state == JobState::Preempting {
                         requeue_after.push(id);
                     }
+                    // A job completing with some groups goes on doing so after a restart.
+                    let completing = store
+                        .run_spec(id)
+                        .ok()
+                        .flatten()
+                        .and_then(|r| r.completing_groups);
                     runs.insert(
                         id,
-                        RunTrack::new(job.status.requeues, allocation, start_time),
+                        RunTrack::new(
+                            job.status.requeues,
+                            allocation,
+                            start_time,
+                            completing.as_deref(),
+                        ),
                     );
                 }
                 _ => {}
@@ -394,6 +448,7 @@ impl Engine {
             links: BTreeMap::new(),
             presence: vec![Presence::Away(started_at); node_count],
             emulated: vec![config.emulated_gpus; node_count],
+            addresses: vec![None; node_count],
             admin,
             runs,
             launch_errors: HashMap::new(),
@@ -940,9 +995,16 @@ impl Engine {
         self.note_change(id, now);
         self.launch_errors.remove(&id);
         let nodes = allocation.nodes();
-        self.runs
-            .insert(id, RunTrack::new(run.run, allocation.clone(), now));
-        let run_spec = match self.store.run_spec(id) {
+        let run_spec = self.store.run_spec(id);
+        let completing = match &run_spec {
+            Ok(Some(r)) => r.completing_groups.clone(),
+            _ => None,
+        };
+        self.runs.insert(
+            id,
+            RunTrack::new(run.run, allocation.clone(), now, completing.as_deref()),
+        );
+        let run_spec = match run_spec {
             Ok(Some(r)) => r,
             Ok(None) | Err(_) => {
                 // Without what to run there is nothing to launch: fail the launch on every
@@ -958,12 +1020,17 @@ impl Engine {
             .iter()
             .map(|&n| (n, self.node_name(n).to_owned()))
             .collect::<BTreeMap<_, _>>();
+        let node_addresses = nodes
+            .iter()
+            .filter_map(|&n| Some((n, self.addresses[n.0 as usize].clone()?)))
+            .collect::<BTreeMap<_, _>>();
         let order = LaunchOrder {
             run,
             spec,
             partition,
             allocation,
             node_names,
+            node_addresses,
             run_spec,
             time_limit_ms,
         };
@@ -1101,6 +1168,7 @@ impl Engine {
         }
         self.presence[node.0 as usize] = Presence::Connected;
         self.emulated[node.0 as usize] = hello.report.emulated_gpus;
+        self.addresses[node.0 as usize] = Some(hello.report.address.clone());
         tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
         let mut last_seq = None;
         for ev in hello.outbox {
@@ -1189,6 +1257,35 @@ impl Engine {
             TaskEvent::Ended {
                 state, exit_code, ..
             } => self.node_done(run.job, node, state, exit_code, now),
+            TaskEvent::Completing {
+                state, exit_code, ..
+            } => self.node_completing(run.job, node, state, exit_code),
+        }
+    }
+
+    /// The tasks of the completing groups on `node` have all ended, with this outcome
+    /// over the node's ended tasks. Once every node's have, the run's outcome is settled
+    /// and its other tasks are stopped: an MPI job is done when its launcher is, and its
+    /// workers' `sshd` does not run on until the time limit.
+    fn node_completing(
+        &mut self,
+        id: JobId,
+        node: NodeId,
+        state: JobState,
+        exit_code: Option<i32>,
+    ) {
+        let Some(t) = self.runs.get_mut(&id) else {
+            return;
+        };
+        if t.settled.is_some() || !t.completing_left.remove(&node) {
+            return;
+        }
+        t.record(state, exit_code);
+        if t.completing_left.is_empty() {
+            t.settled = Some((t.outcome, t.exit_code));
+            tracing::info!(job = %id, outcome = %t.outcome, "completing groups done: stopping the job's other tasks");
+            // What still runs is not the job's work: no grace beyond a second to end.
+            self.stop(id, Dur(1));
         }
     }
 
@@ -1232,15 +1329,30 @@ impl Engine {
         if !t.nodes_left.remove(&node) {
             return;
         }
-        if severity(state) > severity(t.outcome) {
-            t.outcome = state;
-        }
-        if t.exit_code.is_none() || (exit_code.is_some_and(|c| c != 0) && t.exit_code == Some(0)) {
-            t.exit_code = exit_code.or(t.exit_code);
+        let was_settled = t.settled.is_some();
+        match t.settled {
+            // Stopped after the completing groups were done: the outcome is fixed.
+            Some((outcome, code)) => {
+                t.outcome = outcome;
+                t.exit_code = code;
+            }
+            None => {
+                t.record(state, exit_code);
+                // A node's end is also the end of its completing tasks.
+                if t.completing_left.remove(&node) && t.completing_left.is_empty() {
+                    t.settled = Some((t.outcome, t.exit_code));
+                    if !t.nodes_left.is_empty() {
+                        tracing::info!(job = %id, outcome = %t.outcome, "completing groups done: stopping the job's other tasks");
+                        self.stop(id, Dur(1));
+                    }
+                }
+            }
         }
         // The node's tasks vanished (lost agent, or gone at a restart): a node failure for
         // this job; the scheduler stops the rest of the gang and requeues it by policy.
-        if state == JobState::NodeFail {
+        // Not once its completing groups had settled its outcome: what was lost was being
+        // stopped anyway.
+        if state == JobState::NodeFail && !was_settled {
             match self.sched.handle(Event::Lost { id, node }, now) {
                 Ok(decisions) => self.apply(decisions, now),
                 Err(e) => tracing::debug!(job = %id, error = %e, "lost tasks of a stopping job"),

@@ -206,6 +206,11 @@ fn rich_run() -> RunSpec {
             target: SignalTarget::Leader,
         }),
         kill_wait_secs: 0,
+        completing_groups: Some(vec![0, 2]),
+        // Opaque to the store: kept exactly.
+        kubernetes: Some(
+            serde_json::json!({"version": 1, "name": "train", "groups": [{"env": []}]}),
+        ),
     }
 }
 

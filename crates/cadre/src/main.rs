@@ -3,7 +3,8 @@
 //! - the cluster: `cadre up` (controller and agents on one machine), `cadre down`,
 //!   `cadre server` and `cadre agent` (the two halves on their own);
 //! - clients of the controller: `cadre submit`, `cadre jobs`, `cadre nodes`,
-//!   `cadre explain`, `cadre cancel`, `cadre wait`, `cadre token`;
+//!   `cadre explain`, `cadre cancel`, `cadre wait`, `cadre token`; Kubernetes manifests:
+//!   `cadre apply`, `cadre get`, `cadre delete`, `cadre describe`;
 //! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
 //!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
 //!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
@@ -21,6 +22,7 @@ mod bench_api;
 mod bench_openb;
 mod client;
 mod daemon;
+mod k8s;
 mod native;
 mod plan;
 mod sim;
@@ -100,6 +102,35 @@ enum Command {
         /// Give up after this many seconds.
         #[arg(long)]
         timeout: Option<u64>,
+    },
+    /// Run Kubernetes workload manifests (Job, JobSet, MPIJob, PyTorchJob, Volcano Job) as
+    /// jobs.
+    Apply {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        args: k8s::ApplyArgs,
+    },
+    /// List applied workloads with their cadre jobs.
+    Get {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        args: k8s::GetArgs,
+    },
+    /// Delete an applied workload: cancel its job.
+    Delete {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        args: k8s::NamedArgs,
+    },
+    /// Show an applied workload: its translation, its job, where each rank runs.
+    Describe {
+        #[command(flatten)]
+        connect: native::ConnectArgs,
+        #[command(flatten)]
+        args: k8s::NamedArgs,
     },
     /// Create, list and revoke API tokens (administrators).
     Token {
@@ -356,6 +387,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             timeout,
         } => native::wait(&connect, &jobs, timeout),
         Command::Token { connect, command } => native::token(&connect, &command),
+        Command::Apply { connect, args } => k8s::apply(&connect, &args),
+        Command::Get { connect, args } => k8s::get(&connect, &args),
+        Command::Delete { connect, args } => k8s::delete(&connect, &args),
+        Command::Describe { connect, args } => k8s::describe(&connect, &args),
         Command::Cluster { cluster, json } => {
             let described = cluster.load_described()?;
             let mut summary = plan::cluster_summary(&described.cluster);

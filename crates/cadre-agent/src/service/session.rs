@@ -412,6 +412,8 @@ impl Session {
                 self.forget(run);
                 event
             }
+            // The run goes on (its other tasks run until the controller stops them).
+            TaskEvent::Completing { .. } => event,
             TaskEvent::Ended {
                 state,
                 exit_code,
@@ -561,6 +563,7 @@ mod tests {
             partition: "p".into(),
             allocation: Allocation::default(),
             node_names: BTreeMap::new(),
+            node_addresses: BTreeMap::new(),
             run_spec,
             time_limit_ms: None,
         })
@@ -853,14 +856,14 @@ mod tests {
         assert!(!e.is_fatal());
         let e = s
             .handle(msg(ControllerMessage::Welcome {
-                version: 2,
+                version: 3,
                 node_id: NodeId(0),
             }))
             .unwrap_err();
         assert!(e.is_fatal());
         assert_eq!(
             e.to_string(),
-            "the controller speaks agent protocol version 2, this agent version 1"
+            "the controller speaks agent protocol version 3, this agent version 2"
         );
         let e = s
             .handle(msg(ControllerMessage::Refused {

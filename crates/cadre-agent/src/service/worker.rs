@@ -82,6 +82,8 @@ enum PrepareError {
     Launch(#[from] LaunchError),
     #[error("failed to write the batch script {}: {source}", path.display())]
     Script { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Workload(#[from] crate::workload::WorkloadError),
 }
 
 impl PrepareError {
@@ -93,6 +95,7 @@ impl PrepareError {
                 source.kind() == io::ErrorKind::PermissionDenied
                     || source.raw_os_error() == Some(Errno::EROFS as i32)
             }
+            PrepareError::Workload(e) => e.is_permanent(),
         }
     }
 }
@@ -184,7 +187,7 @@ fn run_thread(
             },
         );
     };
-    let (job, run_as, script_dir) = match prepare(order, ctx) {
+    let (job, run_as, script_dir) = match prepare(order, node_id, ctx) {
         Ok(p) => p,
         Err(e) => return failed(e.to_string(), e.is_permanent()),
     };
@@ -205,7 +208,21 @@ fn run_thread(
     let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
     tracing::info!(user = %run_as.name, uid = run_as.uid, ?pids, "started");
     report(events, TaskEvent::Started { run });
-    let ended = match supervise(&mut gang, events, commands) {
+    // Which of the node's tasks belong to the groups whose end completes the job.
+    let completing: Vec<bool> = match &order.run_spec.completing_groups {
+        Some(groups) => gang
+            .tasks
+            .iter()
+            .map(|t| {
+                job.allocation
+                    .tasks
+                    .get(t.place().index)
+                    .is_some_and(|a| groups.contains(&a.group))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let ended = match supervise(&mut gang, run, &completing, events, commands) {
         Ok(outcomes) => ended_event(run, &outcomes),
         Err(e) => {
             tracing::error!(error = %e, "lost track of the run's tasks; killing them");
@@ -234,6 +251,7 @@ fn run_thread(
 /// Who runs the job, its script, and the launch.
 fn prepare(
     order: &LaunchOrder,
+    node_id: NodeId,
     ctx: &LaunchContext,
 ) -> Result<(JobLaunch, RunAs, Option<PathBuf>), PrepareError> {
     let rs = &order.run_spec;
@@ -251,7 +269,9 @@ fn prepare(
         }
         .into());
     }
-    let (command, script_dir) = match &rs.script {
+    let workload = cadre_k8s::workload_of(rs)
+        .map_err(|e| PrepareError::Workload(crate::workload::WorkloadError::Contract(e)))?;
+    let (command, mut script_dir) = match &rs.script {
         Some(text) => {
             let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
             let (dir, path) = write_script(&ctx.state_dir, order.run, text, owner)?;
@@ -281,6 +301,16 @@ fn prepare(
     job.kill_wait = Duration::from_secs(rs.kill_wait_secs);
     job.batch = rs.script.is_some();
     job.time_limit = order.time_limit_ms.map(Duration::from_millis);
+    if let Some(t) = workload {
+        // A Kubernetes workload: each task runs its group's program with its rank's
+        // contract; the job's files live in the run's directory, removed at its end.
+        let dir = run_dir(&ctx.state_dir, order.run);
+        let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
+        script_dir = Some(dir.clone());
+        job.programs =
+            crate::workload::prepare(&t, order, node_id, &dir, ctx.agent_uid == 0, owner)
+                .inspect_err(|_| remove_script_dir(Some(&dir)))?;
+    }
     Ok((job, run_as, script_dir))
 }
 
@@ -342,16 +372,52 @@ fn remove_script_dir(dir: Option<&Path>) {
 }
 
 /// Supervises the gang until its tasks have ended, taking orders between checks.
+/// `completing`: per task of the gang, whether it belongs to a completing group (empty:
+/// the job has none); once those have all ended while others run, `Completing` is reported.
 fn supervise(
     gang: &mut gang::Gang,
+    run: RunRef,
+    completing: &[bool],
     events: &UnboundedSender<TaskEvent>,
     commands: &mpsc::Receiver<RunCommand>,
 ) -> Result<Vec<TaskOutcome>, LaunchError> {
     let mut orders_open = true;
     let mut abandoned = false;
+    let mut completing_reported = !completing.contains(&true);
     loop {
         if let Some(outcomes) = gang.poll()? {
             return Ok(outcomes);
+        }
+        if !completing_reported {
+            let mut ended = Vec::new();
+            let mut done = true;
+            for (task, &counts) in gang.tasks.iter_mut().zip(completing) {
+                match task.poll()? {
+                    Some(o) => ended.push(o),
+                    None => done &= !counts,
+                }
+            }
+            if done {
+                completing_reported = true;
+                if let TaskEvent::Ended {
+                    state,
+                    exit_code,
+                    signal,
+                    ..
+                } = ended_event(run, &ended)
+                {
+                    tracing::info!(state = %state, "the completing groups' tasks here have ended");
+                    report(
+                        events,
+                        TaskEvent::Completing {
+                            run,
+                            state,
+                            exit_code,
+                            signal,
+                        },
+                    );
+                }
+            }
         }
         if !abandoned && events.is_closed() {
             abandoned = true;

@@ -1,0 +1,457 @@
+//! The agent's side of a Kubernetes workload's contracts: from the translation the run
+//! spec carries ([`cadre_k8s::WorkloadRun`]) and where the gang landed, what each task of
+//! this node runs, the variables it sees, and the job's files.
+//!
+//! **Given**: the launch order (the allocation, every node's name and reported address)
+//! and the run's directory on this node. **Decided** ([`prepare`]): the placement the
+//! contracts are computed from ([`placement`]: per task group, per index, the node's name
+//! and address, the address resolved to an IP since it goes into a hosts file); the
+//! rendezvous port ([`rendezvous_port`]); for each task here its group's program with
+//! `$(VAR)`s expanded, its working directory and its rank's variables
+//! ([`cadre_k8s::rank_environment`], set over the Slurm ones); the files written to the
+//! run's directory: `hosts` (this node's `/etc/hosts`, then the job's names), `mpi/` (the
+//! MPI hostfile and `discover_hosts.sh`) and `volcano/` (the svc plugin's host files).
+//!
+//! **How names resolve.** A task runs with the node's network, so a peer's name must
+//! resolve to the address of the node its task runs on. When the agent is root, each task
+//! gets a mount namespace of its own (made in the child before it becomes the user; see
+//! [`crate::launch`]) where the job's `hosts` file is bind-mounted over `/etc/hosts`, and
+//! the `mpi/` and `volcano/` directories over `/etc/mpi` and `/etc/volcano` (created empty
+//! on the node when missing, as mount points), where the programs expect them. The node's
+//! own `/etc/hosts` is untouched. When the agent is not root it cannot do that: the files
+//! stay in the run's directory, the contract's variables name that directory
+//! (`OMPI_MCA_orte_default_hostfile`, ...), `CADRE_HOSTS_FILE` names the hosts file, and the
+//! peers' names do **not** resolve through the system resolver (a program may read the
+//! hosts file itself). glibc's `HOSTALIASES` is no substitute: it maps names to names,
+//! only for names without dots, and only on the DNS path.
+//!
+//! **Ports.** Tasks of different jobs share a node's ports (on `cadre up` every node is
+//! this machine), so the rendezvous port a PyTorchJob's tasks use (`MASTER_PORT`, the
+//! elastic rendezvous port) is not the manifest's but one chosen per job, the same on
+//! every node without agreement: `20000 + job id mod 10000`. Two jobs whose ids differ by
+//! a multiple of 10000 and whose masters share a node would collide; so would a program
+//! of the node already listening there.
+//!
+//! Not here: SSH key pairs for MPI's and Volcano's `ssh` (the translation records where
+//! they are expected; none are made yet), container runtimes.
+
+use cadre_core::alloc::Allocation;
+use cadre_core::cluster::NodeId;
+use cadre_k8s::contract::{MPI_DIR, VOLCANO_DIR};
+use cadre_k8s::{PlacedTask, Placement, Program, Translated};
+use cadre_proto::agent::LaunchOrder;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::jobenv::{self, TaskProgram};
+
+/// The node's hosts file, whose lines the job's hosts file keeps first.
+const NODE_HOSTS: &str = "/etc/hosts";
+
+/// What keeps a workload's tasks from being prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The translation or the contract cannot be computed for this launch: the job's
+    /// doing (or a cadre of another version), so retrying cannot help.
+    #[error("{0}")]
+    Contract(#[from] cadre_k8s::K8sError),
+    #[error(
+        "task group {group} of the job runs its image's entrypoint: no container runtime is configured on node {node}"
+    )]
+    NeedsRuntime { group: usize, node: String },
+    #[error("cannot resolve the address `{address}` of node {node}: {source}")]
+    Resolve {
+        node: String,
+        address: String,
+        source: io::Error,
+    },
+    #[error("failed to write the job's file {}: {source}", path.display())]
+    Write { path: PathBuf, source: io::Error },
+}
+
+impl WorkloadError {
+    /// Whether trying again (elsewhere) cannot help.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            WorkloadError::Contract(_) | WorkloadError::NeedsRuntime { .. }
+        )
+    }
+}
+
+/// The port a job's rendezvous uses (see the module doc).
+pub fn rendezvous_port(job: cadre_core::job::JobId) -> u16 {
+    20_000 + (job.0 % 10_000) as u16
+}
+
+/// `address` as an IP address: itself if it is one, else the first address it resolves to
+/// (IPv4 first, as a hosts file is usually read for them).
+pub fn resolve(address: &str) -> io::Result<IpAddr> {
+    if let Ok(ip) = address.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    let mut ips: Vec<IpAddr> = (address, 0).to_socket_addrs()?.map(|a| a.ip()).collect();
+    ips.sort_by_key(|ip| !ip.is_ipv4());
+    ips.into_iter()
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "it resolves to no address"))
+}
+
+/// Where each task of the gang runs, per task group and index in the group, with the
+/// nodes' addresses resolved by `lookup`; the files at the Kubernetes paths.
+pub fn placement(
+    t: &Translated,
+    allocation: &Allocation,
+    names: &BTreeMap<NodeId, String>,
+    addresses: &BTreeMap<NodeId, String>,
+    mut lookup: impl FnMut(&str, &str) -> Result<String, WorkloadError>,
+) -> Result<Placement, WorkloadError> {
+    let mut resolved: BTreeMap<NodeId, String> = BTreeMap::new();
+    let mut groups: Vec<Vec<(u32, PlacedTask)>> = vec![Vec::new(); t.spec.groups.len()];
+    for task in &allocation.tasks {
+        let name = names
+            .get(&task.node)
+            .cloned()
+            .ok_or_else(|| cadre_k8s::K8sError::Contract {
+                what: format!("the launch order names no node id {}", task.node.0),
+            })?;
+        let address = match resolved.get(&task.node) {
+            Some(a) => a.clone(),
+            None => {
+                let reported = addresses.get(&task.node).unwrap_or(&name);
+                let a = lookup(&name, reported)?;
+                resolved.insert(task.node, a.clone());
+                a
+            }
+        };
+        let group = usize::from(task.group);
+        if group >= groups.len() {
+            return Err(cadre_k8s::K8sError::Contract {
+                what: format!(
+                    "the allocation places a task of group {group}; the job has {} groups",
+                    groups.len()
+                ),
+            }
+            .into());
+        }
+        groups[group].push((
+            task.rank,
+            PlacedTask {
+                node: name,
+                address,
+            },
+        ));
+    }
+    let tasks = groups
+        .into_iter()
+        .map(|mut g| {
+            g.sort_by_key(|(rank, _)| *rank);
+            g.into_iter().map(|(_, t)| t).collect()
+        })
+        .collect();
+    Ok(Placement::new(tasks))
+}
+
+/// The workload's tasks on this node, prepared: its files written to `run_dir` (created
+/// when missing), and for each task here (by position in the allocation) what it runs.
+/// `root`: whether the agent can give tasks their own mount namespace.
+pub fn prepare(
+    t: &Translated,
+    order: &LaunchOrder,
+    node: NodeId,
+    run_dir: &Path,
+    root: bool,
+    owner: Option<(u32, u32)>,
+) -> Result<BTreeMap<usize, TaskProgram>, WorkloadError> {
+    let node_name = order.node_names.get(&node).cloned().unwrap_or_default();
+    let mut p = placement(
+        t,
+        &order.allocation,
+        &order.node_names,
+        &order.node_addresses,
+        |name, address| {
+            resolve(address)
+                .map(|ip| ip.to_string())
+                .map_err(|source| WorkloadError::Resolve {
+                    node: name.to_string(),
+                    address: address.to_string(),
+                    source,
+                })
+        },
+    )?;
+    p.rendezvous_port = Some(rendezvous_port(order.run.job));
+    let mpi_host = run_dir.join("mpi");
+    let volcano_host = run_dir.join("volcano");
+    if !root {
+        p.mpi_dir = mpi_host.display().to_string();
+        p.volcano_dir = volcano_host.display().to_string();
+    }
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| WorkloadError::Write { path, source }
+    };
+    std::fs::create_dir_all(run_dir).map_err(write_err(run_dir))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(run_dir, Some(uid), Some(gid)).map_err(write_err(run_dir))?;
+    }
+
+    // The hosts file: the node's own lines first (localhost, the node's name), then the
+    // job's names.
+    let node_hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
+    let mut hosts = node_hosts;
+    if !hosts.is_empty() && !hosts.ends_with('\n') {
+        hosts.push('\n');
+    }
+    hosts.push_str(&cadre_k8s::hosts_file(t, &p)?);
+    let hosts_path = run_dir.join("hosts");
+    write(&hosts_path, &hosts, 0o644, owner)?;
+
+    // The MPI and Volcano files, into the run's directory.
+    let mut dirs_used: Vec<(PathBuf, &str, Vec<usize>)> = Vec::new();
+    for file in cadre_k8s::job_files(t, &p)? {
+        let seen = Path::new(&file.path);
+        let (host_dir, at) = if seen.starts_with(&p.mpi_dir) {
+            (&mpi_host, MPI_DIR)
+        } else {
+            (&volcano_host, VOLCANO_DIR)
+        };
+        let Some(name) = seen.file_name() else {
+            continue;
+        };
+        std::fs::create_dir_all(host_dir).map_err(write_err(host_dir))?;
+        if let Some(owner) = owner {
+            std::os::unix::fs::chown(host_dir, Some(owner.0), Some(owner.1))
+                .map_err(write_err(host_dir))?;
+        }
+        write(&host_dir.join(name), &file.text, file.mode, owner)?;
+        match dirs_used.iter_mut().find(|(d, _, _)| d == host_dir) {
+            Some((_, _, groups)) => groups.extend(file.groups.iter().copied()),
+            None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
+        }
+    }
+    if root {
+        for (_, at, _) in &dirs_used {
+            // The mount point, empty on the node.
+            std::fs::create_dir_all(at).map_err(write_err(Path::new(at)))?;
+        }
+    }
+
+    let mut programs = BTreeMap::new();
+    for index in jobenv::tasks_on_node(&order.allocation, node) {
+        let task = &order.allocation.tasks[index];
+        let group = usize::from(task.group);
+        let Some(place) = jobenv::task_place(&order.allocation, index) else {
+            continue;
+        };
+        let mut env = cadre_k8s::rank_environment(t, place.procid, &p)?;
+        let command = match cadre_k8s::rank_program(t, place.procid, &p)? {
+            Program::Argv(argv) => argv,
+            Program::ImageEntrypoint { .. } => {
+                return Err(WorkloadError::NeedsRuntime {
+                    group,
+                    node: node_name,
+                });
+            }
+        };
+        let work_dir = t.work_dir(group).unwrap_or_else(|| t.submit_dir.clone());
+        let mut binds = Vec::new();
+        if root {
+            binds.push((hosts_path.clone(), PathBuf::from(NODE_HOSTS)));
+            for (dir, at, groups) in &dirs_used {
+                if groups.contains(&group) {
+                    binds.push((dir.clone(), PathBuf::from(at)));
+                }
+            }
+        } else {
+            env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
+        }
+        programs.insert(
+            index,
+            TaskProgram {
+                command,
+                work_dir,
+                env,
+                binds,
+            },
+        );
+    }
+    Ok(programs)
+}
+
+/// Writes `text` to `path` with `mode`, owned by `owner` when given.
+fn write(
+    path: &Path,
+    text: &str,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> Result<(), WorkloadError> {
+    let err = |source| WorkloadError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    // A read-only leftover of an earlier launch of the run would refuse the write.
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    std::fs::write(path, text).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::alloc::TaskAlloc;
+    use cadre_core::job::JobId;
+    use cadre_k8s::{TranslateOptions, parse_documents, translate};
+    use cadre_proto::agent::RunRef;
+
+    const PYTORCH: &str = "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: tj}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [python3, train.py, '--rank=$(RANK)']}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [python3, train.py, '--rank=$(RANK)'], workingDir: /tmp}]
+";
+
+    fn task(group: u16, rank: u32, node: u32) -> TaskAlloc {
+        TaskAlloc {
+            group,
+            rank,
+            node: NodeId(node),
+            cores: vec![0],
+            gpus: vec![],
+            gpu_milli_each: 1000,
+            nics: vec![],
+            mem_mib: 0,
+            named: vec![],
+        }
+    }
+
+    fn order(t: &Translated) -> LaunchOrder {
+        let (spec, run_spec) = cadre_k8s::submission(t).unwrap();
+        LaunchOrder {
+            run: RunRef {
+                job: JobId(12345),
+                run: 0,
+            },
+            spec,
+            partition: "p".into(),
+            // Worker 1 listed before worker 0, on node 2 with the master.
+            allocation: Allocation {
+                tasks: vec![task(1, 1, 2), task(0, 0, 2), task(1, 0, 3)],
+                exclusive: false,
+            },
+            node_names: [(NodeId(2), "n2".into()), (NodeId(3), "n3".into())].into(),
+            node_addresses: [
+                (NodeId(2), "10.0.0.2".into()),
+                (NodeId(3), "127.0.0.1".into()),
+            ]
+            .into(),
+            run_spec,
+            time_limit_ms: None,
+        }
+    }
+
+    fn translated() -> Translated {
+        let o = TranslateOptions::new("alice", "research", "/home/alice");
+        translate(&parse_documents(PYTORCH, "t").unwrap()[0], &o).unwrap()
+    }
+
+    #[test]
+    fn tasks_are_placed_by_group_and_rank_with_resolved_addresses() {
+        let t = translated();
+        let o = order(&t);
+        let p = placement(
+            &t,
+            &o.allocation,
+            &o.node_names,
+            &o.node_addresses,
+            |_, a| Ok(format!("ip-of-{a}")),
+        )
+        .unwrap();
+        let where_: Vec<Vec<(&str, &str)>> = p
+            .tasks
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|t| (t.node.as_str(), t.address.as_str()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            where_,
+            vec![
+                vec![("n2", "ip-of-10.0.0.2")],
+                vec![("n3", "ip-of-127.0.0.1"), ("n2", "ip-of-10.0.0.2")]
+            ]
+        );
+        assert_eq!(resolve("10.1.2.3").unwrap().to_string(), "10.1.2.3");
+        assert!(resolve("localhost").unwrap().is_loopback());
+    }
+
+    #[test]
+    fn each_task_runs_its_ranks_program_with_its_contract() {
+        let t = translated();
+        let o = order(&t);
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("job12345.0");
+        // Not root: no binds, files named by their place in the run's directory.
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, false, None).unwrap();
+        assert_eq!(programs.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        let master = &programs[&1];
+        assert_eq!(master.command, ["python3", "train.py", "--rank=0"]);
+        assert_eq!(master.work_dir, Path::new("/home/alice"));
+        let env: BTreeMap<_, _> = master.env.iter().cloned().collect();
+        assert_eq!(env["MASTER_ADDR"], "tj-master-0");
+        assert_eq!(env["MASTER_PORT"], "22345");
+        assert_eq!(env["WORLD_SIZE"], "3");
+        assert_eq!(env["RANK"], "0");
+        assert!(master.binds.is_empty());
+        let hosts_path = run_dir.join("hosts");
+        assert_eq!(env["CADRE_HOSTS_FILE"], hosts_path.display().to_string());
+        let worker1 = &programs[&0];
+        assert_eq!(worker1.command, ["python3", "train.py", "--rank=2"]);
+        assert_eq!(worker1.work_dir, Path::new("/tmp"));
+        let hosts = std::fs::read_to_string(&hosts_path).unwrap();
+        let node_hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
+        assert!(hosts.starts_with(&node_hosts), "{hosts}");
+        assert!(
+            hosts.contains("10.0.0.2\ttj-master-0 tj-master-0.default "),
+            "{hosts}"
+        );
+        assert!(hosts.contains("127.0.0.1\ttj-worker-0 "), "{hosts}");
+        assert!(hosts.contains("10.0.0.2\ttj-worker-1 "), "{hosts}");
+    }
+
+    #[test]
+    fn an_allocation_that_does_not_fit_the_job_is_refused_for_good() {
+        let t = translated();
+        let mut o = order(&t);
+        o.allocation.tasks.push(task(5, 0, 2));
+        let dir = tempfile::tempdir().unwrap();
+        let err = prepare(&t, &o, NodeId(2), dir.path(), false, None).unwrap_err();
+        assert!(err.is_permanent());
+        assert_eq!(
+            err.to_string(),
+            "the allocation places a task of group 5; the job has 2 groups"
+        );
+    }
+}

@@ -1,0 +1,737 @@
+//! Kubernetes manifests as cadre jobs: `cadre apply`, `cadre get`, `cadre delete`,
+//! `cadre describe`.
+//!
+//! `apply` reads the manifests here, in the client (as `sbatch` reads its script), with
+//! `cadre-k8s`: every document is translated first, and only when all of them are
+//! accepted are the workloads submitted, in one request (committed together, or none).
+//! Each becomes one job whose spec carries the workload's identity in its annotations
+//! (`k8s.kind`, `k8s.apiVersion`, `k8s.namespace`, `k8s.name`) and whose run spec carries
+//! the translation for the agents ([`cadre_k8s::submission`]). `get`, `delete` and
+//! `describe` find the jobs by those annotations: there is no other record of the
+//! manifests, and a workload's name is its job's until that job has ended (applying a
+//! name whose job has not ended is refused; after it has, `apply` submits a new job, and
+//! `describe` shows the latest).
+//!
+//! Queue objects (Kueue's ResourceFlavor, ClusterQueue, LocalQueue, Topology; Volcano's
+//! Queue) are read and checked, then refused: applying them to a running scheduler needs
+//! a core API that replaces the quota configuration with the running gangs kept, which
+//! does not exist yet. A workload that names a Kueue LocalQueue is refused for the same
+//! reason (there is nothing to route it through); one that names a queue directly goes
+//! to the cadre queue of that name, which the policy file must define.
+
+use crate::native::ConnectArgs;
+use anyhow::{Context, Result, bail};
+use cadre_core::job::{JobId, JobState};
+use cadre_core::run::RunSpec;
+use cadre_k8s::{Object, QueueRef, TranslateOptions, Translated};
+use cadre_proto::api::{
+    JobList, JobSubmission, JobView, NodeList, SubmitRequest, SubmitResponse, WhoAmI,
+};
+use clap::{Args, ValueEnum};
+use hyper::Method;
+use serde::Serialize;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `cadre apply`.
+#[derive(Args, Debug, Clone)]
+pub struct ApplyArgs {
+    /// A manifest file, a directory of them (`*.yaml`, `*.yml`, `*.json`, not recursive), or
+    /// `-` for standard input; repeatable. Files may hold several documents.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<String>,
+    /// The namespace of objects that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// The account to charge (default: `$CADRE_ACCOUNT`, else the user's name).
+    #[arg(short = 'A', long, env = "CADRE_ACCOUNT")]
+    pub account: Option<String>,
+}
+
+/// How `get` prints.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Wide,
+    Json,
+    Yaml,
+}
+
+/// `cadre get`.
+#[derive(Args, Debug, Clone)]
+pub struct GetArgs {
+    /// What to list: `workloads` (every kind), or one kind: `jobs`, `mpijobs`,
+    /// `pytorchjobs`, `jobsets`, `vcjobs` (Volcano Jobs); `queues` is refused (queue
+    /// objects cannot be applied yet).
+    pub what: String,
+    /// Only this namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+}
+
+/// `cadre delete` and `cadre describe`.
+#[derive(Args, Debug, Clone)]
+pub struct NamedArgs {
+    /// The kind: `job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob` (or their plurals).
+    pub kind: String,
+    pub name: String,
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// A kind as the commands name it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct KindName {
+    kind: &'static str,
+    /// The API group (`batch` for batch/v1 Jobs).
+    group: &'static str,
+    /// kubectl's resource name.
+    resource: &'static str,
+}
+
+const KINDS: &[KindName] = &[
+    KindName {
+        kind: "Job",
+        group: "batch",
+        resource: "job",
+    },
+    KindName {
+        kind: "MPIJob",
+        group: "kubeflow.org",
+        resource: "mpijob",
+    },
+    KindName {
+        kind: "PyTorchJob",
+        group: "kubeflow.org",
+        resource: "pytorchjob",
+    },
+    KindName {
+        kind: "JobSet",
+        group: "jobset.x-k8s.io",
+        resource: "jobset",
+    },
+    KindName {
+        kind: "Job",
+        group: "batch.volcano.sh",
+        resource: "vcjob",
+    },
+];
+
+fn kind_named(word: &str) -> Result<KindName> {
+    let w = word.to_ascii_lowercase();
+    let w = w.strip_suffix('s').unwrap_or(&w);
+    KINDS
+        .iter()
+        .find(|k| {
+            w == k.resource
+                || w == format!("{}.{}", k.resource, k.group)
+                || (k.resource == "job" && w == "job.batch")
+                || (k.resource == "vcjob" && w == "job.batch.volcano.sh")
+        })
+        .copied()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown kind `{word}`: use job, mpijob, pytorchjob, jobset or vcjob (Volcano Job)"
+            )
+        })
+}
+
+/// The group of an apiVersion (`batch/v1` is `batch`; `v1` is the core group, ``).
+fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// A job's workload identity, from its spec's annotations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+struct Identity {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    namespace: String,
+    name: String,
+}
+
+impl Identity {
+    fn of(view: &JobView) -> Option<Identity> {
+        let a = &view.spec.as_ref()?.annotations;
+        Some(Identity {
+            kind: a.get("k8s.kind")?.clone(),
+            api_version: a.get("k8s.apiVersion")?.clone(),
+            namespace: a.get("k8s.namespace")?.clone(),
+            name: a.get("k8s.name")?.clone(),
+        })
+    }
+
+    fn of_translated(t: &Translated) -> Identity {
+        let a = &t.spec.annotations;
+        Identity {
+            kind: a.get("k8s.kind").cloned().unwrap_or_default(),
+            api_version: a.get("k8s.apiVersion").cloned().unwrap_or_default(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        }
+    }
+
+    fn is(&self, k: KindName) -> bool {
+        self.kind == k.kind && api_group(&self.api_version) == k.group
+    }
+
+    /// kubectl's `resource.group/name`.
+    fn object(&self) -> String {
+        let resource = KINDS
+            .iter()
+            .find(|k| self.is(**k))
+            .map_or(self.kind.to_ascii_lowercase(), |k| k.resource.to_string());
+        let group = api_group(&self.api_version);
+        if group.is_empty() || resource == "vcjob" {
+            format!("{resource}/{}", self.name)
+        } else {
+            format!("{resource}.{group}/{}", self.name)
+        }
+    }
+}
+
+/// The texts to apply: `(origin, text)`.
+fn read_inputs(files: &[String]) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for f in files {
+        if f == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("failed to read standard input")?;
+            out.push(("<stdin>".to_string(), text));
+            continue;
+        }
+        let path = Path::new(f);
+        if path.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("failed to read directory {f}"))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && p.extension()
+                            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+                })
+                .collect();
+            entries.sort();
+            if entries.is_empty() {
+                bail!("directory {f} holds no manifest (*.yaml, *.yml, *.json)");
+            }
+            for p in entries {
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("failed to read {}", p.display()))?;
+                out.push((p.display().to_string(), text));
+            }
+        } else {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("failed to read {f}"))?;
+            out.push((f.clone(), text));
+        }
+    }
+    Ok(out)
+}
+
+/// Why a queue object cannot be applied.
+const QUEUES_REFUSED: &str = "queue objects cannot be applied to a running cluster yet: \
+     cadre's scheduler has no API to replace its quota configuration while gangs run; \
+     define the queue in the policy file's [[quotas.queues]] instead";
+
+/// Everything the files ask for, translated; every problem of every document.
+fn translate_all(
+    inputs: &[(String, String)],
+    opts: &TranslateOptions,
+) -> (Vec<Translated>, Vec<String>) {
+    let mut workloads = Vec::new();
+    let mut problems = Vec::new();
+    for (origin, text) in inputs {
+        let docs = match cadre_k8s::parse_numbered(text, origin) {
+            Ok(d) => d,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
+        for (doc, object) in docs {
+            match &object {
+                Object::ResourceFlavor(_)
+                | Object::ClusterQueue(_)
+                | Object::LocalQueue(_)
+                | Object::Topology(_)
+                | Object::VolcanoQueue(_) => {
+                    // Checked all the same, so that its own problems are said too.
+                    let mut set = cadre_k8s::QueueSet::default();
+                    let why = match set.apply(&object) {
+                        Ok(()) => QUEUES_REFUSED.to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    problems.push(format!(
+                        "{origin}, document {doc}: {}: {why}",
+                        object.describe()
+                    ));
+                }
+                _ => match cadre_k8s::translate(&object, opts) {
+                    Ok(t) => {
+                        if let Some(QueueRef::Kueue {
+                            namespace,
+                            local_queue,
+                        }) = &t.queue
+                        {
+                            problems.push(format!(
+                                "{origin}, document {doc}: {}: metadata.labels[kueue.x-k8s.io/queue-name]: \
+                                 LocalQueue `{namespace}/{local_queue}` cannot be routed: {QUEUES_REFUSED}",
+                                object.describe()
+                            ));
+                        } else {
+                            workloads.push(t);
+                        }
+                    }
+                    Err(e) => problems.push(format!("{origin}, document {doc}: {e}")),
+                },
+            }
+        }
+    }
+    (workloads, problems)
+}
+
+fn whoami(conn: &ConnectArgs, client: &mut crate::client::Client) -> Result<String> {
+    Ok(match &conn.token {
+        Some(_) => client.get::<WhoAmI>("/whoami")?.user,
+        None => cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw()),
+    })
+}
+
+/// Every job that is a workload, with its identity, in id order.
+fn workload_jobs(client: &mut crate::client::Client) -> Result<Vec<(Identity, JobView)>> {
+    let list: JobList = client.get("/jobs?detail=true")?;
+    Ok(list
+        .jobs
+        .into_iter()
+        .filter_map(|j| Identity::of(&j).map(|i| (i, j)))
+        .collect())
+}
+
+pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
+    let inputs = read_inputs(&a.files)?;
+    let mut client = conn.client()?;
+    let user = whoami(conn, &mut client)?;
+    let mut opts = TranslateOptions::new(
+        &user,
+        a.account.as_deref().unwrap_or(&user),
+        std::env::current_dir()?,
+    );
+    opts.default_namespace = a.namespace.clone();
+    let (workloads, mut problems) = translate_all(&inputs, &opts);
+    let existing = workload_jobs(&mut client)?;
+    let mut jobs = Vec::new();
+    let mut names = Vec::new();
+    for t in &workloads {
+        let id = Identity::of_translated(t);
+        if let Some((_, j)) = existing
+            .iter()
+            .rev()
+            .find(|(i, j)| *i == id && !j.state.is_final())
+        {
+            problems.push(format!(
+                "{} in namespace {} is job {} ({}): delete it first (a workload's spec cannot change)",
+                id.object(),
+                id.namespace,
+                j.id,
+                j.state
+            ));
+            continue;
+        }
+        if names.contains(&id) {
+            problems.push(format!(
+                "{} in namespace {} is given twice",
+                id.object(),
+                id.namespace
+            ));
+            continue;
+        }
+        match cadre_k8s::submission(t) {
+            Ok((spec, run)) => {
+                jobs.push(JobSubmission {
+                    spec,
+                    run,
+                    array_of: None,
+                });
+                names.push(id);
+            }
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("cadre: error: {p}");
+        }
+        eprintln!("cadre: nothing was applied");
+        return Ok(ExitCode::from(1));
+    }
+    if jobs.is_empty() {
+        bail!("no workload to apply in {}", a.files.join(", "));
+    }
+    let resp: SubmitResponse = client.send(
+        Method::POST,
+        "/jobs",
+        Some(&SubmitRequest {
+            jobs,
+            dry_run: false,
+        }),
+    )?;
+    for (id, job) in names.iter().zip(resp.job_ids) {
+        println!("{} created (job {job})", id.object());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One workload as `get -o json|yaml` prints it.
+#[derive(Serialize)]
+struct WorkloadRow {
+    #[serde(flatten)]
+    identity: Identity,
+    job: JobId,
+    state: JobState,
+    reason: String,
+    nodes: String,
+    tasks: u32,
+    gpus: f64,
+    submit_time: u64,
+    start_time: Option<u64>,
+    end_time: Option<u64>,
+    exit_code: Option<i32>,
+}
+
+fn age(since: u64) -> String {
+    let secs = cadre_server::engine::wall_now().0.saturating_sub(since);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
+    let w = a.what.to_ascii_lowercase();
+    if matches!(
+        w.as_str(),
+        "queue" | "queues" | "clusterqueue" | "clusterqueues" | "localqueue" | "localqueues"
+    ) {
+        bail!("{QUEUES_REFUSED}");
+    }
+    let filter = match w.as_str() {
+        "workload" | "workloads" | "all" => None,
+        other => Some(kind_named(other)?),
+    };
+    let mut client = conn.client()?;
+    let rows: Vec<WorkloadRow> = workload_jobs(&mut client)?
+        .into_iter()
+        .filter(|(i, _)| filter.is_none_or(|k| i.is(k)))
+        .filter(|(i, _)| a.all_namespaces || i.namespace == a.namespace)
+        .map(|(identity, j)| WorkloadRow {
+            identity,
+            job: j.id,
+            state: j.state,
+            reason: j.reason,
+            nodes: j.nodes,
+            tasks: j.tasks,
+            gpus: j.gpus,
+            submit_time: j.submit_time,
+            start_time: j.start_time,
+            end_time: j.end_time,
+            exit_code: j.exit_code,
+        })
+        .collect();
+    match a.output {
+        Some(Output::Json) => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Some(Output::Yaml) => print!("{}", yaml_serde::to_string(&rows)?),
+        None | Some(Output::Wide) => {
+            if rows.is_empty() {
+                eprintln!(
+                    "No resources found{}.",
+                    if a.all_namespaces {
+                        String::new()
+                    } else {
+                        format!(" in {} namespace", a.namespace)
+                    }
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let wide = a.output == Some(Output::Wide);
+            let mut table: Vec<Vec<String>> = Vec::new();
+            let mut head = vec!["NAMESPACE", "NAME", "JOB", "STATE", "AGE"];
+            if wide {
+                head.extend(["TASKS", "GPUS", "NODES", "REASON"]);
+            }
+            table.push(head.iter().map(|s| s.to_string()).collect());
+            for r in &rows {
+                let mut row = vec![
+                    r.identity.namespace.clone(),
+                    r.identity.object(),
+                    r.job.to_string(),
+                    r.state.to_string(),
+                    age(r.submit_time),
+                ];
+                if wide {
+                    row.extend([
+                        r.tasks.to_string(),
+                        format!("{}", r.gpus),
+                        r.nodes.clone(),
+                        r.reason.clone(),
+                    ]);
+                }
+                table.push(row);
+            }
+            print_table(&table);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                if c + 1 == r.len() {
+                    s.clone()
+                } else {
+                    format!("{s:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
+}
+
+/// The jobs of a named workload, oldest first; an error naming it when there is none.
+fn find(client: &mut crate::client::Client, a: &NamedArgs) -> Result<Vec<JobView>> {
+    let kind = kind_named(&a.kind)?;
+    let jobs: Vec<JobView> = workload_jobs(client)?
+        .into_iter()
+        .filter(|(i, _)| i.is(kind) && i.name == a.name && i.namespace == a.namespace)
+        .map(|(_, j)| j)
+        .collect();
+    if jobs.is_empty() {
+        bail!(
+            "{}.{} `{}` not found in namespace {}",
+            kind.resource,
+            kind.group,
+            a.name,
+            a.namespace
+        );
+    }
+    Ok(jobs)
+}
+
+pub fn delete(conn: &ConnectArgs, a: &NamedArgs) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let jobs = find(&mut client, a)?;
+    let mut cancelled = Vec::new();
+    for j in jobs.iter().filter(|j| !j.state.is_final()) {
+        client
+            .send::<(), serde_json::Value>(Method::DELETE, &format!("/jobs/{}", j.id), None)
+            .with_context(|| format!("failed to cancel job {}", j.id))?;
+        cancelled.push(j.id.to_string());
+    }
+    let id = jobs.last().and_then(Identity::of);
+    let object = id.map_or_else(|| a.name.clone(), |i| i.object());
+    if cancelled.is_empty() {
+        println!(
+            "{object} had ended (job {}): nothing to cancel",
+            jobs[jobs.len() - 1].id
+        );
+    } else {
+        println!("{object} deleted (job {} cancelled)", cancelled.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn describe(conn: &ConnectArgs, a: &NamedArgs) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let jobs = find(&mut client, a)?;
+    let Some(job) = jobs.last() else {
+        bail!("no job");
+    };
+    let run: RunSpec = client.get(&format!("/jobs/{}/run", job.id))?;
+    let t = cadre_k8s::workload_of(&run)?
+        .with_context(|| format!("job {} carries no Kubernetes translation", job.id))?;
+    let nodes: NodeList = client.get("/nodes")?;
+    print!("{}", describe_text(job, &t, &run, &nodes, &jobs));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A program on one line: words as they are, others quoted with their newlines escaped,
+/// long ones cut.
+fn argv_text(argv: &[String]) -> String {
+    const LONGEST: usize = 60;
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_graphic() && c != '\'' && c != '"')
+            {
+                return a.clone();
+            }
+            let quoted = format!("{a:?}");
+            if quoted.chars().count() > LONGEST {
+                let cut: String = quoted.chars().take(LONGEST).collect();
+                format!("{cut}...\" ({} lines)", a.lines().count())
+            } else {
+                quoted
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn time_text(t: Option<u64>) -> String {
+    t.map_or_else(|| "-".into(), |s| format!("{s} ({} ago)", age(s)))
+}
+
+/// `describe`'s text: the object, the job, the translation, where each rank runs, and how.
+fn describe_text(
+    job: &JobView,
+    t: &Translated,
+    run: &RunSpec,
+    nodes: &NodeList,
+    all: &[JobView],
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let id = Identity::of(job).unwrap_or_else(|| Identity::of_translated(t));
+    let _ = writeln!(s, "Name:         {}", t.name);
+    let _ = writeln!(s, "Namespace:    {}", t.namespace);
+    let _ = writeln!(s, "Kind:         {} ({})", id.kind, id.api_version);
+    let _ = writeln!(s, "Job:          {}", job.id);
+    if all.len() > 1 {
+        let earlier: Vec<String> = all[..all.len() - 1]
+            .iter()
+            .map(|j| format!("{} ({})", j.id, j.state))
+            .collect();
+        let _ = writeln!(s, "Earlier jobs: {}", earlier.join(", "));
+    }
+    let _ = writeln!(s, "State:        {}", job.state);
+    if job.state == JobState::Pending {
+        let _ = writeln!(s, "Reason:       {}", job.reason);
+    }
+    let _ = writeln!(s, "User:         {} (account {})", job.user, job.account);
+    let _ = writeln!(s, "Partition:    {}", job.partition);
+    if let Some(q) = job.spec.as_ref().and_then(|sp| sp.queue.as_ref()) {
+        let _ = writeln!(s, "Queue:        {q}");
+    }
+    let _ = writeln!(s, "Submitted:    {}", time_text(Some(job.submit_time)));
+    let _ = writeln!(s, "Started:      {}", time_text(job.start_time));
+    let _ = writeln!(s, "Ended:        {}", time_text(job.end_time));
+    if let Some(code) = job.exit_code {
+        let _ = writeln!(s, "Exit code:    {code}");
+    }
+    let limit = if job.time_limit == 0 {
+        "none".to_string()
+    } else {
+        format!("{} s", job.time_limit)
+    };
+    let _ = writeln!(s, "Time limit:   {limit}");
+    let done = match &run.completing_groups {
+        None => "when every task has exited 0".to_string(),
+        Some(groups) => {
+            let names: Vec<String> = groups
+                .iter()
+                .filter_map(|&g| t.spec.groups.get(usize::from(g)).map(|x| x.name.clone()))
+                .collect();
+            format!(
+                "when the tasks of {} have exited 0; the others are then stopped",
+                names.join(", ")
+            )
+        }
+    };
+    let _ = writeln!(s, "Succeeds:     {done}");
+    let _ = writeln!(
+        s,
+        "Runs:         on the host, as user {}, not in a container: no container runtime is \
+         configured (images are recorded, not used)",
+        job.user
+    );
+    let _ = writeln!(s, "Groups:");
+    for (g, (group, gr)) in t.spec.groups.iter().zip(&t.groups).enumerate() {
+        let count = match group.min_count {
+            Some(m) if m < group.count => format!("{m} to {}", group.count),
+            _ => group.count.to_string(),
+        };
+        let program = match &gr.program {
+            cadre_k8s::Program::Argv(a) => argv_text(a),
+            cadre_k8s::Program::ImageEntrypoint { args } => {
+                format!("(image entrypoint) {}", argv_text(args))
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  {g} {} ({}) x{count}: {} core(s), {} MiB, {} GPU(s) per task",
+            group.name,
+            gr.replica_type,
+            group.per_task.cpus,
+            group.per_task.mem_mib,
+            group.per_task.gpus
+        );
+        let _ = writeln!(s, "      program:  {program}");
+        let _ = writeln!(
+            s,
+            "      in:       {}",
+            t.work_dir(g).unwrap_or_default().display()
+        );
+        if let Some(image) = &gr.image {
+            let _ = writeln!(s, "      image:    {image} (recorded)");
+        }
+        if !gr.env.is_empty() {
+            let names: Vec<&str> = gr.env.iter().map(|e| e.name.as_str()).collect();
+            let _ = writeln!(s, "      env:      {}", names.join(", "));
+        }
+    }
+    if let Some(alloc) = &job.allocation {
+        let _ = writeln!(s, "Ranks:");
+        let mut tasks: Vec<_> = alloc.tasks.iter().collect();
+        tasks.sort_by_key(|x| (x.group, x.rank));
+        for (rank, task) in tasks.iter().enumerate() {
+            let node = nodes
+                .nodes
+                .get(task.node.0 as usize)
+                .map_or_else(|| format!("node id {}", task.node.0), |n| n.name.clone());
+            let g = usize::from(task.group);
+            let names = cadre_k8s::dns_names(t, g, task.rank);
+            let _ = writeln!(
+                s,
+                "  {rank:<4} {:<28} on {node}{}",
+                cadre_k8s::pod_name(t, g, task.rank),
+                if names.len() > 1 {
+                    format!(" ({})", names[1])
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    if t.ssh.is_some() {
+        let _ = writeln!(
+            s,
+            "Note:         the manifest expects an SSH key pair for the job; cadre does not make one yet"
+        );
+    }
+    s
+}

@@ -1,0 +1,623 @@
+//! Kubernetes manifests run end to end on `cadre up --nodes 3`, through `cadre apply`,
+//! `get`, `describe` and `delete`, as a user runs them.
+//!
+//! The workloads' programs are Python scripts that check the environment their kind's
+//! contract promises, resolve their peers' names (which only the job's hosts file knows:
+//! the tests run as root, so the agent gives each task its own mount namespace with the
+//! job's hosts file over `/etc/hosts`) and open TCP connections to rank 0. OpenMPI is not
+//! installed here, so the MPIJob's launcher is a Python script that reads the MPI
+//! hostfile and connects to each worker listed in it, as `mpirun` would reach them, and
+//! its workers serve one connection and then sleep: the job completes because its
+//! launcher did, and the workers are stopped. A Volcano Job with the `env` and `svc` plugins
+//! reads its host files at `/etc/volcano`.
+//!
+//! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A cluster in a temporary data directory, stopped when dropped.
+struct Cluster {
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn up(nodes: u32) -> Cluster {
+        let c = Cluster {
+            dir: tempfile::tempdir().expect("temporary directory"),
+        };
+        let out = c.run(&["up", "--detach", "--nodes", &nodes.to_string()]);
+        assert!(
+            out.status.success(),
+            "cadre up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("CADRE_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.args(args)
+            .current_dir(self.dir())
+            .env("CADRE_DATA_DIR", self.dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("the cadre binary runs");
+        {
+            use std::io::Write;
+            let mut pipe = child.stdin.take().expect("stdin");
+            if let Some(text) = stdin {
+                pipe.write_all(text.as_bytes()).expect("stdin written");
+            }
+        }
+        child.wait_with_output().expect("cadre ends")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, None)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("cadre.log")).unwrap_or_default()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "cadre {args:?} failed: {}\n--- cadre.log ---\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `cadre apply -f -` of `manifest`: the job id it printed.
+    fn apply(&self, manifest: &str) -> u64 {
+        let out = self.run_with(&["apply", "-f", "-"], Some(manifest));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "cadre apply failed: {}{said}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said.trim()
+            .rsplit_once("(job ")
+            .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
+            .unwrap_or_else(|| panic!("cadre apply printed `{said}`"))
+    }
+
+    /// The workloads as `cadre get workloads -A -o json` lists them.
+    fn workloads(&self) -> Vec<Value> {
+        let out = self.ok(&["get", "workloads", "-A", "-o", "json"]);
+        serde_json::from_str::<Value>(&out)
+            .expect("JSON")
+            .as_array()
+            .cloned()
+            .expect("a list")
+    }
+
+    fn state(&self, job: u64) -> String {
+        self.workloads()
+            .iter()
+            .find(|w| w["job"] == job)
+            .and_then(|w| w["state"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("job {job} is not listed as a workload"))
+    }
+
+    /// Waits for the job to end; its final state.
+    fn wait(&self, job: u64) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let s = self.state(job);
+            if !["PENDING", "RUNNING", "PREEMPTING"].contains(&s.as_str()) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job} still {s}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The output of rank `rank` of job `job` of workload `name`.
+    fn output(&self, name: &str, job: u64, rank: u32) -> String {
+        std::fs::read_to_string(self.dir().join(format!("{name}-{job}-{rank}.out")))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"]);
+    }
+}
+
+/// Python helpers every script starts with: a port of the job's own (tasks of several
+/// jobs share this machine's ports), and connecting with retries while the peer starts.
+const PRELUDE: &str = r#"
+import os, socket, sys, time
+e = os.environ
+def port(i): return 31000 + int(e["SLURM_JOB_ID"]) % 1000 * 4 + i
+def listen(p):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", p)); s.listen(8); return s
+def connect(host, p):
+    for _ in range(300):
+        try: return socket.create_connection((host, p), timeout=5)
+        except OSError: time.sleep(0.05)
+    sys.exit("cannot reach %s:%d" % (host, p))
+def check(cond, what):
+    if not cond: sys.exit("contract broken: " + what)
+"#;
+
+fn indent(script: &str) -> String {
+    format!("{PRELUDE}{script}")
+        .lines()
+        .map(|l| format!("              {l}\n"))
+        .collect()
+}
+
+fn indexed_job() -> String {
+    let script = indent(
+        r#"
+i = int(e["JOB_COMPLETION_INDEX"])
+check(str(i) == e["SLURM_PROCID"], "JOB_COMPLETION_INDEX is the rank")
+check(e["MY_POD"] == "idx-%d" % i, "fieldRef metadata.name")
+mine = socket.gethostbyname("idx-%d.idx.default.svc.cluster.local" % i)
+if i == 0:
+    s = listen(port(0))
+    got = sorted(s.accept()[0].recv(100).decode() for _ in range(2))
+    print("rank 0 heard", got, flush=True)
+    check(got == ["from 1", "from 2"], "every rank reached rank 0")
+else:
+    c = connect("idx-0.idx", port(0)); c.sendall(b"from %d" % i); c.close()
+    print("rank", i, "reached idx-0.idx at", socket.gethostbyname("idx-0.idx"), "own name at", mine, flush=True)
+"#,
+    );
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: idx}}
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  template:
+    spec:
+      subdomain: idx
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: python:3.11
+        env:
+        - name: MY_POD
+          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+        command:
+        - python3
+        - -c
+        - |
+{script}"
+    )
+}
+
+fn pytorch_job() -> String {
+    let master = indent(
+        r#"
+check(e["RANK"] == "0" and e["WORLD_SIZE"] == "3", "master is rank 0 of 3")
+check(e["MASTER_ADDR"] == "pt-master-0", "MASTER_ADDR")
+s = listen(int(e["MASTER_PORT"]))
+got = sorted(s.accept()[0].recv(100).decode() for _ in range(2))
+print("master heard", got, flush=True)
+check(got == ["rank 1", "rank 2"], "both workers reached the master")
+"#,
+    );
+    let worker = indent(
+        r#"
+check(e["RANK"] in ("1", "2") and e["RANK"] == e["PET_NODE_RANK"], "a worker's rank")
+check(e["PET_NNODES"] == "3" and e["PET_MASTER_PORT"] == e["MASTER_PORT"], "PET_ variables")
+c = connect(e["MASTER_ADDR"], int(e["MASTER_PORT"])); c.sendall(b"rank " + e["RANK"].encode()); c.close()
+print("worker", e["RANK"], "reached", e["MASTER_ADDR"], "at", socket.gethostbyname(e["MASTER_ADDR"]), flush=True)
+"#,
+    );
+    format!(
+        "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: pt}}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: pytorch
+            command:
+            - python3
+            - -c
+            - |
+{master}    Worker:
+      replicas: 2
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: pytorch
+            command:
+            - python3
+            - -c
+            - |
+{worker}"
+    )
+}
+
+fn mpi_job() -> String {
+    let launcher = indent(
+        r#"
+check(e["K_MPI_JOB_ROLE"] == "launcher", "the launcher's role")
+path = e["OMPI_MCA_orte_default_hostfile"]
+check(path == "/etc/mpi/hostfile", "the hostfile where the MPI Operator mounts it")
+hosts = [l.split()[0] for l in open(path)]
+check(hosts == ["mpi-worker-0.mpi.default.svc", "mpi-worker-1.mpi.default.svc"], "the hostfile's workers")
+for i, h in enumerate(hosts):
+    c = connect(h, port(i)); print("launcher reached", h, "->", c.recv(100).decode(), flush=True); c.close()
+"#,
+    );
+    let worker = indent(
+        r#"
+check(e["K_MPI_JOB_ROLE"] == "worker", "a worker's role")
+i = int(e["SLURM_PROCID"]) - 1
+s = listen(port(i))
+c = s.accept()[0]; c.sendall(b"worker %d" % i); c.close()
+print("worker", i, "served; waiting like sshd", flush=True)
+time.sleep(3600)
+"#,
+    );
+    format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: mpi}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: launcher
+            image: mpioperator/openmpi
+            command:
+            - python3
+            - -c
+            - |
+{launcher}    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: worker
+            image: mpioperator/openmpi
+            command:
+            - python3
+            - -c
+            - |
+{worker}"
+    )
+}
+
+fn volcano_job() -> String {
+    let script = indent(
+        r#"
+workers = open("/etc/volcano/worker.host").read().split()
+check(workers == ["vc-worker-0.vc", "vc-worker-1.vc"], "the svc plugin's host file")
+check(e["VC_WORKER_HOSTS"] == ",".join(workers) and e["VC_WORKER_NUM"] == "2", "VC_WORKER_*")
+check(e["VC_MASTER_HOSTS"] == "vc-master-0.vc", "VC_MASTER_HOSTS")
+addrs = [socket.gethostbyname(h) for h in workers]
+if e["SLURM_PROCID"] == "0":
+    s = listen(port(0))
+    got = sorted(s.accept()[0].recv(100).decode() for _ in range(2))
+    print("master heard", got, flush=True)
+    check(got == ["worker 0", "worker 1"], "both workers reached the master")
+else:
+    c = connect(e["VC_MASTER_HOSTS"], port(0)); c.sendall(b"worker " + e["VK_TASK_INDEX"].encode()); c.close()
+    print("worker", e["VK_TASK_INDEX"], "found", workers, "at", addrs, flush=True)
+"#,
+    );
+    format!(
+        "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {{name: vc}}
+spec:
+  minAvailable: 3
+  plugins: {{env: [], svc: []}}
+  tasks:
+  - name: master
+    replicas: 1
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - name: m
+          image: python:3.11
+          command:
+          - python3
+          - -c
+          - |
+{script}  - name: worker
+    replicas: 2
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - name: w
+          image: python:3.11
+          command:
+          - python3
+          - -c
+          - |
+{script}"
+    )
+}
+
+#[test]
+fn workloads_run_as_gangs_with_their_names_environment_and_files() {
+    let hosts_before = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let c = Cluster::up(3);
+    let idx = c.apply(&indexed_job());
+    let pt = c.apply(&pytorch_job());
+    let mpi = c.apply(&mpi_job());
+    let vc = c.apply(&volcano_job());
+
+    for (job, name, ranks) in [
+        (idx, "idx", 3),
+        (pt, "pt", 3),
+        (mpi, "mpi", 3),
+        (vc, "vc", 3),
+    ] {
+        let state = c.wait(job);
+        let outputs: Vec<String> = (0..ranks).map(|r| c.output(name, job, r)).collect();
+        assert_eq!(
+            state,
+            "COMPLETED",
+            "{name} (job {job}): {outputs:#?}\n{}",
+            c.log()
+        );
+    }
+    assert!(
+        c.output("idx", idx, 0)
+            .contains("rank 0 heard ['from 1', 'from 2']")
+    );
+    assert!(
+        c.output("idx", idx, 2)
+            .contains("rank 2 reached idx-0.idx at")
+    );
+    assert!(
+        c.output("pt", pt, 0)
+            .contains("master heard ['rank 1', 'rank 2']")
+    );
+    assert!(
+        c.output("pt", pt, 1)
+            .contains("worker 1 reached pt-master-0 at")
+    );
+    let launcher = c.output("mpi", mpi, 0);
+    assert!(
+        launcher.contains("launcher reached mpi-worker-1.mpi.default.svc -> worker 1"),
+        "{launcher}"
+    );
+    // The workers were serving for an hour: stopped once the launcher completed.
+    assert!(c.output("mpi", mpi, 2).contains("waiting like sshd"));
+    // The names were the job's alone: the node's hosts file is as it was.
+    assert_eq!(
+        std::fs::read_to_string("/etc/hosts").unwrap_or_default(),
+        hosts_before
+    );
+
+    let listed = c.ok(&["get", "workloads"]);
+    for object in [
+        "job.batch/idx",
+        "pytorchjob.kubeflow.org/pt",
+        "mpijob.kubeflow.org/mpi",
+    ] {
+        assert!(listed.contains(object), "{listed}");
+    }
+    let described = c.ok(&["describe", "mpijob", "mpi"]);
+    for line in [
+        format!("Job:          {mpi}"),
+        "State:        COMPLETED".to_string(),
+        "Succeeds:     when the tasks of launcher have exited 0; the others are then stopped"
+            .to_string(),
+        "not in a container: no container runtime is configured".to_string(),
+        "mpi-launcher".to_string(),
+        "mpi-worker-1".to_string(),
+    ] {
+        assert!(
+            described.contains(&line),
+            "`{line}` missing in:\n{described}"
+        );
+    }
+
+    // A gang bigger than the cluster starts no rank at all.
+    let nodes: Value = serde_json::from_str(&c.ok(&["nodes", "--json"])).expect("JSON");
+    let cores = nodes["nodes"][0]["cpus"].as_u64().expect("cpus");
+    let big = c.apply(&format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: big}}
+spec:
+  completions: 4
+  parallelism: 4
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'echo started']
+        resources: {{requests: {{cpu: '{cores}'}}}}
+"
+    ));
+    // Two scheduling passes at least: its state and reason are the scheduler's word.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.state(big), "PENDING");
+    for rank in 0..4 {
+        assert!(
+            !c.dir().join(format!("big-{big}-{rank}.out")).exists(),
+            "rank {rank} of a gang that cannot fit started"
+        );
+    }
+    // Applying a name whose job has not ended is refused; delete cancels it.
+    let again = c.run_with(&["apply", "-f", "-"], Some("apiVersion: batch/v1\nkind: Job\nmetadata: {name: big}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: b, command: ['true']}]\n"));
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains(&format!(
+            "job.batch/big in namespace default is job {big} (PENDING): delete it first"
+        )),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        c.ok(&["delete", "job", "big"]).trim(),
+        format!("job.batch/big deleted (job {big} cancelled)")
+    );
+    assert_eq!(c.state(big), "CANCELLED");
+}
+
+#[test]
+fn queue_objects_and_kueue_queues_are_refused_naming_what_is_missing() {
+    let c = Cluster::up(1);
+    let manifest = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 4}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: queued
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: b, command: ['true']}]
+";
+    let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "<stdin>, document 1: ClusterQueue `cq`: queue objects cannot be applied to a \
+             running cluster yet: cadre's scheduler has no API to replace its quota \
+             configuration while gangs run"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("document 2: Job `queued`: metadata.labels[kueue.x-k8s.io/queue-name]: LocalQueue `default/user-queue` cannot be routed"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was applied"), "{err}");
+    assert_eq!(c.ok(&["get", "workloads", "-A", "-o", "json"]).trim(), "[]");
+}
+
+#[test]
+fn a_failed_master_fails_its_pytorchjob_and_stops_the_workers() {
+    let c = Cluster::up(1);
+    let job = c.apply(
+        "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: broken}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [sh, -c, 'echo master; exit 3']}]
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: p, command: [sh, -c, 'echo worker; exec sleep 3600']}]
+",
+    );
+    assert_eq!(c.wait(job), "FAILED", "{}", c.log());
+    let listed = c.workloads();
+    assert_eq!(listed[0]["exit_code"], 3, "{listed:?}");
+    assert!(c.output("broken", job, 1).contains("worker"));
+}
+
+#[test]
+fn a_restarted_controller_still_ends_an_mpijob_with_its_launcher() {
+    let c = Cluster::up(1);
+    let job = c.apply(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: long}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers: [{name: l, image: m, command: [sh, -c, 'while [ ! -e go ]; do sleep 0.05; done']}]
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: w, image: m, command: [sh, -c, 'exec sleep 3600']}]
+",
+    );
+    let deadline = Instant::now() + DEADLINE;
+    while c.state(job) != "RUNNING" {
+        assert!(Instant::now() < deadline, "never ran\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // kill -9 of the controller; `cadre up` again adopts the agents and the running job.
+    let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
+        .expect("cadre.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the controller is killed");
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    }) {
+        assert!(Instant::now() < deadline, "the killed controller lives on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.ok(&["up", "--detach", "--nodes", "1"]);
+    std::fs::write(c.dir().join("go"), "").expect("go");
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+}
