@@ -59,6 +59,26 @@ pub(crate) fn parse_args(cmd: &str, args: &[String], table: &[Opt]) -> Result<Pa
     })
 }
 
+/// How every read-side command begins: the process set up as Slurm's ([`start`]), the
+/// options parsed ([`parse_args`]), and `--help`/`--usage` (the command's `usage`) and
+/// `--version` answered. `Err` is the exit code to end with at once.
+pub(crate) fn begin(
+    cmd: &str,
+    args: Vec<OsString>,
+    table: &[Opt],
+    usage: fn() -> ExitCode,
+) -> Result<Parsed, ExitCode> {
+    let args = start(args);
+    let p = parse_args(cmd, &args, table)?;
+    if p.has("help") || p.has("usage") {
+        return Err(usage());
+    }
+    if p.has("version") {
+        return Err(version());
+    }
+    Ok(p)
+}
+
 /// `cmd: error: msg`, exit code 1.
 pub(crate) fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("{cmd}: error: {msg}");

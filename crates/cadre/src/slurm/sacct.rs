@@ -686,19 +686,12 @@ fn usage() -> ExitCode {
 
 /// `sacct [OPTIONS]`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::start(args);
-    let p = match query::parse_args(CMD, &args, OPTIONS) {
+    let p = match query::begin(CMD, args, OPTIONS, usage) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if p.has("help") || p.has("usage") {
-        return usage();
-    }
     if p.has("helpformat") {
         return helpformat();
-    }
-    if p.has("version") {
-        return query::version();
     }
     let now = query::now();
     let mut sel = Selection {

@@ -179,17 +179,10 @@ fn why(e: &anyhow::Error) -> String {
 
 /// `scancel [OPTIONS] [job_id[_array_id][.step_id]]...`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::start(args);
-    let p = match query::parse_args(CMD, &args, OPTIONS) {
+    let p = match query::begin(CMD, args, OPTIONS, usage) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if p.has("help") || p.has("usage") {
-        return usage();
-    }
-    if p.has("version") {
-        return query::version();
-    }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let verbose = p.has("verbose");
     let quiet = p.has("quiet");

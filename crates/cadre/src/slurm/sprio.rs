@@ -209,17 +209,10 @@ fn usage() -> ExitCode {
 
 /// `sprio [OPTIONS]`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::start(args);
-    let p = match query::parse_args(CMD, &args, OPTIONS) {
+    let p = match query::begin(CMD, args, OPTIONS, usage) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if p.has("help") || p.has("usage") {
-        return usage();
-    }
-    if p.has("version") {
-        return query::version();
-    }
     let mut jobs = Vec::new();
     for text in p.values("jobs").iter().flat_map(|j| query::list(j)) {
         match JobRef::parse(&text) {

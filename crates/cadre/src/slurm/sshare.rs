@@ -240,21 +240,14 @@ fn usage() -> ExitCode {
 
 /// `sshare [OPTIONS]`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let args = query::start(args);
-    let p = match query::parse_args(CMD, &args, OPTIONS) {
+    let p = match query::begin(CMD, args, OPTIONS, usage) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if p.has("help") || p.has("usage") {
-        return usage();
-    }
     if p.has("helpformat") {
         let names: Vec<&str> = FIELDS.iter().map(|(_, n, _)| *n).collect();
         println!("{}", names.join(" "));
         return ExitCode::SUCCESS;
-    }
-    if p.has("version") {
-        return query::version();
     }
     let spec = p.value("format").unwrap_or(if p.has("long") {
         LONG_FIELDS
