@@ -82,7 +82,7 @@ pub fn install_aliases(dir: &Path) -> Result<ExitCode> {
 /// The controller, found as cadre's own commands find it (`$CADRE_SERVER`,
 /// `$CADRE_TOKEN`, `$CADRE_DATA_DIR`, else the default data directory).
 pub fn connect_args() -> ConnectArgs {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let var = query::env_var;
     ConnectArgs {
         server: var("CADRE_SERVER"),
         token: var("CADRE_TOKEN"),

@@ -79,6 +79,12 @@ pub(crate) fn begin(
     Ok(p)
 }
 
+/// An environment variable that is set and not empty (Slurm's commands treat an empty
+/// `SQUEUE_FORMAT=` as unset).
+pub(crate) fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// `cmd: error: msg`, exit code 1.
 pub(crate) fn fail(cmd: &str, msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("{cmd}: error: {msg}");
@@ -94,7 +100,7 @@ pub(crate) fn version() -> ExitCode {
 /// A client of the controller, configured from the environment. Failing, the message
 /// starts with Slurm's words for it, which scripts look for.
 pub(crate) fn connect() -> anyhow::Result<Client> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let env = env_var;
     ConnectArgs {
         server: env("CADRE_SERVER"),
         token: env("CADRE_TOKEN"),

@@ -784,10 +784,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     } else if p.has("long") {
         LONG_FIELDS.into()
     } else {
-        std::env::var("SACCT_FORMAT")
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| DEFAULT_FIELDS.into())
+        query::env_var("SACCT_FORMAT").unwrap_or_else(|| DEFAULT_FIELDS.into())
     };
     let cols = match parse_fields(&fields) {
         Ok(c) => c,

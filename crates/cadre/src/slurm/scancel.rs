@@ -183,7 +183,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let env = query::env_var;
     let verbose = p.has("verbose");
     let quiet = p.has("quiet");
     let signal = match p.value("signal") {

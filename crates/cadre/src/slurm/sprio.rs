@@ -254,7 +254,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     let layout = match p
         .value("format")
         .map(str::to_owned)
-        .or_else(|| std::env::var("SPRIO_FORMAT").ok().filter(|v| !v.is_empty()))
+        .or_else(|| query::env_var("SPRIO_FORMAT"))
     {
         Some(f) => {
             let (l, bad) = parse_percent(&f, letter);

@@ -599,7 +599,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let env = query::env_var;
     let mut sel = Selection::default();
     let start = p.has("start");
     match p
