@@ -122,6 +122,13 @@ impl Gang {
         Ok(())
     }
 
+    /// Changes every task's time limit.
+    pub fn set_time_limit(&mut self, limit: Option<Duration>) {
+        for t in &mut self.tasks {
+            t.set_time_limit(limit);
+        }
+    }
+
     /// Sends `signal` to the process group of every task that has not ended.
     pub fn signal(&mut self, signal: Signal) -> Result<(), LaunchError> {
         for t in &mut self.tasks {

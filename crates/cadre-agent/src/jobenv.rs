@@ -83,6 +83,28 @@ pub struct JobLaunch {
     /// tasks of a Kubernetes workload, each running its group's program with its rank's
     /// contract ([`crate::workload`]).
     pub programs: BTreeMap<usize, TaskProgram>,
+    /// A job step (`srun` in the job's allocation): the allocation above is the step's.
+    pub step: Option<StepEnv>,
+    /// The tasks' output goes to pipes the agent relays back to `srun`, not to files.
+    pub relay: bool,
+    /// Bind mounts of the tasks that have no program of their own (the job's hosts file
+    /// over `/etc/hosts`, see [`crate::workload::node_hosts_file`]); needs the agent to be
+    /// root.
+    pub binds: Vec<(PathBuf, PathBuf)>,
+    /// Variables set last, over everything (`CADRE_HOSTS_FILE`).
+    pub extra_env: Vec<(String, String)>,
+}
+
+/// What a job step's tasks see of the step and of its job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepEnv {
+    /// `SLURM_STEP_ID`.
+    pub id: u32,
+    /// The job's node list, node count and CPUs per node (`SLURM_JOB_*`); the step's own
+    /// come from its allocation.
+    pub job_nodelist: String,
+    pub job_num_nodes: u32,
+    pub job_cpus_per_node: String,
 }
 
 /// What one task runs in place of the job's command, and what it sees.
@@ -146,6 +168,10 @@ impl JobLaunch {
             signal: None,
             batch: false,
             programs: BTreeMap::new(),
+            step: None,
+            relay: false,
+            binds: Vec::new(),
+            extra_env: Vec::new(),
         }
     }
 }
@@ -217,25 +243,7 @@ pub fn tasks_on_node(alloc: &Allocation, node: NodeId) -> Vec<usize> {
         .collect()
 }
 
-/// Slurm's compressed per-node counts: `[2, 2, 2, 1]` is `2(x3),1`.
-pub fn compress_counts(counts: &[u64]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < counts.len() {
-        let mut j = i + 1;
-        while j < counts.len() && counts[j] == counts[i] {
-            j += 1;
-        }
-        let run = j - i;
-        parts.push(if run == 1 {
-            counts[i].to_string()
-        } else {
-            format!("{}(x{run})", counts[i])
-        });
-        i = j;
-    }
-    parts.join(",")
-}
+pub use cadre_core::hostlist::compress_counts;
 
 fn node_name(job: &JobLaunch, node: NodeId) -> Result<&str, LaunchError> {
     job.node_names
@@ -401,7 +409,7 @@ pub fn task_environment(
     set("SLURM_JOBID", id);
     set("SLURM_JOB_NAME", job.spec.name.clone());
     set("SLURM_JOB_NODELIST", nodelist.clone());
-    set("SLURM_NODELIST", nodelist);
+    set("SLURM_NODELIST", nodelist.clone());
     set("SLURM_JOB_NUM_NODES", nnodes.clone());
     set("SLURM_NNODES", nnodes);
     set("SLURM_NTASKS", ntasks.clone());
@@ -441,6 +449,22 @@ pub fn task_environment(
         set("SLURM_GPUS_ON_NODE", job_gpus.len().to_string());
         set("SLURM_JOB_GPUS", join(&job_gpus));
     }
+    if let Some(step) = &job.step {
+        // A job step: SLURM_NODELIST, SLURM_NNODES, SLURM_NTASKS and SLURM_TASKS_PER_NODE
+        // above are the step's (as srun sets them); the job's are the job's.
+        set("SLURM_STEP_ID", step.id.to_string());
+        set("SLURM_STEPID", step.id.to_string());
+        set("SLURM_STEP_NODELIST", nodelist);
+        set("SLURM_STEP_NUM_NODES", nodes.len().to_string());
+        set("SLURM_STEP_NUM_TASKS", alloc.tasks.len().to_string());
+        set(
+            "SLURM_STEP_TASKS_PER_NODE",
+            compress_counts(&tasks_per_node),
+        );
+        set("SLURM_JOB_NODELIST", step.job_nodelist.clone());
+        set("SLURM_JOB_NUM_NODES", step.job_num_nodes.to_string());
+        set("SLURM_JOB_CPUS_PER_NODE", step.job_cpus_per_node.clone());
+    }
     if job.batch {
         // The batch step: rank 0 of its node, the first node, and every GPU of the job
         // there (Slurm's batch step sees the node's whole allocation).
@@ -456,6 +480,9 @@ pub fn task_environment(
         for (k, v) in &program.env {
             set(k, v.clone());
         }
+    }
+    for (k, v) in &job.extra_env {
+        set(k, v.clone());
     }
     Ok(env)
 }

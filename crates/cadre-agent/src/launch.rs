@@ -317,6 +317,8 @@ struct ChildPlan {
     binds: Vec<(CString, CString)>,
     switch: Option<UserSwitch>,
     work_dir: CString,
+    /// The output goes to pipes the parent reads (set up by `Command`): no files.
+    relay: bool,
     stdout: CString,
     /// `None`: stderr goes to the stdout file.
     stderr: Option<CString>,
@@ -375,6 +377,9 @@ impl ChildPlan {
             nix::unistd::setuid(s.uid).map_err(|e| fail(ChildStep::Uid, e))?;
         }
         nix::unistd::chdir(self.work_dir.as_c_str()).map_err(|e| fail(ChildStep::Chdir, e))?;
+        if self.relay {
+            return Ok(());
+        }
         let mode = Mode::from_bits_truncate(0o644);
         let out = nix::fcntl::open(self.stdout.as_c_str(), self.stdout_flags, mode)
             .map_err(|e| fail(ChildStep::Stdout, e))?;
@@ -470,7 +475,16 @@ pub(crate) fn launch_task_with(
                 ))
             })
             .collect::<Result<Vec<_>, LaunchError>>()?,
-        None => Vec::new(),
+        None => job
+            .binds
+            .iter()
+            .map(|(what, at)| {
+                Ok((
+                    path_c("bind mount source", what)?,
+                    path_c("bind mount target", at)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, LaunchError>>()?,
     };
     let mut cpus = jobenv::os_cpus(job.id, node, task)?;
     // The batch step has every core and all the memory of the job on its node.
@@ -531,6 +545,7 @@ pub(crate) fn launch_task_with(
         switch: switch.clone(),
         binds,
         work_dir: path_c("working directory", work_dir)?,
+        relay: job.relay,
         stdout: path_c("output file", &stdout)?,
         stderr: stderr
             .as_deref()
@@ -546,8 +561,16 @@ pub(crate) fn launch_task_with(
         .env_clear()
         .envs(&env)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(if job.relay {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(if job.relay {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .process_group(0);
     // SAFETY: `pre_exec` runs the closure in the child between fork and exec, where only
     // async-signal-safe operations are allowed (the parent may have other threads holding
@@ -600,7 +623,11 @@ pub(crate) fn launch_task_with(
             kill_wait: job.kill_wait,
             signal: job.signal,
         },
-        TaskFiles { stdout, stderr },
+        TaskFiles {
+            stdout,
+            stderr,
+            relayed: job.relay,
+        },
         cgroup,
     ))
 }

@@ -400,7 +400,7 @@ struct Service {
     session: Session,
     ctx: Arc<LaunchContext>,
     runs: BTreeMap<RunRef, RunHandle>,
-    events_tx: UnboundedSender<TaskEvent>,
+    events_tx: UnboundedSender<worker::Report>,
     conn: Conn,
     backoff: Backoff,
     /// Failed connection attempts since the last welcome.
@@ -546,7 +546,7 @@ impl Service {
     async fn main(
         mut self,
         shutdown: impl Future,
-        mut events_rx: UnboundedReceiver<TaskEvent>,
+        mut events_rx: UnboundedReceiver<worker::Report>,
     ) -> Result<(), AgentError> {
         let shutdown = shutdown.fuse();
         tokio::pin!(shutdown);
@@ -562,7 +562,10 @@ impl Service {
                     tracing::info!(node = %self.node, runs = self.runs.len(), "shutting down: stopping every run");
                     self.begin_stopping(Stopping::Requested).await;
                 }
-                Some(event) = events_rx.recv() => self.on_report(event).await,
+                Some(report) = events_rx.recv() => match report {
+                    worker::Report::Event(event) => self.on_report(event).await,
+                    worker::Report::Output(chunk) => self.relay(chunk).await,
+                },
                 event = next_conn_event(&mut self.conn, self.keepalive) => self.on_conn_event(event).await,
                 _ = sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {}
             }
@@ -702,11 +705,13 @@ impl Service {
                     Err(e) => {
                         // Reported through the channel like any run's report: the session
                         // hears of it on the next turn of the loop.
-                        let _ = self.events_tx.send(TaskEvent::LaunchFailed {
-                            run,
-                            reason: format!("failed to start a thread for the run: {e}"),
-                            permanent: false,
-                        });
+                        let _ =
+                            self.events_tx
+                                .send(worker::Report::Event(TaskEvent::LaunchFailed {
+                                    run,
+                                    reason: format!("failed to start a thread for the run: {e}"),
+                                    permanent: false,
+                                }));
                     }
                 }
             }
@@ -716,12 +721,27 @@ impl Service {
                     h.send(RunCommand::Stop { kill_wait });
                 }
             }
+            Action::SetTimeLimit { run, limit } => {
+                tracing::info!(%run, limit_ms = ?limit.map(|l| l.as_millis() as u64), "time limit");
+                if let Some(h) = self.runs.get(&run) {
+                    h.send(RunCommand::SetTimeLimit(limit));
+                }
+            }
             Action::Signal { run, signal } => {
                 tracing::info!(job = %run.job, run = run.run, signal, "signal");
                 if let Some(h) = self.runs.get(&run) {
                     h.send(RunCommand::Signal(signal));
                 }
             }
+        }
+    }
+
+    /// Passes a step task's output to the controller, if connected (it is not kept).
+    async fn relay(&mut self, chunk: cadre_proto::agent::OutputChunk) {
+        if matches!(self.session.link(), Link::Up { .. }) {
+            self.send(&AgentMessage::Output(chunk)).await;
+        } else {
+            tracing::debug!(run = %chunk.run, bytes = chunk.data.len(), "output while disconnected: dropped");
         }
     }
 

@@ -120,6 +120,12 @@ impl Supervisor {
         }
     }
 
+    /// The time limit changed (`scontrol update TimeLimit=`): from the task's start, as
+    /// before. A limit already passed stops the task at the next tick.
+    pub fn set_time_limit(&mut self, limit: Option<Duration>) {
+        self.limits.time_limit = limit;
+    }
+
     fn end(&self) -> Option<Instant> {
         self.limits.time_limit.map(|l| self.start + l)
     }
@@ -290,6 +296,9 @@ pub struct TaskFiles {
     pub stdout: PathBuf,
     /// `None`: stderr goes to the stdout file.
     pub stderr: Option<PathBuf>,
+    /// The output goes through pipes back to `srun` (a job step without output files),
+    /// not to these files.
+    pub relayed: bool,
 }
 
 /// A cancellation asked for, possibly from another thread, and the KillWait it names.
@@ -441,6 +450,21 @@ impl RunningTask {
             self.send(a)?;
         }
         self.wait()
+    }
+
+    /// The task's time limit changed.
+    pub fn set_time_limit(&mut self, limit: Option<Duration>) {
+        self.supervisor.set_time_limit(limit);
+    }
+
+    /// The read ends of the task's output pipes, when its output is relayed (taken once).
+    pub fn take_output(
+        &mut self,
+    ) -> (
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+    ) {
+        (self.child.stdout.take(), self.child.stderr.take())
     }
 
     /// When [`RunningTask::poll`] next has something to do besides noticing an exit.

@@ -281,6 +281,51 @@ pub fn prepare(
     Ok(programs)
 }
 
+/// The hosts file of a job whose node names are not their hosts' names (the nodes of
+/// `cadre up`, or a site whose `NodeName`s differ from its `NodeHostname`s): this node's
+/// `/etc/hosts`, then each such node's name at its address, so that a script that takes
+/// `MASTER_ADDR` from `scontrol show hostnames` reaches the right host. `None` when every
+/// node's name is its address (names resolve as they always do). Written to
+/// `run_dir/hosts`; the caller bind-mounts it over `/etc/hosts` (as root) or names it in
+/// `CADRE_HOSTS_FILE`.
+pub fn node_hosts_file(
+    order: &LaunchOrder,
+    run_dir: &Path,
+    owner: Option<(u32, u32)>,
+) -> Result<Option<PathBuf>, WorkloadError> {
+    let mut lines = String::new();
+    for (id, name) in &order.node_names {
+        let Some(address) = order.node_addresses.get(id).filter(|a| *a != name) else {
+            continue;
+        };
+        let ip = resolve(address).map_err(|source| WorkloadError::Resolve {
+            node: name.clone(),
+            address: address.clone(),
+            source,
+        })?;
+        lines.push_str(&format!("{ip}\t{name}\n"));
+    }
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let mut hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
+    if !hosts.is_empty() && !hosts.ends_with('\n') {
+        hosts.push('\n');
+    }
+    hosts.push_str("# the job's nodes (cadre)\n");
+    hosts.push_str(&lines);
+    std::fs::create_dir_all(run_dir).map_err(|source| WorkloadError::Write {
+        path: run_dir.to_path_buf(),
+        source,
+    })?;
+    let path = run_dir.join("hosts");
+    write(&path, &hosts, 0o644, owner)?;
+    Ok(Some(path))
+}
+
+/// Where a job's hosts file goes in its tasks' mount namespace.
+pub const HOSTS_TARGET: &str = NODE_HOSTS;
+
 /// Writes `text` to `path` with `mode`, owned by `owner` when given.
 fn write(
     path: &Path,
@@ -348,10 +393,7 @@ spec:
     fn order(t: &Translated) -> LaunchOrder {
         let (spec, run_spec) = cadre_k8s::submission(t).unwrap();
         LaunchOrder {
-            run: RunRef {
-                job: JobId(12345),
-                run: 0,
-            },
+            run: RunRef::job_run(JobId(12345), 0),
             spec,
             partition: "p".into(),
             // Worker 1 listed before worker 0, on node 2 with the master.
@@ -367,6 +409,7 @@ spec:
             .into(),
             run_spec,
             time_limit_ms: None,
+            step: None,
         }
     }
 

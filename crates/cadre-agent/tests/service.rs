@@ -244,10 +244,7 @@ fn is_root() -> bool {
 }
 
 fn run_ref(job: u64) -> RunRef {
-    RunRef {
-        job: JobId(job),
-        run: 0,
-    }
+    RunRef::job_run(JobId(job), 0)
 }
 
 /// Job `job` of `user`: one task on the agent's node running `sh -c script` in `dir`.
@@ -282,6 +279,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         node_addresses: Default::default(),
         run_spec,
         time_limit_ms: None,
+        step: None,
     }
 }
 

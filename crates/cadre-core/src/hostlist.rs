@@ -450,6 +450,26 @@ fn parse_bound(expr: &str, text: &str, position: usize) -> Result<u64, HostlistE
     })
 }
 
+/// Slurm's compressed per-node counts: `[2, 2, 2, 1]` is `2(x3),1`.
+pub fn compress_counts(counts: &[u64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let mut j = i + 1;
+        while j < counts.len() && counts[j] == counts[i] {
+            j += 1;
+        }
+        let run = j - i;
+        parts.push(if run == 1 {
+            counts[i].to_string()
+        } else {
+            format!("{}(x{run})", counts[i])
+        });
+        i = j;
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

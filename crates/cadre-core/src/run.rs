@@ -230,6 +230,12 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub kubernetes: Option<serde_json::Value>,
+    /// An allocation without a program of its own (`salloc`, or the job `srun` makes
+    /// outside one): its tasks hold their resources, running nothing, until the job is
+    /// completed by its client, cancelled, or reaches its time limit; job steps run in it.
+    /// `command` and `script` are then empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allocation: bool,
 }
 
 fn default_kill_wait() -> u64 {
@@ -254,12 +260,29 @@ impl RunSpec {
             kill_wait_secs: DEFAULT_KILL_WAIT_SECS,
             completing_groups: None,
             kubernetes: None,
+            allocation: false,
+        }
+    }
+
+    /// An allocation that runs nothing by itself (see [`RunSpec::allocation`]).
+    pub fn allocation(work_dir: PathBuf) -> RunSpec {
+        RunSpec {
+            allocation: true,
+            ..RunSpec::command(Vec::new(), work_dir)
         }
     }
 
     /// What is wrong with this spec, if anything: it must run something.
     pub fn validate(&self) -> Result<(), String> {
         match (&self.script, self.command.first()) {
+            _ if self.allocation && (self.script.is_some() || !self.command.is_empty()) => {
+                Err("an allocation runs nothing by itself: give no command or script".into())
+            }
+            (None, None) if self.allocation && !self.work_dir.is_absolute() => Err(format!(
+                "the working directory `{}` is not an absolute path",
+                self.work_dir.display()
+            )),
+            (None, None) if self.allocation => Ok(()),
             (Some(s), _) if !s.starts_with("#!") => Err(
                 "the batch script does not start with `#!` (a shebang line naming its interpreter)"
                     .into(),

@@ -29,17 +29,44 @@ use std::collections::BTreeMap;
 /// The version of this protocol. A controller refuses agents of another version.
 /// Version 2: launch orders carry the nodes' addresses and run specs may carry a Kubernetes
 /// translation and completing groups; agents report [`TaskEvent::Completing`].
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 3: job steps (a [`RunRef`] with a `step`, [`LaunchOrder::step`]), their output
+/// relayed ([`AgentMessage::Output`]), allocations that run nothing by themselves, and
+/// time limits changed while a run runs ([`ControllerMessage::SetTimeLimit`]).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The path of the agent's WebSocket on the controller.
 pub const CONNECT_PATH: &str = "/agent/v1/connect";
 
-/// One start of a job.
+/// One start of a job, or one job step of that start.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RunRef {
     pub job: JobId,
     /// The job's requeue count when this run started.
     pub run: u32,
+    /// A job step (`srun` in the job's allocation): its number. A step is launched,
+    /// reported on and stopped like a run of its own; `None`: the job's run itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+}
+
+impl RunRef {
+    /// The job's run itself (not a step).
+    pub fn job_run(job: JobId, run: u32) -> RunRef {
+        RunRef {
+            job,
+            run,
+            step: None,
+        }
+    }
+}
+
+impl std::fmt::Display for RunRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.step {
+            Some(s) => write!(f, "{}.{s} (run {})", self.job, self.run),
+            None => write!(f, "{} (run {})", self.job, self.run),
+        }
+    }
 }
 
 /// What the agent found on its node.
@@ -60,6 +87,31 @@ pub struct NodeReport {
 pub enum AgentMessage {
     Hello(Box<Hello>),
     Event(SequencedEvent),
+    /// Output of a step's task whose output goes back to its `srun`
+    /// ([`StepContext::relay`]). Not kept in the outbox: output produced while the
+    /// controller is unreachable is lost (the step's end is not).
+    Output(OutputChunk),
+}
+
+/// A piece of a task's output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputChunk {
+    pub run: RunRef,
+    /// The task's rank in its step (`SLURM_PROCID`).
+    pub task: u32,
+    pub stream: OutputStream,
+    /// The bytes, as text (a chunk ends on a character boundary; bytes that are not UTF-8
+    /// are replaced).
+    pub data: String,
+}
+
+/// Which of a task's outputs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
 }
 
 /// The first message of every connection.
@@ -154,6 +206,12 @@ pub enum ControllerMessage {
     Stop { run: RunRef, kill_wait_secs: u64 },
     /// Send a signal to the run's tasks now (`scancel --signal`).
     Signal { run: RunRef, signal: i32 },
+    /// The run's time limit changed (`scontrol update TimeLimit=`): milliseconds from its
+    /// start; `None`: unlimited.
+    SetTimeLimit {
+        run: RunRef,
+        time_limit_ms: Option<u64>,
+    },
 }
 
 /// Everything an agent needs to start a run's tasks on its node.
@@ -174,6 +232,24 @@ pub struct LaunchOrder {
     pub run_spec: RunSpec,
     /// The wall-clock limit in milliseconds from the start; `None`: unlimited.
     pub time_limit_ms: Option<u64>,
+    /// For a job step: what it adds to the job's order. The allocation above is then the
+    /// step's tasks (within the job's), and the run spec the step's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepContext>,
+}
+
+/// What a job step's launch order adds to a job's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepContext {
+    /// The job's node list (a compressed hostlist), node count, task count and tasks per
+    /// node (Slurm's compressed counts): its tasks see these as `SLURM_JOB_*`, and the
+    /// step's own as `SLURM_STEP_*`, `SLURM_NNODES`, `SLURM_NTASKS`.
+    pub job_nodelist: String,
+    pub job_num_nodes: u32,
+    pub job_cpus_per_node: String,
+    /// The tasks' output goes back to `srun` ([`AgentMessage::Output`]) rather than to
+    /// files (the run spec then names none).
+    pub relay: bool,
 }
 
 /// Reads `LaunchOrder::node_names`, whose JSON keys are strings. Needed because serde reads
@@ -213,9 +289,10 @@ mod tests {
 
     #[test]
     fn every_message_reads_back_as_it_was_written() {
-        let run = RunRef {
-            job: JobId(42),
-            run: 1,
+        let run = RunRef::job_run(JobId(42), 1);
+        let step = RunRef {
+            step: Some(3),
+            ..run
         };
         let order = LaunchOrder {
             run,
@@ -241,6 +318,12 @@ mod tests {
             node_addresses: [(NodeId(7), "10.0.0.7".into())].into_iter().collect(),
             run_spec: RunSpec::command(vec!["true".into()], "/tmp".into()),
             time_limit_ms: Some(60_000),
+            step: Some(StepContext {
+                job_nodelist: "gpu[007,012]".into(),
+                job_num_nodes: 2,
+                job_cpus_per_node: "2(x2)".into(),
+                relay: true,
+            }),
         };
         for m in [
             ControllerMessage::Welcome {
@@ -257,6 +340,10 @@ mod tests {
                 kill_wait_secs: 30,
             },
             ControllerMessage::Signal { run, signal: 10 },
+            ControllerMessage::SetTimeLimit {
+                run: step,
+                time_limit_ms: Some(5),
+            },
         ] {
             round_trip(&m);
         }
@@ -308,6 +395,15 @@ mod tests {
         for e in events {
             round_trip(&AgentMessage::Event(e));
         }
+        round_trip(&AgentMessage::Output(OutputChunk {
+            run: step,
+            task: 1,
+            stream: OutputStream::Stderr,
+            data: "épsilon\n".into(),
+        }));
+        // A run of version 2's form (no step) reads as the job's run.
+        let old: RunRef = serde_json::from_str(r#"{"job":42,"run":1}"#).unwrap();
+        assert_eq!(old, run);
     }
 
     #[test]

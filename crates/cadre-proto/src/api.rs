@@ -126,6 +126,127 @@ pub struct JobUpdate {
     pub nice: Option<i32>,
 }
 
+/// `POST /jobs/{id}/complete`: the client of an allocation (`salloc`, or `srun` outside
+/// one) is done with it; the job ends with this exit code (COMPLETED for 0, FAILED
+/// otherwise) and its steps are stopped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    #[serde(default)]
+    pub exit_code: i32,
+}
+
+/// `POST /jobs/{id}/steps`: a job step, `srun` inside the job's allocation. Every count
+/// left out is the job's own (all its nodes, all its tasks, laid out as the job's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StepRequest {
+    /// Program and arguments, run by every task.
+    pub command: Vec<String>,
+    /// Where the tasks start.
+    pub work_dir: String,
+    /// The environment the tasks start from (`srun`'s own).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// `--job-name`; default: the program's file name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `--nodes`: this many of the job's nodes, the first ones in node order.
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    /// `--nodelist`: these nodes of the job (a hostlist).
+    #[serde(default)]
+    pub nodelist: Option<String>,
+    /// `--ntasks`.
+    #[serde(default)]
+    pub ntasks: Option<u32>,
+    /// `--ntasks-per-node`.
+    #[serde(default)]
+    pub ntasks_per_node: Option<u32>,
+    /// `--cpus-per-task`.
+    #[serde(default)]
+    pub cpus_per_task: Option<u32>,
+    /// `--gpus-per-task`: the GPUs of the job on each node are divided among its tasks
+    /// there, this many each; default: every task sees all of them.
+    #[serde(default)]
+    pub gpus_per_task: Option<u32>,
+    /// `--output` pattern (`%t` task, `%n` node index, `%N` node name, `%j`, ...); `None`:
+    /// the output comes back in the answer.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// `--error` pattern; `None`: with `stdout`, into the same file; without, back in the
+    /// answer.
+    #[serde(default)]
+    pub stderr: Option<String>,
+    /// `--time`, seconds; at most what is left of the job's.
+    #[serde(default)]
+    pub time_limit: Option<u64>,
+}
+
+/// The step number of a job's batch step (its script's own run, on its first node), as
+/// Slurm numbers it.
+pub const BATCH_STEP: u32 = 0xFFFF_FFFB;
+
+/// A job step as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepView {
+    pub job: JobId,
+    pub step: u32,
+    pub name: String,
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+    pub state: JobState,
+    /// The step's nodes, a hostlist.
+    pub nodes: String,
+    pub num_nodes: u32,
+    pub ntasks: u32,
+    pub cpus: u64,
+    pub start_time: u64,
+    #[serde(default)]
+    pub end_time: Option<u64>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    pub command: String,
+    /// The job's time limit in seconds (0: none), which bounds the step's.
+    pub time_limit: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepList {
+    pub steps: Vec<StepView>,
+}
+
+/// The answer of `POST /jobs/{id}/steps`, streamed as JSON lines: `created` first, then
+/// the tasks' output as it comes (when the step has no output files), then `ended`.
+/// Closing the connection before `ended` cancels the step, as Slurm does when `srun` dies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StepEvent {
+    Created {
+        step: StepView,
+    },
+    Output {
+        /// The task's rank in the step.
+        task: u32,
+        stream: crate::agent::OutputStream,
+        data: String,
+    },
+    Ended {
+        state: JobState,
+        /// The highest exit code of the step's tasks.
+        exit_code: Option<i32>,
+        /// Why, when the step did not end by itself (its job ended, it was cancelled).
+        #[serde(default)]
+        reason: Option<String>,
+    },
+}
+
 /// `GET /jobs/{id}/explain`: why a job waits, node by node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -99,6 +99,7 @@ async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
                         break;
                     }
                 }
+                Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk),
                 Ok(AgentMessage::Hello(_)) => {
                     tracing::warn!(conn, "agent said hello twice: dropping the connection");
                     break;

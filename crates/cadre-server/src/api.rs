@@ -29,6 +29,8 @@ use cadre_store::{
 use serde::Deserialize;
 use utoipa::OpenApi;
 
+mod steps;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
@@ -91,6 +93,13 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/requeue", post(requeue))
         .route("/jobs/{id}/explain", get(explain))
         .route("/jobs/{id}/run", get(get_run))
+        .route(
+            "/jobs/{id}/steps",
+            post(steps::create_step).get(steps::job_steps),
+        )
+        .route("/jobs/{id}/steps/{step}/cancel", post(steps::cancel_step))
+        .route("/jobs/{id}/complete", post(steps::complete))
+        .route("/steps", get(steps::list_steps))
         .route("/nodes", get(list_nodes))
         .route("/nodes/{name}", get(get_node))
         .route("/nodes/{name}/drain", post(drain))
@@ -130,6 +139,11 @@ pub fn router(state: AppState) -> Router {
         requeue,
         explain,
         get_run,
+        steps::create_step,
+        steps::job_steps,
+        steps::cancel_step,
+        steps::complete,
+        steps::list_steps,
         list_nodes,
         get_node,
         drain,

@@ -22,6 +22,11 @@
 //! (`Completing`, or its `Ended`), the outcome so far is fixed and the job's other tasks are
 //! stopped on every node; how they end no longer counts.
 
+mod steps;
+
+pub use steps::IoHub;
+pub(crate) use steps::{StepJob, step_view};
+
 use crate::auth::Principal;
 use crate::metrics::Metrics;
 use cadre_core::alloc::Allocation;
@@ -34,9 +39,9 @@ use cadre_core::time::{Dur, Time};
 use cadre_proto::agent::{
     ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
-use cadre_proto::api::ErrorCode;
+use cadre_proto::api::{ErrorCode, StepEvent, StepRequest, StepView};
 use cadre_store::{
-    AssocUsage, JobChange, JobStatus, NewJob, NodeRecord, RunUsage, Store, StoreError,
+    AssocUsage, JobChange, JobStatus, NewJob, NodeRecord, RunUsage, StepRecord, Store, StoreError,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -84,6 +89,8 @@ pub enum JobAction {
     Requeue,
     SetTimeLimit(Dur),
     SetNice(i32),
+    /// The client of an allocation is done with it: the job ends with this exit code.
+    Complete(i32),
 }
 
 /// What an administrator asks of one node.
@@ -115,6 +122,22 @@ pub enum Command {
         reply: Reply<()>,
     },
     Read(ReadFn),
+    /// `srun` in a running job: a step, whose events go to `io`.
+    StepCreate {
+        who: Principal,
+        id: JobId,
+        request: Box<StepRequest>,
+        io: UnboundedSender<StepEvent>,
+        reply: Reply<StepView>,
+    },
+    /// Cancels a step, or sends its tasks a signal. Without a reply: its `srun` went away.
+    StepCancel {
+        who: Principal,
+        id: JobId,
+        step: u32,
+        signal: Option<i32>,
+        reply: Option<Reply<()>>,
+    },
     AgentHello {
         conn: u64,
         hello: Box<Hello>,
@@ -176,6 +199,11 @@ struct RunTrack {
     /// A stop was asked (cancel, requeue, preemption, node failure): resent to agents
     /// that reconnect with the run still alive.
     stop: Option<u64>,
+    /// An allocation without a program of its own (`salloc`): it ends when its client
+    /// completes it ([`JobAction::Complete`]).
+    is_allocation: bool,
+    /// A batch job's batch step (its script's run), for accounting; ended with the run.
+    batch_step: Option<StepRecord>,
     /// For a job that completes with some of its groups (the run spec's
     /// `completing_groups`): the nodes holding tasks of those groups that have not all
     /// ended yet. Empty otherwise.
@@ -211,8 +239,23 @@ impl RunTrack {
             exit_code: None,
             launch_failed: None,
             stop: None,
+            is_allocation: false,
+            batch_step: None,
             completing_left,
             settled: None,
+        }
+    }
+
+    /// What the run spec says of how the run ends: a batch script's run ends with its
+    /// first node's tasks (where the script runs; the other nodes only hold the job's
+    /// resources, for its steps), an allocation's when its client completes it.
+    fn shape_by(&mut self, run_spec: &cadre_core::run::RunSpec) {
+        self.is_allocation = run_spec.allocation;
+        if run_spec.script.is_some()
+            && self.completing_left.is_empty()
+            && let Some(&first) = self.allocation.nodes().first()
+        {
+            self.completing_left = [first].into_iter().collect();
         }
     }
 
@@ -254,6 +297,14 @@ pub struct Engine {
     acks: BTreeMap<u64, (NodeId, u64)>,
     /// Answers to send once the batch is committed.
     replies: Vec<Box<dyn FnOnce() + Send>>,
+    /// Job steps running, by (job, step).
+    steps: BTreeMap<(JobId, u32), steps::StepTrack>,
+    /// The next step number of jobs that have had a step since the controller started.
+    next_steps: HashMap<JobId, u32>,
+    /// Step rows waiting for the batch's commit.
+    step_changes: Vec<StepRecord>,
+    /// Where steps' events go.
+    io: IoHub,
     dirty: bool,
     last_pass: Option<(Instant, Duration)>,
     last_usage_save: Instant,
@@ -307,6 +358,7 @@ impl Engine {
         mut store: Box<dyn Store>,
         config: EngineConfig,
         metrics: Arc<Metrics>,
+        io: IoHub,
     ) -> Result<Engine, RecoverError> {
         let now = wall_now();
         let node_count = sched.cluster().nodes.len();
@@ -420,21 +472,20 @@ impl Engine {
                     if job.status.state == JobState::Preempting {
                         requeue_after.push(id);
                     }
-                    // A job completing with some groups goes on doing so after a restart.
-                    let completing = store
-                        .run_spec(id)
-                        .ok()
-                        .flatten()
-                        .and_then(|r| r.completing_groups);
-                    runs.insert(
-                        id,
-                        RunTrack::new(
-                            job.status.requeues,
-                            allocation,
-                            start_time,
-                            completing.as_deref(),
-                        ),
+                    // A job completing with some groups (or a batch script, or an
+                    // allocation) goes on doing so after a restart.
+                    let run_spec = store.run_spec(id).ok().flatten();
+                    let completing = run_spec.as_ref().and_then(|r| r.completing_groups.clone());
+                    let mut track = RunTrack::new(
+                        job.status.requeues,
+                        allocation,
+                        start_time,
+                        completing.as_deref(),
                     );
+                    if let Some(r) = &run_spec {
+                        track.shape_by(r);
+                    }
+                    runs.insert(id, track);
                 }
                 _ => {}
             }
@@ -456,6 +507,10 @@ impl Engine {
             outgoing: Vec::new(),
             acks: BTreeMap::new(),
             replies: Vec::new(),
+            steps: BTreeMap::new(),
+            next_steps: HashMap::new(),
+            step_changes: Vec::new(),
+            io,
             dirty: true,
             last_pass: None,
             last_usage_save: Instant::now(),
@@ -467,6 +522,7 @@ impl Engine {
                 .map_err(RecoverError::Core)?;
             engine.apply(decisions, now);
         }
+        engine.recover_steps(now).map_err(RecoverError::Store)?;
         engine.commit().map_err(RecoverError::Store)?;
         tracing::info!(
             jobs = adopted,
@@ -581,6 +637,10 @@ impl Engine {
         if !self.changes.is_empty() {
             self.store.record(&self.changes)?;
             self.changes.clear();
+        }
+        if !self.step_changes.is_empty() {
+            self.store.record_steps(&self.step_changes)?;
+            self.step_changes.clear();
         }
         for reply in self.replies.drain(..) {
             reply();
@@ -705,6 +765,32 @@ impl Engine {
                 }));
             }
             Command::Read(f) => f(self),
+            Command::StepCreate {
+                who,
+                id,
+                request,
+                io,
+                reply,
+            } => {
+                let result = self.step_create(&who, id, &request, io, now);
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(result);
+                }));
+            }
+            Command::StepCancel {
+                who,
+                id,
+                step,
+                signal,
+                reply,
+            } => {
+                let result = self.step_cancel(&who, id, step, signal);
+                if let Some(reply) = reply {
+                    self.replies.push(Box::new(move || {
+                        let _ = reply.send(result);
+                    }));
+                }
+            }
             Command::AgentHello { conn, hello, tx } => self.hello(conn, *hello, tx, now),
             Command::AgentEvent { conn, event } => {
                 if let Some(node) = self.node_of_conn(conn) {
@@ -802,13 +888,36 @@ impl Engine {
                         format!("job {id} is {state}; only a running job can be signalled"),
                     ));
                 };
-                let run = RunRef {
-                    job: id,
-                    run: track.run,
-                };
+                let run = RunRef::job_run(id, track.run);
                 for &node in &track.nodes_left {
                     self.outgoing
                         .push((node, ControllerMessage::Signal { run, signal }));
+                }
+                return Ok(());
+            }
+            JobAction::Complete(code) => {
+                let Some(track) = self.runs.get_mut(&id) else {
+                    return Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        format!("job {id} is {state}; only a running allocation can be completed"),
+                    ));
+                };
+                if !track.is_allocation {
+                    return Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "job {id} runs a program of its own; only an allocation (salloc, srun) is completed by its client"
+                        ),
+                    ));
+                }
+                if track.settled.is_none() {
+                    let outcome = if code == 0 {
+                        JobState::Completed
+                    } else {
+                        JobState::Failed
+                    };
+                    track.settled = Some((outcome, Some(code)));
+                    self.stop(id, Dur(1));
                 }
                 return Ok(());
             }
@@ -981,10 +1090,7 @@ impl Engine {
         let Some(job) = self.sched.job(id) else {
             return;
         };
-        let run = RunRef {
-            job: id,
-            run: job.requeues,
-        };
+        let run = RunRef::job_run(id, job.requeues);
         if let Some(eligible) = job.eligible_since {
             self.metrics
                 .observe_wait(Duration::from_secs(now.0.saturating_sub(eligible.0)));
@@ -1000,10 +1106,35 @@ impl Engine {
             Ok(Some(r)) => r.completing_groups.clone(),
             _ => None,
         };
-        self.runs.insert(
-            id,
-            RunTrack::new(run.run, allocation.clone(), now, completing.as_deref()),
-        );
+        let mut track = RunTrack::new(run.run, allocation.clone(), now, completing.as_deref());
+        if let Ok(Some(r)) = &run_spec {
+            track.shape_by(r);
+            if r.script.is_some()
+                && let Some(&first) = nodes.first()
+            {
+                let rec = StepRecord {
+                    job: id,
+                    step: cadre_proto::api::BATCH_STEP,
+                    name: "batch".into(),
+                    state: JobState::Running,
+                    nodes: self.node_name(first).to_owned(),
+                    ntasks: 1,
+                    cpus: allocation
+                        .tasks
+                        .iter()
+                        .filter(|t| t.node == first)
+                        .map(|t| t.cores.len() as u64)
+                        .sum(),
+                    start_time: now,
+                    end_time: None,
+                    exit_code: None,
+                    command: "batch".into(),
+                };
+                self.step_changes.push(rec.clone());
+                track.batch_step = Some(rec);
+            }
+        }
+        self.runs.insert(id, track);
         let run_spec = match run_spec {
             Ok(Some(r)) => r,
             Ok(None) | Err(_) => {
@@ -1033,6 +1164,7 @@ impl Engine {
             node_addresses,
             run_spec,
             time_limit_ms,
+            step: None,
         };
         for node in nodes {
             if self.links.contains_key(&node) {
@@ -1049,10 +1181,7 @@ impl Engine {
         let Some(track) = self.runs.get_mut(&id) else {
             return;
         };
-        let run = RunRef {
-            job: id,
-            run: track.run,
-        };
+        let run = RunRef::job_run(id, track.run);
         let kill_wait_secs = grace.0.max(1);
         track.stop = Some(kill_wait_secs);
         for &node in &track.nodes_left {
@@ -1064,6 +1193,7 @@ impl Engine {
                 },
             ));
         }
+        self.stop_steps(id, kill_wait_secs);
     }
 
     /// Queues the job's current status for the batch's commit.
@@ -1187,7 +1317,7 @@ impl Engine {
             .map(|(&id, t)| (id, t.run, t.stop))
             .collect();
         for (id, run, stop) in mine {
-            let r = RunRef { job: id, run };
+            let r = RunRef::job_run(id, run);
             if alive.contains(&r) {
                 if let Some(kill_wait_secs) = stop {
                     self.outgoing.push((
@@ -1203,7 +1333,8 @@ impl Engine {
                 self.node_done(id, node, JobState::NodeFail, None, now);
             }
         }
-        for r in alive {
+        self.reconcile_steps(node, &alive, now);
+        for r in alive.into_iter().filter(|r| r.step.is_none()) {
             let current = self
                 .runs
                 .get(&r.job)
@@ -1231,6 +1362,9 @@ impl Engine {
 
     fn task_event(&mut self, node: NodeId, event: TaskEvent, now: Time) {
         let run = event.run();
+        if run.step.is_some() {
+            return self.step_event(node, run, event, now);
+        }
         let current = self
             .runs
             .get(&run.job)
@@ -1399,7 +1533,18 @@ impl Engine {
                 ended_run: Some(usage),
             });
         }
-        self.runs.remove(&id);
+        if let Some(mut b) = self.runs.remove(&id).and_then(|t| {
+            let (outcome, code) = (t.outcome, t.exit_code);
+            t.batch_step.map(|mut b| {
+                b.state = outcome;
+                b.exit_code = code;
+                b
+            })
+        }) {
+            b.end_time = Some(now);
+            self.step_changes.push(b);
+        }
+        self.end_steps(id, now);
         self.dirty = true;
     }
 }
@@ -1442,11 +1587,18 @@ pub enum RecoverError {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: Sender<Command>,
+    io: IoHub,
 }
 
 impl EngineHandle {
-    pub fn new(tx: Sender<Command>) -> EngineHandle {
-        EngineHandle { tx }
+    pub fn new(tx: Sender<Command>, io: IoHub) -> EngineHandle {
+        EngineHandle { tx, io }
+    }
+
+    /// Where steps' output goes (straight from the agents' connections, not through the
+    /// engine thread).
+    pub fn io(&self) -> &IoHub {
+        &self.io
     }
 
     pub fn send(&self, cmd: Command) -> Result<(), ApiError> {

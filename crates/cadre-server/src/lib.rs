@@ -121,13 +121,15 @@ pub async fn serve(
     };
     // Stores block (PostgreSQL's client on a runtime of its own): open them and rebuild
     // the engine off the async threads.
+    let io = crate::engine::IoHub::default();
     let (engine, reads) = {
         let database = config.database.clone();
         let metrics = metrics.clone();
+        let io = io.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ServerError> {
             let writer = open(&database)?;
             let reads = ReadStore::new(open(&database)?);
-            let engine = Engine::recover(sched, writer, engine_config, metrics)?;
+            let engine = Engine::recover(sched, writer, engine_config, metrics, io)?;
             Ok((engine, reads))
         })
         .await
@@ -146,7 +148,7 @@ pub async fn serve(
         None => None,
     };
     let (tx, rx) = std::sync::mpsc::channel::<Command>();
-    let handle = EngineHandle::new(tx);
+    let handle = EngineHandle::new(tx, io);
     let engine_thread = std::thread::Builder::new()
         .name("cadre-engine".into())
         .spawn(move || engine.run(rx))

@@ -9,11 +9,12 @@
 //! - [`time`], [`size`], [`gres`], [`array`], [`dependency`]: Slurm's value syntaxes;
 //! - [`convert`]: options into the [`cadre_proto::api::JobSubmission`]s cadre runs (one per
 //!   array task), with the request's Slurm form recorded in the spec's annotations;
+//! - [`launch`]: `srun`'s and `salloc`'s option tables;
 //! - [`show`]: `scontrol show job`'s key=value records;
 //! - [`error`]: what goes wrong, in Slurm's words, and the exit codes.
 //!
 //! Not here: reading files, the environment or the clock, and talking to the controller
-//! (the `cadre` binary does those), and `srun`/`salloc` (later).
+//! (the `cadre` binary does those).
 //!
 //! Behaviour is re-derived from Slurm's documentation and from running Slurm 22.05; where
 //! current Slurm differs (TRES strings `gres/gpu:2`, `scontrol show hostnames` reading
@@ -26,6 +27,7 @@ pub mod env;
 pub mod error;
 pub mod getopt;
 pub mod gres;
+pub mod launch;
 pub mod options;
 pub mod sbatch;
 pub mod script;

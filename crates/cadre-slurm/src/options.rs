@@ -126,6 +126,37 @@ pub enum Opt {
     WaitAllNodes,
     Wckey,
     Wrap,
+    // `srun` and `salloc` only (see `crate::launch`).
+    Bcast,
+    Bell,
+    Compress,
+    CpuBind,
+    DisableStatus,
+    Epilog,
+    Exact,
+    Immediate,
+    Jobid,
+    KillCommand,
+    KillOnBadExit,
+    Label,
+    Mpi,
+    MultiProg,
+    NoAllocate,
+    NoBell,
+    NoShell,
+    Overlap,
+    PreserveEnv,
+    Prolog,
+    Pty,
+    QuitOnInterrupt,
+    Relative,
+    ResvPorts,
+    SlurmdDebug,
+    TaskEpilog,
+    TaskProlog,
+    Unbuffered,
+    WaitSecs,
+    X11,
 }
 
 macro_rules! opts {
@@ -247,6 +278,7 @@ pub const SBATCH_OPTIONS: &[OptDef<Opt>] = opts! {
 pub fn long_name(opt: Opt) -> &'static str {
     SBATCH_OPTIONS
         .iter()
+        .chain(crate::launch::LAUNCH_ONLY)
         .find(|d| d.key == opt)
         .map_or("?", |d| d.long)
 }
@@ -346,6 +378,12 @@ pub struct BatchOptions {
     pub help: bool,
     pub usage: bool,
     pub version: bool,
+    /// `srun --label`: each output line prefixed with its task's rank.
+    pub label: bool,
+    /// `srun --jobid`: run in this job's allocation.
+    pub jobid: Option<String>,
+    /// `salloc --no-shell`: allocate and exit.
+    pub no_shell: bool,
     /// Accepted options with no effect on the job, by long name (flags as an empty value).
     pub recorded: BTreeMap<&'static str, String>,
 }
@@ -663,6 +701,9 @@ impl BatchOptions {
                 });
             }
             Opt::Wrap => self.wrap = text(),
+            Opt::Label => self.label = true,
+            Opt::Jobid => self.jobid = text(),
+            Opt::NoShell => self.no_shell = true,
             other => {
                 self.recorded.insert(long_name(other), v.to_string());
             }

@@ -50,6 +50,7 @@ macro_rules! conformance_suite {
             run_specs_read_back_exactly,
             unencodable_run_spec_fails_the_batch,
             version_1_database_migrates_keeping_its_rows,
+            steps_are_written_at_start_and_replaced_at_end,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -211,6 +212,7 @@ fn rich_run() -> RunSpec {
         kubernetes: Some(
             serde_json::json!({"version": 1, "name": "train", "groups": [{"env": []}]}),
         ),
+        allocation: false,
     }
 }
 
@@ -1122,4 +1124,49 @@ pub(crate) fn version_1_database_migrates_keeping_its_rows<H: Harness>(h: &H) {
     let mut s = open(h);
     assert_eq!(ok(s.job(JobId(1))), Some(old(1)));
     assert_eq!(ok(s.run_spec(JobId(3))), Some(rich_run()));
+}
+
+pub(crate) fn steps_are_written_at_start_and_replaced_at_end<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let ids = ok(s.submit_batch(&[
+        new_job("alice", "physics", "gpu"),
+        new_job("bob", "bio", "gpu"),
+    ]));
+    let step = |job: JobId, step: u32| crate::StepRecord {
+        job,
+        step,
+        name: "python".into(),
+        state: JobState::Running,
+        nodes: "node[001-002]".into(),
+        ntasks: 4,
+        cpus: 8,
+        start_time: Time(1_700_000_100),
+        end_time: None,
+        exit_code: None,
+        command: "python -u train.py".into(),
+    };
+    ok(s.record_steps(&[step(ids[0], 0), step(ids[0], 1), step(ids[1], 0)]));
+    let mut ended = step(ids[0], 0);
+    ended.state = JobState::Failed;
+    ended.end_time = Some(Time(1_700_000_200));
+    ended.exit_code = Some(3);
+    ok(s.record_steps(&[ended.clone()]));
+    drop(s);
+    let mut s = open(h);
+    let all = ok(s.steps(&crate::StepFilter::default()));
+    assert_eq!(
+        all,
+        vec![ended.clone(), step(ids[0], 1), step(ids[1], 0)],
+        "steps read back in (job, step) order, the ended one replaced whole"
+    );
+    let first = ok(s.steps(&crate::StepFilter {
+        jobs: vec![ids[0]],
+        unfinished: false,
+    }));
+    assert_eq!(first, vec![ended, step(ids[0], 1)]);
+    let running = ok(s.steps(&crate::StepFilter {
+        jobs: Vec::new(),
+        unfinished: true,
+    }));
+    assert_eq!(running, vec![step(ids[0], 1), step(ids[1], 0)]);
 }

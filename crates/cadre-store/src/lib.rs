@@ -40,7 +40,7 @@ pub use error::StoreError;
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
-    NewToken, NodeRecord, RunUsage, StoredJob, TokenHash, TokenRecord,
+    NewToken, NodeRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
@@ -99,6 +99,12 @@ pub trait Store: Send {
 
     /// The last saved fair-share usage, by account then user.
     fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError>;
+
+    /// Writes each step's row (inserted, or replaced whole).
+    fn record_steps(&mut self, steps: &[StepRecord]) -> Result<(), StoreError>;
+
+    /// Steps by job then step number.
+    fn steps(&mut self, filter: &StepFilter) -> Result<Vec<StepRecord>, StoreError>;
 
     /// Stores a token's hash; fails with [`StoreError::DuplicateToken`] if it exists.
     fn create_token(&mut self, token: &NewToken) -> Result<TokenRecord, StoreError>;
@@ -177,6 +183,17 @@ impl<B: Transact> Store for B {
 
     fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError> {
         self.transact(Mode::Read, &mut |tx| ops::load_usage(tx))
+    }
+
+    fn record_steps(&mut self, steps: &[StepRecord]) -> Result<(), StoreError> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| ops::record_steps(tx, steps))
+    }
+
+    fn steps(&mut self, filter: &StepFilter) -> Result<Vec<StepRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::steps(tx, filter))
     }
 
     fn create_token(&mut self, token: &NewToken) -> Result<TokenRecord, StoreError> {

@@ -4,7 +4,7 @@
 use crate::error::StoreError;
 use crate::records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
-    NewToken, NodeRecord, RunUsage, StoredJob, TokenHash, TokenRecord,
+    NewToken, NodeRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
@@ -437,6 +437,78 @@ pub(crate) fn accounting(
                     cpus: from_i64("CPUs", &at, row.int(12)?)?,
                     nodes: row.text(13)?.to_owned(),
                 },
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn record_steps(tx: &mut dyn Tx, steps: &[StepRecord]) -> Result<(), StoreError> {
+    for s in steps {
+        tx.execute(
+            "INSERT INTO job_steps (job_id, step, name, state, nodes, ntasks, cpus, start_time, \
+             end_time, exit_code, command) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (job_id, step) DO UPDATE SET name = excluded.name, \
+             state = excluded.state, nodes = excluded.nodes, ntasks = excluded.ntasks, \
+             cpus = excluded.cpus, start_time = excluded.start_time, \
+             end_time = excluded.end_time, exit_code = excluded.exit_code, \
+             command = excluded.command",
+            &[
+                Value::Int(to_i64("job id", s.job.0)?),
+                Value::Int(i64::from(s.step)),
+                Value::from(s.name.as_str()),
+                Value::Text(enum_text(&s.state)),
+                Value::from(s.nodes.as_str()),
+                Value::Int(i64::from(s.ntasks)),
+                Value::Int(to_i64("step CPUs", s.cpus)?),
+                time("step start time", s.start_time)?,
+                opt_time("step end time", s.end_time)?,
+                s.exit_code
+                    .map_or(Value::Null, |c| Value::Int(i64::from(c))),
+                Value::from(s.command.as_str()),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn steps(tx: &mut dyn Tx, filter: &StepFilter) -> Result<Vec<StepRecord>, StoreError> {
+    let mut c = Conditions::default();
+    if !filter.jobs.is_empty() {
+        let mut list = Vec::with_capacity(filter.jobs.len());
+        for j in &filter.jobs {
+            c.params.push(Value::Int(to_i64("job id", j.0)?));
+            list.push(format!("${}", c.params.len()));
+        }
+        c.clauses.push(format!("job_id IN ({})", list.join(", ")));
+    }
+    if filter.unfinished {
+        c.clauses.push("end_time IS NULL".into());
+    }
+    let sql = format!(
+        "SELECT job_id, step, name, state, nodes, ntasks, cpus, start_time, end_time, \
+         exit_code, command FROM job_steps{} ORDER BY job_id, step",
+        c.sql()
+    );
+    tx.query(&sql, &c.params)?
+        .iter()
+        .map(|row| {
+            let job: u64 = from_i64("job id", "job_steps", row.int(0)?)?;
+            let at = format!("step of job {job}");
+            Ok(StepRecord {
+                job: JobId(job),
+                step: from_i64("step", &at, row.int(1)?)?,
+                name: row.text(2)?.to_owned(),
+                state: parse_enum("state", &at, row.text(3)?)?,
+                nodes: row.text(4)?.to_owned(),
+                ntasks: from_i64("tasks", &at, row.int(5)?)?,
+                cpus: from_i64("CPUs", &at, row.int(6)?)?,
+                start_time: read_time("start time", &at, row.int(7)?)?,
+                end_time: read_opt_time("end time", &at, row.opt_int(8)?)?,
+                exit_code: row
+                    .opt_int(9)?
+                    .map(|c| from_i64("exit code", &at, c))
+                    .transpose()?,
+                command: row.text(10)?.to_owned(),
             })
         })
         .collect()

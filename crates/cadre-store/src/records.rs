@@ -131,6 +131,36 @@ pub struct JobFilter {
 }
 
 /// A node as the store keeps it.
+/// One job step: the tasks one `srun` launched inside a job's allocation, for `squeue -s`
+/// and `sacct`. Written when the step starts and again when it ends (the same row).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepRecord {
+    pub job: JobId,
+    /// The step's number in its job: 0, 1, ... in the order the steps were created.
+    pub step: u32,
+    pub name: String,
+    /// RUNNING until the step ends, then its final state.
+    pub state: JobState,
+    /// The step's nodes as a Slurm hostlist.
+    pub nodes: String,
+    pub ntasks: u32,
+    pub cpus: u64,
+    pub start_time: Time,
+    pub end_time: Option<Time>,
+    pub exit_code: Option<i32>,
+    /// The program and its arguments, joined by spaces (for display).
+    pub command: String,
+}
+
+/// Which steps to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepFilter {
+    /// Only the steps of these jobs; empty: of every job.
+    pub jobs: Vec<JobId>,
+    /// Only steps that have not ended.
+    pub unfinished: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRecord {
     pub name: String,

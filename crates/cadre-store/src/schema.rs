@@ -110,6 +110,27 @@ CREATE TABLE tokens (
         name: "run specs of jobs",
         sql: "ALTER TABLE jobs ADD COLUMN run_spec TEXT;",
     },
+    Migration {
+        version: 3,
+        name: "job steps",
+        sql: "
+CREATE TABLE job_steps (
+    job_id BIGINT NOT NULL REFERENCES jobs (id),
+    step BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    nodes TEXT NOT NULL,
+    ntasks BIGINT NOT NULL,
+    cpus BIGINT NOT NULL,
+    start_time BIGINT NOT NULL,
+    end_time BIGINT,
+    exit_code BIGINT,
+    command TEXT NOT NULL,
+    PRIMARY KEY (job_id, step)
+);
+CREATE INDEX job_steps_by_end ON job_steps (end_time);
+",
+    },
 ];
 
 /// The schema version this build writes.

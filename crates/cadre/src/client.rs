@@ -139,6 +139,57 @@ impl Connection {
         Ok((status, bytes))
     }
 
+    /// Sends a JSON request whose answer is a stream of JSON lines, handing each line to
+    /// `on_line` as it arrives. An error answer is returned as the API's error; a stream
+    /// cut short is an error too.
+    pub async fn stream_lines<B: Serialize>(
+        &mut self,
+        path: &str,
+        body: &B,
+        mut on_line: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let uri = format!("{PREFIX}{path}");
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(&uri)
+            .header(header::HOST, "cadre")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = &self.token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req.body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+        self.sender.ready().await.with_context(|| {
+            format!("the connection to the controller at {} closed", self.target)
+        })?;
+        let resp = self
+            .sender
+            .send_request(req)
+            .await
+            .with_context(|| format!("request {uri} to the controller failed"))?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let bytes = body.collect().await?.to_bytes();
+            return Err(failure(status, &bytes).into());
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .with_context(|| format!("the controller at {} stopped answering", self.target))?;
+            if let Some(data) = frame.data_ref() {
+                pending.extend_from_slice(data);
+                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    on_line(&line[..line.len() - 1])?;
+                }
+            }
+        }
+        if !pending.is_empty() {
+            on_line(&pending)?;
+        }
+        Ok(())
+    }
+
     /// Sends a JSON request and decodes a JSON answer (or the API's error).
     pub async fn call<B: Serialize, R: DeserializeOwned>(
         &mut self,

@@ -334,6 +334,16 @@ fn main() -> ExitCode {
     // Invoked under the name of a Slurm command (a link named so), answer as that command.
     let argv: Vec<String> = std::env::args().collect();
     let rest = || std::env::args_os().skip(1).collect();
+    if argv.first().and_then(|a| slurm::command_name(a)).is_some() {
+        // Slurm's commands are C programs that end quietly when their output is closed
+        // (`scontrol show hostnames | head -n 1`); Rust's runtime ignores SIGPIPE, which
+        // would make every later print fail. The Slurm personalities take the default.
+        // SAFETY: resetting a signal's disposition before any thread is started touches
+        // no memory of this program.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match argv.first().and_then(|a| slurm::command_name(a)) {
         Some("sbatch") => return slurm::sbatch::run(argv),
         Some("scontrol") => return slurm::scontrol::run(argv),
@@ -343,7 +353,8 @@ fn main() -> ExitCode {
         Some("scancel") => return slurm::scancel::run(rest()),
         Some("sshare") => return slurm::sshare::run(rest()),
         Some("sprio") => return slurm::sprio::run(rest()),
-        Some(name @ ("srun" | "salloc")) => return slurm::not_implemented(name),
+        Some("srun") => return slurm::srun::run_srun(argv),
+        Some("salloc") => return slurm::srun::run_salloc(argv),
         _ => {}
     }
     let cli = Cli::parse();

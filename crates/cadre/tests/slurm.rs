@@ -75,7 +75,11 @@ impl Cluster {
                 cmd.env_remove(k.as_ref());
             }
         }
+        // The aliases first on PATH, as after `cadre install-aliases`: a job's `srun` and
+        // `scontrol` are cadre's too.
+        let path = std::env::var("PATH").unwrap_or_default();
         cmd.args(args)
+            .env("PATH", format!("{}:{path}", self.bin.display()))
             .env("CADRE_DATA_DIR", self.data())
             .current_dir(&self.work)
             .stdin(Stdio::null())
@@ -323,7 +327,7 @@ fn test_only_commits_nothing_and_the_run_spec_is_shown_without_the_environment()
 }
 
 #[test]
-fn every_slurm_name_is_linked_and_those_not_there_yet_say_so() {
+fn every_slurm_name_is_linked_and_srun_refuses_what_it_cannot_do() {
     let c = Cluster::up();
     for name in [
         "sbatch", "srun", "salloc", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sshare",
@@ -335,15 +339,281 @@ fn every_slurm_name_is_linked_and_those_not_there_yet_say_so() {
             "{name} is not linked"
         );
     }
-    for name in ["srun", "salloc"] {
-        let out = c.slurm(name, &[]);
-        assert_eq!(out.status.code(), Some(1));
-        assert_eq!(
-            text(&out.stderr).trim(),
-            format!("cadre: {name} is not implemented yet")
-        );
-    }
+    let out = c.slurm("srun", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "srun: fatal: No command given to execute."
+    );
+    let out = c.slurm("srun", &["--pty", "bash"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--pty"), "{}", text(&out.stderr));
     // Making the links again replaces them.
     let out = c.cadre(&["install-aliases", c.bin.to_str().unwrap()]);
     assert!(out.status.success());
+}
+
+/// `sacct -P -n -o JobID,State,ExitCode -j ID`, line by line.
+fn accounting(c: &Cluster, id: u64) -> Vec<String> {
+    c.ok(
+        "sacct",
+        &[
+            "-P",
+            "-n",
+            "-o",
+            "JobID,State,ExitCode",
+            "-j",
+            &id.to_string(),
+        ],
+    )
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn srun_in_a_batch_job_starts_steps_with_per_task_environments_and_they_are_accounted() {
+    let c = Cluster::up();
+    std::fs::write(
+        c.work.join("steps.sh"),
+        "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 --gpus-per-node=2 -t 5 -o steps-%j.out\n\
+         srun -l bash -c 'echo \"rank=$SLURM_PROCID local=$SLURM_LOCALID node=$SLURM_NODEID step=$SLURM_STEP_ID n=$SLURM_NTASKS host=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES tpn=$SLURM_TASKS_PER_NODE job=$SLURM_JOB_NODELIST\"'\n\
+         srun -N1 -n1 -o 'one-%j.%t.out' bash -c 'echo only $SLURM_STEP_NODELIST $SLURM_NNODES'\n\
+         srun -n2 --gpus-per-task=1 bash -c 'exit $((SLURM_PROCID + 3))'\n\
+         echo \"srun said $?\"\n",
+    )
+    .unwrap();
+    let id = c.sbatch(&["--wait", "steps.sh"]);
+    let out = std::fs::read_to_string(c.work.join(format!("steps-{id}.out"))).unwrap();
+    let mut lines: Vec<&str> = out.lines().collect();
+    let last = lines.pop();
+    // The failed step says so on srun's stderr, which is the job's output here.
+    let said = lines.pop();
+    assert_eq!(
+        said,
+        Some(format!("srun: error: step {id}.2 FAILED (exit code 4)").as_str())
+    );
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        vec![
+            "0: rank=0 local=0 node=0 step=0 n=4 host=node001 gpus=0,1 tpn=2(x2) job=node[001-002]",
+            "1: rank=1 local=1 node=0 step=0 n=4 host=node001 gpus=0,1 tpn=2(x2) job=node[001-002]",
+            "2: rank=2 local=0 node=1 step=0 n=4 host=node002 gpus=0,1 tpn=2(x2) job=node[001-002]",
+            "3: rank=3 local=1 node=1 step=0 n=4 host=node002 gpus=0,1 tpn=2(x2) job=node[001-002]",
+        ],
+        "{out}"
+    );
+    // The highest exit code of the step's tasks.
+    assert_eq!(last, Some("srun said 4"), "{out}");
+    let one = std::fs::read_to_string(c.work.join(format!("one-{id}.0.out"))).unwrap();
+    assert_eq!(one.trim(), "only node001 1");
+    assert_eq!(
+        accounting(&c, id),
+        vec![
+            format!("{id}|COMPLETED|0:0"),
+            format!("{id}.batch|COMPLETED|0:0"),
+            format!("{id}.0|COMPLETED|0:0"),
+            format!("{id}.1|COMPLETED|0:0"),
+            format!("{id}.2|FAILED|4:0"),
+        ]
+    );
+    // A step cannot ask for more than its job holds.
+    std::fs::write(
+        c.work.join("toomany.sh"),
+        "#!/bin/bash\n#SBATCH -N 1 -o toomany.out\nsrun -N2 true\necho \"rc=$?\"\n",
+    )
+    .unwrap();
+    c.sbatch(&["--wait", "toomany.sh"]);
+    let out = std::fs::read_to_string(c.work.join("toomany.out")).unwrap();
+    assert!(
+        out.contains("srun: fatal: only 1 node(s) are allocated to job") && out.contains("rc=1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn srun_and_salloc_outside_an_allocation_get_one_and_give_it_back() {
+    let c = Cluster::up();
+    let out = c.slurm(
+        "srun",
+        &[
+            "-N2",
+            "-n2",
+            "-l",
+            "bash",
+            "-c",
+            "echo $SLURMD_NODENAME $SLURM_STEP_ID",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    lines.sort();
+    assert_eq!(lines, vec!["0: node001 0", "1: node002 0"]);
+    let out = c.slurm("srun", &["-n1", "bash", "-c", "echo oops >&2; exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    assert!(
+        text(&out.stderr).starts_with("oops\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    let jobs: Vec<u64> = c.api("/jobs")["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(
+        accounting(&c, jobs[0])[0],
+        format!("{}|COMPLETED|0:0", jobs[0])
+    );
+    assert_eq!(
+        accounting(&c, jobs[1]),
+        vec![
+            format!("{}|FAILED|7:0", jobs[1]),
+            format!("{}.0|FAILED|7:0", jobs[1])
+        ]
+    );
+
+    // salloc runs its command here with the allocation's variables; srun in it uses it.
+    let out = c.slurm(
+        "salloc",
+        &[
+            "-N2",
+            "bash",
+            "-c",
+            "srun -l bash -c 'echo $SLURMD_NODENAME'; echo alloc=$SLURM_JOB_NODELIST n=$SLURM_JOB_NUM_NODES",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("0: node001\n"), "{stdout}");
+    assert!(stdout.contains("1: node002\n"), "{stdout}");
+    assert!(stdout.ends_with("alloc=node[001-002] n=2\n"), "{stdout}");
+    let stderr = text(&out.stderr);
+    let id: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(stderr.contains(&format!("salloc: Relinquishing job allocation {id}")));
+    assert_eq!(c.state(id), "COMPLETED");
+    // The command's exit code is salloc's, and the job's.
+    let out = c.slurm("salloc", &["-N1", "bash", "-c", "exit 5"]);
+    assert_eq!(out.status.code(), Some(5));
+}
+
+#[test]
+fn steps_are_listed_while_they_run_and_scancel_stops_one_step() {
+    let c = Cluster::up();
+    let out = c.slurm("salloc", &["-N1", "--no-shell", "-J", "holder"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let id: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut srun = Command::new(c.bin.join("srun"))
+        .args(["--jobid", &id.to_string(), "sleep", "300"])
+        .env("PATH", format!("{}:{path}", c.bin.display()))
+        .env("CADRE_DATA_DIR", c.data())
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the step is listed", || {
+        c.ok("squeue", &["-s", "-h"])
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(&format!("{id}.0")))
+    });
+    let listed = c.ok("squeue", &["-s"]);
+    assert!(listed.starts_with("         STEPID     NAME PARTITION     USER      TIME NODELIST\n"));
+    assert!(listed.contains(" sleep "), "{listed}");
+    c.ok("scancel", &[&format!("{id}.0")]);
+    let status = srun.wait().unwrap();
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(srun.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains(&format!("step {id}.0 CANCELLED")), "{err}");
+    // The allocation goes on; the step is over.
+    assert_eq!(c.state(id), "RUNNING");
+    assert_eq!(accounting(&c, id)[1], format!("{id}.0|CANCELLED by 0|0:0"));
+    let again = c.slurm("scancel", &[&format!("{id}.0")]);
+    assert!(
+        text(&again.stderr).contains("Job/step already completing or completed"),
+        "{}",
+        text(&again.stderr)
+    );
+    c.ok("scancel", &[&id.to_string()]);
+    wait_until("the allocation ends", || c.state(id) == "CANCELLED");
+}
+
+/// A multi-node training script as sites write them for torchrun: the first node of the
+/// job (from `scontrol show hostnames`) is the rendezvous, every rank connects to it by
+/// that name. Node names resolve through the job's hosts file, which needs the agents to
+/// run as root; elsewhere the test says so and stops.
+#[test]
+fn a_torchrun_style_script_forms_its_group_from_scontrol_show_hostnames() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: node names resolve inside jobs only when the agents run as root");
+        return;
+    }
+    let c = Cluster::up();
+    std::fs::write(
+        c.work.join("rendezvous.py"),
+        r#"import os, socket, time
+rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    srv = socket.create_server(("0.0.0.0", port))
+    peers = []
+    while len(peers) < world - 1:
+        conn, _ = srv.accept()
+        peers.append((int(conn.recv(64).decode()), conn))
+    total = rank + sum(r for r, _ in peers)
+    for _, conn in peers:
+        conn.sendall(str(total).encode())
+        conn.close()
+else:
+    deadline = time.time() + 30
+    while True:
+        try:
+            conn = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+    conn.sendall(str(rank).encode())
+    total = int(conn.recv(64).decode())
+print(f"rank {rank}/{world} on {os.environ['SLURMD_NODENAME']} via {addr} sum {total}", flush=True)
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        c.work.join("train.sh"),
+        "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 --gpus-per-node=1 -t 5 -o train.out\n\
+         export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n\
+         export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n\
+         srun python3 rendezvous.py\n",
+    )
+    .unwrap();
+    let id = c.sbatch(&["--wait", "train.sh"]);
+    let out = std::fs::read_to_string(c.work.join("train.out")).unwrap();
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        vec![
+            "rank 0/2 on node001 via node001 sum 1",
+            "rank 1/2 on node002 via node001 sum 1"
+        ],
+        "{out}"
+    );
+    assert_eq!(c.state(id), "COMPLETED");
 }

@@ -120,6 +120,10 @@ pub(crate) enum Action {
         run: RunRef,
         signal: i32,
     },
+    SetTimeLimit {
+        run: RunRef,
+        limit: Option<Duration>,
+    },
 }
 
 /// A transition the protocol does not allow.
@@ -174,6 +178,7 @@ fn kind(m: &ControllerMessage) -> &'static str {
         ControllerMessage::Launch(_) => "launch",
         ControllerMessage::Stop { .. } => "stop",
         ControllerMessage::Signal { .. } => "signal",
+        ControllerMessage::SetTimeLimit { .. } => "time limit",
     }
 }
 
@@ -321,6 +326,18 @@ impl Session {
                     Some(_) => Ok(vec![Action::Signal { run, signal }]),
                     None => {
                         tracing::info!(job = %run.job, run = run.run, signal, "signal for a run not alive here: dropped");
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            (Link::Up { .. }, ControllerMessage::SetTimeLimit { run, time_limit_ms }) => {
+                match self.runs.get(&run) {
+                    Some(_) => Ok(vec![Action::SetTimeLimit {
+                        run,
+                        limit: time_limit_ms.map(Duration::from_millis),
+                    }]),
+                    None => {
+                        tracing::info!(%run, "time limit for a run not alive here: dropped");
                         Ok(Vec::new())
                     }
                 }
@@ -548,10 +565,7 @@ mod tests {
     }
 
     fn run(job: u64) -> RunRef {
-        RunRef {
-            job: JobId(job),
-            run: 0,
-        }
+        RunRef::job_run(JobId(job), 0)
     }
 
     fn order(job: u64) -> Box<LaunchOrder> {
@@ -566,6 +580,7 @@ mod tests {
             node_addresses: BTreeMap::new(),
             run_spec,
             time_limit_ms: None,
+            step: None,
         })
     }
 
@@ -856,14 +871,17 @@ mod tests {
         assert!(!e.is_fatal());
         let e = s
             .handle(msg(ControllerMessage::Welcome {
-                version: 3,
+                version: PROTOCOL_VERSION + 1,
                 node_id: NodeId(0),
             }))
             .unwrap_err();
         assert!(e.is_fatal());
         assert_eq!(
             e.to_string(),
-            "the controller speaks agent protocol version 3, this agent version 2"
+            format!(
+                "the controller speaks agent protocol version {}, this agent version {PROTOCOL_VERSION}",
+                PROTOCOL_VERSION + 1
+            )
         );
         let e = s
             .handle(msg(ControllerMessage::Refused {

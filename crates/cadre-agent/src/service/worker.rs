@@ -25,7 +25,7 @@ use crate::launch::{LaunchError, RunAs};
 use crate::supervise::TaskOutcome;
 use cadre_core::cluster::{NodeId, NodeShape};
 use cadre_core::job::JobState;
-use cadre_proto::agent::{LaunchOrder, RunRef, TaskEvent};
+use cadre_proto::agent::{LaunchOrder, OutputChunk, OutputStream, RunRef, TaskEvent};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use std::io::{self, Write};
@@ -49,6 +49,14 @@ pub(crate) struct LaunchContext {
     pub(crate) agent_uid: u32,
 }
 
+/// What a run's thread tells the service, in order: a task event, or output of a step's
+/// task to relay (sent before the step's end, so that its `srun` gets all of it first).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Report {
+    Event(TaskEvent),
+    Output(OutputChunk),
+}
+
 /// An order for a running run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum RunCommand {
@@ -56,6 +64,8 @@ pub(crate) enum RunCommand {
     Stop { kill_wait: Duration },
     /// A signal to every task's process group.
     Signal(i32),
+    /// A new time limit, from the run's start.
+    SetTimeLimit(Option<Duration>),
 }
 
 /// The service's end of a run's thread.
@@ -148,12 +158,15 @@ pub(crate) fn spawn_run(
     order: Box<LaunchOrder>,
     node_id: NodeId,
     ctx: Arc<LaunchContext>,
-    events: UnboundedSender<TaskEvent>,
+    events: UnboundedSender<Report>,
 ) -> io::Result<RunHandle> {
     let (tx, rx) = mpsc::channel();
     let run = order.run;
     std::thread::Builder::new()
-        .name(format!("run-{}.{}", run.job, run.run))
+        .name(match run.step {
+            Some(s) => format!("step-{}.{s}", run.job),
+            None => format!("run-{}.{}", run.job, run.run),
+        })
         .spawn(move || {
             let span = tracing::info_span!("run", job = %run.job, run = run.run);
             let _entered = span.enter();
@@ -162,8 +175,8 @@ pub(crate) fn spawn_run(
     Ok(RunHandle { commands: tx })
 }
 
-fn report(events: &UnboundedSender<TaskEvent>, event: TaskEvent) {
-    if events.send(event).is_err() {
+fn report(events: &UnboundedSender<Report>, event: TaskEvent) {
+    if events.send(Report::Event(event)).is_err() {
         tracing::warn!("the agent service is gone; the run's report is lost");
     }
 }
@@ -172,7 +185,7 @@ fn run_thread(
     order: &LaunchOrder,
     node_id: NodeId,
     ctx: &LaunchContext,
-    events: &UnboundedSender<TaskEvent>,
+    events: &UnboundedSender<Report>,
     commands: &mpsc::Receiver<RunCommand>,
 ) {
     let run = order.run;
@@ -198,12 +211,40 @@ fn run_thread(
         os_cpus: ctx.os_cpus.clone(),
         cgroup_parent: ctx.cgroup_parent.clone(),
     };
-    let mut gang = match launch_gang(&job, &node, &run_as) {
+    let launched = if order.run_spec.allocation {
+        Ok(gang::Gang { tasks: Vec::new() })
+    } else {
+        launch_gang(&job, &node, &run_as)
+    };
+    let mut gang = match launched {
         Ok(g) => g,
         Err(e) => {
             remove_script_dir(script_dir.as_deref());
             return failed(e.to_string(), is_permanent(&e.source));
         }
+    };
+    if gang.tasks.is_empty() {
+        // Nothing to run here (an allocation, or a batch job's node other than the
+        // script's): the node holds the job's share, for its steps, until the job stops.
+        report(events, TaskEvent::Started { run });
+        let state = hold(job.time_limit, commands, events);
+        remove_script_dir(script_dir.as_deref());
+        tracing::info!(state = %state, "holding ended");
+        report(
+            events,
+            TaskEvent::Ended {
+                run,
+                state,
+                exit_code: Some(0),
+                signal: None,
+            },
+        );
+        return;
+    }
+    let readers = if job.relay {
+        relay_output(&mut gang, run, events)
+    } else {
+        Vec::new()
     };
     let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
     tracing::info!(user = %run_as.name, uid = run_as.uid, ?pids, "started");
@@ -222,7 +263,28 @@ fn run_thread(
             .collect(),
         None => Vec::new(),
     };
-    let ended = match supervise(&mut gang, run, &completing, events, commands) {
+    let supervised = supervise(&mut gang, run, &completing, events, commands);
+    // The output is all read once the tasks' pipes close; not waited for long, since a
+    // process the task left behind may hold them open.
+    let until = std::time::Instant::now() + RELAY_DRAIN;
+    for r in readers {
+        while !r.is_finished() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let ended = match supervised {
+        // A step's exit code is its tasks' highest, as `srun` reports it.
+        Ok(outcomes) if run.step.is_some() => match ended_event(run, &outcomes) {
+            TaskEvent::Ended {
+                run, state, signal, ..
+            } => TaskEvent::Ended {
+                run,
+                state,
+                exit_code: outcomes.iter().filter_map(|o| o.exit_code).max(),
+                signal,
+            },
+            other => other,
+        },
         Ok(outcomes) => ended_event(run, &outcomes),
         Err(e) => {
             tracing::error!(error = %e, "lost track of the run's tasks; killing them");
@@ -301,6 +363,15 @@ fn prepare(
     job.kill_wait = Duration::from_secs(rs.kill_wait_secs);
     job.batch = rs.script.is_some();
     job.time_limit = order.time_limit_ms.map(Duration::from_millis);
+    if let (Some(id), Some(ctx)) = (order.run.step, &order.step) {
+        job.step = Some(crate::jobenv::StepEnv {
+            id,
+            job_nodelist: ctx.job_nodelist.clone(),
+            job_num_nodes: ctx.job_num_nodes,
+            job_cpus_per_node: ctx.job_cpus_per_node.clone(),
+        });
+        job.relay = ctx.relay;
+    }
     if let Some(t) = workload {
         // A Kubernetes workload: each task runs its group's program with its rank's
         // contract; the job's files live in the run's directory, removed at its end.
@@ -310,13 +381,172 @@ fn prepare(
         job.programs =
             crate::workload::prepare(&t, order, node_id, &dir, ctx.agent_uid == 0, owner)
                 .inspect_err(|_| remove_script_dir(Some(&dir)))?;
+    } else if !rs.allocation {
+        // Node names that are not host names resolve through the job's hosts file.
+        let dir = run_dir(&ctx.state_dir, order.run);
+        let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
+        if let Some(hosts) = crate::workload::node_hosts_file(order, &dir, owner)? {
+            if script_dir.is_none() {
+                script_dir = Some(dir);
+            }
+            job.extra_env
+                .push(("CADRE_HOSTS_FILE".into(), hosts.display().to_string()));
+            if ctx.agent_uid == 0 {
+                job.binds
+                    .push((hosts, PathBuf::from(crate::workload::HOSTS_TARGET)));
+            }
+        }
     }
     Ok((job, run_as, script_dir))
 }
 
 /// The run's directory in the state directory.
 pub(crate) fn run_dir(state_dir: &Path, run: RunRef) -> PathBuf {
-    state_dir.join(format!("job{}.{}", run.job, run.run))
+    match run.step {
+        Some(s) => state_dir.join(format!("job{}.{}.step{s}", run.job, run.run)),
+        None => state_dir.join(format!("job{}.{}", run.job, run.run)),
+    }
+}
+
+/// How long a step's end waits for the last of its tasks' output.
+const RELAY_DRAIN: Duration = Duration::from_secs(2);
+
+/// Most bytes of output in one relayed chunk.
+const RELAY_CHUNK: usize = 16 * 1024;
+
+/// Starts a thread per output pipe of each task, passing what it reads to the service.
+fn relay_output(
+    gang: &mut gang::Gang,
+    run: RunRef,
+    events: &UnboundedSender<Report>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut readers = Vec::new();
+    for task in &mut gang.tasks {
+        let rank = task.place().procid;
+        let (out, err) = task.take_output();
+        let pipes: [(Option<Box<dyn io::Read + Send>>, OutputStream); 2] = [
+            (
+                out.map(|o| Box::new(o) as Box<dyn io::Read + Send>),
+                OutputStream::Stdout,
+            ),
+            (
+                err.map(|e| Box::new(e) as Box<dyn io::Read + Send>),
+                OutputStream::Stderr,
+            ),
+        ];
+        for (pipe, stream) in pipes {
+            let Some(pipe) = pipe else { continue };
+            let events = events.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("out-{}.{rank}", run.job))
+                .spawn(move || relay_pipe(pipe, run, rank, stream, &events));
+            match spawned {
+                Ok(h) => readers.push(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start a thread to relay a task's output; it is lost")
+                }
+            }
+        }
+    }
+    readers
+}
+
+/// Reads a pipe to its end, sending chunks that end on character boundaries.
+fn relay_pipe(
+    mut pipe: Box<dyn io::Read + Send>,
+    run: RunRef,
+    task: u32,
+    stream: OutputStream,
+    events: &UnboundedSender<Report>,
+) {
+    let mut buf = vec![0u8; RELAY_CHUNK];
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        let cut = utf8_prefix_len(&pending);
+        if cut == 0 {
+            continue;
+        }
+        let data = String::from_utf8_lossy(&pending[..cut]).into_owned();
+        pending.drain(..cut);
+        let chunk = OutputChunk {
+            run,
+            task,
+            stream,
+            data,
+        };
+        if events.send(Report::Output(chunk)).is_err() {
+            return;
+        }
+    }
+    if !pending.is_empty() {
+        let data = String::from_utf8_lossy(&pending).into_owned();
+        let _ = events.send(Report::Output(OutputChunk {
+            run,
+            task,
+            stream,
+            data,
+        }));
+    }
+}
+
+/// The length of the longest prefix of `bytes` that does not end inside a UTF-8 character
+/// (bytes that are not UTF-8 at all count whole: they are replaced when sent).
+fn utf8_prefix_len(bytes: &[u8]) -> usize {
+    // A character is at most 4 bytes: look back at most 3 for an unfinished one.
+    for back in 1..=3.min(bytes.len()) {
+        let b = bytes[bytes.len() - back];
+        if b & 0xC0 == 0x80 {
+            continue; // a continuation byte: look further back
+        }
+        let need = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return bytes.len(),
+        };
+        return if need > back {
+            bytes.len() - back
+        } else {
+            bytes.len()
+        };
+    }
+    bytes.len()
+}
+
+/// Holds a run that has no process on this node until it is stopped (CANCELLED) or its
+/// time limit passes (TIMEOUT).
+fn hold(
+    limit: Option<Duration>,
+    commands: &mpsc::Receiver<RunCommand>,
+    events: &UnboundedSender<Report>,
+) -> JobState {
+    let start = std::time::Instant::now();
+    let mut limit = limit;
+    loop {
+        let wait = match limit {
+            Some(l) => match l.checked_sub(start.elapsed()) {
+                Some(left) => left.min(Duration::from_secs(1)),
+                None => return JobState::Timeout,
+            },
+            None => Duration::from_secs(1),
+        };
+        if events.is_closed() {
+            return JobState::Cancelled;
+        }
+        match commands.recv_timeout(wait) {
+            Ok(RunCommand::Stop { .. }) => return JobState::Cancelled,
+            Ok(RunCommand::SetTimeLimit(l)) => limit = l,
+            Ok(RunCommand::Signal(_)) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return JobState::Cancelled,
+        }
+    }
 }
 
 /// Writes the batch script to `state_dir/job<ID>.<run>/script`, the directory mode 0700
@@ -378,7 +608,7 @@ fn supervise(
     gang: &mut gang::Gang,
     run: RunRef,
     completing: &[bool],
-    events: &UnboundedSender<TaskEvent>,
+    events: &UnboundedSender<Report>,
     commands: &mpsc::Receiver<RunCommand>,
 ) -> Result<Vec<TaskOutcome>, LaunchError> {
     let mut orders_open = true;
@@ -434,6 +664,10 @@ fn supervise(
                 tracing::info!(kill_wait_ms = kill_wait.as_millis() as u64, "stopping");
                 gang.cancel_within(kill_wait)?;
             }
+            Ok(RunCommand::SetTimeLimit(limit)) => {
+                tracing::info!(limit_ms = ?limit.map(|l| l.as_millis() as u64), "new time limit");
+                gang.set_time_limit(limit);
+            }
             Ok(RunCommand::Signal(number)) => match Signal::try_from(number) {
                 Ok(signal) => {
                     tracing::info!(%signal, "signalling the tasks");
@@ -487,10 +721,7 @@ mod tests {
 
     #[test]
     fn the_end_names_the_first_task_that_did_not_complete() {
-        let run = RunRef {
-            job: JobId(1),
-            run: 0,
-        };
+        let run = RunRef::job_run(JobId(1), 0);
         let e = ended_event(
             run,
             &[
@@ -548,10 +779,7 @@ mod tests {
     #[test]
     fn a_script_is_written_private_and_executable_and_replaces_a_leftover() {
         let state = tempfile::tempdir().unwrap();
-        let run = RunRef {
-            job: JobId(12),
-            run: 3,
-        };
+        let run = RunRef::job_run(JobId(12), 3);
         let dir = run_dir(state.path(), run);
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("stale"), "x").unwrap();

@@ -12,7 +12,7 @@
 //!   glibc's messages), [`query`] (the controller, error reporting and exit codes), and one
 //!   module per command.
 //!
-//! Not implemented yet: `srun` and `salloc` (job steps). Where Slurm releases differ, the
+//! `srun` and `salloc` ([`srun`]) run job steps and allocations. Where Slurm releases differ, the
 //! commands follow current Slurm and say so in their module docs; the reference they were
 //! compared with is Slurm 22.05.
 
@@ -26,6 +26,7 @@ pub mod scontrol;
 pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
+pub mod srun;
 pub mod sshare;
 
 use crate::client::{ApiFailure, Client};
@@ -46,12 +47,6 @@ pub const COMMANDS: [&str; 10] = [
 pub fn command_name(argv0: &str) -> Option<&'static str> {
     let name = Path::new(argv0).file_name()?.to_str()?;
     COMMANDS.iter().copied().find(|c| *c == name)
-}
-
-/// The answer of a command that is not there yet.
-pub fn not_implemented(name: &str) -> ExitCode {
-    eprintln!("cadre: {name} is not implemented yet");
-    ExitCode::from(1)
 }
 
 /// `cadre install-aliases DIR`: a symbolic link to this executable under every Slurm

@@ -5,8 +5,9 @@
 //! not ended from `GET /jobs` (pending, running, completing), and ended runs from
 //! `GET /usage` (one row per run; a requeued job has several, of which only the latest is
 //! shown unless `-D`). The pending tasks of a job array share one line (`12_[3-7]`), as in
-//! Slurm. cadre has no job steps yet, so there are no `.batch` or `.N` lines and `-X`
-//! changes nothing.
+//! Slurm. Each job's steps follow it (`GET /steps`): its batch step (`12.batch`, the
+//! script's own run on the first node) and its `srun` steps (`12.0`, `12.1`, ...); `-X`
+//! leaves them out. cadre has no `.extern` step.
 //!
 //! Output: each field in its width (right-justified, but for JobID), followed by a space,
 //! under a header and a line of dashes; a value longer than its width is cut and ends in
@@ -21,7 +22,7 @@ use super::format::{self, LocalTime, TableColumn, TableStyle};
 use super::getopt::{HasArg, Opt};
 use super::query::{self, JobRef};
 use cadre_core::job::{ArrayIndex, JobState};
-use cadre_proto::api::{JobList, JobView, UsageList, UsageView};
+use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -197,6 +198,8 @@ pub(crate) fn parse_fields(text: &str) -> Result<Vec<Column>, String> {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Row {
     pub id: u64,
+    /// A step of job `id` (`BATCH_STEP` for its batch step); `None`: the job's line.
+    pub step: Option<u32>,
     pub array: Option<ArrayIndex>,
     /// Array indices this line stands for (pending tasks shown together).
     pub indices: Option<Vec<u32>>,
@@ -228,6 +231,7 @@ impl Row {
         let spec = j.spec.as_ref();
         Row {
             id: j.id.0,
+            step: None,
             array: j.array,
             indices: None,
             name: j.name.clone(),
@@ -266,6 +270,7 @@ impl Row {
     fn of_run(r: &UsageView) -> Row {
         Row {
             id: r.job.0,
+            step: None,
             array: r.array,
             indices: None,
             name: r.name.clone(),
@@ -288,6 +293,38 @@ impl Row {
             reason: "None".into(),
             mem_per_node: None,
             qos: "normal".into(),
+            features: String::new(),
+        }
+    }
+
+    /// A step's line, under its job's.
+    fn of_step(st: &StepView, job: &Row) -> Row {
+        let node_count = u64::from(st.num_nodes);
+        Row {
+            id: st.job.0,
+            step: Some(st.step),
+            array: job.array,
+            indices: None,
+            name: st.name.clone(),
+            user: st.user.clone(),
+            account: st.account.clone(),
+            partition: st.partition.clone(),
+            state: st.state,
+            exit_code: st.exit_code,
+            submit: st.start_time,
+            start: Some(st.start_time),
+            end: st.end_time,
+            cpus: st.cpus,
+            gpus: 0.0,
+            nodes: st.nodes.clone(),
+            node_count,
+            tasks: st.ntasks,
+            time_limit: 0,
+            restarts: job.restarts,
+            priority: 0,
+            reason: "None".into(),
+            mem_per_node: None,
+            qos: job.qos.clone(),
             features: String::new(),
         }
     }
@@ -354,9 +391,9 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
             .map_or_else(String::new, |g| g.name),
         JobId => match (&r.indices, r.array) {
             (Some(ix), Some(a)) => format!("{}_[{}]", a.array_job.0, format::index_ranges(ix)),
-            _ => format::job_id(r.id, r.array),
+            _ => format!("{}{}", format::job_id(r.id, r.array), step_suffix(r.step)),
         },
-        JobIdRaw => r.id.to_string(),
+        JobIdRaw => format!("{}{}", r.id, step_suffix(r.step)),
         JobName => r.name.clone(),
         NNodes => r.node_count.to_string(),
         NodeList => {
@@ -442,6 +479,8 @@ pub(crate) struct Selection {
     pub start: u64,
     pub end: u64,
     pub duplicates: bool,
+    /// `-X`: jobs only, no steps.
+    pub allocations: bool,
 }
 
 impl Selection {
@@ -470,6 +509,39 @@ impl Selection {
             && any(&self.names, &r.name)
             && (!self.states_given || self.states.contains(&r.state))
     }
+}
+
+/// `.batch`, `.N`, or nothing for a job's own line.
+fn step_suffix(step: Option<u32>) -> String {
+    match step {
+        None => String::new(),
+        Some(BATCH_STEP) => ".batch".into(),
+        Some(n) => format!(".{n}"),
+    }
+}
+
+/// Puts each job's steps after its line (batch step first, then by number), unless
+/// `allocations` (`-X`); with `-s`, only steps in those states.
+pub(crate) fn with_steps(rows: Vec<Row>, steps: &[StepView], sel: &Selection) -> Vec<Row> {
+    if sel.allocations || steps.is_empty() {
+        return rows;
+    }
+    let mut out = Vec::with_capacity(rows.len() + steps.len());
+    for r in rows {
+        let mine: Vec<Row> = if r.indices.is_none() && r.step.is_none() {
+            let mut m: Vec<&StepView> = steps.iter().filter(|s| s.job.0 == r.id).collect();
+            m.sort_by_key(|s| (s.step != BATCH_STEP, s.step));
+            m.into_iter()
+                .map(|s| Row::of_step(s, &r))
+                .filter(|s| !sel.states_given || sel.states.contains(&s.state))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        out.push(r);
+        out.extend(mine);
+    }
+    out
 }
 
 /// The rows to print: jobs that have not ended, ended runs (the latest per job unless
@@ -711,6 +783,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             .flat_map(|a| query::list(a))
             .collect(),
         duplicates: p.has("duplicates"),
+        allocations: p.has("allocations"),
         ..Selection::default()
     };
     for text in p.values("jobs").iter().flat_map(|j| query::list(j)) {
@@ -824,6 +897,21 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Err(e) => return query::fail(CMD, query::describe(&e)),
     };
     let rows = rows(&jobs.jobs, &runs.runs, &sel);
+    let mut steps: Vec<StepView> = Vec::new();
+    if !sel.allocations {
+        let ids: Vec<String> = rows
+            .iter()
+            .filter(|r| r.start.is_some())
+            .map(|r| r.id.to_string())
+            .collect();
+        for chunk in ids.chunks(200) {
+            match client.get::<StepList>(&format!("/steps?job={}", chunk.join(","))) {
+                Ok(l) => steps.extend(l.steps),
+                Err(e) => return query::fail(CMD, query::describe(&e)),
+            }
+        }
+    }
+    let rows = with_steps(rows, &steps, &sel);
     if p.has("json") {
         println!(
             "{}",

@@ -104,31 +104,7 @@ fn sbatch(args: &[String]) -> Result<ExitCode, SlurmError> {
     )?;
 
     let client = RefCell::new(connect()?);
-    let user = if super::connect_args().token.is_some() {
-        get::<WhoAmI>(&client, "/whoami")?.user
-    } else {
-        current_user()
-    };
-    check_partition(&client, &opts)?;
-    check_features(&client, &opts)?;
-    let cwd = std::env::current_dir()
-        .map_err(|e| SlurmError::Refused(format!("cannot read the working directory: {e}")))?;
-    let ctx = SubmitContext {
-        default_account: env
-            .get("CADRE_ACCOUNT")
-            .cloned()
-            .unwrap_or_else(|| user.clone()),
-        user,
-        cwd,
-        env: env.into_iter().collect(),
-        submit_host: nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok()),
-        clock,
-        max_array_size: DEFAULT_MAX_ARRAY_SIZE,
-    };
-    let resolver = ApiResolver { client: &client };
-    let job = build_job(&opts, &text, &source, &script_args, &ctx, &resolver)?;
+    let job = prepare_job(&client, &opts, &text, &source, &script_args, env, clock)?;
     for w in &job.warnings {
         eprintln!("sbatch: Warning: {w}");
     }
@@ -163,7 +139,45 @@ fn sbatch(args: &[String]) -> Result<ExitCode, SlurmError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn get<T: serde::de::DeserializeOwned>(
+/// The job `opts` ask for, checked with the controller as Slurm's controller checks it
+/// (the partition, the features, dependencies): shared by `sbatch`, `srun` and `salloc`.
+pub(super) fn prepare_job(
+    client: &RefCell<Client>,
+    opts: &BatchOptions,
+    text: &str,
+    source: &ScriptSource,
+    script_args: &[String],
+    env: BTreeMap<String, String>,
+    clock: cadre_slurm::time::Clock,
+) -> Result<cadre_slurm::convert::BatchJob, SlurmError> {
+    let user = if super::connect_args().token.is_some() {
+        get::<WhoAmI>(client, "/whoami")?.user
+    } else {
+        current_user()
+    };
+    check_partition(client, opts)?;
+    check_features(client, opts)?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| SlurmError::Refused(format!("cannot read the working directory: {e}")))?;
+    let ctx = SubmitContext {
+        default_account: env
+            .get("CADRE_ACCOUNT")
+            .cloned()
+            .unwrap_or_else(|| user.clone()),
+        user,
+        cwd,
+        env: env.into_iter().collect(),
+        submit_host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok()),
+        clock,
+        max_array_size: DEFAULT_MAX_ARRAY_SIZE,
+    };
+    let resolver = ApiResolver { client };
+    build_job(opts, text, source, script_args, &ctx, &resolver)
+}
+
+pub(super) fn get<T: serde::de::DeserializeOwned>(
     client: &RefCell<Client>,
     path: &str,
 ) -> Result<T, SlurmError> {

@@ -197,10 +197,16 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         },
     };
     let mut sel = Selection::default();
+    // `job.step`: that step only (a `batch` step stands for its job).
+    let mut steps: Vec<(String, JobRef, u32)> = Vec::new();
     for text in p.operands.iter().flat_map(|o| query::list(o)) {
-        match JobRef::parse(&text) {
-            Some(r) => sel.refs.push((text, r)),
-            None => return query::fail(CMD, format!("Invalid job id {text}")),
+        let step = text
+            .split_once('.')
+            .and_then(|(_, s)| s.parse::<u32>().ok());
+        match (JobRef::parse(&text), step) {
+            (Some(r), Some(n)) => steps.push((text, r, n)),
+            (Some(r), None) => sel.refs.push((text, r)),
+            (None, _) => return query::fail(CMD, format!("Invalid job id {text}")),
         }
     }
     let pick = |opt: &str, var: &str| -> Vec<String> {
@@ -253,7 +259,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             Err(e) => return query::fail(CMD, format!("Invalid node list: {e}")),
         }
     }
-    if sel.refs.is_empty() && !sel.has_filters() {
+    if sel.refs.is_empty() && steps.is_empty() && !sel.has_filters() {
         return query::fail(CMD, "No job identification provided");
     }
 
@@ -265,8 +271,35 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Ok(l) => l,
         Err(e) => return query::fail(CMD, query::describe(&e)),
     };
-    let (todo, missing) = targets(&active.jobs, &sel);
     let mut rc = ExitCode::SUCCESS;
+    for (text, r, step) in steps {
+        let job = active.jobs.iter().find(|j| r.matches(j)).map(|j| j.id);
+        let result = match job {
+            Some(id) => {
+                if verbose {
+                    eprintln!("{CMD}: Terminating step {text}");
+                }
+                client.send::<_, serde_json::Value>(
+                    Method::POST,
+                    &format!("/jobs/{id}/steps/{step}/cancel"),
+                    Some(&CancelRequest { signal }),
+                )
+            }
+            None => Err(anyhow::anyhow!("Invalid job id specified")),
+        };
+        if let Err(e) = result {
+            let reason = why(&e);
+            if quiet && reason.starts_with("Job/step already") {
+                continue;
+            }
+            eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+            rc = ExitCode::from(1);
+        }
+    }
+    if sel.refs.is_empty() && !sel.has_filters() {
+        return rc;
+    }
+    let (todo, missing) = targets(&active.jobs, &sel);
     for text in missing {
         // Not among the jobs that have not ended: an ended job, or none at all.
         let known = JobRef::parse(&text)

@@ -13,7 +13,7 @@ use super::format::{self, Layout, parse_names, parse_percent};
 use super::getopt::{HasArg, Opt};
 use super::query::{self, JobRef};
 use cadre_core::job::{JobState, RequeuePolicy};
-use cadre_proto::api::{JobList, JobView};
+use cadre_proto::api::{JobList, JobView, StepList};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -417,6 +417,51 @@ fn time_used(j: &JobView, now: u64) -> u64 {
     }
 }
 
+/// `squeue -s`: the running steps (batch steps included), in Slurm's default step layout.
+fn list_steps(sel: &Selection, header: bool) -> ExitCode {
+    let mut client = match query::connect() {
+        Ok(c) => c,
+        Err(e) => return query::fail(CMD, query::describe(&e)),
+    };
+    let list: StepList = match client.get("/steps?running=true") {
+        Ok(l) => l,
+        Err(e) => return query::fail(CMD, query::describe(&e)),
+    };
+    let now = query::now();
+    if header {
+        println!(
+            "{:>15} {:>8} {:>9} {:>8} {:>9} NODELIST",
+            "STEPID", "NAME", "PARTITION", "USER", "TIME"
+        );
+    }
+    let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+    let cut = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    for st in &list.steps {
+        if !(any(&sel.users, &st.user)
+            && any(&sel.partitions, &st.partition)
+            && any(&sel.names, &st.name)
+            && (sel.jobs.is_empty() || sel.jobs.iter().any(|j| j.id == st.job.0)))
+        {
+            continue;
+        }
+        let id = if st.step == cadre_proto::api::BATCH_STEP {
+            format!("{}.batch", st.job)
+        } else {
+            format!("{}.{}", st.job, st.step)
+        };
+        println!(
+            "{:>15} {:>8} {:>9} {:>8} {:>9} {}",
+            cut(&id, 15),
+            cut(&st.name, 8),
+            cut(&st.partition, 9),
+            cut(&st.user, 8),
+            format::duration(now.saturating_sub(st.start_time)),
+            st.nodes
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 /// What to show, from the command line.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Selection {
@@ -691,14 +736,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     }
     let long = p.has("long");
     if p.has("steps") {
-        // cadre has no job steps yet: the steps listing is its header alone.
-        if !p.has("noheader") {
-            println!(
-                "{:>15} {:>8} {:>9} {:>8} {:>9} NODELIST",
-                "STEPID", "NAME", "PARTITION", "USER", "TIME"
-            );
-        }
-        return ExitCode::SUCCESS;
+        return list_steps(&sel, !p.has("noheader"));
     }
     let fmt_o = p
         .value("format")

@@ -1,0 +1,540 @@
+//! `srun` and `salloc`.
+//!
+//! - `srun` inside an allocation (`$SLURM_JOB_ID`, or `--jobid`) starts a job step over the
+//!   job's tasks (or the nodes and tasks it asks for, within the job's), prints the tasks'
+//!   output as it comes (each line prefixed with its task's rank with `--label`), and exits
+//!   with the highest exit code of the tasks. With `--output`/`--error` the tasks write to
+//!   those files instead (`%t` task, `%n` node index, `%N` node, `%j` job ...), as Slurm's do.
+//!   Interrupting `srun` (SIGINT, SIGTERM) cancels the step; if `srun` dies, the controller
+//!   cancels it too.
+//! - `srun` outside one first asks for an allocation with its options (as `salloc` would),
+//!   waits for it, runs the step in it, and gives the allocation back with the step's exit
+//!   code.
+//! - `salloc` asks for an allocation, waits for it, runs a command (default: `$SHELL`) on
+//!   this host with the allocation's `SLURM_*` variables, and gives the allocation back with
+//!   the command's exit code when it exits. If the allocation ends first (cancelled, time
+//!   limit), the command is sent SIGHUP, as Slurm does. `--no-shell` allocates and exits.
+//!
+//! Differences from Slurm, stated: no pseudo-terminal (`--pty`) and no `--multi-prog`
+//! (refused with a message); standard input is not forwarded to the tasks (they read
+//! `/dev/null`); concurrent steps share the job's resources (as with `--overlap`) rather
+//! than waiting for one another.
+
+use super::sbatch::{get, prepare_job, submission_error};
+use super::{connect, connect_args, fail, local_clock};
+use crate::client::{Client, Connection};
+use cadre_core::job::{JobId, JobState};
+use cadre_proto::agent::OutputStream;
+use cadre_proto::api::{
+    CancelRequest, CompleteRequest, JobView, StepEvent, StepRequest, SubmitRequest, SubmitResponse,
+};
+use cadre_slurm::SlurmError;
+use cadre_slurm::convert::ScriptSource;
+use cadre_slurm::launch::{SALLOC_OPTIONS, SRUN_OPTIONS, parse_launch, resolve_launch};
+use cadre_slurm::options::BatchOptions;
+use hyper::Method;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const SRUN_USAGE: &str =
+    "Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
+            [-D path] [-o file] [-e file] [-J jobname] [-l] [-w hosts] [--jobid=id]
+            [--ntasks-per-node=n] [--gpus-per-task=n] [--mem=MB] [-G gpus] [-A account]
+            executable [args...]";
+
+const SALLOC_USAGE: &str =
+    "Usage: salloc [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
+              [-J jobname] [-G gpus] [--gpus-per-node=n] [--mem=MB] [-A account]
+              [--no-shell] [command [args...]]";
+
+/// How often the state of an allocation is asked while waiting for it.
+const POLL: Duration = Duration::from_millis(100);
+
+/// `srun ARGS...`.
+pub fn run_srun(argv: Vec<String>) -> ExitCode {
+    let prog = argv.first().cloned().unwrap_or_else(|| "srun".into());
+    match srun(&argv[1.min(argv.len())..]) {
+        Ok(code) => code,
+        Err(e) => fail("srun", &prog, &e),
+    }
+}
+
+/// `salloc ARGS...`.
+pub fn run_salloc(argv: Vec<String>) -> ExitCode {
+    let prog = argv.first().cloned().unwrap_or_else(|| "salloc".into());
+    match salloc(&argv[1.min(argv.len())..]) {
+        Ok(code) => code,
+        Err(e) => fail("salloc", &prog, &e),
+    }
+}
+
+fn informational(cmd: &str, usage: &str, opts: &BatchOptions) -> Option<ExitCode> {
+    if opts.version {
+        println!(
+            "cadre {} (Slurm-compatible {cmd})",
+            env!("CARGO_PKG_VERSION")
+        );
+    } else if opts.help || opts.usage {
+        println!("{usage}");
+        println!("\ncadre's {cmd} takes Slurm's {cmd} options; see `man {cmd}`.");
+    } else {
+        return None;
+    }
+    Some(ExitCode::SUCCESS)
+}
+
+fn program_name(cmd: &[String]) -> Option<String> {
+    let first = cmd.first()?;
+    Some(
+        std::path::Path::new(first)
+            .file_name()
+            .map_or_else(|| first.clone(), |f| f.to_string_lossy().into_owned()),
+    )
+}
+
+fn srun(args: &[String]) -> Result<ExitCode, SlurmError> {
+    let cli = parse_launch(&SRUN_OPTIONS, args)?;
+    let clock = local_clock();
+    let opts = resolve_launch(&cli, &clock)?;
+    if let Some(code) = informational("srun", SRUN_USAGE, &opts) {
+        return Ok(code);
+    }
+    for (flag, what) in [
+        ("pty", "--pty (a pseudo-terminal for the first task)"),
+        ("multi-prog", "--multi-prog (a program per task)"),
+    ] {
+        if opts.recorded.contains_key(flag) {
+            return Err(SlurmError::unsupported(what));
+        }
+    }
+    let command = cli.operands.clone();
+    if command.is_empty() {
+        return Err(SlurmError::Fatal("No command given to execute.".into()));
+    }
+    let inside = match &opts.jobid {
+        Some(j) => Some(parse_job_id(j)?),
+        None => match super::query::env_var("SLURM_JOB_ID")
+            .or_else(|| super::query::env_var("SLURM_JOBID"))
+        {
+            Some(j) => Some(parse_job_id(&j)?),
+            None => None,
+        },
+    };
+    let client = RefCell::new(connect()?);
+    match inside {
+        Some(id) => run_step(id, &opts, &command, true).map(ExitCode::from),
+        None => {
+            let mut opts = opts;
+            if opts.job_name.is_none() {
+                opts.job_name = program_name(&command);
+            }
+            let id = allocate(&client, &opts, "srun", false)?;
+            let code = run_step(id, &opts, &command, false);
+            relinquish(&client, id, code.as_ref().map_or(1, |c| i32::from(*c)));
+            code.map(ExitCode::from)
+        }
+    }
+}
+
+fn parse_job_id(text: &str) -> Result<JobId, SlurmError> {
+    text.trim()
+        .parse::<u64>()
+        .map(JobId)
+        .map_err(|_| SlurmError::Fatal(format!("Invalid job id: {text}")))
+}
+
+/// Asks for an allocation and waits until it is granted; its id.
+fn allocate(
+    client: &RefCell<Client>,
+    opts: &BatchOptions,
+    cmd: &str,
+    always_say: bool,
+) -> Result<JobId, SlurmError> {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let job = prepare_job(
+        client,
+        opts,
+        "#!/bin/sh\n",
+        &ScriptSource::Wrap,
+        &[],
+        env,
+        local_clock(),
+    )?;
+    for w in &job.warnings {
+        eprintln!("{cmd}: Warning: {w}");
+    }
+    let mut jobs = job.submissions;
+    for j in &mut jobs {
+        let work_dir = j.run.work_dir.clone();
+        let env = std::mem::take(&mut j.run.env);
+        j.run = cadre_core::run::RunSpec {
+            env,
+            export: j.run.export.clone(),
+            submit_dir: j.run.submit_dir.clone(),
+            submit_host: j.run.submit_host.clone(),
+            ..cadre_core::run::RunSpec::allocation(work_dir)
+        };
+    }
+    let resp: SubmitResponse = client
+        .borrow_mut()
+        .send(
+            Method::POST,
+            "/jobs",
+            Some(&SubmitRequest {
+                jobs,
+                dry_run: false,
+            }),
+        )
+        .map_err(|e| submission_error(&e))?;
+    let Some(&id) = resp.job_ids.first() else {
+        return Err(SlurmError::submission("the controller returned no job id"));
+    };
+    let mut said_pending = false;
+    loop {
+        let v: JobView = get(client, &format!("/jobs/{id}"))?;
+        match v.state {
+            JobState::Running => break,
+            JobState::Pending if !said_pending => {
+                if always_say {
+                    eprintln!("{cmd}: Pending job allocation {id}");
+                }
+                eprintln!("{cmd}: job {id} queued and waiting for resources");
+                said_pending = true;
+            }
+            s if s.is_final() => {
+                return Err(SlurmError::Fatal(format!(
+                    "Job allocation {id} has been revoked ({s})."
+                )));
+            }
+            _ => {}
+        }
+        std::thread::sleep(POLL);
+    }
+    if said_pending && !always_say {
+        eprintln!("{cmd}: job {id} has been allocated resources");
+    }
+    if always_say {
+        eprintln!("{cmd}: Granted job allocation {id}");
+    }
+    Ok(id)
+}
+
+/// Gives an allocation back, ending its job with `code`.
+fn relinquish(client: &RefCell<Client>, id: JobId, code: i32) {
+    let done: Result<serde_json::Value, _> = client.borrow_mut().send(
+        Method::POST,
+        &format!("/jobs/{id}/complete"),
+        Some(&CompleteRequest { exit_code: code }),
+    );
+    if let Err(e) = done {
+        // Already over (cancelled, timed out): nothing to give back.
+        tracing::debug!(job = %id, error = %e, "allocation not completed");
+    }
+}
+
+/// The step request of `srun`'s options.
+/// Inside an allocation, the counts `srun` was given shape the step; in an allocation made
+/// for it, they shaped the job and the step takes the job's tasks.
+fn step_request(
+    opts: &BatchOptions,
+    command: &[String],
+    inside: bool,
+) -> Result<StepRequest, SlurmError> {
+    let cwd = match &opts.chdir {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::env::current_dir()
+            .map_err(|e| SlurmError::Refused(format!("cannot read the working directory: {e}")))?,
+    };
+    let cwd = if cwd.is_absolute() {
+        cwd
+    } else {
+        std::env::current_dir().unwrap_or_default().join(cwd)
+    };
+    let gpus_per_task = opts.gpus_per_task.as_ref().map(|g| g.count as u32);
+    Ok(StepRequest {
+        command: command.to_vec(),
+        work_dir: cwd.display().to_string(),
+        env: std::env::vars().collect(),
+        name: opts.job_name.clone(),
+        nodes: if inside {
+            opts.nodes.map(|n| n.min)
+        } else {
+            None
+        },
+        nodelist: if inside {
+            opts.recorded.get("nodelist").cloned()
+        } else {
+            None
+        },
+        ntasks: if inside { opts.ntasks } else { None },
+        ntasks_per_node: if inside { opts.ntasks_per_node } else { None },
+        cpus_per_task: if inside { opts.cpus_per_task } else { None },
+        gpus_per_task,
+        stdout: opts.output.clone(),
+        stderr: opts.error.clone(),
+        time_limit: opts.time.and_then(|t| t.secs()),
+    })
+}
+
+/// Prefixes each line of a task's output with its rank (`--label`).
+struct Labeller {
+    width: usize,
+    at_line_start: BTreeMap<(u32, bool), bool>,
+}
+
+impl Labeller {
+    fn label(&mut self, task: u32, err: bool, data: &str) -> String {
+        let mut out = String::with_capacity(data.len() + 8);
+        let start = self.at_line_start.entry((task, err)).or_insert(true);
+        for piece in data.split_inclusive('\n') {
+            if *start {
+                out.push_str(&format!("{task:>w$}: ", w = self.width));
+            }
+            out.push_str(piece);
+            *start = piece.ends_with('\n');
+        }
+        out
+    }
+}
+
+/// Runs a step in job `id` and returns its exit code.
+fn run_step(
+    id: JobId,
+    opts: &BatchOptions,
+    command: &[String],
+    inside: bool,
+) -> Result<u8, SlurmError> {
+    let req = step_request(opts, command, inside)?;
+    let target = connect_args()
+        .target()
+        .map_err(|e| SlurmError::submission(crate::error_chain(&e)))?;
+    let token = connect_args().token;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| SlurmError::Fatal(format!("cannot start: {e}")))?;
+    let label = opts.label;
+    let result = rt.block_on(async move {
+        let mut conn = Connection::open(&target, token.clone()).await?;
+        let mut step_no: Option<u32> = None;
+        let mut labeller: Option<Labeller> = None;
+        let mut end: Option<(JobState, Option<i32>, Option<String>)> = None;
+        let stdout = std::io::stdout();
+        let stderr = std::io::stderr();
+        let (cancel_tx, mut cancel_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        let path = format!("/jobs/{id}/steps");
+        let streaming = conn.stream_lines(&path, &req, |line| {
+            let event: StepEvent = serde_json::from_slice(line)?;
+            match event {
+                StepEvent::Created { step } => {
+                    step_no = Some(step.step);
+                    let _ = cancel_tx.send(step.step);
+                    let digits = (step.ntasks.max(1) - 1).to_string().len();
+                    labeller = label.then(|| Labeller {
+                        width: digits,
+                        at_line_start: BTreeMap::new(),
+                    });
+                }
+                StepEvent::Output { task, stream, data } => {
+                    let err = stream == OutputStream::Stderr;
+                    let text = match &mut labeller {
+                        Some(l) => l.label(task, err, &data),
+                        None => data,
+                    };
+                    if err {
+                        let mut e = stderr.lock();
+                        let _ = e.write_all(text.as_bytes());
+                        let _ = e.flush();
+                    } else {
+                        let mut o = stdout.lock();
+                        let _ = o.write_all(text.as_bytes());
+                        let _ = o.flush();
+                    }
+                }
+                StepEvent::Ended {
+                    state,
+                    exit_code,
+                    reason,
+                } => end = Some((state, exit_code, reason)),
+            }
+            Ok(())
+        });
+        let interrupts = async {
+            let Some(step) = cancel_rx.recv().await else {
+                return std::future::pending::<()>().await;
+            };
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .ok();
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
+                }
+                eprintln!("srun: interrupted: cancelling step {id}.{step}");
+                if let Ok(mut c) = Connection::open(&target, token.clone()).await {
+                    let _: Result<serde_json::Value, _> = c
+                        .call(
+                            Method::POST,
+                            &format!("/jobs/{id}/steps/{step}/cancel"),
+                            Some(&CancelRequest { signal: None }),
+                        )
+                        .await;
+                }
+            }
+        };
+        tokio::select! {
+            r = streaming => r?,
+            _ = interrupts => {}
+        }
+        anyhow::Ok((step_no, end))
+    });
+    let (step_no, end) = result.map_err(|e| match super::api_failure(&e) {
+        Some(f) => SlurmError::Fatal(f.message.clone()),
+        None => SlurmError::Fatal(crate::error_chain(&e)),
+    })?;
+    let step = step_no.map_or_else(|| "?".into(), |s| s.to_string());
+    let Some((state, exit_code, reason)) = end else {
+        return Err(SlurmError::Fatal(format!(
+            "lost contact with the controller before step {id}.{step} ended"
+        )));
+    };
+    if state != JobState::Completed {
+        let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+        eprintln!(
+            "srun: error: step {id}.{step} {}{why}{}",
+            state,
+            exit_code
+                .map(|c| format!(" (exit code {c})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(match (state, exit_code) {
+        (JobState::Completed, _) => 0,
+        (_, Some(c)) if c > 0 => u8::try_from(c).unwrap_or(255),
+        _ => 1,
+    })
+}
+
+/// The variables `salloc` gives its command, from the granted job.
+fn allocation_env(v: &JobView) -> Vec<(String, String)> {
+    let nodes = cadre_core::hostlist::expand(&v.nodes).unwrap_or_default();
+    let mut env = vec![
+        ("SLURM_JOB_ID", v.id.to_string()),
+        ("SLURM_JOBID", v.id.to_string()),
+        ("SLURM_JOB_NAME", v.name.clone()),
+        ("SLURM_JOB_NODELIST", v.nodes.clone()),
+        ("SLURM_NODELIST", v.nodes.clone()),
+        ("SLURM_JOB_NUM_NODES", nodes.len().to_string()),
+        ("SLURM_NNODES", nodes.len().to_string()),
+        ("SLURM_NTASKS", v.tasks.to_string()),
+        ("SLURM_NPROCS", v.tasks.to_string()),
+        ("SLURM_JOB_PARTITION", v.partition.clone()),
+        ("SLURM_JOB_ACCOUNT", v.account.clone()),
+    ];
+    if let Some(a) = &v.allocation {
+        let ids = a.nodes();
+        let per_node = |f: &dyn Fn(&cadre_core::alloc::TaskAlloc) -> u64| {
+            ids.iter()
+                .map(|&n| a.tasks.iter().filter(|t| t.node == n).map(f).sum())
+                .collect::<Vec<u64>>()
+        };
+        env.push((
+            "SLURM_TASKS_PER_NODE",
+            cadre_core::hostlist::compress_counts(&per_node(&|_| 1)),
+        ));
+        env.push((
+            "SLURM_JOB_CPUS_PER_NODE",
+            cadre_core::hostlist::compress_counts(&per_node(&|t| t.cores.len() as u64)),
+        ));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        env.push(("SLURM_SUBMIT_DIR", cwd.display().to_string()));
+    }
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+fn salloc(args: &[String]) -> Result<ExitCode, SlurmError> {
+    let cli = parse_launch(&SALLOC_OPTIONS, args)?;
+    let clock = local_clock();
+    let mut opts = resolve_launch(&cli, &clock)?;
+    if let Some(code) = informational("salloc", SALLOC_USAGE, &opts) {
+        return Ok(code);
+    }
+    let command: Vec<String> = if cli.operands.is_empty() {
+        vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
+    } else {
+        cli.operands.clone()
+    };
+    if opts.job_name.is_none() {
+        opts.job_name = Some(if cli.operands.is_empty() {
+            "interactive".into()
+        } else {
+            program_name(&command).unwrap_or_else(|| "interactive".into())
+        });
+    }
+    let client = RefCell::new(connect()?);
+    let id = allocate(&client, &opts, "salloc", true)?;
+    if opts.no_shell {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let view: JobView = get(&client, &format!("/jobs/{id}"))?;
+    let mut child = match std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .envs(allocation_env(&view))
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("salloc: error: cannot run {}: {e}", command[0]);
+            relinquish(&client, id, 1);
+            eprintln!("salloc: Relinquishing job allocation {id}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    // The shell takes the terminal's interrupts; salloc outlives them (as Slurm's does).
+    // SAFETY: setting a signal's disposition to ignore touches no memory of this program.
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::SIGINT,
+            nix::sys::signal::SigHandler::SigIgn,
+        );
+    }
+    let mut revoked = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => {
+                return Err(SlurmError::Fatal(format!(
+                    "waiting for {}: {e}",
+                    command[0]
+                )));
+            }
+        }
+        if !revoked {
+            let v: Result<JobView, _> = get(&client, &format!("/jobs/{id}"));
+            if let Ok(v) = v
+                && v.state.is_final()
+            {
+                eprintln!("salloc: Job allocation {id} has been revoked.");
+                revoked = true;
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::SIGHUP,
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let code = status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    });
+    if !revoked {
+        eprintln!("salloc: Relinquishing job allocation {id}");
+        relinquish(&client, id, code);
+    }
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
