@@ -617,3 +617,79 @@ print(f"rank {rank}/{world} on {os.environ['SLURMD_NODENAME']} via {addr} sum {t
     );
     assert_eq!(c.state(id), "COMPLETED");
 }
+
+/// submitit (PyPI, installed by `.ci/run`) with the aliases first on PATH: it writes its
+/// own sbatch scripts (`srun --unbuffered --output ...` inside, `#SBATCH --array=0-2%3`
+/// for `map_array`), polls `sacct --parsable2`, and cancels with `scancel`.
+#[test]
+fn submitit_submits_a_function_maps_an_array_and_cancels_a_job() {
+    let have = Command::new("python3")
+        .args(["-c", "import submitit"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        have,
+        "this test needs submitit for python3 (`pip install submitit`; .ci/run installs it)"
+    );
+    let c = Cluster::up();
+    std::fs::write(
+        c.work.join("client.py"),
+        r#"import sys, time, submitit
+
+def add(a, b):
+    return a + b
+
+def where():
+    import os
+    return (os.environ["SLURM_JOB_ID"], os.environ["SLURM_PROCID"], os.environ["SLURMD_NODENAME"])
+
+ex = submitit.AutoExecutor(folder=sys.argv[1], cluster="slurm")
+ex.update_parameters(timeout_min=5, nodes=1, tasks_per_node=1, gpus_per_node=1, cpus_per_task=1)
+job = ex.submit(add, 2, 3)
+print("result", job.result(), flush=True)
+print("state", job.get_info(mode="force")["State"], flush=True)
+w = ex.submit(where)
+print("where", w.result() == (w.job_id, "0", "node001"), flush=True)
+jobs = ex.map_array(add, [1, 2, 3], [10, 20, 30])
+print("array", [j.result() for j in jobs], jobs[0].job_id.split("_")[1], flush=True)
+slow = ex.submit(time.sleep, 300)
+deadline = time.time() + 60
+while slow.get_info(mode="force").get("State") != "RUNNING":
+    assert time.time() < deadline, slow.get_info(mode="force")
+    time.sleep(0.2)
+slow.cancel()
+while not slow.get_info(mode="force").get("State", "").startswith("CANCELLED"):
+    assert time.time() < deadline, slow.get_info(mode="force")
+    time.sleep(0.2)
+print("cancelled", slow.get_info(mode="force")["State"], flush=True)
+"#,
+    )
+    .unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let out = Command::new("python3")
+        .args(["client.py", "runs"])
+        .env("PATH", format!("{}:{path}", c.bin.display()))
+        .env("CADRE_DATA_DIR", c.data())
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        vec![
+            "result 5",
+            "state COMPLETED",
+            "where True",
+            "array [11, 22, 33] 0",
+            "cancelled CANCELLED by 0",
+        ],
+        "{}",
+        text(&out.stderr)
+    );
+}
