@@ -303,6 +303,8 @@ pub struct Engine {
     next_steps: HashMap<JobId, u32>,
     /// Step rows waiting for the batch's commit.
     step_changes: Vec<StepRecord>,
+    /// Specs changed after submission (time limit, nice), waiting for the batch's commit.
+    spec_changes: Vec<(JobId, cadre_core::job::JobSpec)>,
     /// Where steps' events go.
     io: IoHub,
     dirty: bool,
@@ -510,6 +512,7 @@ impl Engine {
             steps: BTreeMap::new(),
             next_steps: HashMap::new(),
             step_changes: Vec::new(),
+            spec_changes: Vec::new(),
             io,
             dirty: true,
             last_pass: None,
@@ -637,6 +640,10 @@ impl Engine {
         if !self.changes.is_empty() {
             self.store.record(&self.changes)?;
             self.changes.clear();
+        }
+        if !self.spec_changes.is_empty() {
+            self.store.update_specs(&self.spec_changes)?;
+            self.spec_changes.clear();
         }
         if !self.step_changes.is_empty() {
             self.store.record_steps(&self.step_changes)?;
@@ -959,11 +966,56 @@ impl Engine {
                 Event::SetNice { id, nice }
             }
         };
+        let spec_changed = matches!(event, Event::SetTimeLimit { .. } | Event::SetNice { .. });
         let decisions = self.sched.handle(event, now).map_err(core_error)?;
         self.apply(decisions, now);
+        if spec_changed && let Some(job) = self.sched.job(id) {
+            let spec = job.spec.clone();
+            self.retime(id, spec.time_limit);
+            self.spec_changes.push((id, spec));
+        }
         self.note_change(id, now);
         self.dirty = true;
         Ok(())
+    }
+
+    /// A running job's time limit changed: its nodes and its steps' are told (a step's
+    /// limit counts from its own start, the job's from the job's).
+    fn retime(&mut self, id: JobId, limit: Dur) {
+        let Some(track) = self.runs.get(&id) else {
+            return;
+        };
+        let ms = |from_job_start: u64| {
+            (limit.0 > 0).then(|| limit.0.saturating_sub(from_job_start).saturating_mul(1000))
+        };
+        let run = RunRef::job_run(id, track.run);
+        for &node in &track.nodes_left {
+            self.outgoing.push((
+                node,
+                ControllerMessage::SetTimeLimit {
+                    run,
+                    time_limit_ms: ms(0),
+                },
+            ));
+        }
+        let job_start = track.start_time;
+        for st in self.steps.range((id, 0)..=(id, u32::MAX)).map(|(_, s)| s) {
+            let offset = st.record.start_time.0.saturating_sub(job_start.0);
+            let key = RunRef {
+                job: id,
+                run: st.run,
+                step: Some(st.record.step),
+            };
+            for &node in &st.nodes_left {
+                self.outgoing.push((
+                    node,
+                    ControllerMessage::SetTimeLimit {
+                        run: key,
+                        time_limit_ms: ms(offset),
+                    },
+                ));
+            }
+        }
     }
 
     fn node_action(

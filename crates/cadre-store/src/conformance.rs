@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
             unencodable_run_spec_fails_the_batch,
             version_1_database_migrates_keeping_its_rows,
             steps_are_written_at_start_and_replaced_at_end,
+            specs_are_replaced_whole,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -1169,4 +1170,20 @@ pub(crate) fn steps_are_written_at_start_and_replaced_at_end<H: Harness>(h: &H) 
         unfinished: true,
     }));
     assert_eq!(running, vec![step(ids[0], 1), step(ids[1], 0)]);
+}
+
+pub(crate) fn specs_are_replaced_whole<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let ids = ok(s.submit_batch(&[new_job("alice", "physics", "gpu")]));
+    let mut spec = ok(s.job(ids[0])).expect("the job").spec;
+    spec.time_limit = Dur(90);
+    spec.nice = 7;
+    ok(s.update_specs(&[(ids[0], spec.clone())]));
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(ok(s.job(ids[0])).expect("the job").spec, spec);
+    assert!(matches!(
+        s.update_specs(&[(JobId(999_999), spec)]),
+        Err(StoreError::UnknownJob { id: 999_999 })
+    ));
 }

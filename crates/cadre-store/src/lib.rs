@@ -45,7 +45,7 @@ pub use records::{
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
 
-use cadre_core::job::JobId;
+use cadre_core::job::{JobId, JobSpec};
 use cadre_core::run::RunSpec;
 use cadre_core::time::Time;
 use sql::{Mode, Transact};
@@ -99,6 +99,9 @@ pub trait Store: Send {
 
     /// The last saved fair-share usage, by account then user.
     fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError>;
+
+    /// Replaces jobs' specs (a time limit or nice value changed after submission).
+    fn update_specs(&mut self, specs: &[(JobId, JobSpec)]) -> Result<(), StoreError>;
 
     /// Writes each step's row (inserted, or replaced whole).
     fn record_steps(&mut self, steps: &[StepRecord]) -> Result<(), StoreError>;
@@ -183,6 +186,13 @@ impl<B: Transact> Store for B {
 
     fn load_usage(&mut self) -> Result<Vec<AssocUsage>, StoreError> {
         self.transact(Mode::Read, &mut |tx| ops::load_usage(tx))
+    }
+
+    fn update_specs(&mut self, specs: &[(JobId, JobSpec)]) -> Result<(), StoreError> {
+        if specs.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| ops::update_specs(tx, specs))
     }
 
     fn record_steps(&mut self, steps: &[StepRecord]) -> Result<(), StoreError> {

@@ -442,6 +442,25 @@ pub(crate) fn accounting(
         .collect()
 }
 
+pub(crate) fn update_specs(
+    tx: &mut dyn Tx,
+    specs: &[(JobId, cadre_core::job::JobSpec)],
+) -> Result<(), StoreError> {
+    for (id, spec) in specs {
+        let changed = tx.execute(
+            "UPDATE jobs SET spec = $2 WHERE id = $1",
+            &[
+                Value::Int(to_i64("job id", id.0)?),
+                Value::Text(json("spec", id.0, spec)?),
+            ],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::UnknownJob { id: id.0 });
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn record_steps(tx: &mut dyn Tx, steps: &[StepRecord]) -> Result<(), StoreError> {
     for s in steps {
         tx.execute(

@@ -126,21 +126,29 @@ impl Cluster {
 
     /// One API request on the socket.
     fn api(&self, path: &str) -> Value {
+        self.request("GET", path, None)
+    }
+
+    /// One API request with a JSON body on the socket.
+    fn request(&self, method: &str, path: &str, body: Option<&str>) -> Value {
         use std::io::{Read, Write};
         let mut s = std::os::unix::net::UnixStream::connect(self.data().join("cadre.sock"))
             .expect("socket");
+        let body = body.unwrap_or("");
         write!(
             s,
-            "GET /api/v1{path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n\r\n"
+            "{method} /api/v1{path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
         )
         .unwrap();
         let mut resp = String::new();
         s.read_to_string(&mut resp).unwrap();
         let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         // The body may be chunked: take the JSON object within.
-        let start = body.find('{').unwrap_or(0);
-        let end = body.rfind('}').map_or(body.len(), |e| e + 1);
-        serde_json::from_str(&body[start..end]).expect("JSON body")
+        let (Some(start), Some(end)) = (body.find('{'), body.rfind('}')) else {
+            return Value::Null;
+        };
+        serde_json::from_str(&body[start..=end]).expect("JSON body")
     }
 }
 
@@ -675,11 +683,7 @@ print("cancelled", slow.get_info(mode="force")["State"], flush=True)
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
         vec![
@@ -692,4 +696,31 @@ print("cancelled", slow.get_info(mode="force")["State"], flush=True)
         "{}",
         text(&out.stderr)
     );
+}
+
+/// `scontrol update TimeLimit=` of a running job reaches its node (the job times out at
+/// the new limit) and the store (the limit shown after the job ended is the new one).
+#[test]
+fn a_running_jobs_time_limit_changes_where_it_runs_and_in_the_store() {
+    let c = Cluster::up();
+    let id = c.sbatch(&["-t", "10", "-N", "2", "--wrap", "srun sleep 300"]);
+    wait_until("the job runs", || c.state(id) == "RUNNING");
+    c.ok(
+        "scontrol",
+        &["update", &format!("JobId={id}"), "TimeLimit=5"],
+    );
+    assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:05:00");
+    // Slurm's limits are whole minutes; the API takes seconds, which keeps this quick.
+    let answer = c.request(
+        "PATCH",
+        &format!("/jobs/{id}"),
+        Some(r#"{"time_limit": 2}"#),
+    );
+    assert_eq!(answer, Value::Null, "{answer}");
+    wait_until("the job times out", || c.state(id) == "TIMEOUT");
+    assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
+    let _ = c.cadre(&["down"]);
+    let out = c.cadre(&["up", "--detach", "--nodes", "2", "--gpus-per-node", "4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
 }
