@@ -674,6 +674,7 @@ mod tests {
         j.spec.array = Some(ArrayIndex {
             array_job: JobId(40),
             index: 2,
+            max_running: None,
         });
         let env = task_environment(&j, &node3(), 0, &alice()).unwrap();
         assert_eq!(env["SLURM_ARRAY_JOB_ID"], "40");

@@ -139,6 +139,10 @@ pub enum RequeuePolicy {
 pub struct ArrayIndex {
     pub array_job: JobId,
     pub index: u32,
+    /// `--array=...%N`: at most this many of the array's tasks run at once (the others
+    /// pend with `JobArrayTaskLimit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 /// Everything a job asks for: the single input type of the scheduler.

@@ -2237,3 +2237,29 @@ fn saved_fairshare_usage_comes_back_decayed_after_a_restart() {
         "{back:?} vs {usage}"
     );
 }
+
+#[test]
+fn an_arrays_running_tasks_stay_within_its_percent_limit() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    let task = |index| {
+        with(job(1, 1, 100), |s| {
+            s.array = Some(cadre_core::job::ArrayIndex {
+                array_job: JobId(1),
+                index,
+                max_running: Some(2),
+            })
+        })
+    };
+    for i in 0..5u32 {
+        sim.submit(u64::from(i) + 1, task(i), 0);
+    }
+    // Room for all five, but `%2`: two run, the others wait for them.
+    assert_eq!(summary(&sim.pass(0)), ["start 1", "start 2"]);
+    assert_eq!(sim.reason(3), "JobArrayTaskLimit");
+    sim.end(1, JobState::Completed, 10);
+    assert_eq!(summary(&sim.pass(10)), ["start 3"]);
+    assert_eq!(sim.reason(4), "JobArrayTaskLimit");
+    // Another job is not held back by the array's limit.
+    sim.submit(9, job(1, 1, 100), 11);
+    assert_eq!(summary(&sim.pass(11)), ["start 9"]);
+}

@@ -3,7 +3,7 @@
 //!
 //! Indices run from 0 to `max_array_size - 1` (Slurm's `MaxArraySize`, 1001 by default).
 //! Slurm refuses a bad array in the controller, so the errors here are submission failures.
-//! cadre records `%N` but its scheduler does not enforce it yet.
+//! The scheduler enforces `%N`: the array's other tasks pend with `JobArrayTaskLimit`.
 
 use crate::error::SlurmError;
 

@@ -552,6 +552,7 @@ pub fn build_job(
                     spec.array = Some(ArrayIndex {
                         array_job: JobId(0),
                         index,
+                        max_running,
                     });
                     JobSubmission {
                         spec,

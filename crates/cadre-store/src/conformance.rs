@@ -146,6 +146,7 @@ fn rich_spec() -> JobSpec {
     s.array = Some(ArrayIndex {
         array_job: JobId(40),
         index: 7,
+        max_running: None,
     });
     s.exclusive = true;
     s.preemptible = false;
@@ -557,6 +558,7 @@ pub(crate) fn array_tasks_take_their_first_tasks_id<H: Harness>(h: &H) {
         j.spec.array = Some(cadre_core::job::ArrayIndex {
             array_job: JobId(0),
             index,
+            max_running: None,
         });
         j.array_of = Some(array_of);
         j

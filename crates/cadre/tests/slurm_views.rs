@@ -151,6 +151,7 @@ impl Cluster {
                 spec.array = Some(ArrayIndex {
                     array_job: JobId(0),
                     index: i,
+                    max_running: None,
                 });
                 JobSubmission {
                     spec,

@@ -81,9 +81,31 @@ impl Scheduler {
         let mut victims = None;
 
         let head = order.first().map(|(_, id)| *id);
+        // Running tasks of arrays with a `%N` limit, counted when first needed.
+        let mut array_running: HashMap<JobId, u32> = HashMap::new();
         for (tested, (_, id)) in order.into_iter().enumerate() {
             let job = &self.jobs[&id];
             let part = job.partition;
+            let limited = job
+                .spec
+                .array
+                .and_then(|a| Some((a.array_job, a.max_running?)));
+            if let Some((array, max)) = limited {
+                let running = *array_running.entry(array).or_insert_with(|| {
+                    self.jobs
+                        .values()
+                        .filter(|j| {
+                            j.state.is_active()
+                                && j.spec.array.is_some_and(|a| a.array_job == array)
+                        })
+                        .count() as u32
+                });
+                if running >= max {
+                    self.set_reason(id, PendingReason::Limit("JobArrayTaskLimit".into()));
+                    continue;
+                }
+            }
+            let job = &self.jobs[&id];
             // Like Slurm: jobs are started in order while they fit; once one is held back,
             // only the first `max_job_test` jobs of the order are tried (bf_max_job_test).
             let anything_blocked = blocked_seen > 0 || !blocked_partitions.is_empty();
@@ -199,6 +221,9 @@ impl Scheduler {
                                 p.hold(&per_node, now, end);
                             }
                             out.extend(self.start(id, alloc, per_node, now));
+                            if let Some((array, _)) = limited {
+                                *array_running.entry(array).or_default() += 1;
+                            }
                         }
                         None => {
                             self.set_reason(id, PendingReason::Priority);

@@ -649,6 +649,7 @@ mod tests {
         let a = ArrayIndex {
             array_job: JobId(82),
             index: 3,
+            max_running: None,
         };
         assert_eq!(job_id(85, Some(a)), "82_3");
         assert_eq!(job_id(85, None), "85");

@@ -1051,6 +1051,7 @@ mod tests {
                 j.array = Some(ArrayIndex {
                     array_job: JobId(40),
                     index: i as u32,
+                    max_running: None,
                 });
                 j
             })

@@ -369,6 +369,7 @@ mod tests {
                 j.array = Some(ArrayIndex {
                     array_job: JobId(50),
                     index: i as u32,
+                    max_running: None,
                 });
                 j
             })

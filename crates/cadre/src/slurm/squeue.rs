@@ -940,6 +940,7 @@ pub(crate) mod tests {
                 j.array = Some(ArrayIndex {
                     array_job: JobId(20),
                     index: i as u32,
+                    max_running: None,
                 });
                 j.priority = Some(5);
                 j
@@ -973,6 +974,7 @@ pub(crate) mod tests {
         a.array = Some(ArrayIndex {
             array_job: JobId(29),
             index: 1,
+            max_running: None,
         });
         let b = job(31, JobState::Running);
         let mut sel = Selection {
