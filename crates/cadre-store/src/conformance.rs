@@ -571,7 +571,8 @@ pub(crate) fn array_tasks_take_their_first_tasks_id<H: Harness>(h: &H) {
             job.spec.array,
             Some(cadre_core::job::ArrayIndex {
                 array_job: ids[1],
-                index
+                index,
+                max_running: None,
             })
         );
     }
