@@ -938,3 +938,60 @@ fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
     assert!(raw.trim_end().ends_with("# EOF"));
     c.ok(&["cancel", &id.to_string()]);
 }
+
+/// A batch job's `srun` step goes on through a controller crash: the restarted
+/// controller follows the step again from the store and the agents, `srun` waits for its
+/// end, and the job completes as if nothing happened (the output printed while the
+/// controller was away is the one thing lost).
+#[test]
+fn a_batch_jobs_step_survives_a_controller_crash() {
+    let c = Cluster::up(2, 2, &[]);
+    let bin = c.path("bin");
+    c.ok(&["install-aliases", bin.to_str().expect("utf-8 path")]);
+    let flag = c.path("go");
+    std::fs::write(
+        c.path("steps.sh"),
+        format!(
+            "#!/bin/bash\n#SBATCH -N 2 -o {out}\n\
+             srun -l bash -c 'echo start $SLURM_PROCID; while [ ! -e {flag} ]; do sleep 0.05; done; echo end $SLURM_PROCID'\n\
+             echo \"srun=$?\"\n",
+            out = c.path("steps.out").display(),
+            flag = flag.display()
+        ),
+    )
+    .unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let out = std::process::Command::new(bin.join("sbatch"))
+        .args(["--parsable", "steps.sh"])
+        .env("PATH", format!("{}:{path}", bin.display()))
+        .env("CADRE_DATA_DIR", c.dir())
+        .current_dir(c.dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: u64 = text(&out.stdout).trim().parse().expect("a job id");
+    wait_until("both tasks of the step have started", || {
+        std::fs::read_to_string(c.path("steps.out"))
+            .is_ok_and(|o| o.contains("0: start 0") && o.contains("1: start 1"))
+    });
+    c.kill_controller();
+    c.start();
+    std::fs::write(&flag, "").unwrap();
+    c.wait_for_state(id, "COMPLETED");
+    let out = std::fs::read_to_string(c.path("steps.out")).unwrap();
+    assert!(out.contains("waiting for step"), "{out}");
+    assert!(out.trim_end().ends_with("srun=0"), "{out}");
+    let (status, steps) = c.api("GET", &format!("/api/v1/jobs/{id}/steps"), None);
+    assert_eq!(status, 200, "{steps}");
+    let states: Vec<(u64, &str)> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].as_u64().unwrap(), s["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![(0, "COMPLETED"), (0xFFFF_FFFB, "COMPLETED")],
+        "{steps}"
+    );
+}

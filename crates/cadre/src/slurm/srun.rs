@@ -26,7 +26,8 @@ use crate::client::{Client, Connection};
 use cadre_core::job::{JobId, JobState};
 use cadre_proto::agent::OutputStream;
 use cadre_proto::api::{
-    CancelRequest, CompleteRequest, JobView, StepEvent, StepRequest, SubmitRequest, SubmitResponse,
+    CancelRequest, CompleteRequest, JobView, StepEvent, StepList, StepRequest, SubmitRequest,
+    SubmitResponse,
 };
 use cadre_slurm::SlurmError;
 use cadre_slurm::convert::ScriptSource;
@@ -385,9 +386,16 @@ fn run_step(
                 }
             }
         };
-        tokio::select! {
-            r = streaming => r?,
-            _ = interrupts => {}
+        let cut = tokio::select! {
+            r = streaming => r.err(),
+            _ = interrupts => None,
+        };
+        if let Some(e) = cut {
+            // Refused outright: the controller's answer. Cut short: the step goes on.
+            if step_no.is_none() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "the step's stream was cut");
         }
         anyhow::Ok((step_no, end))
     });
@@ -396,10 +404,19 @@ fn run_step(
         None => SlurmError::Fatal(crate::error_chain(&e)),
     })?;
     let step = step_no.map_or_else(|| "?".into(), |s| s.to_string());
-    let Some((state, exit_code, reason)) = end else {
-        return Err(SlurmError::Fatal(format!(
-            "lost contact with the controller before step {id}.{step} ended"
-        )));
+    let (state, exit_code, reason) = match (end, step_no) {
+        (Some(end), _) => end,
+        (None, Some(n)) => {
+            eprintln!(
+                "srun: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
+            );
+            await_step_end(id, n)
+        }
+        (None, None) => {
+            return Err(SlurmError::Fatal(format!(
+                "lost contact with the controller before step {id}.{step} started"
+            )));
+        }
     };
     if state != JobState::Completed {
         let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
@@ -416,6 +433,31 @@ fn run_step(
         (_, Some(c)) if c > 0 => u8::try_from(c).unwrap_or(255),
         _ => 1,
     })
+}
+
+/// Asks the controller, again and again (it may be restarting), how a step ended. The
+/// step goes on meanwhile: a restarted controller follows it again.
+fn await_step_end(id: JobId, step: u32) -> (JobState, Option<i32>, Option<String>) {
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let Ok(mut client) = connect_args().client() else {
+            continue;
+        };
+        let Ok(list) = client.get::<StepList>(&format!("/jobs/{id}/steps")) else {
+            continue;
+        };
+        match list.steps.iter().find(|s| s.step == step) {
+            Some(s) if s.end_time.is_some() => return (s.state, s.exit_code, None),
+            Some(_) => {}
+            None => {
+                return (
+                    JobState::Failed,
+                    None,
+                    Some("the controller no longer knows the step".into()),
+                );
+            }
+        }
+    }
 }
 
 /// The variables `salloc` gives its command, from the granted job.
