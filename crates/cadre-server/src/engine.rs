@@ -824,6 +824,22 @@ impl Engine {
             .map(|(&n, _)| n)
     }
 
+    /// The names of `nodes`, and the addresses their agents reported, for a launch order.
+    fn names_and_addresses(
+        &self,
+        nodes: &[NodeId],
+    ) -> (BTreeMap<NodeId, String>, BTreeMap<NodeId, String>) {
+        let names = nodes
+            .iter()
+            .map(|&n| (n, self.node_name(n).to_owned()))
+            .collect();
+        let addresses = nodes
+            .iter()
+            .filter_map(|&n| Some((n, self.addresses[n.0 as usize].clone()?)))
+            .collect();
+        (names, addresses)
+    }
+
     pub(crate) fn node_name(&self, node: NodeId) -> &str {
         &self.sched.cluster().node(node).name
     }
@@ -1199,14 +1215,7 @@ impl Engine {
                 return;
             }
         };
-        let node_names = nodes
-            .iter()
-            .map(|&n| (n, self.node_name(n).to_owned()))
-            .collect::<BTreeMap<_, _>>();
-        let node_addresses = nodes
-            .iter()
-            .filter_map(|&n| Some((n, self.addresses[n.0 as usize].clone()?)))
-            .collect::<BTreeMap<_, _>>();
+        let (node_names, node_addresses) = self.names_and_addresses(&nodes);
         let order = LaunchOrder {
             run,
             spec,

@@ -103,6 +103,26 @@ impl Connection {
         })
     }
 
+    /// A request to `uri` with the connection's token, and a JSON body if given.
+    fn request(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "cadre");
+        if let Some(token) = &self.token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        Ok(req.body(Full::new(Bytes::from(body.unwrap_or_default())))?)
+    }
+
     /// Sends a request to `PREFIX + path` and returns the status and body.
     pub async fn send_raw(
         &mut self,
@@ -115,17 +135,7 @@ impl Connection {
         } else {
             path.to_owned()
         };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(&uri)
-            .header(header::HOST, "cadre");
-        if let Some(token) = &self.token {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        if body.is_some() {
-            req = req.header(header::CONTENT_TYPE, "application/json");
-        }
-        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let req = self.request(method, &uri, body)?;
         self.sender.ready().await.with_context(|| {
             format!("the connection to the controller at {} closed", self.target)
         })?;
@@ -149,15 +159,7 @@ impl Connection {
         mut on_line: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let uri = format!("{PREFIX}{path}");
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(&uri)
-            .header(header::HOST, "cadre")
-            .header(header::CONTENT_TYPE, "application/json");
-        if let Some(token) = &self.token {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let req = req.body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+        let req = self.request(Method::POST, &uri, Some(serde_json::to_vec(body)?))?;
         self.sender.ready().await.with_context(|| {
             format!("the connection to the controller at {} closed", self.target)
         })?;

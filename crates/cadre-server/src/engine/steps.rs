@@ -29,7 +29,7 @@ use cadre_proto::agent::{
 };
 use cadre_proto::api::{ErrorCode, StepEvent, StepRequest, StepView};
 use cadre_store::{StepFilter, StepRecord};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -448,14 +448,7 @@ impl Engine {
             run,
             step: Some(step),
         };
-        let node_names = nodes
-            .iter()
-            .map(|&n| (n, self.node_name(n).to_owned()))
-            .collect::<BTreeMap<_, _>>();
-        let node_addresses = nodes
-            .iter()
-            .filter_map(|&n| Some((n, self.addresses[n.0 as usize].clone()?)))
-            .collect::<BTreeMap<_, _>>();
+        let (node_names, node_addresses) = self.names_and_addresses(&nodes);
         let order = LaunchOrder {
             run: run_ref,
             spec: spec.clone(),

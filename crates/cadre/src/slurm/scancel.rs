@@ -177,6 +177,17 @@ fn why(e: &anyhow::Error) -> String {
     }
 }
 
+/// Prints a failed cancellation as Slurm does; whether it counts as an error (`-Q` keeps
+/// quiet about jobs and steps already over).
+fn report_kill_error(text: &str, e: &anyhow::Error, quiet: bool) -> bool {
+    let reason = why(e);
+    if quiet && reason.starts_with("Job/step already") {
+        return true;
+    }
+    eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+    false
+}
+
 /// `scancel [OPTIONS] [job_id[_array_id][.step_id]]...`.
 pub fn run(args: Vec<OsString>) -> ExitCode {
     let p = match query::begin(CMD, args, OPTIONS, usage) {
@@ -287,12 +298,9 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             }
             None => Err(anyhow::anyhow!("Invalid job id specified")),
         };
-        if let Err(e) = result {
-            let reason = why(&e);
-            if quiet && reason.starts_with("Job/step already") {
-                continue;
-            }
-            eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+        if let Err(e) = result
+            && !report_kill_error(&text, &e, quiet)
+        {
             rc = ExitCode::from(1);
         }
     }
@@ -333,12 +341,9 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
                 Some(&CancelRequest { signal: Some(s) }),
             ),
         };
-        if let Err(e) = result {
-            let reason = why(&e);
-            if quiet && reason.starts_with("Job/step already") {
-                continue;
-            }
-            eprintln!("{CMD}: error: Kill job error on job id {text}: {reason}");
+        if let Err(e) = result
+            && !report_kill_error(&text, &e, quiet)
+        {
             rc = ExitCode::from(1);
         }
     }
