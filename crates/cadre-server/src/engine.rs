@@ -271,7 +271,7 @@ pub fn wall_now() -> Time {
 pub(crate) fn core_error(e: CoreError) -> ApiError {
     let code = match &e {
         CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
-        CoreError::InvalidJob { .. } => ErrorCode::InvalidRequest,
+        CoreError::InvalidJob { .. } | CoreError::InvalidQuotas { .. } => ErrorCode::InvalidRequest,
         CoreError::WrongState { .. } | CoreError::Transition(_) | CoreError::NotOnNode { .. } => {
             ErrorCode::Conflict
         }
