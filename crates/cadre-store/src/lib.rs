@@ -64,6 +64,14 @@ pub trait Store: Send {
     /// whole batch). A change that ends a run also writes its accounting row.
     fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError>;
 
+    /// [`Store::record`] and [`Store::add_job_events`] in one transaction: the events of
+    /// the changes are committed with them, or neither is.
+    fn record_with_events(
+        &mut self,
+        changes: &[JobChange],
+        events: &[JobEvent],
+    ) -> Result<(), StoreError>;
+
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError>;
 
     /// What job `id` runs, exactly as submitted; `None` if there is no such job. Apart from
@@ -158,6 +166,23 @@ impl<B: Transact> Store for B {
             return Ok(());
         }
         self.transact(Mode::Write, &mut |tx| ops::record(tx, changes))
+    }
+
+    fn record_with_events(
+        &mut self,
+        changes: &[JobChange],
+        events: &[JobEvent],
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && events.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| {
+            ops::record(tx, changes)?;
+            if events.is_empty() {
+                return Ok(());
+            }
+            ops::add_job_events(tx, events)
+        })
     }
 
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError> {

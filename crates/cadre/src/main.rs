@@ -103,29 +103,30 @@ enum Command {
         #[arg(long)]
         timeout: Option<u64>,
     },
-    /// Run Kubernetes workload manifests (Job, JobSet, MPIJob, PyTorchJob, Volcano Job) as
-    /// jobs.
+    /// Apply Kubernetes manifests: workloads (Job, JobSet, MPIJob, PyTorchJob, Volcano Job)
+    /// run as jobs; queue objects (Kueue ResourceFlavor, ClusterQueue, LocalQueue, Topology;
+    /// Volcano Queue) become queues at once, running jobs kept.
     Apply {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::ApplyArgs,
     },
-    /// List applied workloads with their cadre jobs.
+    /// List applied workloads with their cadre jobs, or the queues with their quota and use.
     Get {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::GetArgs,
     },
-    /// Delete an applied workload: cancel its job.
+    /// Delete an applied workload (cancel its job) or a queue object.
     Delete {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::NamedArgs,
     },
-    /// Show an applied workload: its translation, its job, where each rank runs.
+    /// Show an applied workload: its translation, its job, where each rank runs, its events.
     Describe {
         #[command(flatten)]
         connect: native::ConnectArgs,

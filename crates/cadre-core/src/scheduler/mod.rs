@@ -546,6 +546,12 @@ impl Scheduler {
         &self.quota
     }
 
+    /// Whether an active job is counted above a quota limit (it was adopted, or the quotas
+    /// were lowered, while it ran): its queue admits nothing new while it is.
+    pub fn is_over_quota(&self, id: JobId) -> bool {
+        self.over_quota.contains(&id)
+    }
+
     /// Applies one event. Decisions that follow from it directly (stopping the tasks of a
     /// cancelled job, of the gangs on a node that went down, of a job whose tasks were lost
     /// or that was adopted on a node already down) are returned; starting jobs waits for the
