@@ -257,11 +257,24 @@ fn build(records: &[QueueObjectRecord]) -> Result<QueueSet, String> {
 
 /// Routes a job labelled for a Kueue LocalQueue: its spec gets the ClusterQueue and the
 /// flavor's node labels (a label the job's own node selector gives otherwise is an error).
-/// Jobs without the annotation, or naming a queue already, are left as they are.
+/// A Volcano Job in Volcano's `default` queue, which Volcano always has, is in no queue
+/// unless a queue of that name is applied. Other jobs are left as they are.
 pub fn route_job(
     objects: &QueueObjects,
     spec: &mut cadre_core::job::JobSpec,
 ) -> Result<(), String> {
+    let volcano = spec
+        .annotations
+        .get("k8s.apiVersion")
+        .is_some_and(|v| v.starts_with("batch.volcano.sh/"));
+    if volcano && spec.queue.as_deref() == Some("default") {
+        let defined = objects
+            .quotas()
+            .is_ok_and(|q| q.queues.iter().any(|x| x.name == "default"));
+        if !defined {
+            spec.queue = None;
+        }
+    }
     if spec.queue.is_some() {
         return Ok(());
     }
@@ -283,4 +296,246 @@ pub fn route_job(
     }
     spec.queue = Some(queue);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::job::JobSpec;
+    use cadre_core::quota::{QueueConfig, QuotaAmounts};
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::{Dur, Time};
+
+    fn json(yaml: &str) -> Vec<serde_json::Value> {
+        cadre_k8s::documents_json(yaml, "test")
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    const FLAVOR: &str = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: f}
+spec: {nodeLabels: {pool: a}}
+";
+
+    fn cq(cpus: u32) -> String {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: cq}}
+spec:
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{{name: f, resources: [{{name: cpu, nominalQuota: {cpus}}}]}}]
+"
+        )
+    }
+
+    const LQ: &str = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: lq}
+spec: {clusterQueue: cq}
+";
+
+    fn policy_queue(name: &str) -> QuotaConfig {
+        QuotaConfig {
+            queues: vec![QueueConfig {
+                name: name.into(),
+                cohort: None,
+                nominal: QuotaAmounts::gpus(1),
+                borrowing_limit: None,
+                lending_limit: None,
+                capability: None,
+                weight: 1,
+                accounts: vec![],
+                max_per_user: None,
+                max_running_jobs_per_user: None,
+            }],
+            accounts: vec![],
+        }
+    }
+
+    fn outcomes(c: &QueueChange) -> Vec<String> {
+        c.results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{}/{} {}",
+                    r.object.kind, r.object.namespace, r.object.name, r.outcome
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_change_creates_configures_keeps_and_deletes_like_kubectl_apply() {
+        let base = QueueObjects::new(policy_queue("slurm"));
+        let all = json(&format!("{FLAVOR}---\n{}---\n{LQ}", cq(4)));
+        let c = base.change(&all, &[], "ml", Time(1)).unwrap();
+        assert_eq!(
+            outcomes(&c),
+            [
+                "ResourceFlavor//f created",
+                "ClusterQueue//cq created",
+                "LocalQueue/ml/lq created"
+            ]
+        );
+        let quotas = c.next.quotas().unwrap();
+        let names: Vec<&str> = quotas.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["slurm", "cq"], "the policy's queues first");
+        let objects = c.next;
+        let c = objects
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(8))),
+                &[],
+                "ml",
+                Time(2),
+            )
+            .unwrap();
+        assert_eq!(
+            outcomes(&c),
+            ["ResourceFlavor//f unchanged", "ClusterQueue//cq configured"]
+        );
+        assert_eq!(c.put.len(), 1, "only what changed is written");
+        let objects = c.next;
+        assert_eq!(objects.records()[1].kind, "ClusterQueue", "kept its place");
+        let lq = QueueObjectRef {
+            kind: "LocalQueue".into(),
+            namespace: "ml".into(),
+            name: "lq".into(),
+        };
+        let c = objects.change(&[], &[lq], "default", Time(3)).unwrap();
+        assert_eq!(outcomes(&c), ["LocalQueue/ml/lq deleted"]);
+        assert_eq!(c.next.records().len(), 2);
+    }
+
+    #[test]
+    fn bad_changes_are_refused_whole_saying_why() {
+        let base = QueueObjects::new(policy_queue("cq"));
+        let err = base
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "queue `cq` is defined in the policy file; a queue object may not replace it"
+        );
+        let base = QueueObjects::new(QuotaConfig::default());
+        let err = base
+            .change(&json(&cq(4)), &[], "default", Time(1))
+            .unwrap_err();
+        assert!(
+            err.contains("ClusterQueue `cq` uses ResourceFlavor `f`, which is not applied"),
+            "{err}"
+        );
+        let objects = base
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let flavor = QueueObjectRef {
+            kind: "ResourceFlavor".into(),
+            namespace: String::new(),
+            name: "f".into(),
+        };
+        let err = objects
+            .change(&[], &[flavor], "default", Time(2))
+            .unwrap_err();
+        assert!(
+            err.contains("uses ResourceFlavor `f`, which is not applied"),
+            "{err}"
+        );
+        let job = "apiVersion: batch/v1
+kind: Job
+metadata: {name: j}
+spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: i, command: ['true']}]}}}
+";
+        let err = objects
+            .change(&json(job), &[], "default", Time(2))
+            .unwrap_err();
+        assert!(err.contains("Job `j` is not a queue object"), "{err}");
+        let twice = json(&format!("{}---\n{}", cq(1), cq(2)));
+        let err = objects.change(&twice, &[], "default", Time(2)).unwrap_err();
+        assert!(err.contains("ClusterQueue `cq` is given twice"), "{err}");
+        let missing = QueueObjectRef {
+            kind: "ClusterQueue".into(),
+            namespace: String::new(),
+            name: "nope".into(),
+        };
+        let err = objects
+            .change(&[], &[missing], "default", Time(2))
+            .unwrap_err();
+        assert_eq!(err, "ClusterQueue `nope` is not applied");
+        let bad = json(
+            "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: bad}
+spec:
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: f, resources: [{name: cpu, nominalQuota: 1, borrowingLimit: 1}]}]
+",
+        );
+        let err = objects.change(&bad, &[], "default", Time(2)).unwrap_err();
+        assert!(err.contains("borrowing_limit but is in no cohort"), "{err}");
+    }
+
+    #[test]
+    fn jobs_are_routed_through_their_local_queue_onto_the_flavors_nodes() {
+        let objects = QueueObjects::new(QuotaConfig::default())
+            .change(
+                &json(&format!("{FLAVOR}---\n{}---\n{LQ}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        spec.annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "default/lq".into());
+        route_job(&objects, &mut spec).unwrap();
+        assert_eq!(spec.queue.as_deref(), Some("cq"));
+        assert_eq!(spec.node_selector, [("pool".to_string(), "a".to_string())]);
+        let mut other = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        other
+            .annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
+        let err = route_job(&objects, &mut other).unwrap_err();
+        assert!(
+            err.contains("LocalQueue `lq` does not exist in namespace `ml`"),
+            "{err}"
+        );
+        let mut clash = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        clash
+            .annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "default/lq".into());
+        clash.node_selector.push(("pool".into(), "b".into()));
+        let err = route_job(&objects, &mut clash).unwrap_err();
+        assert!(err.contains("pool=b") && err.contains("pool=a"), "{err}");
+        // Volcano's own `default` queue: no queue, unless one of that name is applied.
+        let mut vc = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        vc.annotations
+            .insert("k8s.apiVersion".into(), "batch.volcano.sh/v1alpha1".into());
+        vc.queue = Some("default".into());
+        route_job(&objects, &mut vc).unwrap();
+        assert_eq!(vc.queue, None);
+        let with_default = QueueObjects::new(policy_queue("default"));
+        let mut vc2 = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        vc2.annotations
+            .insert("k8s.apiVersion".into(), "batch.volcano.sh/v1alpha1".into());
+        vc2.queue = Some("default".into());
+        route_job(&with_default, &mut vc2).unwrap();
+        assert_eq!(vc2.queue.as_deref(), Some("default"));
+    }
 }

@@ -103,16 +103,19 @@ enum Command {
         #[arg(long)]
         timeout: Option<u64>,
     },
-    /// Apply Kubernetes manifests: workloads (Job, JobSet, MPIJob, PyTorchJob, Volcano Job)
-    /// run as jobs; queue objects (Kueue ResourceFlavor, ClusterQueue, LocalQueue, Topology;
-    /// Volcano Queue) become queues at once, running jobs kept.
+    /// Apply Kubernetes manifests: workloads run as jobs, queue objects become queues.
+    ///
+    /// Workloads: Job, JobSet, MPIJob, PyTorchJob, Volcano Job. Queue objects: Kueue
+    /// ResourceFlavor, ClusterQueue, LocalQueue, Topology; Volcano Queue. Queue objects are
+    /// applied first (all or none; administrators), at once on the running cluster: running
+    /// jobs are kept, and what is admitted next follows the new quotas.
     Apply {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::ApplyArgs,
     },
-    /// List applied workloads with their cadre jobs, or the queues with their quota and use.
+    /// List applied workloads with their jobs, or queues with their quota and use.
     Get {
         #[command(flatten)]
         connect: native::ConnectArgs,
@@ -126,7 +129,7 @@ enum Command {
         #[command(flatten)]
         args: k8s::NamedArgs,
     },
-    /// Show an applied workload: its translation, its job, where each rank runs, its events.
+    /// Show an applied workload: its translation, job, ranks' nodes and events.
     Describe {
         #[command(flatten)]
         connect: native::ConnectArgs,
