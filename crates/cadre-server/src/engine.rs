@@ -190,6 +190,8 @@ struct RunTrack {
     /// Once every completing task has ended: the run's outcome and exit code, fixed. The
     /// other tasks are then stopped, and how they end does not count.
     settled: Option<(JobState, Option<i32>)>,
+    /// The run spec's completing groups (what a node's `Completing` report is about).
+    completing_groups: Option<Vec<u16>>,
 }
 
 impl RunTrack {
@@ -220,6 +222,7 @@ impl RunTrack {
             stop: None,
             completing_left,
             settled: None,
+            completing_groups: completing.map(<[u16]>::to_vec),
         }
     }
 
@@ -1394,13 +1397,13 @@ impl Engine {
             TaskEvent::Ended {
                 state, exit_code, ..
             } => {
-                self.task_failure_event(run.job, node, state, exit_code, now);
+                self.task_failure_event(run.job, node, state, exit_code, false, now);
                 self.node_done(run.job, node, state, exit_code, now)
             }
             TaskEvent::Completing {
                 state, exit_code, ..
             } => {
-                self.task_failure_event(run.job, node, state, exit_code, now);
+                self.task_failure_event(run.job, node, state, exit_code, true, now);
                 self.node_completing(run.job, node, state, exit_code)
             }
         }
@@ -1417,17 +1420,19 @@ impl Engine {
         });
     }
 
-    /// The tasks of a node, as `group/rank` words.
-    fn tasks_on(&self, id: JobId, node: NodeId) -> String {
+    /// The tasks of a node (of the completing groups only, with `completing`), as
+    /// `group/rank` words.
+    fn tasks_on(&self, id: JobId, node: NodeId, completing: bool) -> String {
         let Some(t) = self.runs.get(&id) else {
             return String::new();
         };
+        let only = t.completing_groups.as_deref().filter(|_| completing);
         let groups = self.sched.job(id).map(|j| &j.spec.groups);
         let mut tasks: Vec<(u16, u32)> = t
             .allocation
             .tasks
             .iter()
-            .filter(|x| x.node == node)
+            .filter(|x| x.node == node && only.is_none_or(|g| g.contains(&x.group)))
             .map(|x| (x.group, x.rank))
             .collect();
         tasks.sort_unstable();
@@ -1443,20 +1448,27 @@ impl Engine {
             .join(", ")
     }
 
-    /// A node reports its tasks of a run ended badly while nothing asked them to stop: a
-    /// rank failure (`TasksFailed`), or the node's tasks lost (`NodeLost`).
+    /// A node reports its tasks of a run (its completing groups' tasks, with `completing`)
+    /// ended badly while nothing asked them to stop: a rank failure (`TasksFailed`), or
+    /// the node's tasks lost (`NodeLost`).
     fn task_failure_event(
         &mut self,
         id: JobId,
         node: NodeId,
         state: JobState,
         exit_code: Option<i32>,
+        completing: bool,
         now: Time,
     ) {
         let Some(t) = self.runs.get(&id) else {
             return;
         };
-        if t.stop.is_some() || t.settled.is_some() || !t.nodes_left.contains(&node) {
+        let reported = if completing {
+            t.completing_left.contains(&node)
+        } else {
+            t.nodes_left.contains(&node)
+        };
+        if t.stop.is_some() || t.settled.is_some() || !reported {
             return;
         }
         let (kind, what) = match state {
@@ -1471,8 +1483,8 @@ impl Engine {
         };
         let code = exit_code.map_or_else(String::new, |c| format!(" with exit code {c}"));
         let message = format!(
-            "tasks {} on node {} {what}{code}",
-            self.tasks_on(id, node),
+            "tasks {} on {} {what}{code}",
+            self.tasks_on(id, node, completing),
             self.node_name(node)
         );
         self.event(id, now, kind, true, message);
@@ -1600,6 +1612,7 @@ impl Engine {
                     PendingReason::BadConstraints => {
                         "BadConstraints: it can never run on this cluster as asked".into()
                     }
+                    PendingReason::InvalidQueue => "InvalidQueue: its queue does not exist".into(),
                     other => other.to_string(),
                 },
             };

@@ -501,6 +501,21 @@ spec:
         format!("job.batch/big deleted (job {big} cancelled)")
     );
     assert_eq!(c.state(big), "CANCELLED");
+    // Its events: why it waited, who deleted it, how it ended.
+    let described = c.ok(&["describe", "job", "big"]);
+    for line in [
+        "Warning   Pending",
+        "BadConstraints: the job does not fit on the 3 eligible nodes even when they are idle",
+        "Normal    Deleted",
+        "cancelled by user",
+        "Warning   Cancelled",
+    ] {
+        assert!(
+            described.contains(line),
+            "`{line}` missing in:\n{described}"
+        );
+    }
+    assert!(!described.contains(" Started "), "{described}");
 }
 
 /// A Kueue ResourceFlavor, a ClusterQueue of `cpus` CPUs and 8 GiB, and LocalQueue
@@ -841,6 +856,19 @@ spec:
     let listed = c.workloads();
     assert_eq!(listed[0]["exit_code"], 3, "{listed:?}");
     assert!(c.output("broken", job, 1).contains("worker"));
+    // The rank that failed, by its group and rank, then the job's end.
+    let described = c.ok(&["describe", "pytorchjob", "broken"]);
+    let events = described.split_once("Events:").map_or("", |(_, e)| e);
+    assert!(
+        events.contains("Warning   TasksFailed")
+            && events.contains("tasks master/0 on node001 ended FAILED with exit code 3"),
+        "{events}"
+    );
+    assert!(
+        events.contains("Warning   Failed")
+            && events.contains("the job ended FAILED (exit code 3)"),
+        "{events}"
+    );
 }
 
 #[test]

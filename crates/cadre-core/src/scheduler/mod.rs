@@ -941,7 +941,8 @@ impl Scheduler {
 
     /// What a pending job's reason means in its case, when the reason name alone does not
     /// say: the limit a quota reason stands for and by how much, as the quotas are now;
-    /// the queue a job waiting with [`PendingReason::InvalidQueue`] names.
+    /// the queue a job waiting with [`PendingReason::InvalidQueue`] names; why a job that
+    /// can never run as asked does not fit (when the pass found so for its shape).
     pub fn reason_detail(&self, id: JobId) -> Option<String> {
         let job = self.jobs.get(&id)?;
         if job.state != JobState::Pending {
@@ -958,6 +959,14 @@ impl Scheduler {
                 .check(job.queue, &job.spec.account, &job.spec.user, job.min_want)
                 .err()
                 .map(|block| block.to_string()),
+            PendingReason::BadConstraints => match self.never_fits.get(&job.shape) {
+                Some(fail) => Some(fail.to_string()),
+                None => self
+                    .place(&job.spec, &self.cluster.partition(job.partition).nodes)
+                    .err()
+                    .filter(PlacementFailure::is_permanent)
+                    .map(|fail| fail.to_string()),
+            },
             _ => None,
         }
     }
