@@ -1576,7 +1576,10 @@ impl Engine {
 
     /// After a pass: a pending job whose reason became one worth telling (a quota or limit,
     /// a missing queue, resources, constraints it can never meet) gets a `Pending` event,
-    /// once per reason in a row; `Priority` and waiting on dependencies are not told.
+    /// once per reason in a row; `Priority` and waiting on dependencies are not told (they
+    /// change at every pass), nor `ReqNodeNotAvail` (every queued job has it while agents
+    /// are away, as at a controller's start: a burst of writes that says nothing per job;
+    /// `describe` shows it as the job's reason now).
     fn pending_events(&mut self, now: Time) {
         let mut new = Vec::new();
         for job in self.sched.jobs() {
@@ -1588,7 +1591,6 @@ impl Engine {
                 PendingReason::Limit(_)
                     | PendingReason::InvalidQueue
                     | PendingReason::Resources
-                    | PendingReason::ReqNodeNotAvail
                     | PendingReason::BadConstraints
                     | PendingReason::PartitionTimeLimit
                     | PendingReason::PartitionDown
@@ -1604,10 +1606,6 @@ impl Engine {
                 None => match &reason {
                     PendingReason::Resources => {
                         "Resources: not enough free resources for the whole gang now".into()
-                    }
-                    PendingReason::ReqNodeNotAvail => {
-                        "ReqNodeNotAvail: the nodes it could use are down, drained or not connected"
-                            .into()
                     }
                     PendingReason::BadConstraints => {
                         "BadConstraints: it can never run on this cluster as asked".into()
