@@ -1107,6 +1107,170 @@ fn elastic_gang_is_admitted_at_the_largest_size_its_quota_allows() {
     assert_eq!(sim.s.quota().used(qa).gpu_milli, 6000);
 }
 
+// Replacing the quotas while gangs run (Kubernetes queue objects applied at runtime).
+
+fn set_quotas(sim: &mut Sim, quotas: QuotaConfig, now: u64) {
+    let ds = sim.event(
+        Event::SetQuotas {
+            quotas: Box::new(quotas),
+        },
+        now,
+    );
+    assert!(ds.is_empty(), "replacing quotas stops nothing: {ds:?}");
+}
+
+/// One queue `q` in no cohort with `gpus` GPUs nominal, named by the jobs of [`in_q`].
+fn one_queue(gpus: u64) -> QuotaConfig {
+    QuotaConfig {
+        queues: vec![QueueConfig {
+            name: "q".into(),
+            cohort: None,
+            nominal: QuotaAmounts::gpus(gpus),
+            borrowing_limit: None,
+            lending_limit: None,
+            capability: None,
+            weight: 1,
+            accounts: vec![],
+            max_per_user: None,
+            max_running_jobs_per_user: None,
+        }],
+        accounts: vec![],
+    }
+}
+
+fn in_q(spec: JobSpec) -> JobSpec {
+    with(spec, |s| s.queue = Some("q".into()))
+}
+
+#[test]
+fn a_lowered_quota_keeps_running_gangs_and_holds_new_ones_until_raised() {
+    let mut policy = plain();
+    policy.quotas = one_queue(8);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
+    sim.submit(1, in_q(job(1, 6, 1000)), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    // Lowered below what runs: the gang stays, counted above the new quota.
+    set_quotas(&mut sim, one_queue(4), 10);
+    assert_eq!(sim.state(1), JobState::Running);
+    let q = sim.s.quota().queue_ix("q").unwrap();
+    assert_eq!(sim.s.quota().used(q).gpu_milli, 6000);
+    sim.submit(2, in_q(job(1, 1, 1000)), 11);
+    assert!(started(&sim.pass(12)).is_empty());
+    assert_eq!(sim.reason(2), "QOSGrpGRES");
+    let detail = sim
+        .s
+        .reason_detail(JobId(2))
+        .expect("a quota reason is detailed");
+    assert!(
+        detail.contains("queue `q` would use 7 gpus, above its nominal quota of 4 gpus"),
+        "{detail}"
+    );
+    // Raised: the waiting job starts at the next pass.
+    set_quotas(&mut sim, one_queue(8), 20);
+    assert_eq!(started(&sim.pass(21)), [2]);
+}
+
+#[test]
+fn a_gang_over_a_lowered_quota_admits_nothing_new_until_it_ends() {
+    let mut policy = plain();
+    policy.quotas = one_queue(8);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
+    sim.submit(1, in_q(job(1, 6, 1000)), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    set_quotas(&mut sim, one_queue(4), 10);
+    sim.submit(2, in_q(job(1, 4, 1000)), 11);
+    assert!(started(&sim.pass(12)).is_empty());
+    sim.end(1, JobState::Completed, 50);
+    assert_eq!(started(&sim.pass(51)), [2]);
+}
+
+#[test]
+fn a_deleted_queue_leaves_its_pending_jobs_waiting_with_a_reason_until_it_returns() {
+    let mut policy = plain();
+    policy.quotas = one_queue(8);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
+    sim.submit(1, in_q(job(1, 8, 1000)), 0);
+    sim.submit(2, in_q(job(1, 4, 1000)), 1);
+    assert_eq!(started(&sim.pass(2)), [1]);
+    set_quotas(&mut sim, QuotaConfig::default(), 10);
+    // The running gang goes on, counted in no queue; the pending one waits, and why.
+    assert_eq!(sim.state(1), JobState::Running);
+    assert!(started(&sim.pass(11)).is_empty(), "free GPUs do not matter");
+    assert_eq!(sim.pending_reason(2), PendingReason::InvalidQueue);
+    assert_eq!(sim.reason(2), "InvalidQueue");
+    let detail = sim.s.reason_detail(JobId(2)).unwrap();
+    assert!(detail.contains("queue `q` does not exist"), "{detail}");
+    // New jobs naming it are refused.
+    let refused = sim.try_event(
+        Event::Submit {
+            id: JobId(3),
+            spec: Box::new(in_q(job(1, 1, 1000))),
+        },
+        12,
+    );
+    assert!(
+        matches!(&refused, Err(CoreError::InvalidJob { what, .. }) if what == "queue `q` does not exist"),
+        "{refused:?}"
+    );
+    // Back with room for both: job 1 counts in it again, and job 2 starts.
+    set_quotas(&mut sim, one_queue(12), 20);
+    let q = sim.s.quota().queue_ix("q").unwrap();
+    assert_eq!(sim.s.quota().used(q).gpu_milli, 8000);
+    assert_eq!(started(&sim.pass(21)), [2]);
+}
+
+#[test]
+fn an_invalid_quota_configuration_is_refused_and_changes_nothing() {
+    let mut policy = plain();
+    policy.quotas = one_queue(8);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
+    sim.submit(1, in_q(job(1, 6, 1000)), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    let mut bad = one_queue(4);
+    bad.queues[0].borrowing_limit = Some(QuotaAmounts::gpus(1));
+    let refused = sim.try_event(
+        Event::SetQuotas {
+            quotas: Box::new(bad.clone()),
+        },
+        10,
+    );
+    assert_eq!(
+        refused,
+        Err(CoreError::InvalidQuotas {
+            what: "queue `q` sets borrowing_limit but is in no cohort; only cohort members \
+                   borrow or lend"
+                .into()
+        })
+    );
+    assert!(sim.s.validate_quotas(&bad).is_err());
+    assert_eq!(sim.s.policy().quotas, one_queue(8));
+    let q = sim.s.quota().queue_ix("q").unwrap();
+    assert_eq!(sim.s.quota().used(q).gpu_milli, 6000);
+}
+
+/// A restarted controller gives its quotas back before its jobs; a pending job whose
+/// queue was deleted while it was down is restored, waiting, not refused.
+#[test]
+fn a_job_restored_after_its_queue_was_deleted_waits_instead_of_failing_recovery() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    sim.event(
+        Event::RestorePending {
+            id: JobId(1),
+            spec: Box::new(in_q(job(1, 1, 1000))),
+            requeues: 0,
+            hold: None,
+        },
+        0,
+    );
+    let alloc = placed(Cluster::flat_gpu(2, 8), &job(1, 2, 1000));
+    sim.adopt(2, in_q(job(1, 2, 1000)), alloc, 0, 0);
+    assert!(started(&sim.pass(1)).is_empty());
+    assert_eq!(sim.pending_reason(1), PendingReason::InvalidQueue);
+    assert_eq!(sim.state(2), JobState::Running);
+    set_quotas(&mut sim, one_queue(8), 2);
+    assert_eq!(started(&sim.pass(3)), [1]);
+}
+
 // ---------------------------------------------------------------------------------------
 // 6. Dependencies, holds, begin time, limits, constraints
 // ---------------------------------------------------------------------------------------

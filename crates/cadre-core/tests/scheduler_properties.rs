@@ -351,6 +351,33 @@ enum Act {
     Cancel(u64),
     /// The controller restarts: the scheduler is rebuilt from what a store would hold.
     Restart,
+    /// The quotas are replaced while jobs run ([`replaced_quotas`]).
+    SetQuotas(u8),
+}
+
+/// The quota configurations the properties switch between: [`quotas`]; both queues lowered
+/// to 2 GPUs without borrowing; `qb` deleted; no quotas at all; both queues out of their
+/// cohort.
+fn replaced_quotas(which: u8) -> QuotaConfig {
+    let mut q = quotas();
+    match which % 5 {
+        0 => {}
+        1 => {
+            for queue in &mut q.queues {
+                queue.nominal.gpu_milli = Some(2000);
+                queue.borrowing_limit = None;
+            }
+        }
+        2 => q.queues.retain(|x| x.name != "qb"),
+        3 => q = QuotaConfig::default(),
+        _ => {
+            for queue in &mut q.queues {
+                queue.cohort = None;
+                queue.borrowing_limit = None;
+            }
+        }
+    }
+    q
 }
 
 fn act_gen() -> impl Strategy<Value = Act> {
@@ -360,6 +387,7 @@ fn act_gen() -> impl Strategy<Value = Act> {
         (0u32..6).prop_map(Act::Up),
         (1u64..25).prop_map(Act::Cancel),
         Just(Act::Restart),
+        (0u8..5).prop_map(Act::SetQuotas),
     ]
 }
 
@@ -453,6 +481,9 @@ fn rebuild(
         out.extend(ds);
         Ok(())
     };
+    // The quotas in force (replaced since the start, maybe) come back before any job.
+    let quotas = Box::new(old.policy().quotas.clone());
+    apply(&mut new, Event::SetQuotas { quotas })?;
     for (i, node) in old.cluster().nodes.iter().enumerate() {
         if node.avail != NodeAvail::Up {
             let e = Event::NodeAvail {
@@ -567,6 +598,7 @@ fn run(
     let mut next_submit = 0;
     let mut acts = acts.iter();
     let mut runs: BTreeMap<JobId, u64> = BTreeMap::new();
+    let mut replaced = false;
     for step in 0..60u64 {
         let now = Time(step * 100);
         while next_submit < submits.len() && submits[next_submit].0 <= now {
@@ -646,6 +678,30 @@ fn run(
                         sched = new;
                         Ok(decisions)
                     }
+                    Act::SetQuotas(which) => {
+                        replaced = true;
+                        let active: Vec<(JobId, JobState)> = sched
+                            .jobs()
+                            .filter(|j| j.state.is_active())
+                            .map(|j| (j.id, j.state))
+                            .collect();
+                        let quotas = Box::new(replaced_quotas(*which));
+                        let ds = sched.handle(Event::SetQuotas { quotas }, now);
+                        let still: Vec<(JobId, JobState)> = sched
+                            .jobs()
+                            .filter(|j| j.state.is_active())
+                            .map(|j| (j.id, j.state))
+                            .collect();
+                        if active != still {
+                            return Err(format!(
+                                "replacing the quotas changed the running jobs: {active:?} -> {still:?}"
+                            ));
+                        }
+                        if ds.as_ref().is_ok_and(|d| !d.is_empty()) {
+                            return Err(format!("replacing the quotas decided {ds:?}"));
+                        }
+                        ds
+                    }
                 }
                 .map_err(|e| e.to_string())?;
                 for d in &decisions {
@@ -690,7 +746,11 @@ fn run(
             }
         }
         check_reservations(&sched, &reservations, now, grace)?;
-        check_quotas(&sched)?;
+        // Checked against `quotas()` only while they were never replaced: a replacement may
+        // leave running jobs above the new limits (they are not stopped).
+        if !replaced {
+            check_quotas(&sched)?;
+        }
         log.extend(decisions.into_iter().map(|d| (now, d)));
     }
     Ok(log)

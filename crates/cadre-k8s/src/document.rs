@@ -172,6 +172,38 @@ pub fn parse_numbered(text: &str, origin: &str) -> Result<Vec<(usize, Object)>, 
     Ok(objects)
 }
 
+/// The non-empty documents of `text` as JSON values (merge keys applied), each with its
+/// 1-based number: what a client sends the controller for the objects applied there
+/// (which the controller reads again with [`parse_numbered`]).
+pub fn documents_json(
+    text: &str,
+    origin: &str,
+) -> Result<Vec<(usize, serde_json::Value)>, K8sError> {
+    let mut out = Vec::new();
+    for (i, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let doc = i + 1;
+        let mut value =
+            yaml_serde::Value::deserialize(document).map_err(|source| K8sError::Yaml {
+                origin: origin.to_string(),
+                source,
+            })?;
+        if value.is_null() {
+            continue;
+        }
+        value.apply_merge().map_err(|source| K8sError::Yaml {
+            origin: origin.to_string(),
+            source,
+        })?;
+        let json = serde_json::to_value(&value).map_err(|e| K8sError::NotAnObject {
+            origin: origin.to_string(),
+            doc,
+            what: format!("not expressible as JSON: {e}"),
+        })?;
+        out.push((doc, json));
+    }
+    Ok(out)
+}
+
 fn field<'a>(value: &'a yaml_serde::Value, key: &str) -> Option<&'a str> {
     value.get(key).and_then(yaml_serde::Value::as_str)
 }

@@ -121,13 +121,13 @@ pub use contract::{
     JobFile, PlacedTask, Placement, discover_hosts, dns_names, hostfile, hosts_file, job_files,
     pod_name, rank_environment, rank_program, task_of_rank,
 };
-pub use document::{Object, SUPPORTED_KINDS, parse_documents, parse_numbered};
+pub use document::{Object, SUPPORTED_KINDS, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem};
 pub use model::{
     Completion, EnvSource, EnvVar, GroupRun, MpiImplementation, Program, QueueRef, SshKeys,
     TranslateOptions, Translated, WorkloadKind,
 };
-pub use queues::QueueSet;
+pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};
 pub use translate::translate;
 

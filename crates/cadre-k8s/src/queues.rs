@@ -22,9 +22,13 @@
 //! | | `guarantee.resource` | `lending_limit = deserved - guarantee` (the guarantee is never lent) |
 //! | | `parent`, the `volcano.sh/hierarchy` annotations, `priority`, `reclaimable: false`, `dequeueStrategy: fifo`, `affinity`, `extendClusters` | refused |
 //!
-//! Applying the result to a running scheduler needs a core API that does not exist yet
-//! (replace the quota configuration and rebuild the quota book with the running gangs);
-//! this module only produces the values ([`QueueSet::quota_config`]).
+//! The controller keeps the queue objects applied to it (in its store), builds one
+//! [`QueueSet`] from them in the order they were first applied, adds the set's queues to
+//! its policy file's, and gives the result to its scheduler, which replaces its quotas with
+//! the running gangs kept (`cadre_core::scheduler::Event::SetQuotas`). This module only
+//! produces the values ([`QueueSet::quota_config`], [`QueueSet::route`]) and checks what
+//! holds between the objects (a ClusterQueue's ResourceFlavor must be applied:
+//! [`QueueSet::check_references`]).
 
 use crate::crd::ResourceList;
 use crate::crd::kueue::{ClusterQueue, LocalQueue, ResourceFlavor, Topology};
@@ -36,6 +40,38 @@ use crate::pod::{HOSTNAME_LABEL, is_scheduler_key, span_of_level};
 use crate::quantity::Quantity;
 use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaBook, QuotaConfig};
 use std::collections::BTreeMap;
+
+/// How a queue object is named, as `kubectl apply` names objects: its kind as manifests
+/// write it (`Queue` for Volcano's), its namespace (LocalQueues only; empty for the
+/// cluster-scoped kinds) and its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QueueObjectName {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The name of a queue object (`None` for other objects); LocalQueues that name no
+/// namespace are in `default_namespace`.
+pub fn queue_object_name(object: &Object, default_namespace: &str) -> Option<QueueObjectName> {
+    let namespace = match object {
+        Object::LocalQueue(q) => q
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| default_namespace.to_string()),
+        Object::ResourceFlavor(_)
+        | Object::ClusterQueue(_)
+        | Object::Topology(_)
+        | Object::VolcanoQueue(_) => String::new(),
+        _ => return None,
+    };
+    Some(QueueObjectName {
+        kind: object.kind(),
+        namespace,
+        name: object.metadata().name.clone().unwrap_or_default(),
+    })
+}
 
 /// The implicit cohort of Volcano queues that state a `deserved` share.
 pub const VOLCANO_COHORT: &str = "volcano";
@@ -181,6 +217,41 @@ impl QueueSet {
         self.queues.retain(|q| q.config.name != queue.config.name);
         self.queues.push(queue);
         Ok(())
+    }
+
+    /// Checks what one object asks of others: every ClusterQueue's ResourceFlavor is
+    /// applied (Kueue would keep such a queue inactive; cadre refuses it, so that a
+    /// queue's nodes are always known), and so is every flavor's Topology.
+    pub fn check_references(&self) -> Result<(), K8sError> {
+        let mut problems = Vec::new();
+        for q in &self.queues {
+            if let Some(f) = &q.flavor
+                && !self.flavors.iter().any(|x| &x.name == f)
+            {
+                problems.push(format!(
+                    "ClusterQueue `{}` uses ResourceFlavor `{f}`, which is not applied (apply \
+                     it too, or first)",
+                    q.config.name
+                ));
+            }
+        }
+        for f in &self.flavors {
+            if let Some(t) = &f.topology
+                && !self.topologies.contains_key(t)
+            {
+                problems.push(format!(
+                    "ResourceFlavor `{}` names Topology `{t}`, which is not applied",
+                    f.name
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(K8sError::Contract {
+                what: problems.join("; "),
+            })
+        }
     }
 
     /// The cadre queue a job's [`QueueRef`] names.

@@ -3,6 +3,13 @@
 //! per-task CPUs, memory and GPUs), the queues it makes, or the specific reason it is
 //! refused. A file added to the corpus, or a change of any file's outcome, fails the test.
 //!
+//! Queue objects are applied to a running controller now: the corpus's queue files make a
+//! configuration the controller takes (flavors and topologies they name are there), and the
+//! Kueue-labelled workloads are routed through their LocalQueue when it is applied. Those
+//! of the corpus name `user-queue`, which Kueue's own setup file (not in the corpus)
+//! defines: applied without it they are refused for that reason alone, and with it they
+//! are routed.
+//!
 //! The corpus lives beside the repository (`../shared`); under CI (`CI` set) it must be
 //! there, elsewhere the test says it skipped.
 
@@ -474,4 +481,83 @@ fn corpus_outcomes_read_as_a_user_sees_them() {
         }
     }
     insta::assert_snapshot!(out);
+}
+
+/// The workloads of the corpus labelled for a Kueue LocalQueue: file, LocalQueue.
+const KUEUE_ROUTED: &[(&str, &str)] = &[
+    (
+        "kueue__site_static_examples_jobs_sample-jobset-tas-required.yaml",
+        "user-queue",
+    ),
+    (
+        "kueue__site_static_examples_jobs_sample-mpijob.yaml",
+        "user-queue",
+    ),
+    (
+        "kueue__site_static_examples_jobs_sample-pytorchjob.yaml",
+        "user-queue",
+    ),
+];
+
+#[test]
+fn corpus_queue_objects_apply_together_and_route_the_kueue_workloads() {
+    let Some(dir) = corpus_dir() else { return };
+    let mut set = cadre_k8s::QueueSet::default();
+    for (file, expect) in CORPUS {
+        if let Queues(..) = expect {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            for o in cadre_k8s::parse_documents(&text, file).unwrap() {
+                set.apply(&o).unwrap_or_else(|e| panic!("{file}: {e}"));
+            }
+        }
+    }
+    set.check_references()
+        .expect("every flavor and topology named is applied");
+    let config = set.quota_config().expect("a valid quota configuration");
+    assert_eq!(config.queues.len(), 1);
+    let mut routed = Vec::new();
+    for (file, expect) in CORPUS {
+        let Gangs(_) = expect else { continue };
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for w in plan(&text, file, &opts()).unwrap().workloads {
+            if let Some(q @ cadre_k8s::QueueRef::Kueue { local_queue, .. }) = &w.queue {
+                let err = set
+                    .route(q)
+                    .expect_err("no LocalQueue of that name is applied");
+                assert_eq!(
+                    err.to_string(),
+                    format!("LocalQueue `{local_queue}` does not exist in namespace `default`"),
+                    "{file}"
+                );
+                routed.push((*file, local_queue.clone()));
+            }
+        }
+    }
+    let want: Vec<(&str, String)> = KUEUE_ROUTED
+        .iter()
+        .map(|(f, q)| (*f, q.to_string()))
+        .collect();
+    assert_eq!(routed, want, "the Kueue-labelled workloads of the corpus");
+    // With Kueue's `user-queue` applied (here feeding the corpus's ClusterQueue), each is
+    // routed to it, on the flavor's nodes.
+    let lq = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: default, name: user-queue}
+spec: {clusterQueue: tas-cluster-queue}
+";
+    for o in cadre_k8s::parse_documents(lq, "user-queue.yaml").unwrap() {
+        set.apply(&o).unwrap();
+    }
+    let q = cadre_k8s::QueueRef::Kueue {
+        namespace: "default".into(),
+        local_queue: "user-queue".into(),
+    };
+    assert_eq!(set.route(&q).unwrap(), "tas-cluster-queue");
+    assert_eq!(
+        set.node_selector("tas-cluster-queue"),
+        [(
+            "cloud.provider.com/node-group".to_string(),
+            "tas-group".to_string()
+        )]
+    );
 }

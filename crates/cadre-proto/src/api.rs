@@ -260,6 +260,173 @@ pub struct ExplainView {
     pub expected_start: Option<u64>,
     /// For each node of the job's partition that cannot take it now, why not.
     pub nodes: Vec<(String, String)>,
+    /// What the reason means in this job's case, when its name alone does not say: the
+    /// quota or limit and by how much, the queue that does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One thing that happened to a job (Kubernetes' events, as `cadre describe` shows them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobEventView {
+    pub at: u64,
+    /// One word: `Submitted`, `Pending`, `Started`, `TasksFailed`, `NodeLost`,
+    /// `LaunchFailed`, `Preempted`, `Requeued`, `Deleted`, or the final state
+    /// (`Completed`, `Failed`, `Cancelled`, `Timeout`, ...).
+    pub kind: String,
+    /// Kubernetes would show it as a `Warning` rather than `Normal`.
+    pub warning: bool,
+    pub message: String,
+}
+
+/// `GET /jobs/{id}/events`: the job's events, oldest first (see docs/kubernetes.md for
+/// which are recorded and which are derived from the job's record).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobEventList {
+    pub id: JobId,
+    pub events: Vec<JobEventView>,
+}
+
+/// Amounts of a queue, in the units `cadre get queues` shows: GPUs as (fractional) GPUs;
+/// `None`: not managed (a quota) or not limited (a limit).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueAmountsView {
+    pub cpus: Option<u64>,
+    pub mem_mib: Option<u64>,
+    pub gpus: Option<f64>,
+    pub nics: Option<u64>,
+}
+
+/// A queue: its quota, what it uses and how many jobs it admitted and holds back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueView {
+    pub name: String,
+    /// Where it is defined: `policy` (the policy file), `ClusterQueue`
+    /// (kueue.x-k8s.io) or `Queue` (scheduling.volcano.sh).
+    pub source: String,
+    pub cohort: Option<String>,
+    pub weight: u32,
+    /// Its ResourceFlavor (ClusterQueues).
+    pub flavor: Option<String>,
+    pub nominal: QueueAmountsView,
+    pub borrowing_limit: Option<QueueAmountsView>,
+    pub lending_limit: Option<QueueAmountsView>,
+    pub capability: Option<QueueAmountsView>,
+    pub used: QueueAmountsView,
+    /// What it uses above its nominal quota (borrowed from its cohort).
+    pub borrowed: QueueAmountsView,
+    /// Running jobs counted in it.
+    pub admitted: u64,
+    /// Pending jobs naming it.
+    pub pending: u64,
+    /// Its use is above one of its limits (lowered while its jobs ran): it admits nothing
+    /// new until enough of them end.
+    pub over_quota: bool,
+}
+
+/// A Kueue LocalQueue: the queue name a namespace's jobs give, and its ClusterQueue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LocalQueueView {
+    pub namespace: String,
+    pub name: String,
+    pub cluster_queue: String,
+    /// Jobs routed through it that have not ended.
+    pub pending: u64,
+    pub admitted: u64,
+}
+
+/// A Kueue ResourceFlavor: the node labels of its nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlavorView {
+    pub name: String,
+    pub node_labels: Vec<(String, String)>,
+}
+
+/// `GET /queues`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueList {
+    pub queues: Vec<QueueView>,
+    pub local_queues: Vec<LocalQueueView>,
+    pub flavors: Vec<FlavorView>,
+}
+
+/// A queue object by name: `kind` as manifests write it (`ClusterQueue`, `LocalQueue`,
+/// `ResourceFlavor`, `Topology`, `Queue` for Volcano's); `namespace` only for LocalQueues.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct QueueObjectRef {
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A queue object as applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueObjectView {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    pub applied: u64,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub manifest: serde_json::Value,
+}
+
+/// `GET /queue-objects`: every queue object applied, in the order first applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueObjectList {
+    pub objects: Vec<QueueObjectView>,
+}
+
+/// `POST /queue-objects`: queue objects to put (as `kubectl apply` would: an object of an
+/// existing kind and name replaces it) and to delete, all at once or none. Administrators
+/// only.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct QueueObjectsRequest {
+    /// Manifests (as JSON) of Kueue ResourceFlavors, ClusterQueues, LocalQueues,
+    /// Topologies and Volcano Queues.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub put: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub delete: Vec<QueueObjectRef>,
+    /// The namespace of LocalQueues that name none (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Check everything, change nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// What happened to one object of a [`QueueObjectsRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueObjectResult {
+    #[serde(flatten)]
+    pub object: QueueObjectRef,
+    /// kubectl's word: `created`, `configured`, `unchanged` or `deleted`.
+    pub outcome: String,
+}
+
+/// The answer to a [`QueueObjectsRequest`], one result per object in the order given
+/// (puts, then deletes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueObjectsResponse {
+    pub results: Vec<QueueObjectResult>,
 }
 
 /// A node as the API shows it.

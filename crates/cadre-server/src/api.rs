@@ -100,6 +100,12 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/steps/{step}/cancel", post(steps::cancel_step))
         .route("/jobs/{id}/complete", post(steps::complete))
         .route("/steps", get(steps::list_steps))
+        .route("/jobs/{id}/events", get(job_events))
+        .route("/queues", get(list_queues))
+        .route(
+            "/queue-objects",
+            get(list_queue_objects).post(change_queue_objects),
+        )
         .route("/nodes", get(list_nodes))
         .route("/nodes/{name}", get(get_node))
         .route("/nodes/{name}/drain", post(drain))
@@ -144,6 +150,10 @@ pub fn router(state: AppState) -> Router {
         steps::cancel_step,
         steps::complete,
         steps::list_steps,
+        job_events,
+        list_queues,
+        list_queue_objects,
+        change_queue_objects,
         list_nodes,
         get_node,
         drain,
@@ -649,6 +659,7 @@ async fn explain(
                 factors,
                 expected_start: x.expected_start.map(|t| t.0),
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
+                detail: e.sched.reason_detail(JobId(id)),
             })
         })
         .await?;
@@ -660,7 +671,253 @@ async fn explain(
         factors: Vec::new(),
         expected_start: None,
         nodes: Vec::new(),
+        detail: None,
     })))
+}
+
+/// A job's events, oldest first: `Submitted` from its record, then those the controller
+/// recorded (pending reasons worth telling, starts, rank failures, preemptions, requeues,
+/// deletion, the end), then, for a pending job, its reason now.
+#[utoipa::path(get, path = "/jobs/{id}/events", params(("id" = u64, Path, description = "job id")),
+    responses((status = 200, body = JobEventList), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn job_events(
+    State(st): State<AppState>,
+    who: Principal,
+    Path(id): Path<u64>,
+) -> Result<Json<JobEventList>, ApiError> {
+    let job = own_job(&st, &who, id).await?;
+    let recorded = read_store(&st, move |s| s.job_events(JobId(id))).await?;
+    let queue = job
+        .spec
+        .queue
+        .as_ref()
+        .map_or_else(String::new, |q| format!(", queue {q}"));
+    let mut events = vec![JobEventView {
+        at: job.spec.submit_time.0,
+        kind: "Submitted".into(),
+        warning: false,
+        message: format!(
+            "submitted by user {} (account {}) to partition {}{queue}",
+            job.spec.user, job.spec.account, job.partition
+        ),
+    }];
+    events.extend(recorded.into_iter().map(|e| JobEventView {
+        at: e.at.0,
+        kind: e.kind,
+        warning: e.warning,
+        message: e.message,
+    }));
+    let now = st
+        .engine
+        .read(move |e| {
+            let j = e.sched.job(JobId(id))?;
+            if j.state != JobState::Pending {
+                return None;
+            }
+            let live = live_of(e, JobId(id))?;
+            let detail = e
+                .sched
+                .reason_detail(JobId(id))
+                .map_or_else(String::new, |d| format!(": {d}"));
+            Some(JobEventView {
+                at: wall_now().0,
+                kind: "Waiting".into(),
+                warning: false,
+                message: format!("pending now, reason {}{detail}", live.reason),
+            })
+        })
+        .await?;
+    events.extend(now);
+    Ok(Json(JobEventList {
+        id: JobId(id),
+        events,
+    }))
+}
+
+fn limit_view(q: &cadre_core::quota::QuotaAmounts) -> QueueAmountsView {
+    QueueAmountsView {
+        cpus: q.cpus,
+        mem_mib: q.mem_mib,
+        gpus: q.gpu_milli.map(|m| m as f64 / f64::from(MILLI_PER_GPU)),
+        nics: q.nics,
+    }
+}
+
+fn amounts_view(a: &cadre_core::resources::Amounts) -> QueueAmountsView {
+    limit_view(&cadre_core::quota::QuotaAmounts::from(*a))
+}
+
+/// `a` on the components `nominal` manages only (what a queue can borrow).
+fn managed_view(
+    a: &cadre_core::resources::Amounts,
+    nominal: &cadre_core::quota::QuotaAmounts,
+) -> QueueAmountsView {
+    let all = amounts_view(a);
+    QueueAmountsView {
+        cpus: nominal.cpus.and(all.cpus),
+        mem_mib: nominal.mem_mib.and(all.mem_mib),
+        gpus: nominal.gpu_milli.and(all.gpus),
+        nics: nominal.nics.and(all.nics),
+    }
+}
+
+/// Every queue (the policy file's and the queue objects'), with its quota, use, and the
+/// jobs it admitted and holds back; the LocalQueues and ResourceFlavors applied.
+#[utoipa::path(get, path = "/queues", responses((status = 200, body = QueueList)))]
+async fn list_queues(
+    State(st): State<AppState>,
+    _who: Principal,
+) -> Result<Json<QueueList>, ApiError> {
+    let list = st
+        .engine
+        .read(|e| {
+            let sched = &e.sched;
+            let book = sched.quota();
+            let objects = e.queue_objects();
+            let set = objects.set();
+            let mut pending: std::collections::BTreeMap<&str, u64> = Default::default();
+            let mut over: std::collections::BTreeSet<usize> = Default::default();
+            let mut by_local: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+            for j in sched.jobs() {
+                if j.state == JobState::Pending
+                    && let Some(q) = &j.spec.queue
+                {
+                    *pending.entry(q.as_str()).or_default() += 1;
+                }
+                if j.state.is_active()
+                    && sched.is_over_quota(j.id)
+                    && let Some(q) = book.resolve(j.queue, &j.spec.account)
+                {
+                    over.insert(q.index());
+                }
+                if let Some(l) = j
+                    .spec
+                    .annotations
+                    .get(crate::queues::LOCAL_QUEUE_ANNOTATION)
+                {
+                    let c = by_local.entry(l.as_str()).or_default();
+                    if j.state == JobState::Pending {
+                        c.0 += 1;
+                    } else if j.state.is_active() {
+                        c.1 += 1;
+                    }
+                }
+            }
+            let configs = &sched.policy().quotas.queues;
+            let queues = book
+                .rows()
+                .into_iter()
+                .zip(book.queues())
+                .map(|(row, ix)| {
+                    let config = configs.iter().find(|c| c.name == row.queue);
+                    let flavor = set
+                        .queues
+                        .iter()
+                        .find(|q| q.config.name == row.queue)
+                        .and_then(|q| q.flavor.clone());
+                    QueueView {
+                        source: objects.source_of(&row.queue).into(),
+                        cohort: row.cohort.clone(),
+                        weight: row.weight,
+                        flavor,
+                        nominal: limit_view(&row.nominal),
+                        borrowing_limit: config
+                            .and_then(|c| c.borrowing_limit.as_ref().map(limit_view)),
+                        lending_limit: config
+                            .and_then(|c| c.lending_limit.as_ref().map(limit_view)),
+                        capability: config.and_then(|c| c.capability.as_ref().map(limit_view)),
+                        used: amounts_view(&row.used),
+                        borrowed: managed_view(&row.borrowed, &row.nominal),
+                        admitted: row.running_jobs,
+                        pending: pending.get(row.queue.as_str()).copied().unwrap_or(0),
+                        over_quota: over.contains(&ix.index()),
+                        name: row.queue,
+                    }
+                })
+                .collect();
+            let local_queues = set
+                .local_queues
+                .iter()
+                .map(|l| {
+                    let key = format!("{}/{}", l.namespace, l.name);
+                    let (pending, admitted) = by_local.get(key.as_str()).copied().unwrap_or((0, 0));
+                    LocalQueueView {
+                        namespace: l.namespace.clone(),
+                        name: l.name.clone(),
+                        cluster_queue: l.cluster_queue.clone(),
+                        pending,
+                        admitted,
+                    }
+                })
+                .collect();
+            let flavors = set
+                .flavors
+                .iter()
+                .map(|f| FlavorView {
+                    name: f.name.clone(),
+                    node_labels: f.node_labels.clone(),
+                })
+                .collect();
+            QueueList {
+                queues,
+                local_queues,
+                flavors,
+            }
+        })
+        .await?;
+    Ok(Json(list))
+}
+
+/// Every Kubernetes queue object applied, in the order first applied.
+#[utoipa::path(get, path = "/queue-objects", responses((status = 200, body = QueueObjectList)))]
+async fn list_queue_objects(
+    State(st): State<AppState>,
+    _who: Principal,
+) -> Result<Json<QueueObjectList>, ApiError> {
+    let records = st
+        .engine
+        .read(|e| e.queue_objects().records().to_vec())
+        .await?;
+    let objects = records
+        .into_iter()
+        .map(|r| QueueObjectView {
+            manifest: serde_json::from_str(&r.manifest).unwrap_or(serde_json::Value::Null),
+            kind: r.kind,
+            api_version: r.api_version,
+            namespace: r.namespace,
+            name: r.name,
+            applied: r.applied.0,
+        })
+        .collect();
+    Ok(Json(QueueObjectList { objects }))
+}
+
+/// Applies and deletes Kubernetes queue objects (administrators): all of them, or none.
+/// Committed before the scheduler's quotas are replaced; running jobs are never stopped by
+/// it.
+#[utoipa::path(post, path = "/queue-objects", request_body = QueueObjectsRequest,
+    responses((status = 200, body = QueueObjectsResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn change_queue_objects(
+    State(st): State<AppState>,
+    who: Principal,
+    Body(req): Body<QueueObjectsRequest>,
+) -> Result<Json<QueueObjectsResponse>, ApiError> {
+    if req.put.is_empty() && req.delete.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "no queue object to put or delete",
+        ));
+    }
+    let request = Box::new(req);
+    let response = st
+        .engine
+        .ask(|reply| Command::QueueObjects {
+            who,
+            request,
+            reply,
+        })
+        .await?;
+    Ok(Json(response))
 }
 
 fn node_view(e: &Engine, id: NodeId) -> NodeView {

@@ -29,6 +29,7 @@ pub(crate) use steps::{StepJob, step_view};
 
 use crate::auth::Principal;
 use crate::metrics::Metrics;
+use crate::queues::{QueueObjects, route_job};
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_core::hostlist;
@@ -39,9 +40,12 @@ use cadre_core::time::{Dur, Time};
 use cadre_proto::agent::{
     ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
-use cadre_proto::api::{ErrorCode, StepEvent, StepRequest, StepView};
+use cadre_proto::api::{
+    ErrorCode, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest, StepView,
+};
 use cadre_store::{
-    AssocUsage, JobChange, JobStatus, NewJob, NodeRecord, RunUsage, StepRecord, Store, StoreError,
+    AssocUsage, JobChange, JobEvent, JobStatus, NewJob, NodeRecord, RunUsage, StepRecord, Store,
+    StoreError,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -138,6 +142,12 @@ pub enum Command {
         signal: Option<i32>,
         reply: Option<Reply<()>>,
     },
+    /// Put and delete Kubernetes queue objects (administrators only).
+    QueueObjects {
+        who: Principal,
+        request: Box<QueueObjectsRequest>,
+        reply: Reply<QueueObjectsResponse>,
+    },
     AgentHello {
         conn: u64,
         hello: Box<Hello>,
@@ -211,6 +221,8 @@ struct RunTrack {
     /// Once every completing task has ended: the run's outcome and exit code, fixed. The
     /// other tasks are then stopped, and how they end does not count.
     settled: Option<(JobState, Option<i32>)>,
+    /// The run spec's completing groups (what a node's `Completing` report is about).
+    completing_groups: Option<Vec<u16>>,
 }
 
 impl RunTrack {
@@ -243,6 +255,7 @@ impl RunTrack {
             batch_step: None,
             completing_left,
             settled: None,
+            completing_groups: completing.map(<[u16]>::to_vec),
         }
     }
 
@@ -291,6 +304,14 @@ pub struct Engine {
     launch_errors: HashMap<JobId, String>,
     /// Job changes waiting for the batch's commit.
     changes: Vec<JobChange>,
+    /// Job events waiting for the batch's commit (with the changes, in one transaction).
+    events: Vec<JobEvent>,
+    /// The state each job not yet ended was last recorded in: a change of it is an event.
+    recorded_state: HashMap<JobId, JobState>,
+    /// The last pending reason recorded as an event, per pending job.
+    recorded_reason: HashMap<JobId, PendingReason>,
+    /// The Kubernetes queue objects applied, and the quotas they make with the policy's.
+    queue_objects: QueueObjects,
     /// Messages to send once the batch is committed.
     outgoing: Vec<(NodeId, ControllerMessage)>,
     /// Acknowledgements to send once the batch is committed: connection and sequence.
@@ -324,7 +345,7 @@ pub fn wall_now() -> Time {
 pub(crate) fn core_error(e: CoreError) -> ApiError {
     let code = match &e {
         CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
-        CoreError::InvalidJob { .. } => ErrorCode::InvalidRequest,
+        CoreError::InvalidJob { .. } | CoreError::InvalidQuotas { .. } => ErrorCode::InvalidRequest,
         CoreError::WrongState { .. } | CoreError::Transition(_) | CoreError::NotOnNode { .. } => {
             ErrorCode::Conflict
         }
@@ -396,6 +417,24 @@ impl Engine {
                 )
                 .map_err(RecoverError::Core)?;
         }
+        // The queues come back before the jobs, so that jobs count in the queues they ran in.
+        let queue_objects =
+            QueueObjects::load(sched.policy().quotas.clone(), store.queue_objects()?).map_err(
+                |e| RecoverError::Inconsistent(format!("the stored queue objects: {e}")),
+            )?;
+        if !queue_objects.records().is_empty() {
+            let quotas = queue_objects.quotas().map_err(|e| {
+                RecoverError::Inconsistent(format!("the stored queue objects: {e}"))
+            })?;
+            sched
+                .handle(
+                    Event::SetQuotas {
+                        quotas: Box::new(quotas),
+                    },
+                    now,
+                )
+                .map_err(RecoverError::Core)?;
+        }
         let mut restored = 0;
         for u in store.load_usage()? {
             if sched
@@ -408,6 +447,8 @@ impl Engine {
         let mut runs = HashMap::new();
         let mut requeue_after = Vec::new();
         let unfinished = store.unfinished_jobs()?;
+        let recorded_state: HashMap<JobId, JobState> =
+            unfinished.iter().map(|j| (j.id, j.status.state)).collect();
         let adopted = unfinished.len();
         // Jobs that ended before the restart and that restored jobs depend on.
         let mut ended_deps = BTreeSet::new();
@@ -506,6 +547,10 @@ impl Engine {
             runs,
             launch_errors: HashMap::new(),
             changes: Vec::new(),
+            events: Vec::new(),
+            recorded_state,
+            recorded_reason: HashMap::new(),
+            queue_objects,
             outgoing: Vec::new(),
             acks: BTreeMap::new(),
             replies: Vec::new(),
@@ -530,7 +575,8 @@ impl Engine {
         tracing::info!(
             jobs = adopted,
             usage = restored,
-            "recovered unfinished jobs and fair-share usage from the store"
+            queue_objects = engine.queue_objects.records().len(),
+            "recovered queue objects, unfinished jobs and fair-share usage from the store"
         );
         Ok(engine)
     }
@@ -633,13 +679,15 @@ impl Engine {
         self.last_pass = Some((Instant::now(), took));
         self.dirty = false;
         self.apply(decisions, now);
+        self.pending_events(now);
     }
 
     /// Commits the batch's job changes, then sends what waited for them.
     fn commit(&mut self) -> Result<(), StoreError> {
-        if !self.changes.is_empty() {
-            self.store.record(&self.changes)?;
+        if !self.changes.is_empty() || !self.events.is_empty() {
+            self.store.record_with_events(&self.changes, &self.events)?;
             self.changes.clear();
+            self.events.clear();
         }
         if !self.spec_changes.is_empty() {
             self.store.update_specs(&self.spec_changes)?;
@@ -679,6 +727,10 @@ impl Engine {
             for job in &mut jobs {
                 job.spec.submit_time = now;
                 self.default_time_limit(&mut job.spec);
+                if let Err(e) = route_job(&self.queue_objects, &mut job.spec) {
+                    refused = Some(ApiError::new(ErrorCode::InvalidRequest, e));
+                    break;
+                }
                 if let Err(e) = self.sched.validate(JobId(u64::MAX), &job.spec) {
                     refused = Some(core_error(e));
                     break;
@@ -714,6 +766,7 @@ impl Engine {
             let mut mine = Vec::with_capacity(n);
             for (mut job, id) in jobs.by_ref().take(n) {
                 job.resolve_array(&ids);
+                self.recorded_state.insert(id, JobState::Pending);
                 let spec = Box::new(job.spec);
                 if let Err(e) = self.sched.handle(Event::Submit { id, spec }, now) {
                     // Validated a moment ago on this thread; only a bug gets here.
@@ -780,6 +833,16 @@ impl Engine {
                 reply,
             } => {
                 let result = self.step_create(&who, id, &request, io, now);
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(result);
+                }));
+            }
+            Command::QueueObjects {
+                who,
+                request,
+                reply,
+            } => {
+                let result = self.queue_objects_change(&who, &request, now);
                 self.replies.push(Box::new(move || {
                     let _ = reply.send(result);
                 }));
@@ -902,6 +965,7 @@ impl Engine {
                 format!("job {id} has already ended ({final_state})"),
             ));
         };
+        let cancel = action == JobAction::Cancel;
         let event = match action {
             JobAction::Cancel => Event::Cancel { id },
             JobAction::Signal(signal) => {
@@ -984,6 +1048,15 @@ impl Engine {
         };
         let spec_changed = matches!(event, Event::SetTimeLimit { .. } | Event::SetNice { .. });
         let decisions = self.sched.handle(event, now).map_err(core_error)?;
+        if cancel {
+            self.event(
+                id,
+                now,
+                "Deleted",
+                false,
+                format!("cancelled by user {}", who.user),
+            );
+        }
         self.apply(decisions, now);
         if spec_changed && let Some(job) = self.sched.job(id) {
             let spec = job.spec.clone();
@@ -1032,6 +1105,66 @@ impl Engine {
                 ));
             }
         }
+    }
+
+    /// The Kubernetes queue objects applied, and the quotas they make.
+    pub(crate) fn queue_objects(&self) -> &QueueObjects {
+        &self.queue_objects
+    }
+
+    /// Puts and deletes queue objects: checked whole (the objects, then the quota
+    /// configuration they make, by the scheduler's own rules), committed, then given to the
+    /// scheduler. Nothing changes on error.
+    fn queue_objects_change(
+        &mut self,
+        who: &Principal,
+        request: &QueueObjectsRequest,
+        now: Time,
+    ) -> Result<QueueObjectsResponse, ApiError> {
+        if !who.admin {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "only an administrator may apply or delete queue objects; `{}` is not one",
+                    who.user
+                ),
+            ));
+        }
+        let invalid = |e: String| ApiError::new(ErrorCode::InvalidRequest, e);
+        let namespace = request.namespace.as_deref().unwrap_or("default");
+        let change = self
+            .queue_objects
+            .change(&request.put, &request.delete, namespace, now)
+            .map_err(invalid)?;
+        let quotas = change.next.quotas().map_err(invalid)?;
+        self.sched
+            .validate_quotas(&quotas)
+            .map_err(|e| invalid(core_error(e).message))?;
+        let response = QueueObjectsResponse {
+            results: change.results,
+        };
+        if request.dry_run || (change.put.is_empty() && change.delete.is_empty()) {
+            return Ok(response);
+        }
+        self.store
+            .change_queue_objects(&change.put, &change.delete)?;
+        self.queue_objects = change.next;
+        let decisions = self
+            .sched
+            .handle(
+                Event::SetQuotas {
+                    quotas: Box::new(quotas),
+                },
+                now,
+            )
+            .map_err(core_error)?;
+        self.apply(decisions, now);
+        tracing::info!(
+            objects = self.queue_objects.records().len(),
+            "queue objects changed: quotas replaced"
+        );
+        self.dirty = true;
+        Ok(response)
     }
 
     fn node_action(
@@ -1144,7 +1277,16 @@ impl Engine {
         for d in decisions {
             match d {
                 Decision::Start { job, allocation } => self.start(job, allocation, now),
-                Decision::Preempt { victim, grace, .. } => {
+                Decision::Preempt {
+                    victim, by, grace, ..
+                } => {
+                    self.event(
+                        victim,
+                        now,
+                        "Preempted",
+                        true,
+                        format!("stopping within {} s so that job {by} can run", grace.0),
+                    );
                     self.note_change(victim, now);
                     self.stop(victim, grace);
                 }
@@ -1263,6 +1405,7 @@ impl Engine {
             if status.state.is_final() {
                 self.launch_errors.remove(&id);
             }
+            self.transition_events(id, &status, now);
             self.changes.push(JobChange {
                 id,
                 status,
@@ -1451,10 +1594,226 @@ impl Engine {
             }
             TaskEvent::Ended {
                 state, exit_code, ..
-            } => self.node_done(run.job, node, state, exit_code, now),
+            } => {
+                self.task_failure_event(run.job, node, state, exit_code, false, now);
+                self.node_done(run.job, node, state, exit_code, now)
+            }
             TaskEvent::Completing {
                 state, exit_code, ..
-            } => self.node_completing(run.job, node, state, exit_code),
+            } => {
+                self.task_failure_event(run.job, node, state, exit_code, true, now);
+                self.node_completing(run.job, node, state, exit_code)
+            }
+        }
+    }
+
+    /// Records an event for a job.
+    fn event(&mut self, job: JobId, now: Time, kind: &str, warning: bool, message: String) {
+        self.events.push(JobEvent {
+            job,
+            at: now,
+            kind: kind.to_owned(),
+            warning,
+            message,
+        });
+    }
+
+    /// The tasks of a node (of the completing groups only, with `completing`), as
+    /// `group/rank` words.
+    fn tasks_on(&self, id: JobId, node: NodeId, completing: bool) -> String {
+        let Some(t) = self.runs.get(&id) else {
+            return String::new();
+        };
+        let only = t.completing_groups.as_deref().filter(|_| completing);
+        let groups = self.sched.job(id).map(|j| &j.spec.groups);
+        let mut tasks: Vec<(u16, u32)> = t
+            .allocation
+            .tasks
+            .iter()
+            .filter(|x| x.node == node && only.is_none_or(|g| g.contains(&x.group)))
+            .map(|x| (x.group, x.rank))
+            .collect();
+        tasks.sort_unstable();
+        tasks
+            .into_iter()
+            .map(|(g, r)| {
+                let name = groups
+                    .and_then(|gs| gs.get(usize::from(g)))
+                    .map_or_else(|| g.to_string(), |x| x.name.clone());
+                format!("{name}/{r}")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A node reports its tasks of a run (its completing groups' tasks, with `completing`)
+    /// ended badly while nothing asked them to stop: a rank failure (`TasksFailed`), or
+    /// the node's tasks lost (`NodeLost`).
+    fn task_failure_event(
+        &mut self,
+        id: JobId,
+        node: NodeId,
+        state: JobState,
+        exit_code: Option<i32>,
+        completing: bool,
+        now: Time,
+    ) {
+        let Some(t) = self.runs.get(&id) else {
+            return;
+        };
+        let reported = if completing {
+            t.completing_left.contains(&node)
+        } else {
+            t.nodes_left.contains(&node)
+        };
+        if t.stop.is_some() || t.settled.is_some() || !reported {
+            return;
+        }
+        let (kind, what) = match state {
+            JobState::Failed | JobState::OutOfMemory | JobState::Timeout => {
+                ("TasksFailed", format!("ended {state}"))
+            }
+            JobState::NodeFail => (
+                "NodeLost",
+                "were lost (their agent no longer has them)".to_string(),
+            ),
+            _ => return,
+        };
+        let code = exit_code.map_or_else(String::new, |c| format!(" with exit code {c}"));
+        let message = format!(
+            "tasks {} on {} {what}{code}",
+            self.tasks_on(id, node, completing),
+            self.node_name(node)
+        );
+        self.event(id, now, kind, true, message);
+    }
+
+    /// The events a recorded change of a job's state makes: started (where, through which
+    /// queue), back in the queue, ended (how).
+    fn transition_events(&mut self, id: JobId, status: &JobStatus, now: Time) {
+        let old = self.recorded_state.get(&id).copied();
+        let new = status.state;
+        if old == Some(new) {
+            return;
+        }
+        if new.is_final() {
+            self.recorded_state.remove(&id);
+            self.recorded_reason.remove(&id);
+        } else {
+            self.recorded_state.insert(id, new);
+        }
+        match new {
+            JobState::Running if old != Some(JobState::Preempting) => {
+                self.recorded_reason.remove(&id);
+                let (nodes, tasks) = status.allocation.as_ref().map_or_else(
+                    || (String::new(), 0),
+                    |a| (run_usage(&self.sched, a).nodes, a.tasks.len()),
+                );
+                let queue = self
+                    .sched
+                    .job(id)
+                    .and_then(|j| j.spec.queue.clone())
+                    .map_or_else(String::new, |q| format!(", admitted by queue {q}"));
+                let run = if status.requeues > 0 {
+                    format!(" (run {})", status.requeues)
+                } else {
+                    String::new()
+                };
+                self.event(
+                    id,
+                    now,
+                    "Started",
+                    false,
+                    format!(
+                        "{} started on {nodes}{queue}{run}",
+                        if tasks == 1 {
+                            "its task".to_string()
+                        } else {
+                            format!("all {tasks} tasks")
+                        }
+                    ),
+                );
+            }
+            JobState::Pending if old.is_some_and(JobState::is_active) => {
+                self.event(
+                    id,
+                    now,
+                    "Requeued",
+                    true,
+                    format!(
+                        "the gang went back to the queue whole (requeue {})",
+                        status.requeues
+                    ),
+                );
+            }
+            s if s.is_final() => {
+                let kind = match s {
+                    JobState::Completed => "Completed",
+                    JobState::Failed => "Failed",
+                    JobState::Cancelled => "Cancelled",
+                    JobState::Timeout => "DeadlineExceeded",
+                    JobState::NodeFail => "NodeFail",
+                    JobState::OutOfMemory => "OOMKilled",
+                    JobState::Preempted => "Preempted",
+                    _ => "Ended",
+                };
+                let code = status
+                    .exit_code
+                    .map_or_else(String::new, |c| format!(" (exit code {c})"));
+                self.event(
+                    id,
+                    now,
+                    kind,
+                    s != JobState::Completed,
+                    format!("the job ended {s}{code}"),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// After a pass: a pending job whose reason became one worth telling (a quota or limit,
+    /// a missing queue, resources, constraints it can never meet) gets a `Pending` event,
+    /// once per reason in a row; `Priority` and waiting on dependencies are not told (they
+    /// change at every pass), nor `ReqNodeNotAvail` (every queued job has it while agents
+    /// are away, as at a controller's start: a burst of writes that says nothing per job;
+    /// `describe` shows it as the job's reason now).
+    fn pending_events(&mut self, now: Time) {
+        let mut new = Vec::new();
+        for job in self.sched.jobs() {
+            if job.state != JobState::Pending {
+                continue;
+            }
+            let tell = matches!(
+                job.reason,
+                PendingReason::Limit(_)
+                    | PendingReason::InvalidQueue
+                    | PendingReason::Resources
+                    | PendingReason::BadConstraints
+                    | PendingReason::PartitionTimeLimit
+                    | PendingReason::PartitionDown
+                    | PendingReason::DependencyNeverSatisfied
+            );
+            if tell && self.recorded_reason.get(&job.id) != Some(&job.reason) {
+                new.push((job.id, job.reason.clone()));
+            }
+        }
+        for (id, reason) in new {
+            let message = match self.sched.reason_detail(id) {
+                Some(detail) => format!("{reason}: {detail}"),
+                None => match &reason {
+                    PendingReason::Resources => {
+                        "Resources: not enough free resources for the whole gang now".into()
+                    }
+                    PendingReason::BadConstraints => {
+                        "BadConstraints: it can never run on this cluster as asked".into()
+                    }
+                    PendingReason::InvalidQueue => "InvalidQueue: its queue does not exist".into(),
+                    other => other.to_string(),
+                },
+            };
+            self.event(id, now, "Pending", true, message);
+            self.recorded_reason.insert(id, reason);
         }
     }
 
@@ -1493,6 +1852,17 @@ impl Engine {
         now: Time,
     ) {
         tracing::warn!(job = %id, node = %self.node_name(node), %reason, permanent, "launch failed");
+        if self
+            .runs
+            .get(&id)
+            .is_some_and(|t| t.nodes_left.contains(&node))
+        {
+            let message = format!(
+                "the gang could not start on node {}: {reason}",
+                self.node_name(node)
+            );
+            self.event(id, now, "LaunchFailed", true, message);
+        }
         if let Some(t) = self.runs.get_mut(&id) {
             let msg = format!(
                 "launch failed on {}: {reason}",
@@ -1588,6 +1958,7 @@ impl Engine {
             }
         }
         if let Some(status) = self.status_of(id, now) {
+            self.transition_events(id, &status, now);
             self.changes.push(JobChange {
                 id,
                 status,

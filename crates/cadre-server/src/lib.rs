@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod engine;
 pub mod metrics;
+pub mod queues;
 pub mod state;
 
 use crate::auth::{Authenticator, Peer};

@@ -52,6 +52,9 @@ macro_rules! conformance_suite {
             version_1_database_migrates_keeping_its_rows,
             steps_are_written_at_start_and_replaced_at_end,
             specs_are_replaced_whole,
+            queue_objects_replace_in_place_delete_and_survive_reopen,
+            a_failed_queue_object_change_commits_nothing,
+            job_events_read_back_in_order_and_need_their_job,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -1189,4 +1192,114 @@ pub(crate) fn specs_are_replaced_whole<H: Harness>(h: &H) {
         s.update_specs(&[(JobId(999_999), spec)]),
         Err(StoreError::UnknownJob { id: 999_999 })
     ));
+}
+
+fn queue_object(kind: &str, namespace: &str, name: &str, manifest: &str) -> QueueObjectRecord {
+    QueueObjectRecord {
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        api_version: "kueue.x-k8s.io/v1beta2".into(),
+        manifest: manifest.into(),
+        applied: Time(1_700_000_000),
+    }
+}
+
+pub(crate) fn queue_objects_replace_in_place_delete_and_survive_reopen<H: Harness>(h: &H) {
+    let mut s = open(h);
+    assert!(ok(s.queue_objects()).is_empty());
+    let flavor = queue_object("ResourceFlavor", "", "default", "{\"f\":1}");
+    let cq = queue_object("ClusterQueue", "", "team", "{\"q\":1}");
+    let lq = queue_object("LocalQueue", "ml", "team", "{\"l\":1}");
+    ok(s.change_queue_objects(&[flavor.clone(), cq.clone(), lq.clone()], &[]));
+    assert_eq!(
+        ok(s.queue_objects()),
+        [flavor.clone(), cq.clone(), lq.clone()]
+    );
+    // A new version of the ClusterQueue replaces it where it was; one LocalQueue of the
+    // same name in another namespace is another object.
+    let cq2 = QueueObjectRecord {
+        manifest: "{\"q\":2}".into(),
+        applied: Time(1_700_000_100),
+        ..cq.clone()
+    };
+    let other_lq = queue_object("LocalQueue", "default", "team", "{}");
+    ok(s.change_queue_objects(&[cq2.clone(), other_lq.clone()], &[]));
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(
+        ok(s.queue_objects()),
+        [flavor.clone(), cq2.clone(), lq.clone(), other_lq.clone()]
+    );
+    // Deleted, with a key that is not there: no error; put back, it comes last.
+    let missing = queue_object("ClusterQueue", "", "nope", "{}").key();
+    ok(s.change_queue_objects(&[], &[lq.key(), missing]));
+    assert_eq!(
+        ok(s.queue_objects()),
+        [flavor.clone(), cq2.clone(), other_lq.clone()]
+    );
+    ok(s.change_queue_objects(std::slice::from_ref(&lq), &[]));
+    assert_eq!(ok(s.queue_objects()), [flavor, cq2, other_lq, lq]);
+}
+
+pub(crate) fn a_failed_queue_object_change_commits_nothing<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let cq = queue_object("ClusterQueue", "", "team", "{}");
+    ok(s.change_queue_objects(std::slice::from_ref(&cq), &[]));
+    let bad = QueueObjectRecord {
+        applied: Time(u64::MAX),
+        ..queue_object("ClusterQueue", "", "other", "{}")
+    };
+    let err = s.change_queue_objects(&[bad], &[cq.key()]);
+    assert!(
+        matches!(err, Err(StoreError::OutOfRange { .. })),
+        "an apply time beyond 64-bit signed seconds is refused: {err:?}"
+    );
+    assert_eq!(
+        ok(s.queue_objects()),
+        [cq],
+        "the delete was rolled back too"
+    );
+}
+
+pub(crate) fn job_events_read_back_in_order_and_need_their_job<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let ids = ok(s.submit_batch(&[new_job("u", "a", "p"), new_job("u", "a", "p")]));
+    let event = |job: JobId, at: u64, kind: &str, warning: bool| JobEvent {
+        job,
+        at: Time(at),
+        kind: kind.into(),
+        warning,
+        message: format!("{kind} of {job}"),
+    };
+    ok(s.add_job_events(&[
+        event(ids[0], 10, "Submitted", false),
+        event(ids[1], 10, "Submitted", false),
+    ]));
+    ok(s.add_job_events(&[
+        event(ids[0], 12, "Started", false),
+        event(ids[0], 12, "TasksFailed", true),
+    ]));
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(
+        ok(s.job_events(ids[0])),
+        [
+            event(ids[0], 10, "Submitted", false),
+            event(ids[0], 12, "Started", false),
+            event(ids[0], 12, "TasksFailed", true),
+        ]
+    );
+    assert_eq!(ok(s.job_events(ids[1])).len(), 1);
+    assert!(ok(s.job_events(JobId(999))).is_empty());
+    // An event of a job the store does not have fails its whole batch.
+    let err = s.add_job_events(&[
+        event(ids[1], 20, "Started", false),
+        event(JobId(999), 20, "Started", false),
+    ]);
+    assert!(
+        matches!(err, Err(StoreError::UnknownJob { id: 999 })),
+        "{err:?}"
+    );
+    assert_eq!(ok(s.job_events(ids[1])).len(), 1);
 }

@@ -39,8 +39,9 @@ pub use error::StoreError;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
-    AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
-    NewToken, NodeRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
+    AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
+    NewJob, NewToken, NodeRecord, QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter,
+    StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
@@ -62,6 +63,14 @@ pub trait Store: Send {
     /// Commits job changes in the order given (all, or none: an unknown job fails the
     /// whole batch). A change that ends a run also writes its accounting row.
     fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError>;
+
+    /// [`Store::record`] and [`Store::add_job_events`] in one transaction: the events of
+    /// the changes are committed with them, or neither is.
+    fn record_with_events(
+        &mut self,
+        changes: &[JobChange],
+        events: &[JobEvent],
+    ) -> Result<(), StoreError>;
 
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError>;
 
@@ -120,6 +129,25 @@ pub trait Store: Send {
 
     /// Revokes a token; false if there is no such unrevoked token.
     fn revoke_token(&mut self, id: u64, at: Time) -> Result<bool, StoreError>;
+
+    /// Puts queue objects (replacing those of the same key, which keep their place) and
+    /// deletes others, all in one transaction: one `cadre apply` or `cadre delete`.
+    /// Deleting a key that is not there is not an error.
+    fn change_queue_objects(
+        &mut self,
+        put: &[QueueObjectRecord],
+        delete: &[QueueObjectKey],
+    ) -> Result<(), StoreError>;
+
+    /// Every queue object, in the order they were first put: what a restarted controller
+    /// applies before it restores its jobs.
+    fn queue_objects(&mut self) -> Result<Vec<QueueObjectRecord>, StoreError>;
+
+    /// Appends events of jobs (which must exist), in the order given.
+    fn add_job_events(&mut self, events: &[JobEvent]) -> Result<(), StoreError>;
+
+    /// A job's events, oldest first.
+    fn job_events(&mut self, id: JobId) -> Result<Vec<JobEvent>, StoreError>;
 }
 
 impl<B: Transact> Store for B {
@@ -147,6 +175,23 @@ impl<B: Transact> Store for B {
             return Ok(());
         }
         self.transact(Mode::Write, &mut |tx| ops::record(tx, changes))
+    }
+
+    fn record_with_events(
+        &mut self,
+        changes: &[JobChange],
+        events: &[JobEvent],
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && events.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| {
+            ops::record(tx, changes)?;
+            if events.is_empty() {
+                return Ok(());
+            }
+            ops::add_job_events(tx, events)
+        })
     }
 
     fn job(&mut self, id: JobId) -> Result<Option<StoredJob>, StoreError> {
@@ -220,6 +265,34 @@ impl<B: Transact> Store for B {
 
     fn revoke_token(&mut self, id: u64, at: Time) -> Result<bool, StoreError> {
         self.transact(Mode::Write, &mut |tx| ops::revoke_token(tx, id, at))
+    }
+
+    fn change_queue_objects(
+        &mut self,
+        put: &[QueueObjectRecord],
+        delete: &[QueueObjectKey],
+    ) -> Result<(), StoreError> {
+        if put.is_empty() && delete.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| {
+            ops::change_queue_objects(tx, put, delete)
+        })
+    }
+
+    fn queue_objects(&mut self) -> Result<Vec<QueueObjectRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::queue_objects(tx))
+    }
+
+    fn add_job_events(&mut self, events: &[JobEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.transact(Mode::Write, &mut |tx| ops::add_job_events(tx, events))
+    }
+
+    fn job_events(&mut self, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::job_events(tx, id))
     }
 }
 

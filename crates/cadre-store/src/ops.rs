@@ -3,8 +3,9 @@
 
 use crate::error::StoreError;
 use crate::records::{
-    AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobFilter, JobStatus, NewJob,
-    NewToken, NodeRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
+    AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
+    NewJob, NewToken, NodeRecord, QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter,
+    StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
@@ -648,6 +649,127 @@ pub(crate) fn revoke_token(tx: &mut dyn Tx, id: u64, at: Time) -> Result<bool, S
         ],
     )?;
     Ok(changed > 0)
+}
+
+pub(crate) fn change_queue_objects(
+    tx: &mut dyn Tx,
+    put: &[QueueObjectRecord],
+    delete: &[QueueObjectKey],
+) -> Result<(), StoreError> {
+    for k in delete {
+        tx.execute(
+            "DELETE FROM queue_objects WHERE kind = $1 AND namespace = $2 AND name = $3",
+            &[
+                Value::from(k.kind.as_str()),
+                Value::from(k.namespace.as_str()),
+                Value::from(k.name.as_str()),
+            ],
+        )?;
+    }
+    for o in put {
+        let key = [
+            Value::from(o.kind.as_str()),
+            Value::from(o.namespace.as_str()),
+            Value::from(o.name.as_str()),
+        ];
+        let replaced = tx.execute(
+            "UPDATE queue_objects SET api_version = $4, manifest = $5, applied_at = $6 \
+             WHERE kind = $1 AND namespace = $2 AND name = $3",
+            &[
+                key[0].clone(),
+                key[1].clone(),
+                key[2].clone(),
+                Value::from(o.api_version.as_str()),
+                Value::from(o.manifest.as_str()),
+                time("queue object apply time", o.applied)?,
+            ],
+        )?;
+        if replaced == 0 {
+            let seq = take_ids(tx, "queue_object", 1)?;
+            tx.execute(
+                "INSERT INTO queue_objects \
+                 (kind, namespace, name, seq, api_version, manifest, applied_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    key[0].clone(),
+                    key[1].clone(),
+                    key[2].clone(),
+                    Value::Int(to_i64("queue object sequence", seq)?),
+                    Value::from(o.api_version.as_str()),
+                    Value::from(o.manifest.as_str()),
+                    time("queue object apply time", o.applied)?,
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn queue_objects(tx: &mut dyn Tx) -> Result<Vec<QueueObjectRecord>, StoreError> {
+    let rows = tx.query(
+        "SELECT kind, namespace, name, api_version, manifest, applied_at FROM queue_objects \
+         ORDER BY seq",
+        &[],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let kind = row.text(0)?.to_owned();
+            let namespace = row.text(1)?.to_owned();
+            let name = row.text(2)?.to_owned();
+            let at = format!("queue object {kind} {namespace}/{name}");
+            Ok(QueueObjectRecord {
+                api_version: row.text(3)?.to_owned(),
+                manifest: row.text(4)?.to_owned(),
+                applied: read_time("apply time", &at, row.int(5)?)?,
+                kind,
+                namespace,
+                name,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn add_job_events(tx: &mut dyn Tx, events: &[JobEvent]) -> Result<(), StoreError> {
+    let first = take_ids(tx, "job_event", events.len() as u64)?;
+    for (i, e) in events.iter().enumerate() {
+        let job = to_i64("job id", e.job.0)?;
+        let known = tx.query("SELECT id FROM jobs WHERE id = $1", &[Value::Int(job)])?;
+        if known.is_empty() {
+            return Err(StoreError::UnknownJob { id: e.job.0 });
+        }
+        tx.execute(
+            "INSERT INTO job_events (id, job_id, at, kind, warning, message) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                Value::Int(to_i64("event id", first + i as u64)?),
+                Value::Int(job),
+                time("event time", e.at)?,
+                Value::from(e.kind.as_str()),
+                Value::Bool(e.warning),
+                Value::from(e.message.as_str()),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn job_events(tx: &mut dyn Tx, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
+    let rows = tx.query(
+        "SELECT at, kind, warning, message FROM job_events WHERE job_id = $1 ORDER BY id",
+        &[Value::Int(to_i64("job id", id.0)?)],
+    )?;
+    let at = format!("events of job {id}");
+    rows.iter()
+        .map(|row| {
+            Ok(JobEvent {
+                job: id,
+                at: read_time("event time", &at, row.int(0)?)?,
+                kind: row.text(1)?.to_owned(),
+                warning: row.bool(2)?,
+                message: row.text(3)?.to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

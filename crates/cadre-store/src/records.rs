@@ -130,6 +130,51 @@ pub struct JobFilter {
     pub limit: Option<u32>,
 }
 
+/// A Kubernetes queue object as applied (Kueue's ResourceFlavor, ClusterQueue, LocalQueue,
+/// Topology; Volcano's Queue), kept as its manifest: the store does not read it. Named by
+/// kind, namespace (empty for cluster-scoped kinds) and name, like `kubectl apply` names
+/// objects: putting one of an existing name replaces it and keeps its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueObjectRecord {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub api_version: String,
+    /// The object as JSON text.
+    pub manifest: String,
+    pub applied: Time,
+}
+
+/// The name of a [`QueueObjectRecord`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QueueObjectKey {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl QueueObjectRecord {
+    pub fn key(&self) -> QueueObjectKey {
+        QueueObjectKey {
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// Something that happened to a job, as `cadre describe` lists it (Kubernetes' events):
+/// `kind` is a one-word reason (`Submitted`, `Started`, `TasksFailed`, ...), `warning`
+/// marks the ones Kubernetes would show as `Warning`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEvent {
+    pub job: JobId,
+    pub at: Time,
+    pub kind: String,
+    pub warning: bool,
+    pub message: String,
+}
+
 /// A node as the store keeps it.
 /// One job step: the tasks one `srun` launched inside a job's allocation, for `squeue -s`
 /// and `sacct`. Written when the step starts and again when it ends (the same row).

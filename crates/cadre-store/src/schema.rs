@@ -131,6 +131,37 @@ CREATE TABLE job_steps (
 CREATE INDEX job_steps_by_end ON job_steps (end_time);
 ",
     },
+    // Self-contained: two new tables and a counter, nothing else touched, so that it can
+    // be renumbered against another branch's migration without rewriting either.
+    Migration {
+        version: 4,
+        name: "queue objects, job events",
+        sql: "
+INSERT INTO counters (name, next_value) VALUES ('queue_object', 1);
+INSERT INTO counters (name, next_value) VALUES ('job_event', 1);
+
+CREATE TABLE queue_objects (
+    kind TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    api_version TEXT NOT NULL,
+    manifest TEXT NOT NULL,
+    applied_at BIGINT NOT NULL,
+    PRIMARY KEY (kind, namespace, name)
+);
+
+CREATE TABLE job_events (
+    id {id},
+    job_id BIGINT NOT NULL REFERENCES jobs (id),
+    at BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    warning BOOLEAN NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX job_events_by_job ON job_events (job_id, id);
+",
+    },
 ];
 
 /// The schema version this build writes.

@@ -13,19 +13,25 @@
 //! `describe` shows the latest).
 //!
 //! Queue objects (Kueue's ResourceFlavor, ClusterQueue, LocalQueue, Topology; Volcano's
-//! Queue) are read and checked, then refused: applying them to a running scheduler needs
-//! a core API that replaces the quota configuration with the running gangs kept, which
-//! does not exist yet. A workload that names a Kueue LocalQueue is refused for the same
-//! reason (there is nothing to route it through); one that names a queue directly goes
-//! to the cadre queue of that name, which the policy file must define.
+//! Queue) are checked here, then sent to the controller (`POST /queue-objects`, all of
+//! them in one request), which keeps them in its store and replaces its scheduler's quotas
+//! with the running gangs kept; they are applied before the file's workloads are
+//! submitted, so that a file holding both works. A workload labelled
+//! `kueue.x-k8s.io/queue-name` is routed by the controller, at its submission, through the
+//! LocalQueue to its ClusterQueue; one that names a queue directly (Volcano's
+//! `spec.queue`, Kubeflow's `schedulingPolicy.queue`) goes to the queue of that name,
+//! from a queue object or the policy file. `get queues` lists every queue with its use;
+//! `delete` removes a queue object; `describe` ends with the workload's events.
 
 use crate::native::ConnectArgs;
 use anyhow::{Context, Result, bail};
 use cadre_core::job::{JobId, JobState};
 use cadre_core::run::RunSpec;
-use cadre_k8s::{Object, QueueRef, TranslateOptions, Translated};
+use cadre_k8s::{Object, TranslateOptions, Translated};
 use cadre_proto::api::{
-    JobList, JobSubmission, JobView, NodeList, SubmitRequest, SubmitResponse, WhoAmI,
+    JobEventList, JobList, JobSubmission, JobView, NodeList, QueueAmountsView, QueueList,
+    QueueObjectRef, QueueObjectsRequest, QueueObjectsResponse, SubmitRequest, SubmitResponse,
+    WhoAmI,
 };
 use clap::{Args, ValueEnum};
 use hyper::Method;
@@ -61,8 +67,9 @@ pub enum Output {
 #[derive(Args, Debug, Clone)]
 pub struct GetArgs {
     /// What to list: `workloads` (every kind), or one kind: `jobs`, `mpijobs`,
-    /// `pytorchjobs`, `jobsets`, `vcjobs` (Volcano Jobs); `queues` is refused (queue
-    /// objects cannot be applied yet).
+    /// `pytorchjobs`, `jobsets`, `vcjobs` (Volcano Jobs); or `queues` (every queue, from
+    /// the policy file or a queue object, with its quota and use), `clusterqueues`,
+    /// `localqueues`, `resourceflavors`.
     pub what: String,
     /// Only this namespace.
     #[arg(short = 'n', long, default_value = "default")]
@@ -77,7 +84,9 @@ pub struct GetArgs {
 /// `cadre delete` and `cadre describe`.
 #[derive(Args, Debug, Clone)]
 pub struct NamedArgs {
-    /// The kind: `job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob` (or their plurals).
+    /// The kind: a workload's (`job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob`) or, for
+    /// `delete`, a queue object's (`clusterqueue`, `localqueue`, `resourceflavor`,
+    /// `topology`, `queue` for a Volcano Queue); plurals too.
     pub kind: String,
     pub name: String,
     #[arg(short = 'n', long, default_value = "default")]
@@ -121,6 +130,61 @@ const KINDS: &[KindName] = &[
         resource: "vcjob",
     },
 ];
+
+/// Queue objects' kinds as the commands name them.
+const QUEUE_KINDS: &[KindName] = &[
+    KindName {
+        kind: "ResourceFlavor",
+        group: "kueue.x-k8s.io",
+        resource: "resourceflavor",
+    },
+    KindName {
+        kind: "ClusterQueue",
+        group: "kueue.x-k8s.io",
+        resource: "clusterqueue",
+    },
+    KindName {
+        kind: "LocalQueue",
+        group: "kueue.x-k8s.io",
+        resource: "localqueue",
+    },
+    KindName {
+        kind: "Topology",
+        group: "kueue.x-k8s.io",
+        resource: "topology",
+    },
+    KindName {
+        kind: "Queue",
+        group: "scheduling.volcano.sh",
+        resource: "queue",
+    },
+];
+
+/// A queue object's kind by its word (`clusterqueue`, `cq`, `queue.scheduling.volcano.sh`,
+/// plurals), if it is one.
+fn queue_kind_named(word: &str) -> Option<KindName> {
+    let w = word.to_ascii_lowercase();
+    let w = match w.as_str() {
+        "cq" => "clusterqueue",
+        "lq" => "localqueue",
+        "rf" | "flavor" | "flavors" => "resourceflavor",
+        "topologies" => "topology",
+        other => other,
+    };
+    let w = w.strip_suffix('s').unwrap_or(w);
+    QUEUE_KINDS
+        .iter()
+        .find(|k| w == k.resource || w == format!("{}.{}", k.resource, k.group))
+        .copied()
+}
+
+/// kubectl's `resource.group/name` of a queue object.
+fn queue_object_text(kind: &str, name: &str) -> String {
+    QUEUE_KINDS.iter().find(|k| k.kind == kind).map_or_else(
+        || format!("{}/{name}", kind.to_ascii_lowercase()),
+        |k| format!("{}.{}/{name}", k.resource, k.group),
+    )
+}
 
 fn kind_named(word: &str) -> Result<KindName> {
     let w = word.to_ascii_lowercase();
@@ -237,26 +301,26 @@ fn read_inputs(files: &[String]) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-/// Why a queue object cannot be applied.
-const QUEUES_REFUSED: &str = "queue objects cannot be applied to a running cluster yet: \
-     cadre's scheduler has no API to replace its quota configuration while gangs run; \
-     define the queue in the policy file's [[quotas.queues]] instead";
+/// What the files ask for: the workloads translated, the queue objects checked (with
+/// their manifests as JSON, for the controller), and every problem of every document.
+#[derive(Default)]
+struct Inputs {
+    workloads: Vec<Translated>,
+    queue_objects: Vec<serde_json::Value>,
+    problems: Vec<String>,
+}
 
-/// Everything the files ask for, translated; every problem of every document.
-fn translate_all(
-    inputs: &[(String, String)],
-    opts: &TranslateOptions,
-) -> (Vec<Translated>, Vec<String>) {
-    let mut workloads = Vec::new();
-    let mut problems = Vec::new();
+fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs {
+    let mut out = Inputs::default();
     for (origin, text) in inputs {
         let docs = match cadre_k8s::parse_numbered(text, origin) {
             Ok(d) => d,
             Err(e) => {
-                problems.push(e.to_string());
+                out.problems.push(e.to_string());
                 continue;
             }
         };
+        let mut json: Option<Vec<(usize, serde_json::Value)>> = None;
         for (doc, object) in docs {
             match &object {
                 Object::ResourceFlavor(_)
@@ -264,39 +328,38 @@ fn translate_all(
                 | Object::LocalQueue(_)
                 | Object::Topology(_)
                 | Object::VolcanoQueue(_) => {
-                    // Checked all the same, so that its own problems are said too.
+                    // Checked on its own here, so that its problems name its file and
+                    // document; the controller checks it again with the others applied.
                     let mut set = cadre_k8s::QueueSet::default();
-                    let why = match set.apply(&object) {
-                        Ok(()) => QUEUES_REFUSED.to_string(),
-                        Err(e) => e.to_string(),
+                    if let Err(e) = set.apply(&object) {
+                        out.problems.push(format!("{origin}, document {doc}: {e}"));
+                        continue;
+                    }
+                    let all = match &json {
+                        Some(j) => j,
+                        None => match cadre_k8s::documents_json(text, origin) {
+                            Ok(j) => json.insert(j),
+                            Err(e) => {
+                                out.problems.push(e.to_string());
+                                continue;
+                            }
+                        },
                     };
-                    problems.push(format!(
-                        "{origin}, document {doc}: {}: {why}",
-                        object.describe()
-                    ));
+                    match all.iter().find(|(d, _)| *d == doc) {
+                        Some((_, v)) => out.queue_objects.push(v.clone()),
+                        None => out
+                            .problems
+                            .push(format!("{origin}, document {doc}: not found again as JSON")),
+                    }
                 }
                 _ => match cadre_k8s::translate(&object, opts) {
-                    Ok(t) => {
-                        if let Some(QueueRef::Kueue {
-                            namespace,
-                            local_queue,
-                        }) = &t.queue
-                        {
-                            problems.push(format!(
-                                "{origin}, document {doc}: {}: metadata.labels[kueue.x-k8s.io/queue-name]: \
-                                 LocalQueue `{namespace}/{local_queue}` cannot be routed: {QUEUES_REFUSED}",
-                                object.describe()
-                            ));
-                        } else {
-                            workloads.push(t);
-                        }
-                    }
-                    Err(e) => problems.push(format!("{origin}, document {doc}: {e}")),
+                    Ok(t) => out.workloads.push(t),
+                    Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
                 },
             }
         }
     }
-    (workloads, problems)
+    out
 }
 
 fn whoami(conn: &ConnectArgs, client: &mut crate::client::Client) -> Result<String> {
@@ -326,7 +389,11 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         std::env::current_dir()?,
     );
     opts.default_namespace = a.namespace.clone();
-    let (workloads, mut problems) = translate_all(&inputs, &opts);
+    let Inputs {
+        workloads,
+        queue_objects,
+        mut problems,
+    } = translate_all(&inputs, &opts);
     let existing = workload_jobs(&mut client)?;
     let mut jobs = Vec::new();
     let mut names = Vec::new();
@@ -373,8 +440,38 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         eprintln!("cadre: nothing was applied");
         return Ok(ExitCode::from(1));
     }
+    if jobs.is_empty() && queue_objects.is_empty() {
+        bail!("nothing to apply in {}", a.files.join(", "));
+    }
+    if !queue_objects.is_empty() {
+        let resp: Result<QueueObjectsResponse> = client.send(
+            Method::POST,
+            "/queue-objects",
+            Some(&QueueObjectsRequest {
+                put: queue_objects,
+                delete: Vec::new(),
+                namespace: Some(a.namespace.clone()),
+                dry_run: false,
+            }),
+        );
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("cadre: error: {e:#}");
+                eprintln!("cadre: nothing was applied");
+                return Ok(ExitCode::from(1));
+            }
+        };
+        for r in &resp.results {
+            println!(
+                "{} {}",
+                queue_object_text(&r.object.kind, &r.object.name),
+                r.outcome
+            );
+        }
+    }
     if jobs.is_empty() {
-        bail!("no workload to apply in {}", a.files.join(", "));
+        return Ok(ExitCode::SUCCESS);
     }
     let resp: SubmitResponse = client.send(
         Method::POST,
@@ -417,13 +514,160 @@ fn age(since: u64) -> String {
     }
 }
 
+/// `used/nominal` of one resource (`-` for an unmanaged nominal quota).
+fn used_of(used: Option<f64>, nominal: Option<f64>) -> String {
+    let num = |v: f64| {
+        if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v}")
+        }
+    };
+    let u = num(used.unwrap_or(0.0));
+    match nominal {
+        Some(n) => format!("{u}/{}", num(n)),
+        None => format!("{u}/-"),
+    }
+}
+
+fn as_f64(v: Option<u64>) -> Option<f64> {
+    v.map(|x| x as f64)
+}
+
+fn amounts_text(a: &QueueAmountsView) -> String {
+    let mut parts = Vec::new();
+    if let Some(g) = a.gpus {
+        parts.push(format!("gpus={g}"));
+    }
+    if let Some(c) = a.cpus {
+        parts.push(format!("cpus={c}"));
+    }
+    if let Some(m) = a.mem_mib {
+        parts.push(format!("mem={m}Mi"));
+    }
+    if let Some(n) = a.nics {
+        parts.push(format!("nics={n}"));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// `get queues`, `get clusterqueues`, `get localqueues`, `get resourceflavors`.
+fn get_queues(conn: &ConnectArgs, a: &GetArgs, kind: Option<KindName>) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let mut list: QueueList = client.get("/queues")?;
+    let which = kind.map(|k| k.kind);
+    match which {
+        Some("ClusterQueue") => list.queues.retain(|q| q.source == "ClusterQueue"),
+        Some("Queue") => list.queues.retain(|q| q.source == "Queue"),
+        _ => {}
+    }
+    if !a.all_namespaces && which == Some("LocalQueue") {
+        list.local_queues.retain(|l| l.namespace == a.namespace);
+    }
+    match a.output {
+        Some(Output::Json) => {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Output::Yaml) => {
+            print!("{}", yaml_serde::to_string(&list)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    let wide = a.output == Some(Output::Wide);
+    let mut table: Vec<Vec<String>> = Vec::new();
+    let empty = match which {
+        Some("LocalQueue") => {
+            table.push(
+                ["NAMESPACE", "NAME", "CLUSTERQUEUE", "PENDING", "ADMITTED"]
+                    .map(String::from)
+                    .to_vec(),
+            );
+            for l in &list.local_queues {
+                table.push(vec![
+                    l.namespace.clone(),
+                    l.name.clone(),
+                    l.cluster_queue.clone(),
+                    l.pending.to_string(),
+                    l.admitted.to_string(),
+                ]);
+            }
+            list.local_queues.is_empty()
+        }
+        Some("ResourceFlavor") => {
+            table.push(["NAME", "NODE LABELS"].map(String::from).to_vec());
+            for f in &list.flavors {
+                let labels: Vec<String> = f
+                    .node_labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                table.push(vec![f.name.clone(), labels.join(",")]);
+            }
+            list.flavors.is_empty()
+        }
+        Some("Topology") => {
+            bail!("`get topologies` is not supported; `get queues` lists the queues")
+        }
+        _ => {
+            let mut head = vec![
+                "NAME", "SOURCE", "COHORT", "ADMITTED", "PENDING", "GPUS", "CPUS", "STATUS",
+            ];
+            if wide {
+                head.extend(["MEMORY(MiB)", "BORROWED", "FLAVOR", "WEIGHT", "CAPABILITY"]);
+            }
+            table.push(head.iter().map(|s| s.to_string()).collect());
+            for q in &list.queues {
+                let mut row = vec![
+                    q.name.clone(),
+                    q.source.clone(),
+                    q.cohort.clone().unwrap_or_else(|| "-".into()),
+                    q.admitted.to_string(),
+                    q.pending.to_string(),
+                    used_of(q.used.gpus, q.nominal.gpus),
+                    used_of(as_f64(q.used.cpus), as_f64(q.nominal.cpus)),
+                    if q.over_quota {
+                        "OverQuota".into()
+                    } else {
+                        "Active".into()
+                    },
+                ];
+                if wide {
+                    row.extend([
+                        used_of(as_f64(q.used.mem_mib), as_f64(q.nominal.mem_mib)),
+                        amounts_text(&q.borrowed),
+                        q.flavor.clone().unwrap_or_else(|| "-".into()),
+                        q.weight.to_string(),
+                        q.capability
+                            .as_ref()
+                            .map_or_else(|| "-".into(), amounts_text),
+                    ]);
+                }
+                table.push(row);
+            }
+            list.queues.is_empty()
+        }
+    };
+    if empty {
+        eprintln!("No resources found.");
+    } else {
+        print_table(&table);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     let w = a.what.to_ascii_lowercase();
-    if matches!(
-        w.as_str(),
-        "queue" | "queues" | "clusterqueue" | "clusterqueues" | "localqueue" | "localqueues"
-    ) {
-        bail!("{QUEUES_REFUSED}");
+    if matches!(w.as_str(), "queues" | "queue") {
+        return get_queues(conn, a, None);
+    }
+    if let Some(k) = queue_kind_named(&w) {
+        return get_queues(conn, a, Some(k));
     }
     let filter = match w.as_str() {
         "workload" | "workloads" | "all" => None,
@@ -543,6 +787,35 @@ fn find(client: &mut crate::client::Client, a: &NamedArgs) -> Result<Vec<JobView
 
 pub fn delete(conn: &ConnectArgs, a: &NamedArgs) -> Result<ExitCode> {
     let mut client = conn.client()?;
+    if let Some(k) = queue_kind_named(&a.kind) {
+        let namespace = if k.kind == "LocalQueue" {
+            a.namespace.clone()
+        } else {
+            String::new()
+        };
+        let resp: QueueObjectsResponse = client.send(
+            Method::POST,
+            "/queue-objects",
+            Some(&QueueObjectsRequest {
+                put: Vec::new(),
+                delete: vec![QueueObjectRef {
+                    kind: k.kind.to_string(),
+                    namespace,
+                    name: a.name.clone(),
+                }],
+                namespace: None,
+                dry_run: false,
+            }),
+        )?;
+        for r in &resp.results {
+            println!(
+                "{} {}",
+                queue_object_text(&r.object.kind, &r.object.name),
+                r.outcome
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let jobs = find(&mut client, a)?;
     let mut cancelled = Vec::new();
     for j in jobs.iter().filter(|j| !j.state.is_final()) {
@@ -575,7 +848,40 @@ pub fn describe(conn: &ConnectArgs, a: &NamedArgs) -> Result<ExitCode> {
         .with_context(|| format!("job {} carries no Kubernetes translation", job.id))?;
     let nodes: NodeList = client.get("/nodes")?;
     print!("{}", describe_text(job, &t, &run, &nodes, &jobs));
+    let events: JobEventList = client.get(&format!("/jobs/{}/events", job.id))?;
+    print!("{}", events_text(&events));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `Events:` table, as `kubectl describe` prints it: type, reason, age, message.
+fn events_text(events: &JobEventList) -> String {
+    let mut rows: Vec<Vec<String>> = vec![
+        ["Type", "Reason", "Age", "Message"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for e in &events.events {
+        rows.push(vec![
+            if e.warning { "Warning" } else { "Normal" }.to_string(),
+            e.kind.clone(),
+            age(e.at),
+            e.message.clone(),
+        ]);
+    }
+    let cols = 3;
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::from("Events:\n");
+    for r in &rows {
+        out.push_str("  ");
+        for (c, w) in widths.iter().enumerate() {
+            out.push_str(&format!("{:<w$}   ", r[c]));
+        }
+        out.push_str(&r[3]);
+        out.push('\n');
+    }
+    out
 }
 
 /// A program on one line: words as they are, others quoted with their newlines escaped,

@@ -103,29 +103,33 @@ enum Command {
         #[arg(long)]
         timeout: Option<u64>,
     },
-    /// Run Kubernetes workload manifests (Job, JobSet, MPIJob, PyTorchJob, Volcano Job) as
-    /// jobs.
+    /// Apply Kubernetes manifests: workloads run as jobs, queue objects become queues.
+    ///
+    /// Workloads: Job, JobSet, MPIJob, PyTorchJob, Volcano Job. Queue objects: Kueue
+    /// ResourceFlavor, ClusterQueue, LocalQueue, Topology; Volcano Queue. Queue objects are
+    /// applied first (all or none; administrators), at once on the running cluster: running
+    /// jobs are kept, and what is admitted next follows the new quotas.
     Apply {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::ApplyArgs,
     },
-    /// List applied workloads with their cadre jobs.
+    /// List applied workloads with their jobs, or queues with their quota and use.
     Get {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::GetArgs,
     },
-    /// Delete an applied workload: cancel its job.
+    /// Delete an applied workload (cancel its job) or a queue object.
     Delete {
         #[command(flatten)]
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::NamedArgs,
     },
-    /// Show an applied workload: its translation, its job, where each rank runs.
+    /// Show an applied workload: its translation, job, ranks' nodes and events.
     Describe {
         #[command(flatten)]
         connect: native::ConnectArgs,

@@ -337,6 +337,9 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("job {} is {}; reason: {}", x.id, x.state, x.reason);
+    if let Some(detail) = &x.detail {
+        println!("  {detail}");
+    }
     if x.state == JobState::Pending {
         println!("priority {}", x.priority);
         for (name, value) in &x.factors {

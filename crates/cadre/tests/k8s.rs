@@ -501,50 +501,334 @@ spec:
         format!("job.batch/big deleted (job {big} cancelled)")
     );
     assert_eq!(c.state(big), "CANCELLED");
+    // Its events: why it waited, who deleted it, how it ended.
+    let described = c.ok(&["describe", "job", "big"]);
+    for line in [
+        "Warning   Pending",
+        "BadConstraints: the job does not fit on the 3 eligible nodes even when they are idle",
+        "Normal    Deleted",
+        "cancelled by user",
+        "Warning   Cancelled",
+    ] {
+        assert!(
+            described.contains(line),
+            "`{line}` missing in:\n{described}"
+        );
+    }
+    assert!(!described.contains(" Started "), "{described}");
 }
 
-#[test]
-fn queue_objects_and_kueue_queues_are_refused_naming_what_is_missing() {
-    let c = Cluster::up(1);
-    let manifest = "apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: 4}]
+/// A Kueue ResourceFlavor, a ClusterQueue of `cpus` CPUs and 8 GiB, and LocalQueue
+/// `user-queue` feeding it.
+fn kueue_queues(cpus: u32) -> String {
+    format!(
+        "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {{name: default-flavor}}
 ---
-apiVersion: batch/v1
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: cq}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default-flavor
+      resources:
+      - {{name: cpu, nominalQuota: {cpus}}}
+      - {{name: memory, nominalQuota: 8Gi}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{namespace: default, name: user-queue}}
+spec: {{clusterQueue: cq}}
+"
+    )
+}
+
+/// A one-CPU Job through LocalQueue `user-queue` that runs until the file `go-NAME` exists
+/// in the cluster's directory.
+fn queued_job(name: &str) -> String {
+    format!(
+        "apiVersion: batch/v1
 kind: Job
 metadata:
-  name: queued
-  labels: {kueue.x-k8s.io/queue-name: user-queue}
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: user-queue}}
 spec:
   template:
     spec:
       restartPolicy: Never
-      containers: [{name: c, image: b, command: ['true']}]
-";
-    let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'while [ ! -e go-{name} ]; do sleep 0.05; done']
+        resources: {{requests: {{cpu: 1, memory: 1Gi}}}}
+"
+    )
+}
+
+/// A one-CPU Volcano Job in Volcano Queue `vq` that runs until `go-NAME` exists.
+fn volcano_queued_job(name: &str) -> String {
+    format!(
+        "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  minAvailable: 1
+  queue: vq
+  tasks:
+  - name: main
+    replicas: 1
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - name: c
+          image: busybox
+          command: [sh, -c, 'while [ ! -e go-{name} ]; do sleep 0.05; done']
+          resources: {{requests: {{cpu: 1, memory: 1Gi}}}}
+"
+    )
+}
+
+impl Cluster {
+    /// `cadre apply -f -` of queue objects alone: what it printed.
+    fn apply_queues(&self, manifest: &str) -> String {
+        let out = self.run_with(&["apply", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "cadre apply failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn go(&self, name: &str) {
+        std::fs::write(self.dir().join(format!("go-{name}")), "").expect("go file");
+    }
+
+    /// Waits until the job is in `state` (with `reason`, for a pending one).
+    fn wait_for(&self, job: u64, state: &str, reason: Option<&str>) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let w = self
+                .workloads()
+                .into_iter()
+                .find(|w| w["job"] == job)
+                .unwrap_or_else(|| panic!("job {job} is not listed"));
+            if w["state"] == state && reason.is_none_or(|r| w["reason"] == r) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job} never {state} {reason:?}: {w}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The queue named `name` as `cadre get queues -o json` shows it.
+    fn queue(&self, name: &str) -> Value {
+        let list: Value =
+            serde_json::from_str(&self.ok(&["get", "queues", "-o", "json"])).expect("JSON");
+        list["queues"]
+            .as_array()
+            .and_then(|q| q.iter().find(|q| q["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("queue {name} is not listed: {list}"))
+    }
+}
+
+#[test]
+fn a_cluster_queues_quota_holds_a_second_job_back_until_the_first_ends() {
+    let c = Cluster::up(3);
+    // The queue objects and the first job in one file: the queues are applied first.
+    let first = c.apply(&format!("{}---\n{}", kueue_queues(1), queued_job("first")));
+    c.wait_for(first, "RUNNING", None);
+    let second = c.apply(&queued_job("second"));
+    c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
+    let q = c.queue("cq");
+    assert_eq!(
+        (
+            &q["source"],
+            &q["admitted"],
+            &q["pending"],
+            &q["used"]["cpus"],
+            &q["nominal"]["cpus"]
+        ),
+        (
+            &Value::from("ClusterQueue"),
+            &Value::from(1),
+            &Value::from(1),
+            &Value::from(1),
+            &Value::from(1)
+        ),
+        "{q}"
+    );
+    let lq = c.ok(&["get", "localqueues"]);
+    assert!(lq.contains("user-queue") && lq.contains("cq"), "{lq}");
+    // Three idle nodes: only the quota holds it, and describe says which.
+    let described = c.ok(&["describe", "job", "second"]);
+    assert!(
+        described.contains(
+            "QOSGrpCpuLimit: queue `cq` would use 2 cpus, above its nominal quota of 1 cpu by 1 cpu"
+        ),
+        "{described}"
+    );
+    c.go("first");
+    assert_eq!(c.wait(first), "COMPLETED");
+    c.wait_for(second, "RUNNING", None);
+    c.go("second");
+    assert_eq!(c.wait(second), "COMPLETED");
+    let described = c.ok(&["describe", "job", "second"]);
+    let events = described
+        .split_once("Events:")
+        .map(|(_, e)| e.to_string())
+        .unwrap_or_else(|| panic!("no events: {described}"));
+    let order: Vec<&str> = ["Submitted", "Pending", "Started", "Completed"]
+        .into_iter()
+        .filter(|k| events.contains(&format!(" {k} ")))
+        .collect();
+    assert_eq!(
+        order,
+        ["Submitted", "Pending", "Started", "Completed"],
+        "{events}"
+    );
+    assert!(events.contains("admitted by queue cq"), "{events}");
+}
+
+#[test]
+fn kueue_and_volcano_queue_objects_applied_change_what_is_admitted() {
+    let c = Cluster::up(3);
+    c.apply_queues(&kueue_queues(1));
+    let a = c.apply(&queued_job("a"));
+    c.wait_for(a, "RUNNING", None);
+    let b = c.apply(&queued_job("b"));
+    c.wait_for(b, "PENDING", Some("QOSGrpCpuLimit"));
+    // Raised: the waiting job starts.
+    let said = c.apply_queues(&kueue_queues(2));
+    assert!(
+        said.contains("clusterqueue.kueue.x-k8s.io/cq configured"),
+        "{said}"
+    );
+    assert!(
+        said.contains("localqueue.kueue.x-k8s.io/user-queue unchanged"),
+        "{said}"
+    );
+    c.wait_for(b, "RUNNING", None);
+    // Lowered below what runs: nothing is stopped, the queue is over its quota and a new
+    // job waits.
+    c.apply_queues(&kueue_queues(1));
+    let q = c.queue("cq");
+    assert_eq!(
+        (&q["admitted"], &q["over_quota"]),
+        (&Value::from(2), &Value::from(true)),
+        "{q}"
+    );
+    let d = c.apply(&queued_job("d"));
+    c.wait_for(d, "PENDING", Some("QOSGrpCpuLimit"));
+    assert_eq!(c.state(a), "RUNNING");
+    assert_eq!(c.state(b), "RUNNING");
+    // The ClusterQueue deleted: its waiting job stays, saying so; running ones go on.
+    assert_eq!(
+        c.ok(&["delete", "clusterqueue", "cq"]).trim(),
+        "clusterqueue.kueue.x-k8s.io/cq deleted"
+    );
+    c.wait_for(d, "PENDING", Some("InvalidQueue"));
+    let out = c.run_with(&["apply", "-f", "-"], Some(&queued_job("e")));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "<stdin>, document 1: ClusterQueue `cq`: queue objects cannot be applied to a \
-             running cluster yet: cadre's scheduler has no API to replace its quota \
-             configuration while gangs run"
+            "LocalQueue `default/user-queue` feeds ClusterQueue `cq`, which does not exist"
         ),
         "{err}"
     );
+    for j in ["a", "b", "d"] {
+        c.go(j);
+    }
+    assert_eq!(c.wait(a), "COMPLETED");
+    c.apply_queues(&kueue_queues(1));
+    assert_eq!(c.wait(d), "COMPLETED");
+
+    // A Volcano Queue's capability: the second job waits until it is raised.
+    let vq = |cap: u32| {
+        format!(
+            "apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {{name: vq}}
+spec: {{weight: 1, capability: {{cpu: {cap}}}}}
+"
+        )
+    };
+    let out = c.run_with(&["apply", "-f", "-"], Some(&volcano_queued_job("v1")));
     assert!(
-        err.contains("document 2: Job `queued`: metadata.labels[kueue.x-k8s.io/queue-name]: LocalQueue `default/user-queue` cannot be routed"),
-        "{err}"
+        !out.status.success(),
+        "a job naming a queue that is not applied is refused"
     );
-    assert!(err.contains("nothing was applied"), "{err}");
-    assert_eq!(c.ok(&["get", "workloads", "-A", "-o", "json"]).trim(), "[]");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("queue `vq` does not exist"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        c.apply_queues(&vq(1)).trim(),
+        "queue.scheduling.volcano.sh/vq created"
+    );
+    let v1 = c.apply(&volcano_queued_job("v1"));
+    c.wait_for(v1, "RUNNING", None);
+    let v2 = c.apply(&volcano_queued_job("v2"));
+    c.wait_for(v2, "PENDING", Some("QOSGrpCpuLimit"));
+    c.apply_queues(&vq(2));
+    c.wait_for(v2, "RUNNING", None);
+    c.go("v1");
+    c.go("v2");
+    assert_eq!(c.wait(v1), "COMPLETED");
+    assert_eq!(c.wait(v2), "COMPLETED");
+}
+
+#[test]
+fn a_restarted_controller_brings_its_queues_back_before_its_jobs() {
+    let c = Cluster::up(1);
+    let first = c.apply(&format!("{}---\n{}", kueue_queues(1), queued_job("first")));
+    c.wait_for(first, "RUNNING", None);
+    let second = c.apply(&queued_job("second"));
+    c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
+    let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
+        .expect("cadre.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the controller is killed");
+    let deadline = Instant::now() + DEADLINE;
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    }) {
+        assert!(Instant::now() < deadline, "the killed controller lives on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.ok(&["up", "--detach", "--nodes", "1"]);
+    // The running job counts in its queue again, so the second still waits for it.
+    c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
+    let q = c.queue("cq");
+    assert_eq!(
+        (&q["admitted"], &q["pending"]),
+        (&Value::from(1), &Value::from(1)),
+        "{q}"
+    );
+    assert_eq!(c.state(first), "RUNNING");
+    c.go("first");
+    c.go("second");
+    assert_eq!(c.wait(first), "COMPLETED");
+    assert_eq!(c.wait(second), "COMPLETED");
 }
 
 #[test]
@@ -572,6 +856,19 @@ spec:
     let listed = c.workloads();
     assert_eq!(listed[0]["exit_code"], 3, "{listed:?}");
     assert!(c.output("broken", job, 1).contains("worker"));
+    // The rank that failed, by its group and rank, then the job's end.
+    let described = c.ok(&["describe", "pytorchjob", "broken"]);
+    let events = described.split_once("Events:").map_or("", |(_, e)| e);
+    assert!(
+        events.contains("Warning   TasksFailed")
+            && events.contains("tasks master/0 on node001 ended FAILED with exit code 3"),
+        "{events}"
+    );
+    assert!(
+        events.contains("Warning   Failed")
+            && events.contains("the job ended FAILED (exit code 3)"),
+        "{events}"
+    );
 }
 
 #[test]

@@ -49,9 +49,32 @@
 //! - then [`Event::NodeAvail`] as agents reconnect (or are given up on: `Down` stops the
 //!   jobs there), and [`Event::Lost`] for an active job whose tasks an agent no longer has.
 //!
+//! The quota configuration a controller had (its policy's queues and the queue objects
+//! applied since) is given back with [`Event::SetQuotas`] before any job is restored, so
+//! that jobs count in the queues they ran in.
+//!
 //! Not restored: fair-share usage (running jobs are charged again from their adoption),
 //! age (counted from restoration) and the workload profile of fragmentation placement
 //! (rebuilt from the jobs restored).
+
+//! # Replacing the quotas
+//!
+//! [`Event::SetQuotas`] replaces the queues, cohorts, nominal quotas, borrowing and lending
+//! limits, capabilities, weights and account limits at once, while gangs run (Kubernetes
+//! queue objects applied or deleted). Given the new [`QuotaConfig`], valid as a whole
+//! (else nothing changes); decided: every job's queue looked up again by the name its spec
+//! gives, and a new [`QuotaBook`] counting every active job, in id order. What holds:
+//! - running gangs stay where they are: replacing quotas never stops or moves one. A gang
+//!   now above its queue's quota (lowered, or its cohort gone) is counted all the same, like
+//!   a job adopted after a restart (`over_quota`): the queue then admits nothing new until
+//!   its use is back within the limits. Only the pass's own preemption, if the policy
+//!   enables it, can take quota back (a lender reclaiming what its cohort borrows);
+//! - a running gang whose queue is gone counts as a job naming no queue (its account's
+//!   queue, if the configuration maps its account to one; else only account limits);
+//! - a pending job whose queue is gone stays pending with [`PendingReason::InvalidQueue`]
+//!   until a queue of that name comes back; new jobs naming it are refused;
+//! - the counts are exact after the replacement ([`QuotaBook::check_counts`]), and the
+//!   limits are an invariant again once no gang is counted above them.
 
 mod explain;
 mod free;
@@ -74,7 +97,7 @@ use crate::job::{
 use crate::placement::{self, PlacementFailure, WorkloadProfile};
 use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode};
 use crate::priority::SizeBasis;
-use crate::quota::{QueueIx, QuotaBook};
+use crate::quota::{QueueIx, QuotaBook, QuotaConfig};
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
@@ -133,6 +156,9 @@ pub enum Event {
     SetTimeLimit { id: JobId, limit: Dur },
     /// A new nice value for a pending job.
     SetNice { id: JobId, nice: i32 },
+    /// The queues and account limits are replaced while gangs run (see "Replacing the
+    /// quotas"). Refused, changing nothing, when the configuration is invalid.
+    SetQuotas { quotas: Box<QuotaConfig> },
 }
 
 /// Why the scheduler asks the executor to stop a job.
@@ -197,6 +223,26 @@ pub enum CoreError {
         #[source]
         source: BookingError,
     },
+    #[error("the quota configuration is invalid: {what}")]
+    InvalidQuotas { what: String },
+}
+
+/// Whether a job comes in new or is brought back after a restart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Submission {
+    New,
+    Restored,
+}
+
+/// The queue a spec names in `book`, and whether it names one `book` does not have.
+fn queue_of(book: &QuotaBook, spec: &JobSpec) -> (Option<QueueIx>, bool) {
+    match &spec.queue {
+        Some(name) => match book.queue_ix(name) {
+            Some(q) => (Some(q), false),
+            None => (None, true),
+        },
+        None => (None, false),
+    }
 }
 
 /// How a start books its allocation on the cluster.
@@ -259,6 +305,10 @@ pub struct Job {
     pub assoc: AssocIx,
     /// The queue the job names (its account's queue applies otherwise; see [`QuotaBook`]).
     pub queue: Option<QueueIx>,
+    /// The job names a queue the quota configuration no longer has (it was replaced since
+    /// the job was submitted): pending, it waits with [`PendingReason::InvalidQueue`];
+    /// active, it counts as a job naming no queue.
+    pub queue_missing: bool,
     /// Value of the job's priority class (0 without one).
     pub class_value: i32,
     /// Whether the job's priority class may preempt.
@@ -304,6 +354,7 @@ struct Admission {
     class_value: i32,
     class_preempting: bool,
     queue: Option<QueueIx>,
+    queue_missing: bool,
 }
 
 /// Why an active job is stopping, which decides where it goes when it ends.
@@ -495,20 +546,28 @@ impl Scheduler {
         &self.quota
     }
 
+    /// Whether an active job is counted above a quota limit (it was adopted, or the quotas
+    /// were lowered, while it ran): its queue admits nothing new while it is.
+    pub fn is_over_quota(&self, id: JobId) -> bool {
+        self.over_quota.contains(&id)
+    }
+
     /// Applies one event. Decisions that follow from it directly (stopping the tasks of a
     /// cancelled job, of the gangs on a node that went down, of a job whose tasks were lost
     /// or that was adopted on a node already down) are returned; starting jobs waits for the
     /// next [`Scheduler::schedule`]. A refused event changes nothing.
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
         match event {
-            Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
+            Event::Submit { id, spec } => self
+                .submit(id, *spec, now, Submission::New)
+                .map(|()| Vec::new()),
             Event::RestorePending {
                 id,
                 spec,
                 requeues,
                 hold,
             } => {
-                self.submit(id, *spec, now)?;
+                self.submit(id, *spec, now, Submission::Restored)?;
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.requeues = requeues;
                 job.hold = hold;
@@ -563,6 +622,7 @@ impl Scheduler {
                     .nice = nice;
                 Ok(Vec::new())
             }
+            Event::SetQuotas { quotas } => self.set_quotas(*quotas).map(|()| Vec::new()),
         }
     }
 
@@ -582,7 +642,7 @@ impl Scheduler {
     /// controller asks before it commits a submission, so that it never acknowledges a job
     /// the scheduler would then refuse. `id` only names the job in the error.
     pub fn validate(&self, id: JobId, spec: &JobSpec) -> Result<(), CoreError> {
-        self.admission(id, spec)?;
+        self.admission(id, spec, Submission::New)?;
         if self.fairshare.assoc(&spec.user, &spec.account).is_none()
             && !self.policy.auto_associations
         {
@@ -598,8 +658,15 @@ impl Scheduler {
     }
 
     /// The checks of a submission that read but do not change the scheduler, and what they
-    /// resolve: the partition, QOS factor, priority class and queue.
-    fn admission(&self, id: JobId, spec: &JobSpec) -> Result<Admission, CoreError> {
+    /// resolve: the partition, QOS factor, priority class and queue. A new job naming a
+    /// queue that does not exist is refused; a restored one is taken, marked
+    /// `queue_missing` (its queue was deleted while the controller was down).
+    fn admission(
+        &self,
+        id: JobId,
+        spec: &JobSpec,
+        how: Submission,
+    ) -> Result<Admission, CoreError> {
         if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(CoreError::DuplicateJob(id));
         }
@@ -647,25 +714,29 @@ impl Scheduler {
                 }
             }
         }
-        let queue = match &spec.queue {
-            Some(name) => Some(
-                self.quota
-                    .queue_ix(name)
-                    .ok_or_else(|| invalid(format!("queue `{name}` does not exist")))?,
-            ),
-            None => None,
-        };
+        let (queue, queue_missing) = queue_of(&self.quota, spec);
+        if queue_missing && how == Submission::New {
+            let name = spec.queue.as_deref().unwrap_or_default();
+            return Err(invalid(format!("queue `{name}` does not exist")));
+        }
         Ok(Admission {
             partition,
             qos_factor,
             class_value,
             class_preempting,
             queue,
+            queue_missing,
         })
     }
 
-    fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
-        let job = self.prepare(id, spec, now)?;
+    fn submit(
+        &mut self,
+        id: JobId,
+        spec: JobSpec,
+        now: Time,
+        how: Submission,
+    ) -> Result<(), CoreError> {
+        let job = self.prepare(id, spec, now, how)?;
         self.record_workload(&job.spec);
         self.jobs.insert(id, job);
         self.pending.insert(id);
@@ -685,14 +756,21 @@ impl Scheduler {
     /// Checks a new job against the cluster and policy and builds it, pending. Nothing
     /// changes on error; on success only its association may have been created (with
     /// `auto_associations`) and its shape interned.
-    fn prepare(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<Job, CoreError> {
+    fn prepare(
+        &mut self,
+        id: JobId,
+        spec: JobSpec,
+        now: Time,
+        how: Submission,
+    ) -> Result<Job, CoreError> {
         let Admission {
             partition,
             qos_factor,
             class_value,
             class_preempting,
             queue,
-        } = self.admission(id, &spec)?;
+            queue_missing,
+        } = self.admission(id, &spec, how)?;
         let invalid = |what: String| CoreError::InvalidJob { id, what };
         // Last, as the only change a refused job could leave behind.
         let assoc = match self.fairshare.assoc(&spec.user, &spec.account) {
@@ -733,6 +811,7 @@ impl Scheduler {
             min_want,
             assoc,
             queue,
+            queue_missing,
             class_value,
             class_preempting,
             qos_factor,
@@ -784,7 +863,7 @@ impl Scheduler {
             .restore(id, &alloc)
             .map_err(|source| CoreError::Booking { id, source })?;
         self.cluster.release(id, &alloc);
-        let mut job = self.prepare(id, spec, now)?;
+        let mut job = self.prepare(id, spec, now, Submission::Restored)?;
         job.requeues = requeues;
         job.hold = None;
         job.eligible_since = None;
@@ -810,6 +889,86 @@ impl Scheduler {
             .and_then(|n| self.node_failure(id, n))
             .into_iter()
             .collect())
+    }
+
+    /// Whether [`Event::SetQuotas`] would take this configuration: what the controller
+    /// asks before it commits the queue objects that make it.
+    pub fn validate_quotas(&self, quotas: &QuotaConfig) -> Result<(), CoreError> {
+        QuotaBook::new(quotas)
+            .map(|_| ())
+            .map_err(|e| CoreError::InvalidQuotas {
+                what: e.to_string(),
+            })
+    }
+
+    /// Replaces the quota configuration (see "Replacing the quotas" in the module doc):
+    /// a new book, every active job counted in it, in id order, whatever its limits say;
+    /// every job's queue looked up again by name. All or nothing.
+    fn set_quotas(&mut self, quotas: QuotaConfig) -> Result<(), CoreError> {
+        let invalid = |what: String| CoreError::InvalidQuotas { what };
+        let mut book = QuotaBook::new(&quotas).map_err(|e| invalid(e.to_string()))?;
+        let mut over = BTreeSet::new();
+        for id in &self.active {
+            let job = self.jobs.get(id).ok_or(CoreError::UnknownJob(*id))?;
+            let (queue, _) = queue_of(&book, &job.spec);
+            let counted = book.restore(
+                queue,
+                &job.spec.account,
+                &job.spec.user,
+                job.spec_amounts_held(),
+            );
+            match counted {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    over.insert(*id);
+                }
+                Err(block) => {
+                    return Err(invalid(format!(
+                        "running job {id} cannot be counted: {block}"
+                    )));
+                }
+            }
+        }
+        for job in self.jobs.values_mut() {
+            (job.queue, job.queue_missing) = queue_of(&book, &job.spec);
+        }
+        self.quota_enforced = !quotas.queues.is_empty() || !quotas.accounts.is_empty();
+        self.quota = book;
+        self.over_quota = over;
+        self.policy.quotas = quotas;
+        Ok(())
+    }
+
+    /// What a pending job's reason means in its case, when the reason name alone does not
+    /// say: the limit a quota reason stands for and by how much, as the quotas are now;
+    /// the queue a job waiting with [`PendingReason::InvalidQueue`] names; why a job that
+    /// can never run as asked does not fit (when the pass found so for its shape).
+    pub fn reason_detail(&self, id: JobId) -> Option<String> {
+        let job = self.jobs.get(&id)?;
+        if job.state != JobState::Pending {
+            return None;
+        }
+        match &job.reason {
+            PendingReason::InvalidQueue => Some(format!(
+                "queue `{}` does not exist (it was deleted after the job was submitted); the \
+                 job waits until a queue of that name is applied again",
+                job.spec.queue.as_deref().unwrap_or_default()
+            )),
+            PendingReason::Limit(_) => self
+                .quota
+                .check(job.queue, &job.spec.account, &job.spec.user, job.min_want)
+                .err()
+                .map(|block| block.to_string()),
+            PendingReason::BadConstraints => match self.never_fits.get(&job.shape) {
+                Some(fail) => Some(fail.to_string()),
+                None => self
+                    .place(&job.spec, &self.cluster.partition(job.partition).nodes)
+                    .err()
+                    .filter(PlacementFailure::is_permanent)
+                    .map(|fail| fail.to_string()),
+            },
+            _ => None,
+        }
     }
 
     /// Records the final state of a job that ended before a restart.
@@ -1246,6 +1405,12 @@ impl Scheduler {
             }
             if job.state == JobState::Pending && job.allocation.is_some() {
                 return Err(format!("pending job {id} holds an allocation"));
+            }
+            if (job.queue, job.queue_missing) != queue_of(&self.quota, &job.spec) {
+                return Err(format!(
+                    "job {id}'s queue {:?} (missing: {}) is not the one its spec names in the quotas",
+                    job.queue, job.queue_missing
+                ));
             }
             if job.state.is_active() != self.active.contains(id) {
                 return Err(format!(

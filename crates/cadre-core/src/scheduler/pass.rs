@@ -423,6 +423,9 @@ impl Scheduler {
         if job.spec.begin.is_some_and(|b| b > now) {
             return Some(PendingReason::BeginTime);
         }
+        if job.queue_missing {
+            return Some(PendingReason::InvalidQueue);
+        }
         let part = self.cluster.partition(job.partition);
         if !part.up {
             return Some(PendingReason::PartitionDown);

@@ -33,6 +33,8 @@ pub enum PendingReason {
     BadConstraints,
     /// A quota or limit holds it back: the reason name from [`crate::quota`].
     Limit(String),
+    /// The queue it names was deleted while it waited.
+    InvalidQueue,
     /// A job of the same name and user is running (`--dependency=singleton`).
     SingletonDependency,
     /// Resources are being freed by preempting other jobs for it.
@@ -56,6 +58,7 @@ impl PendingReason {
             PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
             PendingReason::BadConstraints => "BadConstraints",
             PendingReason::Limit(name) => name,
+            PendingReason::InvalidQueue => "InvalidQueue",
             PendingReason::SingletonDependency => "Dependency",
             PendingReason::Preempting => "Resources",
         }

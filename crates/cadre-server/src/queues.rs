@@ -1,0 +1,541 @@
+//! Kubernetes queue objects in the controller: Kueue's ResourceFlavor, ClusterQueue,
+//! LocalQueue and Topology, and Volcano's Queue, applied and deleted at runtime.
+//!
+//! **Given** the policy file's quotas (the base, fixed while the controller runs) and the
+//! queue objects applied, as the store keeps them (their manifests, in the order first
+//! applied). **Decided**: the quota configuration the scheduler runs with, the base's
+//! queues then the objects' ([`cadre_k8s::QueueSet`]); the ClusterQueue a Kueue-labelled
+//! job is routed to at its submission, with its flavor's node labels. **Must hold**:
+//! - the objects applied make one valid configuration together with the base: a change
+//!   that would not (a bad object, a queue name the policy file has, a ClusterQueue whose
+//!   ResourceFlavor is not applied, a flavor deleted while a ClusterQueue uses it) is
+//!   refused whole, naming what is wrong, and changes nothing;
+//! - a change is committed to the store before the scheduler takes it (the engine does
+//!   both on its thread), so a restarted controller rebuilds the same configuration,
+//!   before it restores any job.
+//!
+//! A job is routed when it is submitted: its spec then names its ClusterQueue, and later
+//! changes to its LocalQueue do not move it (Kueue would re-resolve a pending workload's
+//! LocalQueue; cadre keeps the route the job was accepted with). What happens to jobs when
+//! their queue changes or goes is the scheduler's (see `Event::SetQuotas`).
+
+use cadre_core::quota::QuotaConfig;
+use cadre_k8s::{Object, QueueRef, QueueSet, queue_object_name};
+use cadre_proto::api::{QueueObjectRef, QueueObjectResult};
+use cadre_store::{QueueObjectKey, QueueObjectRecord};
+use std::collections::BTreeSet;
+
+/// The annotation a Kueue-labelled job's spec carries: `namespace/local-queue`.
+pub const LOCAL_QUEUE_ANNOTATION: &str = "k8s.kueue.localQueue";
+
+/// The queue objects applied, and the configuration they make with the policy's quotas.
+#[derive(Clone, Debug)]
+pub struct QueueObjects {
+    base: QuotaConfig,
+    records: Vec<QueueObjectRecord>,
+    set: QueueSet,
+}
+
+/// A change of queue objects, checked and ready to commit.
+#[derive(Clone, Debug)]
+pub struct QueueChange {
+    pub put: Vec<QueueObjectRecord>,
+    pub delete: Vec<QueueObjectKey>,
+    pub results: Vec<QueueObjectResult>,
+    /// The objects after the change.
+    pub next: QueueObjects,
+}
+
+fn key_of(r: &QueueObjectRecord) -> QueueObjectKey {
+    r.key()
+}
+
+fn as_ref(k: &QueueObjectKey) -> QueueObjectRef {
+    QueueObjectRef {
+        kind: k.kind.clone(),
+        namespace: k.namespace.clone(),
+        name: k.name.clone(),
+    }
+}
+
+/// Reads one stored or sent manifest: exactly one queue object.
+fn read_object(manifest: &str, origin: &str) -> Result<Object, String> {
+    let mut objects = cadre_k8s::parse_numbered(manifest, origin).map_err(|e| e.to_string())?;
+    match (objects.pop(), objects.is_empty()) {
+        (Some((_, o)), true) => Ok(o),
+        _ => Err(format!("{origin}: expected one object")),
+    }
+}
+
+impl QueueObjects {
+    /// The policy's quotas alone.
+    pub fn new(base: QuotaConfig) -> QueueObjects {
+        QueueObjects {
+            base,
+            records: Vec::new(),
+            set: QueueSet::default(),
+        }
+    }
+
+    /// The policy's quotas and the stored objects, in their order; an error names the
+    /// object this build cannot take back.
+    pub fn load(base: QuotaConfig, records: Vec<QueueObjectRecord>) -> Result<Self, String> {
+        let set = build(&records)?;
+        let objects = QueueObjects { base, records, set };
+        objects.quotas()?;
+        Ok(objects)
+    }
+
+    pub fn records(&self) -> &[QueueObjectRecord] {
+        &self.records
+    }
+
+    pub fn set(&self) -> &QueueSet {
+        &self.set
+    }
+
+    /// The scheduler's quota configuration: the policy's queues and account limits, then
+    /// the objects' queues. A queue of the policy's name is an error.
+    pub fn quotas(&self) -> Result<QuotaConfig, String> {
+        let mut config = self.base.clone();
+        let extra = self.set.quota_config().map_err(|e| e.to_string())?;
+        for q in extra.queues {
+            if config.queues.iter().any(|b| b.name == q.name) {
+                return Err(format!(
+                    "queue `{}` is defined in the policy file; a queue object may not replace it",
+                    q.name
+                ));
+            }
+            config.queues.push(q);
+        }
+        Ok(config)
+    }
+
+    /// Where each queue comes from: `policy`, `ClusterQueue` or `Queue`.
+    pub fn source_of(&self, queue: &str) -> &'static str {
+        match self.set.queues.iter().find(|q| q.config.name == queue) {
+            Some(q) if q.source == "ClusterQueue" => "ClusterQueue",
+            Some(_) => "Queue",
+            None => "policy",
+        }
+    }
+
+    /// Checks a change: `put` manifests (JSON) replace objects of their name or come last,
+    /// then `delete` removes objects, which must exist. `at`: the time of the apply.
+    pub fn change(
+        &self,
+        put: &[serde_json::Value],
+        delete: &[QueueObjectRef],
+        default_namespace: &str,
+        at: cadre_core::time::Time,
+    ) -> Result<QueueChange, String> {
+        let mut records = self.records.clone();
+        let mut results = Vec::new();
+        let mut problems = Vec::new();
+        let mut puts = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, manifest) in put.iter().enumerate() {
+            let text = manifest.to_string();
+            let origin = format!("object {}", i + 1);
+            let object = match read_object(&text, &origin) {
+                Ok(o) => o,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
+            let Some(name) = queue_object_name(&object, default_namespace) else {
+                problems.push(format!(
+                    "{origin}: {} is not a queue object (ResourceFlavor, ClusterQueue, \
+                     LocalQueue, Topology, Queue of scheduling.volcano.sh); workloads are \
+                     submitted as jobs",
+                    object.describe()
+                ));
+                continue;
+            };
+            let record = QueueObjectRecord {
+                kind: name.kind.to_string(),
+                namespace: name.namespace,
+                name: name.name,
+                api_version: object.api_version().to_string(),
+                manifest: text,
+                applied: at,
+            };
+            if !seen.insert(key_of(&record)) {
+                problems.push(format!("{origin}: {} is given twice", object.describe()));
+                continue;
+            }
+            let outcome = match records.iter_mut().find(|r| key_of(r) == key_of(&record)) {
+                Some(old) if old.manifest == record.manifest => "unchanged",
+                Some(old) => {
+                    *old = record.clone();
+                    "configured"
+                }
+                None => {
+                    records.push(record.clone());
+                    "created"
+                }
+            };
+            results.push(QueueObjectResult {
+                object: as_ref(&key_of(&record)),
+                outcome: outcome.into(),
+            });
+            if outcome != "unchanged" {
+                puts.push(record);
+            }
+        }
+        let mut deletes = Vec::new();
+        for d in delete {
+            let key = QueueObjectKey {
+                kind: d.kind.clone(),
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+            };
+            let before = records.len();
+            records.retain(|r| key_of(r) != key);
+            if records.len() == before {
+                let ns = if key.namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in namespace {}", key.namespace)
+                };
+                problems.push(format!("{} `{}`{ns} is not applied", key.kind, key.name));
+                continue;
+            }
+            results.push(QueueObjectResult {
+                object: d.clone(),
+                outcome: "deleted".into(),
+            });
+            deletes.push(key);
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        let next = QueueObjects {
+            base: self.base.clone(),
+            set: build(&records)?,
+            records,
+        };
+        next.set.check_references().map_err(|e| e.to_string())?;
+        next.quotas()?;
+        Ok(QueueChange {
+            put: puts,
+            delete: deletes,
+            results,
+            next,
+        })
+    }
+
+    /// The ClusterQueue a job labelled with LocalQueue `namespace/name` goes to, and the
+    /// node labels of its flavor.
+    pub fn route(&self, local_queue: &str) -> Result<(String, Vec<(String, String)>), String> {
+        let (namespace, name) = local_queue.split_once('/').ok_or_else(|| {
+            format!("annotation {LOCAL_QUEUE_ANNOTATION} `{local_queue}` is not namespace/name")
+        })?;
+        let queue = self
+            .set
+            .route(&QueueRef::Kueue {
+                namespace: namespace.to_string(),
+                local_queue: name.to_string(),
+            })
+            .map_err(|e| format!("metadata.labels[kueue.x-k8s.io/queue-name]: {e}"))?;
+        let labels = self.set.node_selector(&queue);
+        Ok((queue, labels))
+    }
+}
+
+/// The set the records make, applied in order.
+fn build(records: &[QueueObjectRecord]) -> Result<QueueSet, String> {
+    let mut set = QueueSet::default();
+    for r in records {
+        let origin = format!("{} `{}`", r.kind, r.name);
+        let object = read_object(&r.manifest, &origin)?;
+        set.apply(&object).map_err(|e| e.to_string())?;
+    }
+    Ok(set)
+}
+
+/// Routes a job labelled for a Kueue LocalQueue: its spec gets the ClusterQueue and the
+/// flavor's node labels (a label the job's own node selector gives otherwise is an error).
+/// A Volcano Job in Volcano's `default` queue, which Volcano always has, is in no queue
+/// unless a queue of that name is applied. Other jobs are left as they are.
+pub fn route_job(
+    objects: &QueueObjects,
+    spec: &mut cadre_core::job::JobSpec,
+) -> Result<(), String> {
+    let volcano = spec
+        .annotations
+        .get("k8s.apiVersion")
+        .is_some_and(|v| v.starts_with("batch.volcano.sh/"));
+    if volcano && spec.queue.as_deref() == Some("default") {
+        let defined = objects
+            .quotas()
+            .is_ok_and(|q| q.queues.iter().any(|x| x.name == "default"));
+        if !defined {
+            spec.queue = None;
+        }
+    }
+    if spec.queue.is_some() {
+        return Ok(());
+    }
+    let Some(local) = spec.annotations.get(LOCAL_QUEUE_ANNOTATION).cloned() else {
+        return Ok(());
+    };
+    let (queue, labels) = objects.route(&local)?;
+    for (k, v) in labels {
+        match spec.node_selector.iter().find(|(x, _)| *x == k) {
+            Some((_, mine)) if *mine != v => {
+                return Err(format!(
+                    "the job selects nodes with {k}={mine}, but its ClusterQueue `{queue}`'s \
+                     ResourceFlavor gives {k}={v}"
+                ));
+            }
+            Some(_) => {}
+            None => spec.node_selector.push((k, v)),
+        }
+    }
+    spec.queue = Some(queue);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::job::JobSpec;
+    use cadre_core::quota::{QueueConfig, QuotaAmounts};
+    use cadre_core::resources::TaskResources;
+    use cadre_core::time::{Dur, Time};
+
+    fn json(yaml: &str) -> Vec<serde_json::Value> {
+        cadre_k8s::documents_json(yaml, "test")
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    const FLAVOR: &str = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: f}
+spec: {nodeLabels: {pool: a}}
+";
+
+    fn cq(cpus: u32) -> String {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: cq}}
+spec:
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{{name: f, resources: [{{name: cpu, nominalQuota: {cpus}}}]}}]
+"
+        )
+    }
+
+    const LQ: &str = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: lq}
+spec: {clusterQueue: cq}
+";
+
+    fn policy_queue(name: &str) -> QuotaConfig {
+        QuotaConfig {
+            queues: vec![QueueConfig {
+                name: name.into(),
+                cohort: None,
+                nominal: QuotaAmounts::gpus(1),
+                borrowing_limit: None,
+                lending_limit: None,
+                capability: None,
+                weight: 1,
+                accounts: vec![],
+                max_per_user: None,
+                max_running_jobs_per_user: None,
+            }],
+            accounts: vec![],
+        }
+    }
+
+    fn outcomes(c: &QueueChange) -> Vec<String> {
+        c.results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{}/{} {}",
+                    r.object.kind, r.object.namespace, r.object.name, r.outcome
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_change_creates_configures_keeps_and_deletes_like_kubectl_apply() {
+        let base = QueueObjects::new(policy_queue("slurm"));
+        let all = json(&format!("{FLAVOR}---\n{}---\n{LQ}", cq(4)));
+        let c = base.change(&all, &[], "ml", Time(1)).unwrap();
+        assert_eq!(
+            outcomes(&c),
+            [
+                "ResourceFlavor//f created",
+                "ClusterQueue//cq created",
+                "LocalQueue/ml/lq created"
+            ]
+        );
+        let quotas = c.next.quotas().unwrap();
+        let names: Vec<&str> = quotas.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["slurm", "cq"], "the policy's queues first");
+        let objects = c.next;
+        let c = objects
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(8))),
+                &[],
+                "ml",
+                Time(2),
+            )
+            .unwrap();
+        assert_eq!(
+            outcomes(&c),
+            ["ResourceFlavor//f unchanged", "ClusterQueue//cq configured"]
+        );
+        assert_eq!(c.put.len(), 1, "only what changed is written");
+        let objects = c.next;
+        assert_eq!(objects.records()[1].kind, "ClusterQueue", "kept its place");
+        let lq = QueueObjectRef {
+            kind: "LocalQueue".into(),
+            namespace: "ml".into(),
+            name: "lq".into(),
+        };
+        let c = objects.change(&[], &[lq], "default", Time(3)).unwrap();
+        assert_eq!(outcomes(&c), ["LocalQueue/ml/lq deleted"]);
+        assert_eq!(c.next.records().len(), 2);
+    }
+
+    #[test]
+    fn bad_changes_are_refused_whole_saying_why() {
+        let base = QueueObjects::new(policy_queue("cq"));
+        let err = base
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "queue `cq` is defined in the policy file; a queue object may not replace it"
+        );
+        let base = QueueObjects::new(QuotaConfig::default());
+        let err = base
+            .change(&json(&cq(4)), &[], "default", Time(1))
+            .unwrap_err();
+        assert!(
+            err.contains("ClusterQueue `cq` uses ResourceFlavor `f`, which is not applied"),
+            "{err}"
+        );
+        let objects = base
+            .change(
+                &json(&format!("{FLAVOR}---\n{}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let flavor = QueueObjectRef {
+            kind: "ResourceFlavor".into(),
+            namespace: String::new(),
+            name: "f".into(),
+        };
+        let err = objects
+            .change(&[], &[flavor], "default", Time(2))
+            .unwrap_err();
+        assert!(
+            err.contains("uses ResourceFlavor `f`, which is not applied"),
+            "{err}"
+        );
+        let job = "apiVersion: batch/v1
+kind: Job
+metadata: {name: j}
+spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: i, command: ['true']}]}}}
+";
+        let err = objects
+            .change(&json(job), &[], "default", Time(2))
+            .unwrap_err();
+        assert!(err.contains("Job `j` is not a queue object"), "{err}");
+        let twice = json(&format!("{}---\n{}", cq(1), cq(2)));
+        let err = objects.change(&twice, &[], "default", Time(2)).unwrap_err();
+        assert!(err.contains("ClusterQueue `cq` is given twice"), "{err}");
+        let missing = QueueObjectRef {
+            kind: "ClusterQueue".into(),
+            namespace: String::new(),
+            name: "nope".into(),
+        };
+        let err = objects
+            .change(&[], &[missing], "default", Time(2))
+            .unwrap_err();
+        assert_eq!(err, "ClusterQueue `nope` is not applied");
+        let bad = json(
+            "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: bad}
+spec:
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: f, resources: [{name: cpu, nominalQuota: 1, borrowingLimit: 1}]}]
+",
+        );
+        let err = objects.change(&bad, &[], "default", Time(2)).unwrap_err();
+        assert!(err.contains("borrowing_limit but is in no cohort"), "{err}");
+    }
+
+    #[test]
+    fn jobs_are_routed_through_their_local_queue_onto_the_flavors_nodes() {
+        let objects = QueueObjects::new(QuotaConfig::default())
+            .change(
+                &json(&format!("{FLAVOR}---\n{}---\n{LQ}", cq(4))),
+                &[],
+                "default",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        spec.annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "default/lq".into());
+        route_job(&objects, &mut spec).unwrap();
+        assert_eq!(spec.queue.as_deref(), Some("cq"));
+        assert_eq!(spec.node_selector, [("pool".to_string(), "a".to_string())]);
+        let mut other = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        other
+            .annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
+        let err = route_job(&objects, &mut other).unwrap_err();
+        assert!(
+            err.contains("LocalQueue `lq` does not exist in namespace `ml`"),
+            "{err}"
+        );
+        let mut clash = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        clash
+            .annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "default/lq".into());
+        clash.node_selector.push(("pool".into(), "b".into()));
+        let err = route_job(&objects, &mut clash).unwrap_err();
+        assert!(err.contains("pool=b") && err.contains("pool=a"), "{err}");
+        // Volcano's own `default` queue: no queue, unless one of that name is applied.
+        let mut vc = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        vc.annotations
+            .insert("k8s.apiVersion".into(), "batch.volcano.sh/v1alpha1".into());
+        vc.queue = Some("default".into());
+        route_job(&objects, &mut vc).unwrap();
+        assert_eq!(vc.queue, None);
+        let with_default = QueueObjects::new(policy_queue("default"));
+        let mut vc2 = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        vc2.annotations
+            .insert("k8s.apiVersion".into(), "batch.volcano.sh/v1alpha1".into());
+        vc2.queue = Some("default".into());
+        route_job(&with_default, &mut vc2).unwrap();
+        assert_eq!(vc2.queue.as_deref(), Some("default"));
+    }
+}
