@@ -143,62 +143,34 @@ pub fn connect(want_gpus: Option<u32>, hint_cpus: u32) -> Result<Reference> {
             hint(nodes.len() as u32, 8)
         );
     }
-    // The known start-up race: a slurmd registers before the script sets the GPU count on
-    // the controller, and the node is `inval`. Set the count and resume it.
-    let wrong: Vec<&NodeRecord> = nodes
-        .iter()
-        .filter(|n| n.gpus != gpus || !node_usable(&n.state))
-        .collect();
-    if !wrong.is_empty() {
-        let names: Vec<&str> = wrong.iter().map(|n| n.name.as_str()).collect();
-        let list = cadre_core::hostlist::compress(&names);
-        eprintln!(
-            "reference Slurm: nodes {list} are {} with {} GPUs; setting gpu:{gpus} and resuming them",
-            wrong[0].state, wrong[0].gpus
+    let queued = output(Command::new(SQUEUE).args(["-h", "-o", "%i"]))?;
+    let queued = queued.lines().filter(|l| !l.trim().is_empty()).count();
+    if queued > 0 {
+        bail!(
+            "the reference Slurm has {queued} jobs queued or running; the bench needs it idle \
+             (cancel them with `/usr/bin/scancel --user=$(id -un)`)"
         );
-        let _ = Command::new(SCONTROL)
-            .args([
-                "update",
-                &format!("NodeName={list}"),
-                &format!("Gres=gpu:{gpus}"),
-            ])
-            .output();
-        let resumable: Vec<&str> = wrong
+    }
+    if nodes
+        .iter()
+        .any(|n| n.gpus != gpus || !node_usable(&n.state))
+    {
+        repair_nodes(&nodes, gpus)?;
+        nodes = parse_nodes(&output(
+            Command::new(SCONTROL).args(["show", "node", "-o"]),
+        )?);
+        let still: Vec<String> = nodes
             .iter()
-            .filter(|n| !n.state.starts_with("IDLE") || n.state.contains('+'))
-            .map(|n| n.name.as_str())
+            .filter(|n| n.gpus != gpus || !node_usable(&n.state))
+            .map(|n| format!("{} ({}, gpu:{})", n.name, n.state, n.gpus))
             .collect();
-        if !resumable.is_empty() {
-            let _ = Command::new(SCONTROL)
-                .args([
-                    "update",
-                    &format!("NodeName={}", cadre_core::hostlist::compress(&resumable)),
-                    "State=RESUME",
-                ])
-                .output();
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            std::thread::sleep(Duration::from_millis(500));
-            nodes = parse_nodes(&output(
-                Command::new(SCONTROL).args(["show", "node", "-o"]),
-            )?);
-            let still: Vec<String> = nodes
-                .iter()
-                .filter(|n| n.gpus != gpus || !node_usable(&n.state))
-                .map(|n| format!("{} ({}, gpu:{})", n.name, n.state, n.gpus))
-                .collect();
-            if still.is_empty() {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "the reference Slurm's nodes did not come back to idle with {gpus} GPUs after \
-                     `scontrol update ... State=RESUME`: {}; restart it: {}",
-                    still.join(", "),
-                    hint(nodes.len() as u32, gpus)
-                );
-            }
+        if !still.is_empty() {
+            bail!(
+                "the reference Slurm's nodes did not come back to idle with {gpus} GPUs: {}; \
+                 restart it: {}",
+                still.join(", "),
+                hint(nodes.len() as u32, gpus)
+            );
         }
     }
     let cpus = nodes.iter().map(|n| n.cpus).min().unwrap_or(0);
@@ -206,14 +178,6 @@ pub fn connect(want_gpus: Option<u32>, hint_cpus: u32) -> Result<Reference> {
         bail!(
             "the reference Slurm's nodes differ in CPUs; the bench compares like with like: {}",
             hint(nodes.len() as u32, gpus)
-        );
-    }
-    let queued = output(Command::new(SQUEUE).args(["-h", "-o", "%i"]))?;
-    let queued = queued.lines().filter(|l| !l.trim().is_empty()).count();
-    if queued > 0 {
-        bail!(
-            "the reference Slurm has {queued} jobs queued or running; the bench needs it idle \
-             (cancel them with `/usr/bin/scancel --user=$(id -un)`)"
         );
     }
     let config = output(Command::new(SCONTROL).args(["show", "config"]))?;
@@ -235,6 +199,62 @@ pub fn connect(want_gpus: Option<u32>, hint_cpus: u32) -> Result<Reference> {
         cpus_per_node: cpus,
         jobcomp,
     })
+}
+
+/// Brings nodes that are `inval`, drained or down, or that show the wrong GPU count, back
+/// to idle with `gpus` GPUs, the way the reference allows (found by trying, Slurm 22.05):
+///
+/// - a node is `inval` when it registered reporting fewer GPUs than its configured count
+///   (its slurmd, one of several on one host, reports 0); `State=RESUME` is refused from
+///   INVAL, and resuming with the count set makes it re-register and fail again;
+/// - `scontrol reconfigure` turns INVAL into DRAIN (and shows every node's GRES as none);
+/// - with its count set to 0, the resumed node's registration is valid and it is idle;
+/// - setting every node's count to `gpus` then (as start-slurm.sh does) keeps them idle.
+fn repair_nodes(nodes: &[NodeRecord], gpus: u32) -> Result<()> {
+    let bad: Vec<&str> = nodes
+        .iter()
+        .filter(|n| !node_usable(&n.state))
+        .map(|n| n.name.as_str())
+        .collect();
+    let all: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let all = cadre_core::hostlist::compress(&all);
+    let update = |args: &[&str]| {
+        let out = Command::new(SCONTROL).arg("update").args(args).output();
+        if let Ok(o) = out
+            && !o.status.success()
+        {
+            eprintln!(
+                "reference Slurm: scontrol update {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+    };
+    if !bad.is_empty() {
+        let list = cadre_core::hostlist::compress(&bad);
+        eprintln!("reference Slurm: nodes {list} are not usable; resuming them with gpu:{gpus}");
+        if nodes.iter().any(|n| n.state.contains("INVAL")) {
+            let _ = Command::new(SCONTROL).arg("reconfigure").output();
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        update(&[&format!("NodeName={list}"), "Gres=gpu:0"]);
+        update(&[&format!("NodeName={list}"), "State=RESUME"]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = parse_nodes(&output(
+                Command::new(SCONTROL).args(["show", "node", "-o"]),
+            )?);
+            if now.iter().all(|n| node_usable(&n.state)) {
+                break;
+            }
+        }
+    } else {
+        eprintln!("reference Slurm: setting gpu:{gpus} on nodes {all}");
+    }
+    update(&[&format!("NodeName={all}"), &format!("Gres=gpu:{gpus}")]);
+    std::thread::sleep(Duration::from_secs(2));
+    Ok(())
 }
 
 /// A `YYYY-MM-DDTHH:MM:SS` time of Slurm's records as seconds (the zone does not matter:

@@ -41,6 +41,9 @@ pub struct System {
     pub cpus_per_job: u32,
     /// Where its records are: cadre's data directory, or Slurm's jobcomp file.
     records: PathBuf,
+    /// The jobcomp file's length when the bench started: only later lines are this run's
+    /// (job ids start again at 1 when the reference loses its state).
+    records_from: u64,
     /// Every job the bench submitted here by `sbatch`: on the reference, the bench waits
     /// for and cancels only its own jobs.
     submitted: Mutex<BTreeSet<u64>>,
@@ -54,6 +57,7 @@ impl System {
             env: Vec::new(),
             work,
             cpus_per_job,
+            records_from: std::fs::metadata(&jobcomp).map_or(0, |m| m.len()),
             records: jobcomp,
             submitted: Mutex::new(BTreeSet::new()),
         }
@@ -67,6 +71,7 @@ impl System {
             work,
             cpus_per_job,
             records: data_dir.to_path_buf(),
+            records_from: 0,
             submitted: Mutex::new(BTreeSet::new()),
         }
     }
@@ -222,8 +227,11 @@ impl System {
     pub fn records(&self, ids: &BTreeSet<u64>) -> Result<BTreeMap<u64, RunRecord>> {
         let mut all = match self.kind {
             Kind::Slurm => {
-                let text = match std::fs::read_to_string(&self.records) {
-                    Ok(t) => t,
+                let text = match std::fs::read(&self.records) {
+                    Ok(mut t) => {
+                        t.drain(..(self.records_from as usize).min(t.len()));
+                        String::from_utf8_lossy(&t).into_owned()
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
                     Err(e) => {
                         return Err(e).with_context(|| {
