@@ -89,6 +89,9 @@ pub struct VsSlurmArgs {
     /// `slurm`.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON object to this file (with the table or Markdown on stdout).
+    #[arg(long)]
+    save_json: Option<PathBuf>,
     /// Keep cadre's data directory here (default: a temporary one, removed after).
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -384,6 +387,10 @@ pub fn run(args: &VsSlurmArgs) -> Result<ExitCode> {
         quick: args.quick,
         notes,
     };
+    if let Some(path) = &args.save_json {
+        std::fs::write(path, report::render_json(&results)? + "\n")
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
     if args.json {
         println!("{}", report::render_json(&results)?);
     } else if args.markdown {
