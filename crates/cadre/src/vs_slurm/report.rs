@@ -151,9 +151,12 @@ impl Row {
         self
     }
 
+    /// cadre's figure over Slurm's; infinite when Slurm's is 0 and cadre's is not (a
+    /// backlog Slurm could not take at all), none when both are 0.
     fn ratio(&self) -> Option<f64> {
         match (self.cadre, self.slurm) {
             (Some(c), Some(s)) if s != 0.0 => Some(c / s),
+            (Some(c), Some(_)) if c > 0.0 => Some(f64::INFINITY),
             _ => None,
         }
     }
@@ -165,6 +168,7 @@ impl Row {
             (None, None) => "-".into(),
         };
         let ratio = match self.ratio() {
+            Some(r) if r.is_infinite() => "∞".into(),
             Some(r) if r >= 100.0 => format!("{r:.0}x"),
             Some(r) if r >= 10.0 => format!("{r:.1}x"),
             Some(r) => format!("{r:.2}x"),
@@ -520,6 +524,11 @@ mod tests {
         assert!(wait.contains("0.50x") && wait.ends_with("met"), "{wait}");
         let scale = text.lines().find(|l| l.starts_with("scale max")).unwrap();
         assert!(scale.contains("≥ 32000"), "{scale}");
+        // Slurm took no backlog at all: the ratio is infinite, and the goal met.
+        assert!(
+            scale.contains('∞') && scale.ends_with("≥ 1x: met"),
+            "{scale}"
+        );
         assert!(text.contains("scale steps, Slurm: 0 pending: 980 ms, 500 pending: no start"));
     }
 
