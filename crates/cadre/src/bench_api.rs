@@ -84,13 +84,13 @@ struct LaunchReport {
 }
 
 /// A data directory: the one given, or a temporary one removed when dropped.
-enum DataDir {
+pub(crate) enum DataDir {
     Kept(PathBuf),
     Temp(tempfile::TempDir),
 }
 
 impl DataDir {
-    fn new(given: &Option<PathBuf>) -> Result<DataDir> {
+    pub(crate) fn new(given: &Option<PathBuf>) -> Result<DataDir> {
         Ok(match given {
             Some(p) => {
                 std::fs::create_dir_all(p)?;
@@ -99,7 +99,7 @@ impl DataDir {
             None => DataDir::Temp(tempfile::Builder::new().prefix("cadre-bench").tempdir()?),
         })
     }
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             DataDir::Kept(p) => p,
             DataDir::Temp(t) => t.path(),
@@ -107,7 +107,7 @@ impl DataDir {
     }
 }
 
-fn cadre() -> Result<std::process::Command> {
+pub(crate) fn cadre() -> Result<std::process::Command> {
     Ok(std::process::Command::new(
         std::env::current_exe().context("failed to find the cadre executable")?,
     ))
@@ -250,37 +250,15 @@ async fn submit_load(
         })
         .collect();
     let target = Target::of_data_dir(dir);
-    let per_client = args.jobs / args.clients;
-    let extra = args.jobs % args.clients;
     let bar = indicatif::ProgressBar::new(u64::from(args.jobs));
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..args.clients {
-        let n = per_client + u32::from(c < extra);
-        let target = target.clone();
-        let run = run.clone();
-        let bar = bar.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut conn = Connection::open(&target, None).await?;
-            let mut lat = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                let req = SubmitRequest {
-                    jobs: vec![job("bench", 1, run.clone())],
-                    dry_run: false,
-                };
-                let t = Instant::now();
-                let _: SubmitResponse = conn.call(Method::POST, "/jobs", Some(&req)).await?;
-                lat.push(ms(t.elapsed()));
-                bar.inc(1);
-            }
-            anyhow::Ok(lat)
-        }));
-    }
-    let mut latencies = Vec::with_capacity(args.jobs as usize);
-    for t in tasks {
-        latencies.extend(t.await??);
-    }
-    let seconds = t0.elapsed().as_secs_f64();
+    let (seconds, latencies) = submit_concurrently(
+        &target,
+        args.jobs,
+        args.clients,
+        &job("bench", 1, run),
+        &bar,
+    )
+    .await?;
     bar.finish_and_clear();
     // Memory first: listing the whole queue would itself take memory.
     let rss = rss_mib(child.id());
@@ -294,7 +272,75 @@ async fn submit_load(
     Ok((seconds, latencies, queued, rss))
 }
 
-fn now_ns() -> u128 {
+/// Submits `jobs` copies of `submission` from `clients` concurrent API clients, each on its
+/// own connection, one job per request, each waiting for its answer (so every job counted is
+/// durable). Returns the seconds from the first submission to the last answer and each
+/// submission's latency in ms.
+pub(crate) async fn submit_concurrently(
+    target: &Target,
+    jobs: u32,
+    clients: u32,
+    submission: &JobSubmission,
+    bar: &indicatif::ProgressBar,
+) -> Result<(f64, Vec<f64>)> {
+    anyhow::ensure!(clients > 0, "at least one client is needed");
+    let per_client = jobs / clients;
+    let extra = jobs % clients;
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let n = per_client + u32::from(c < extra);
+        let target = target.clone();
+        let submission = submission.clone();
+        let bar = bar.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Connection::open(&target, None).await?;
+            let mut lat = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let req = SubmitRequest {
+                    jobs: vec![submission.clone()],
+                    dry_run: false,
+                };
+                let t = Instant::now();
+                let _: SubmitResponse = conn.call(Method::POST, "/jobs", Some(&req)).await?;
+                lat.push(ms(t.elapsed()));
+                bar.inc(1);
+            }
+            anyhow::Ok(lat)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(jobs as usize);
+    for t in tasks {
+        latencies.extend(t.await??);
+    }
+    Ok((t0.elapsed().as_secs_f64(), latencies))
+}
+
+/// Waits for the stamp file a job's first instruction writes (`date +%s%N` into
+/// `PATH.tmp`, then renamed to `PATH`, so that it is never read half written) and returns
+/// its time; `None` if it did not appear within `timeout`.
+pub(crate) fn wait_for_stamp(path: &Path, timeout: Duration) -> Result<Option<u128>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return Ok(Some(text.trim().parse().with_context(|| {
+                format!("unreadable time stamp in {}", path.display())
+            })?));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The shell line that writes the stamp [`wait_for_stamp`] reads.
+pub(crate) fn stamp_script(path: &Path) -> String {
+    format!("date +%s%N > {0}.tmp && mv {0}.tmp {0}", path.display())
+}
+
+/// The wall clock in nanoseconds since the epoch (what `date +%s%N` prints).
+pub(crate) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
@@ -357,7 +403,7 @@ async fn launch_load(args: &LaunchBenchArgs, dir: &Path) -> Result<Vec<f64>> {
     for i in 0..args.jobs {
         let stamp = stamps.join(format!("{i}"));
         // The job's first instruction: the shell's `date`, written to the stamp file.
-        let script = format!("date +%s%N > {}.tmp && mv {0}.tmp {0}", stamp.display());
+        let script = stamp_script(&stamp);
         let mut run = RunSpec::command(vec!["/bin/sh".into(), "-c".into(), script], stamps.clone());
         run.stdout = Some("/dev/null".into());
         let req = SubmitRequest {

@@ -8,7 +8,7 @@
 //! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
 //!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
 //!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
-//! - `cadre bench`: the benchmarks;
+//! - `cadre bench`: the benchmarks (`cadre bench vs-slurm`: side by side with a real Slurm);
 //! - the Slurm commands: invoked as `sbatch`, `scontrol`, ... (see [`slurm`]); `cadre
 //!   install-aliases DIR` makes the links.
 //!
@@ -27,6 +27,7 @@ mod native;
 mod plan;
 mod sim;
 mod slurm;
+mod vs_slurm;
 
 use anyhow::{Context, Result};
 use cadre_core::cluster::Cluster;
@@ -194,6 +195,10 @@ enum BenchCommand {
     Submit(bench_api::SubmitBenchArgs),
     /// Submit-to-first-instruction latency of jobs on an idle cluster.
     Launch(bench_api::LaunchBenchArgs),
+    /// The same workloads on cadre and on the reference Slurm running on this machine, one
+    /// after the other: submission throughput, submit-to-start latency, a Philly trace
+    /// replay and the largest pending queue that still starts a job within 1 s.
+    VsSlurm(vs_slurm::VsSlurmArgs),
 }
 
 /// Where the cluster comes from: a description file, a Slurm site's slurm.conf, or a flat
@@ -446,6 +451,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench {
             bench: BenchCommand::Launch(args),
         } => bench_api::run_launch(&args),
+        Command::Bench {
+            bench: BenchCommand::VsSlurm(args),
+        } => vs_slurm::run(&args),
     }
 }
 

@@ -80,6 +80,7 @@ mod rows;
 mod tiresias;
 
 pub use cadre::write_jsonl;
+pub use philly::parse_timestamp;
 pub use pollux::pollux_duration;
 pub use rows::{CPUS_PER_GPU, MEM_MIB_PER_GPU};
 pub use tiresias::{

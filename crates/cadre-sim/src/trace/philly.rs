@@ -52,7 +52,7 @@ pub(crate) fn import(
 
 /// `YYYY-MM-DD HH:MM:SS` as seconds since 1970-01-01 00:00:00 (the zone does not matter:
 /// only differences are used).
-pub(crate) fn parse_timestamp(s: &str) -> Result<u64, String> {
+pub fn parse_timestamp(s: &str) -> Result<u64, String> {
     let (date, time) = s.split_once(' ').ok_or("expected `YYYY-MM-DD HH:MM:SS`")?;
     let num = |part: &str, what: &str| -> Result<u64, String> {
         if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
