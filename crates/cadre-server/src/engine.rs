@@ -1380,14 +1380,15 @@ impl Engine {
         }
     }
 
-    fn stop(&mut self, id: JobId, grace: Dur) {
-        let Some(track) = self.runs.get_mut(&id) else {
-            return;
-        };
-        let run = RunRef::job_run(id, track.run);
-        let kill_wait_secs = grace.0.max(1);
-        track.stop = Some(kill_wait_secs);
-        for &node in &track.nodes_left {
+    /// Tells `nodes` to stop `run` (SIGTERM, then SIGKILL after `kill_wait_secs`), once the
+    /// batch is committed.
+    fn send_stop(
+        &mut self,
+        run: RunRef,
+        nodes: impl IntoIterator<Item = NodeId>,
+        kill_wait_secs: u64,
+    ) {
+        for node in nodes {
             self.outgoing.push((
                 node,
                 ControllerMessage::Stop {
@@ -1396,6 +1397,17 @@ impl Engine {
                 },
             ));
         }
+    }
+
+    fn stop(&mut self, id: JobId, grace: Dur) {
+        let Some(track) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let run = RunRef::job_run(id, track.run);
+        let kill_wait_secs = grace.0.max(1);
+        track.stop = Some(kill_wait_secs);
+        let nodes: Vec<NodeId> = track.nodes_left.iter().copied().collect();
+        self.send_stop(run, nodes, kill_wait_secs);
         self.stop_steps(id, kill_wait_secs);
     }
 
@@ -1524,13 +1536,7 @@ impl Engine {
             let r = RunRef::job_run(id, run);
             if alive.contains(&r) {
                 if let Some(kill_wait_secs) = stop {
-                    self.outgoing.push((
-                        node,
-                        ControllerMessage::Stop {
-                            run: r,
-                            kill_wait_secs,
-                        },
-                    ));
+                    self.send_stop(r, [node], kill_wait_secs);
                 }
             } else {
                 tracing::warn!(job = %id, node = %hello.node, "run's tasks are gone from the node");
@@ -1545,13 +1551,7 @@ impl Engine {
                 .is_some_and(|t| t.run == r.run && t.nodes_left.contains(&node));
             if !current {
                 tracing::warn!(job = %r.job, run = r.run, node = %hello.node, "agent runs a run the controller does not: stopping it");
-                self.outgoing.push((
-                    node,
-                    ControllerMessage::Stop {
-                        run: r,
-                        kill_wait_secs: cadre_core::run::DEFAULT_KILL_WAIT_SECS,
-                    },
-                ));
+                self.send_stop(r, [node], cadre_core::run::DEFAULT_KILL_WAIT_SECS);
             }
         }
         let _ = self.store.upsert_nodes(&[NodeRecord {

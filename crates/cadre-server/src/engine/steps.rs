@@ -548,15 +548,8 @@ impl Engine {
         st.reason.get_or_insert_with(|| why.to_owned());
         st.outcome = JobState::Cancelled;
         let run = st.key();
-        for &node in &st.nodes_left {
-            self.outgoing.push((
-                node,
-                ControllerMessage::Stop {
-                    run,
-                    kill_wait_secs,
-                },
-            ));
-        }
+        let nodes: Vec<NodeId> = st.nodes_left.iter().copied().collect();
+        self.send_stop(run, nodes, kill_wait_secs);
     }
 
     /// The job is being stopped: so are its steps.
@@ -582,16 +575,8 @@ impl Engine {
                 st.reason.get_or_insert_with(|| "its job ended".into());
                 st.outcome = JobState::Cancelled;
                 let run = st.key();
-                for &node in &st.nodes_left {
-                    self.outgoing.push((
-                        node,
-                        ControllerMessage::Stop {
-                            run,
-                            kill_wait_secs: 1,
-                        },
-                    ));
-                }
-                st.nodes_left.clear();
+                let nodes = std::mem::take(&mut st.nodes_left);
+                self.send_stop(run, nodes, 1);
             }
             self.finish_step(id, step, now);
         }
@@ -687,13 +672,7 @@ impl Engine {
         for (job, step, key, stop) in mine {
             if alive.contains(&key) {
                 if let Some(kill_wait_secs) = stop {
-                    self.outgoing.push((
-                        node,
-                        ControllerMessage::Stop {
-                            run: key,
-                            kill_wait_secs,
-                        },
-                    ));
+                    self.send_stop(key, [node], kill_wait_secs);
                 }
             } else {
                 tracing::warn!(job = %job, step, node = %self.node_name(node), "step's tasks are gone from the node");
@@ -712,13 +691,7 @@ impl Engine {
                 .is_some_and(|s| s.run == r.run && s.nodes_left.contains(&node));
             if !followed {
                 tracing::warn!(run = %r, node = %self.node_name(node), "agent runs a step the controller does not follow: stopping it");
-                self.outgoing.push((
-                    node,
-                    ControllerMessage::Stop {
-                        run: *r,
-                        kill_wait_secs: 1,
-                    },
-                ));
+                self.send_stop(*r, [node], 1);
             }
         }
     }

@@ -255,24 +255,18 @@ fn step_request(
         std::env::current_dir().unwrap_or_default().join(cwd)
     };
     let gpus_per_task = opts.gpus_per_task.as_ref().map(|g| g.count as u32);
+    // The shape counts only inside an allocation (outside, it shaped the job).
+    let shape = |v: Option<u32>| v.filter(|_| inside);
     Ok(StepRequest {
         command: command.to_vec(),
         work_dir: cwd.display().to_string(),
         env: std::env::vars().collect(),
         name: opts.job_name.clone(),
-        nodes: if inside {
-            opts.nodes.map(|n| n.min)
-        } else {
-            None
-        },
-        nodelist: if inside {
-            opts.recorded.get("nodelist").cloned()
-        } else {
-            None
-        },
-        ntasks: if inside { opts.ntasks } else { None },
-        ntasks_per_node: if inside { opts.ntasks_per_node } else { None },
-        cpus_per_task: if inside { opts.cpus_per_task } else { None },
+        nodes: shape(opts.nodes.map(|n| n.min)),
+        nodelist: opts.recorded.get("nodelist").filter(|_| inside).cloned(),
+        ntasks: shape(opts.ntasks),
+        ntasks_per_node: shape(opts.ntasks_per_node),
+        cpus_per_task: shape(opts.cpus_per_task),
         gpus_per_task,
         stdout: opts.output.clone(),
         stderr: opts.error.clone(),
