@@ -152,24 +152,29 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Object>, K8sError
 /// [`parse_documents`], each object with its 1-based document number in the file (empty
 /// documents count), for messages about it later.
 pub fn parse_numbered(text: &str, origin: &str) -> Result<Vec<(usize, Object)>, K8sError> {
-    let mut objects = Vec::new();
+    yaml_documents(text, origin)?
+        .into_iter()
+        .map(|(doc, value)| Ok((doc, parse_one(value, origin, doc)?)))
+        .collect()
+}
+
+/// The non-empty YAML documents of `text`, merge keys applied, each with its 1-based number
+/// in the file (empty documents count).
+fn yaml_documents(text: &str, origin: &str) -> Result<Vec<(usize, yaml_serde::Value)>, K8sError> {
+    let yaml = |source| K8sError::Yaml {
+        origin: origin.to_string(),
+        source,
+    };
+    let mut out = Vec::new();
     for (i, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let doc = i + 1;
-        let mut value =
-            yaml_serde::Value::deserialize(document).map_err(|source| K8sError::Yaml {
-                origin: origin.to_string(),
-                source,
-            })?;
+        let mut value = yaml_serde::Value::deserialize(document).map_err(yaml)?;
         if value.is_null() {
             continue;
         }
-        value.apply_merge().map_err(|source| K8sError::Yaml {
-            origin: origin.to_string(),
-            source,
-        })?;
-        objects.push((doc, parse_one(value, origin, doc)?));
+        value.apply_merge().map_err(yaml)?;
+        out.push((i + 1, value));
     }
-    Ok(objects)
+    Ok(out)
 }
 
 /// The non-empty documents of `text` as JSON values (merge keys applied), each with its
@@ -179,29 +184,17 @@ pub fn documents_json(
     text: &str,
     origin: &str,
 ) -> Result<Vec<(usize, serde_json::Value)>, K8sError> {
-    let mut out = Vec::new();
-    for (i, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let doc = i + 1;
-        let mut value =
-            yaml_serde::Value::deserialize(document).map_err(|source| K8sError::Yaml {
+    yaml_documents(text, origin)?
+        .into_iter()
+        .map(|(doc, value)| {
+            let json = serde_json::to_value(&value).map_err(|e| K8sError::NotAnObject {
                 origin: origin.to_string(),
-                source,
+                doc,
+                what: format!("not expressible as JSON: {e}"),
             })?;
-        if value.is_null() {
-            continue;
-        }
-        value.apply_merge().map_err(|source| K8sError::Yaml {
-            origin: origin.to_string(),
-            source,
-        })?;
-        let json = serde_json::to_value(&value).map_err(|e| K8sError::NotAnObject {
-            origin: origin.to_string(),
-            doc,
-            what: format!("not expressible as JSON: {e}"),
-        })?;
-        out.push((doc, json));
-    }
-    Ok(out)
+            Ok((doc, json))
+        })
+        .collect()
 }
 
 fn field<'a>(value: &'a yaml_serde::Value, key: &str) -> Option<&'a str> {

@@ -11,7 +11,7 @@
 use crate::error::SlurmError;
 use crate::getopt::{ArgKind, OptDef, parse};
 use crate::options::{BatchOptions, Opt, SBATCH_OPTIONS};
-use crate::sbatch::CommandLine;
+use crate::sbatch::{CommandLine, apply_command_line};
 use crate::time::Clock;
 use std::sync::LazyLock;
 
@@ -126,12 +126,7 @@ pub fn parse_launch(table: &[OptDef<Opt>], args: &[String]) -> Result<CommandLin
 
 /// The options of a command line, checked as `sbatch`'s are.
 pub fn resolve_launch(cli: &CommandLine, clock: &Clock) -> Result<BatchOptions, SlurmError> {
-    let mut o = BatchOptions::default();
-    for (opt, v) in &cli.opts {
-        o.set(*opt, v.as_deref(), clock)?;
-    }
-    o.check()?;
-    Ok(o)
+    apply_command_line(BatchOptions::default(), cli, clock)
 }
 
 #[cfg(test)]

@@ -78,6 +78,16 @@ pub fn resolve_options<'a>(
     for (opt, v) in env_options(env) {
         o.set(opt, v.as_deref(), clock)?;
     }
+    apply_command_line(o, cli, clock)
+}
+
+/// Applies the command line's options over `o` (the last source), then the checks between
+/// options: for `sbatch` after its script and environment, for `srun` and `salloc` alone.
+pub fn apply_command_line(
+    mut o: BatchOptions,
+    cli: &CommandLine,
+    clock: &Clock,
+) -> Result<BatchOptions, SlurmError> {
     for (opt, v) in &cli.opts {
         o.set(*opt, v.as_deref(), clock)?;
     }

@@ -123,6 +123,23 @@ impl Connection {
         Ok(req.body(Full::new(Bytes::from(body.unwrap_or_default())))?)
     }
 
+    /// Sends a request to `uri` and waits for the answer's head (its body still to read).
+    async fn exchange(
+        &mut self,
+        method: Method,
+        uri: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>> {
+        let req = self.request(method, uri, body)?;
+        self.sender.ready().await.with_context(|| {
+            format!("the connection to the controller at {} closed", self.target)
+        })?;
+        self.sender
+            .send_request(req)
+            .await
+            .with_context(|| format!("request {uri} to the controller failed"))
+    }
+
     /// Sends a request to `PREFIX + path` and returns the status and body.
     pub async fn send_raw(
         &mut self,
@@ -135,15 +152,7 @@ impl Connection {
         } else {
             path.to_owned()
         };
-        let req = self.request(method, &uri, body)?;
-        self.sender.ready().await.with_context(|| {
-            format!("the connection to the controller at {} closed", self.target)
-        })?;
-        let resp = self
-            .sender
-            .send_request(req)
-            .await
-            .with_context(|| format!("request {uri} to the controller failed"))?;
+        let resp = self.exchange(method, &uri, body).await?;
         let status = resp.status();
         let bytes = resp.into_body().collect().await?.to_bytes();
         Ok((status, bytes))
@@ -159,15 +168,9 @@ impl Connection {
         mut on_line: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let uri = format!("{PREFIX}{path}");
-        let req = self.request(Method::POST, &uri, Some(serde_json::to_vec(body)?))?;
-        self.sender.ready().await.with_context(|| {
-            format!("the connection to the controller at {} closed", self.target)
-        })?;
         let resp = self
-            .sender
-            .send_request(req)
-            .await
-            .with_context(|| format!("request {uri} to the controller failed"))?;
+            .exchange(Method::POST, &uri, Some(serde_json::to_vec(body)?))
+            .await?;
         let status = resp.status();
         let mut body = resp.into_body();
         if !status.is_success() {
