@@ -120,6 +120,10 @@ pub struct TaskProgram {
     /// the job's hosts file over `/etc/hosts`, the MPI files at `/etc/mpi`. Needs the agent
     /// to be root; empty otherwise.
     pub binds: Vec<(PathBuf, PathBuf)>,
+    /// The task runs in this container: its process is the container runtime, which keeps
+    /// the agent's identity and environment (see [`crate::container`]); `command` is then
+    /// only what the container runs, for display, and `work_dir` where its output files are.
+    pub container: Option<crate::container::ContainerSpec>,
 }
 
 impl JobLaunch {

@@ -24,6 +24,7 @@
 //! what failed ("cannot open output file ... as uid 65534") rather than a bare errno.
 
 use crate::cgroup::{CgroupError, TaskCgroup};
+use crate::container;
 use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace};
 use crate::pattern::{self, expand_output_path};
 use crate::supervise::{Limits, RunningTask, TaskFiles};
@@ -316,6 +317,10 @@ struct ChildPlan {
     /// task shares the agent's.
     binds: Vec<(CString, CString)>,
     switch: Option<UserSwitch>,
+    /// With `switch`: the child keeps the agent's identity and takes the user's only for
+    /// the file system (working directory, output files), then gives it back: a container
+    /// task's runtime runs as the agent. The agent's ids and groups to return to.
+    files_only: Option<(Uid, Gid, Vec<Gid>)>,
     work_dir: CString,
     /// The output goes to pipes the parent reads (set up by `Command`): no files.
     relay: bool,
@@ -373,24 +378,34 @@ impl ChildPlan {
         }
         if let Some(s) = &self.switch {
             nix::unistd::setgroups(&s.groups).map_err(|e| fail(ChildStep::Groups, e))?;
-            nix::unistd::setgid(s.gid).map_err(|e| fail(ChildStep::Gid, e))?;
-            nix::unistd::setuid(s.uid).map_err(|e| fail(ChildStep::Uid, e))?;
+            if self.files_only.is_some() {
+                // Cannot fail for root; the opens below would tell if it did.
+                nix::unistd::setfsgid(s.gid);
+                nix::unistd::setfsuid(s.uid);
+            } else {
+                nix::unistd::setgid(s.gid).map_err(|e| fail(ChildStep::Gid, e))?;
+                nix::unistd::setuid(s.uid).map_err(|e| fail(ChildStep::Uid, e))?;
+            }
         }
         nix::unistd::chdir(self.work_dir.as_c_str()).map_err(|e| fail(ChildStep::Chdir, e))?;
-        if self.relay {
-            return Ok(());
-        }
-        let mode = Mode::from_bits_truncate(0o644);
-        let out = nix::fcntl::open(self.stdout.as_c_str(), self.stdout_flags, mode)
-            .map_err(|e| fail(ChildStep::Stdout, e))?;
-        nix::unistd::dup2_stdout(&out).map_err(|e| fail(ChildStep::Stdout, e))?;
-        match &self.stderr {
-            None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(ChildStep::Stderr, e))?,
-            Some(path) => {
-                let err = nix::fcntl::open(path.as_c_str(), self.stderr_flags, mode)
-                    .map_err(|e| fail(ChildStep::Stderr, e))?;
-                nix::unistd::dup2_stderr(&err).map_err(|e| fail(ChildStep::Stderr, e))?;
+        if !self.relay {
+            let mode = Mode::from_bits_truncate(0o644);
+            let out = nix::fcntl::open(self.stdout.as_c_str(), self.stdout_flags, mode)
+                .map_err(|e| fail(ChildStep::Stdout, e))?;
+            nix::unistd::dup2_stdout(&out).map_err(|e| fail(ChildStep::Stdout, e))?;
+            match &self.stderr {
+                None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(ChildStep::Stderr, e))?,
+                Some(path) => {
+                    let err = nix::fcntl::open(path.as_c_str(), self.stderr_flags, mode)
+                        .map_err(|e| fail(ChildStep::Stderr, e))?;
+                    nix::unistd::dup2_stderr(&err).map_err(|e| fail(ChildStep::Stderr, e))?;
+                }
             }
+        }
+        if let Some((uid, gid, groups)) = &self.files_only {
+            nix::unistd::setfsuid(*uid);
+            nix::unistd::setfsgid(*gid);
+            nix::unistd::setgroups(groups).map_err(|e| fail(ChildStep::Groups, e))?;
         }
         Ok(())
     }
@@ -453,10 +468,11 @@ pub(crate) fn launch_task_with(
         tasks: job.allocation.tasks.len(),
     })?;
     let switch = user_switch(job, run_as)?;
+    let container = job.programs.get(&index).and_then(|p| p.container.as_ref());
     let path_c = |what, p: &Path| cstring(job.id, what, p.as_os_str().as_bytes());
-    let Some((program, args)) = job.command_of(index).split_first() else {
+    if container.is_none() && job.command_of(index).is_empty() {
         return Err(LaunchError::EmptyCommand { job: job.id });
-    };
+    }
     let work_dir = job.work_dir_of(index);
     if !work_dir.is_dir() {
         return Err(LaunchError::NoWorkDir {
@@ -515,6 +531,37 @@ pub(crate) fn launch_task_with(
         Some(set)
     };
     let (stdout, stderr) = output_paths(job, node, &place);
+    let argv: Vec<String> = match container {
+        Some(spec) => {
+            use nix::sys::resource::Resource;
+            let settings = container::TaskSettings {
+                env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                user: nix::unistd::geteuid()
+                    .is_root()
+                    .then_some((run_as.uid, run_as.gid)),
+                mem_mib,
+                gpus: jobenv::gpu_indices(job.id, node, task)?,
+                nofile: container::own_limit(Resource::RLIMIT_NOFILE, None),
+                nproc: container::own_limit(Resource::RLIMIT_NPROC, container::pid_max()),
+            };
+            container::run_command(spec, &settings)
+        }
+        None => job.command_of(index).to_vec(),
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return Err(LaunchError::EmptyCommand { job: job.id });
+    };
+    let files_only = match (container, &switch) {
+        (Some(_), Some(_)) => Some((
+            nix::unistd::geteuid(),
+            nix::unistd::getegid(),
+            nix::unistd::getgroups().map_err(|source| LaunchError::UserLookup {
+                user: "the agent's own groups".into(),
+                source,
+            })?,
+        )),
+        _ => None,
+    };
 
     let cgroup = match &node.cgroup_parent {
         Some(parent) => Some(
@@ -543,6 +590,7 @@ pub(crate) fn launch_task_with(
         cgroup_procs,
         cpus,
         switch: switch.clone(),
+        files_only,
         binds,
         work_dir: path_c("working directory", work_dir)?,
         relay: job.relay,
@@ -557,10 +605,12 @@ pub(crate) fn launch_task_with(
     };
 
     let mut cmd = Command::new(OsStr::new(program));
-    cmd.args(args)
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
+    cmd.args(args);
+    if container.is_none() {
+        // A container's runtime keeps the agent's environment (see `crate::container`).
+        cmd.env_clear().envs(&env);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(if job.relay {
             Stdio::piped()
         } else {
@@ -629,7 +679,8 @@ pub(crate) fn launch_task_with(
             relayed: job.relay,
         },
         cgroup,
-    ))
+    )
+    .in_container(container.map(|c| (c.runtime.clone(), c.name.clone()))))
 }
 
 fn describe_step(

@@ -28,6 +28,7 @@
 //! the caller's clock readings, with blocking convenience loops on top.
 
 pub mod cgroup;
+pub mod container;
 pub mod discovery;
 pub mod gang;
 pub mod gpu;

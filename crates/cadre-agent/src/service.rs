@@ -84,6 +84,11 @@ pub struct AgentConfig {
     /// The host name reported for the node's tasks to be reached at; `None`: this
     /// machine's host name.
     pub address: Option<String>,
+    /// The container runtime's command line (`podman`, `podman --runtime /usr/sbin/runc`):
+    /// workloads whose containers run in their images run in it (see
+    /// [`crate::container`]). Checked with `--version` at start; `None`: no runtime, and
+    /// such workloads are not placed on this node.
+    pub container_runtime: Option<String>,
     /// First delay before reconnecting.
     pub reconnect_min: Duration,
     /// Longest delay before reconnecting.
@@ -118,6 +123,7 @@ impl AgentConfig {
             state_dir: state_dir.into(),
             cgroup_parent: None,
             address: None,
+            container_runtime: None,
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
@@ -138,6 +144,7 @@ impl fmt::Debug for AgentConfig {
             .field("discovery", &self.discovery)
             .field("state_dir", &self.state_dir)
             .field("cgroup_parent", &self.cgroup_parent)
+            .field("container_runtime", &self.container_runtime)
             .field("address", &self.address)
             .field("reconnect_min", &self.reconnect_min)
             .field("reconnect_max", &self.reconnect_max)
@@ -158,6 +165,8 @@ pub enum AgentError {
     InvalidConfig { why: String },
     #[error("failed to discover the node's hardware: {0}")]
     Discovery(#[source] DiscoveryError),
+    #[error("{0}")]
+    ContainerRuntime(#[source] crate::container::RuntimeError),
     #[error("failed to prepare the agent's state directory {}: {source}", path.display())]
     StateDir { path: PathBuf, source: io::Error },
     #[error("failed to read this machine's host name: {source}")]
@@ -445,11 +454,28 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
     for line in &found.report {
         tracing::debug!(node = %config.node, "{line}");
     }
+    let runtime = match &config.container_runtime {
+        Some(line) => {
+            let line = line.clone();
+            let rt = tokio::task::spawn_blocking(move || {
+                crate::container::ContainerRuntime::detect(&line)
+            })
+            .await
+            .map_err(|e| AgentError::Internal {
+                what: format!("the container runtime check did not finish: {e}"),
+            })?
+            .map_err(AgentError::ContainerRuntime)?;
+            tracing::info!(node = %config.node, runtime = ?rt.argv(), version = rt.version(), "container runtime");
+            Some(Arc::new(rt))
+        }
+        None => None,
+    };
     let report = NodeReport {
         shape: found.shape.clone(),
         emulated_gpus: found.gpus_emulated,
         address,
         notes: found.report.clone(),
+        container_runtime: runtime.as_ref().map(|r| r.version().to_string()),
     };
     let first_seq = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -462,6 +488,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         cgroup_parent: config.cgroup_parent.clone(),
         state_dir: config.state_dir.clone(),
         agent_uid: nix::unistd::geteuid().as_raw(),
+        container_runtime: runtime,
+        gpus_emulated: found.gpus_emulated,
     });
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let service = Service {

@@ -361,6 +361,9 @@ pub struct RunningTask {
     cancel: Arc<CancelRequest>,
     cancel_applied: bool,
     outcome: Option<TaskOutcome>,
+    /// The task's process is a container runtime's `run`: `(runtime command, container
+    /// name)`, removed when the task ends (see [`crate::container`]).
+    container: Option<(Vec<String>, String)>,
 }
 
 impl RunningTask {
@@ -383,6 +386,22 @@ impl RunningTask {
             cancel: Arc::new(CancelRequest::default()),
             cancel_applied: false,
             outcome: None,
+            container: None,
+        }
+    }
+
+    /// The task runs in this container (`(runtime command, container name)`).
+    pub(crate) fn in_container(mut self, container: Option<(Vec<String>, String)>) -> RunningTask {
+        self.container = container;
+        self
+    }
+
+    /// Removes the task's container, if it has one: it may outlive its runtime's `run`.
+    fn remove_container(&self) {
+        if let Some((runtime, name)) = &self.container
+            && let Err(e) = crate::container::remove(runtime, name)
+        {
+            tracing::warn!(job = %self.job, container = %name, error = %e, "cannot remove the task's container");
         }
     }
 
@@ -537,6 +556,7 @@ impl RunningTask {
             signal: Signal::SIGKILL,
         })?;
         let status = self.child.wait().map_err(|e| self.wait_error(e))?;
+        self.remove_container();
         let termination = match (status.code(), status.signal()) {
             (Some(code), _) => Termination::Exited(code),
             (None, Some(sig)) => Termination::Signaled(sig),
@@ -598,6 +618,7 @@ impl Drop for RunningTask {
                 cg.kill_all();
             }
             let _ = self.child.wait();
+            self.remove_container();
             if let Some(cg) = &self.cgroup {
                 cg.remove();
             }

@@ -32,8 +32,15 @@
 //! a multiple of 10000 and whose masters share a node would collide; so would a program
 //! of the node already listening there.
 //!
+//! **Containers.** When the workload's containers run in their images
+//! ([`Translated::containers`]), each task here is its image run by the node's container
+//! runtime ([`crate::container`]): the job's `hosts`, `mpi/` and `volcano/` files are
+//! mounted at `/etc/hosts`, `/etc/mpi` and `/etc/volcano` by the runtime (root agent or
+//! not), the container starts in its `workingDir` or its image's, and its output files are
+//! in the submission directory.
+//!
 //! Not here: SSH key pairs for MPI's and Volcano's `ssh` (the translation records where
-//! they are expected; none are made yet), container runtimes.
+//! they are expected; none are made yet).
 
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeId;
@@ -46,7 +53,9 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::container::{self, ContainerRuntime, ContainerSpec};
 use crate::jobenv::{self, TaskProgram};
+use cadre_k8s::PullPolicy;
 
 /// The node's hosts file, whose lines the job's hosts file keeps first.
 const NODE_HOSTS: &str = "/etc/hosts";
@@ -58,8 +67,10 @@ pub enum WorkloadError {
     /// doing (or a cadre of another version), so retrying cannot help.
     #[error("{0}")]
     Contract(#[from] cadre_k8s::K8sError),
+    /// The node's agent has no container runtime (any more): the node's doing, not the
+    /// job's (the scheduler places such jobs on nodes that reported one).
     #[error(
-        "task group {group} of the job runs its image's entrypoint: no container runtime is configured on node {node}"
+        "task group {group} of the job runs in its image: no container runtime is configured on node {node}"
     )]
     NeedsRuntime { group: usize, node: String },
     #[error("cannot resolve the address `{address}` of node {node}: {source}")]
@@ -75,10 +86,7 @@ pub enum WorkloadError {
 impl WorkloadError {
     /// Whether trying again (elsewhere) cannot help.
     pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            WorkloadError::Contract(_) | WorkloadError::NeedsRuntime { .. }
-        )
+        matches!(self, WorkloadError::Contract(_))
     }
 }
 
@@ -155,17 +163,33 @@ pub fn placement(
     Ok(Placement::new(tasks))
 }
 
+/// What a node can do for a workload's tasks.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeMeans<'a> {
+    /// The agent is root: it can give tasks their own mount namespace.
+    pub root: bool,
+    /// The node's container runtime, if any.
+    pub runtime: Option<&'a ContainerRuntime>,
+    /// The node's GPUs are real (containers get them as devices).
+    pub real_gpus: bool,
+}
+
 /// The workload's tasks on this node, prepared: its files written to `run_dir` (created
-/// when missing), and for each task here (by position in the allocation) what it runs.
-/// `root`: whether the agent can give tasks their own mount namespace.
+/// when missing), and for each task here (by position in the allocation) what it runs:
+/// its program on the host, or its image in the node's container runtime when the
+/// workload's containers run in their images.
 pub fn prepare(
     t: &Translated,
     order: &LaunchOrder,
     node: NodeId,
     run_dir: &Path,
-    root: bool,
+    means: NodeMeans<'_>,
     owner: Option<(u32, u32)>,
 ) -> Result<BTreeMap<usize, TaskProgram>, WorkloadError> {
+    let root = means.root;
+    // Where the job's files appear at their usual paths: in containers (the runtime mounts
+    // them) or in a root agent's mount namespaces.
+    let mounted = root || t.containers;
     let node_name = order.node_names.get(&node).cloned().unwrap_or_default();
     let mut p = placement(
         t,
@@ -185,7 +209,7 @@ pub fn prepare(
     p.rendezvous_port = Some(rendezvous_port(order.run.job));
     let mpi_host = run_dir.join("mpi");
     let volcano_host = run_dir.join("volcano");
-    if !root {
+    if !mounted {
         p.mpi_dir = mpi_host.display().to_string();
         p.volcano_dir = volcano_host.display().to_string();
     }
@@ -232,7 +256,7 @@ pub fn prepare(
             None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
         }
     }
-    if root {
+    if root && !t.containers {
         for (_, at, _) in &dirs_used {
             // The mount point, empty on the node.
             std::fs::create_dir_all(at).map_err(write_err(Path::new(at)))?;
@@ -247,13 +271,66 @@ pub fn prepare(
             continue;
         };
         let mut env = cadre_k8s::rank_environment(t, place.procid, &p)?;
-        let command = match cadre_k8s::rank_program(t, place.procid, &p)? {
-            Program::Argv(argv) => argv,
-            Program::ImageEntrypoint { .. } => {
+        let program = cadre_k8s::rank_program(t, place.procid, &p)?;
+        if t.containers {
+            let Some(runtime) = means.runtime else {
                 return Err(WorkloadError::NeedsRuntime {
                     group,
                     node: node_name,
                 });
+            };
+            let run = &t.groups[group];
+            let (Program::Image { command, args }, Some(image)) = (&program, &run.image) else {
+                return Err(cadre_k8s::K8sError::Contract {
+                    what: format!(
+                        "task group {group} runs in a container but has no image and image program"
+                    ),
+                }
+                .into());
+            };
+            let mut mounts = vec![(hosts_path.clone(), NODE_HOSTS.to_string())];
+            for (dir, at, groups) in &dirs_used {
+                if groups.contains(&group) {
+                    mounts.push((dir.clone(), at.to_string()));
+                }
+            }
+            let spec = ContainerSpec {
+                runtime: runtime.argv().to_vec(),
+                name: container::container_name(
+                    order.run.job.0,
+                    order.run.run,
+                    order.run.step,
+                    place.procid,
+                ),
+                image: image.clone(),
+                pull: run.pull_policy.unwrap_or(PullPolicy::IfNotPresent),
+                command: command.clone(),
+                args: args.clone(),
+                work_dir: run.work_dir.clone(),
+                mounts,
+                gpu_devices: means.real_gpus,
+            };
+            programs.insert(
+                index,
+                TaskProgram {
+                    command: program.words(),
+                    work_dir: t.submit_dir.clone(),
+                    env,
+                    binds: Vec::new(),
+                    container: Some(spec),
+                },
+            );
+            continue;
+        }
+        let command = match program {
+            Program::Argv(argv) => argv,
+            Program::Image { .. } => {
+                return Err(cadre_k8s::K8sError::Contract {
+                    what: format!(
+                        "task group {group} runs in its image, but the workload runs on the host"
+                    ),
+                }
+                .into());
             }
         };
         let work_dir = t.work_dir(group).unwrap_or_else(|| t.submit_dir.clone());
@@ -275,6 +352,7 @@ pub fn prepare(
                 work_dir,
                 env,
                 binds,
+                container: None,
             },
         );
     }
@@ -413,6 +491,12 @@ spec:
         }
     }
 
+    const HOST_NOT_ROOT: NodeMeans<'static> = NodeMeans {
+        root: false,
+        runtime: None,
+        real_gpus: false,
+    };
+
     fn translated() -> Translated {
         let o = TranslateOptions::new("alice", "research", "/home/alice");
         translate(&parse_documents(PYTORCH, "t").unwrap()[0], &o).unwrap()
@@ -457,7 +541,7 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let run_dir = dir.path().join("job12345.0");
         // Not root: no binds, files named by their place in the run's directory.
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, false, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NOT_ROOT, None).unwrap();
         assert_eq!(programs.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
         let master = &programs[&1];
         assert_eq!(master.command, ["python3", "train.py", "--rank=0"]);
@@ -490,7 +574,7 @@ spec:
         let mut o = order(&t);
         o.allocation.tasks.push(task(5, 0, 2));
         let dir = tempfile::tempdir().unwrap();
-        let err = prepare(&t, &o, NodeId(2), dir.path(), false, None).unwrap_err();
+        let err = prepare(&t, &o, NodeId(2), dir.path(), HOST_NOT_ROOT, None).unwrap_err();
         assert!(err.is_permanent());
         assert_eq!(
             err.to_string(),

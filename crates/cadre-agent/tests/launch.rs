@@ -577,6 +577,7 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
                 ("ROLE".into(), "launcher".into()),
             ],
             binds: vec![(hosts.clone(), "/etc/hosts".into()), (mpi, point.clone())],
+            container: None,
         },
     );
     let o = launch_task(&j, &node(), 0, &nobody)
@@ -605,4 +606,152 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
         err.contains("cannot bind-mount the job's files (hosts file, MPI or Volcano files)"),
         "{err}"
     );
+}
+
+/// The container runtime of the container tests (`CADRE_TEST_CONTAINER_RUNTIME`, default
+/// `podman`) with the test image made by `scripts/container-test-image.sh`; `None` (the
+/// test is skipped, saying why) where there is none, except under CI, which must have one.
+fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
+    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
+    let skip = |why: String| {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the container tests: {why}"
+        );
+        eprintln!("skipped: {why}");
+        None
+    };
+    let rt = match cadre_agent::container::ContainerRuntime::detect(&line) {
+        Ok(rt) => rt,
+        Err(e) => return skip(e.to_string()),
+    };
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/container-test-image.sh");
+    let made = std::process::Command::new("sh")
+        .arg(&script)
+        .arg(&line)
+        .output()
+        .unwrap();
+    if !made.status.success() {
+        return skip(format!(
+            "the test image cannot be made: {}",
+            String::from_utf8_lossy(&made.stderr)
+        ));
+    }
+    Some(rt)
+}
+
+fn container_exists(rt: &cadre_agent::container::ContainerRuntime, name: &str) -> bool {
+    let (program, global) = rt.argv().split_first().unwrap();
+    std::process::Command::new(program)
+        .args(global)
+        .args(["container", "exists", name])
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn container_program(
+    rt: &cadre_agent::container::ContainerRuntime,
+    dir: &Path,
+    name: &str,
+    script: &str,
+) -> cadre_agent::jobenv::TaskProgram {
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "10.9.8.7\tpeer-0 peer-0.sub\n").unwrap();
+    cadre_agent::jobenv::TaskProgram {
+        command: vec![],
+        work_dir: dir.to_path_buf(),
+        env: vec![("RANK".into(), "4".into())],
+        binds: vec![],
+        container: Some(cadre_agent::container::ContainerSpec {
+            runtime: rt.argv().to_vec(),
+            name: name.into(),
+            image: "localhost/cadre-test:1".into(),
+            pull: cadre_k8s::PullPolicy::Never,
+            command: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+            args: vec![],
+            work_dir: None,
+            mounts: vec![(hosts, "/etc/hosts".into())],
+            gpu_devices: false,
+        }),
+    }
+}
+
+#[test]
+fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
+    if !is_root() {
+        eprintln!("skipped: the container tests run a rootful runtime");
+        return;
+    }
+    let Some(rt) = test_runtime() else { return };
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "nobody", "not run", one_task(vec![1]));
+    j.export = cadre_agent::jobenv::Export::None;
+    j.programs.insert(
+        0,
+        container_program(
+            &rt,
+            dir.path(),
+            "cadre-test-run",
+            "id -u; pwd; echo \"$RANK $SLURM_PROCID $CUDA_VISIBLE_DEVICES\"; \
+             cat /etc/hosts; echo \"${HOME:-nohome} $PATH\"; exit 3",
+        ),
+    );
+    let o = launch_task(&j, &node(), 0, &nobody)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let file = dir.path().join("slurm-77.out");
+    let out = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(o.exit_code, Some(3), "{out}");
+    assert_eq!(o.state, JobState::Failed);
+    // The image's working directory and PATH, the task's variables, the job's hosts file,
+    // the job's user; the output file is the user's.
+    assert_eq!(
+        out,
+        format!(
+            "{}\n/work\n4 0 1\n10.9.8.7\tpeer-0 peer-0.sub\n/nonexistent /bin\n",
+            nobody.uid
+        )
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().uid(), nobody.uid);
+    assert!(!container_exists(&rt, "cadre-test-run"));
+}
+
+#[test]
+fn a_cancelled_container_task_that_ignores_sigterm_is_killed_with_its_container() {
+    if !is_root() {
+        eprintln!("skipped: the container tests run a rootful runtime");
+        return;
+    }
+    let Some(rt) = test_runtime() else { return };
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "nobody", "not run", one_task(vec![]));
+    j.programs.insert(
+        0,
+        container_program(
+            &rt,
+            dir.path(),
+            "cadre-test-cancel",
+            "trap '' TERM; echo started; while true; do sleep 0.1; done",
+        ),
+    );
+    let mut t = launch_task(&j, &node(), 0, &nobody).unwrap();
+    let out = dir.path().join("slurm-77.out");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .contains("started")
+    {
+        assert!(Instant::now() < deadline, "the container never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(container_exists(&rt, "cadre-test-cancel"));
+    t.cancel_within(Duration::from_millis(300)).unwrap();
+    let o = t.wait().unwrap();
+    assert_eq!(o.state, JobState::Cancelled, "{o:?}");
+    assert!(!container_exists(&rt, "cadre-test-cancel"));
 }

@@ -1470,6 +1470,43 @@ fn job_that_can_never_fit_pends_with_bad_constraints() {
     assert_eq!(sim.reason(2), "BadConstraints");
 }
 
+/// A node's features change at runtime (its agent reports a container runtime): a job that
+/// never fit before fits now, on that node only, and one that needs a feature the node lost
+/// waits again.
+#[test]
+fn a_feature_reported_later_lets_a_job_that_needed_it_start_there() {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());
+    let needs = || {
+        with(job(1, 1, 100), |s| {
+            s.features = vec!["container-runtime".into()]
+        })
+    };
+    sim.submit(1, needs(), 0);
+    assert!(sim.pass(0).is_empty());
+    assert_eq!(sim.reason(1), "BadConstraints");
+    sim.event(
+        Event::SetNodeFeatures {
+            node: NodeId(1),
+            features: vec!["container-runtime".into()],
+        },
+        5,
+    );
+    assert_eq!(started(&sim.pass(5)), [1]);
+    assert_eq!(sim.nodes_of(1), [1]);
+    sim.event(
+        Event::SetNodeFeatures {
+            node: NodeId(1),
+            features: vec![],
+        },
+        6,
+    );
+    sim.submit(2, needs(), 6);
+    assert!(sim.pass(6).is_empty());
+    assert_eq!(sim.reason(2), "BadConstraints");
+    // The running job is not looked at again.
+    assert_eq!(sim.state(1), JobState::Running);
+}
+
 #[test]
 fn job_needing_drained_nodes_pends_with_req_node_not_avail() {
     let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());

@@ -584,7 +584,10 @@ pub fn rank_program(t: &Translated, rank: u32, p: &Placement) -> Result<Program,
         |v: &Vec<String>| -> Vec<String> { v.iter().map(|a| expand(a, lookup_in(&env))).collect() };
     Ok(match &t.groups[g].program {
         Program::Argv(argv) => Program::Argv(ex(argv)),
-        Program::ImageEntrypoint { args } => Program::ImageEntrypoint { args: ex(args) },
+        Program::Image { command, args } => Program::Image {
+            command: command.as_ref().map(ex),
+            args: ex(args),
+        },
     })
 }
 

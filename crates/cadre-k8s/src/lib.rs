@@ -124,8 +124,8 @@ pub use contract::{
 pub use document::{Object, SUPPORTED_KINDS, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem};
 pub use model::{
-    Completion, EnvSource, EnvVar, GroupRun, MpiImplementation, Program, QueueRef, SshKeys,
-    TranslateOptions, Translated, WorkloadKind,
+    CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun, MpiImplementation, Program,
+    PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
 };
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};

@@ -21,9 +21,11 @@ pub struct TranslateOptions {
     /// Where tasks start when the container names no `workingDir`: the directory
     /// `cadre apply` ran in, as `sbatch` uses its submission directory. Absolute.
     pub submit_dir: PathBuf,
-    /// Whether the agents have a container runtime. Without one, a container's program runs
-    /// on the host (its image is recorded, not used), so a container that gives no
-    /// `command` (it would run its image's entrypoint) is refused.
+    /// Whether the workload's containers run in their images, in the container runtime of
+    /// the nodes that have one (the job then requires [`CONTAINER_RUNTIME_FEATURE`]).
+    /// Without, a container's program runs on the host (its image is recorded, not used),
+    /// so a container that gives no `command` (it would run its image's entrypoint) is
+    /// refused.
     pub container_runtime: bool,
     /// The namespace of objects that name none (kubectl's `default`).
     pub default_namespace: String,
@@ -128,14 +130,69 @@ pub struct ElasticContract {
     pub n_proc_per_node: Option<i32>,
 }
 
-/// How a task gets its program.
+/// The node feature of nodes whose agent has a container runtime: what a workload whose
+/// containers run in their images requires.
+pub const CONTAINER_RUNTIME_FEATURE: &str = "container-runtime";
+
+/// How a task gets its program (with `$(VAR)` references still to expand per rank).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Program {
-    /// `command` followed by `args` (with `$(VAR)` references still to expand per rank).
+    /// On the host: `command` followed by `args`.
     Argv(Vec<String>),
-    /// No `command`: the image's entrypoint with these `args`. Only with a container runtime.
-    ImageEntrypoint { args: Vec<String> },
+    /// In a container of the group's image, as Kubernetes runs one: `command` replaces the
+    /// image's entrypoint (and its default arguments), `args` replace the default
+    /// arguments; with neither the image runs as built.
+    Image {
+        command: Option<Vec<String>>,
+        args: Vec<String>,
+    },
+}
+
+impl Program {
+    /// The program as one line of words, for display: an image's program as
+    /// `(image entrypoint)` and its arguments when the image's entrypoint runs.
+    pub fn words(&self) -> Vec<String> {
+        match self {
+            Program::Argv(argv) => argv.clone(),
+            Program::Image {
+                command: Some(command),
+                args,
+            } => command.iter().chain(args).cloned().collect(),
+            Program::Image {
+                command: None,
+                args,
+            } => std::iter::once("(image entrypoint)".to_string())
+                .chain(args.iter().cloned())
+                .collect(),
+        }
+    }
+}
+
+/// When a group's image is fetched (`imagePullPolicy`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    /// Kubernetes' default: `Always` for an image tagged `latest` or untagged, else
+    /// `IfNotPresent`.
+    pub fn default_for(image: &str) -> PullPolicy {
+        // The tag follows the last `:` after the last `/` (a registry's port is before it);
+        // a digest pins the image.
+        if image.contains('@') {
+            return PullPolicy::IfNotPresent;
+        }
+        let last = image.rsplit('/').next().unwrap_or(image);
+        match last.rsplit_once(':') {
+            Some((_, "latest")) | None => PullPolicy::Always,
+            Some(_) => PullPolicy::IfNotPresent,
+        }
+    }
 }
 
 /// Where an environment variable's value comes from.
@@ -187,6 +244,9 @@ pub struct GroupRun {
     pub container: String,
     /// The container's image: used with a container runtime, recorded otherwise.
     pub image: Option<String>,
+    /// When the image is fetched, for a container that runs in it.
+    #[serde(default)]
+    pub pull_policy: Option<PullPolicy>,
     pub program: Program,
     pub env: Vec<EnvVar>,
     /// `workingDir`; `None`: [`TranslateOptions::submit_dir`].
@@ -194,6 +254,23 @@ pub struct GroupRun {
     pub ports: Vec<Port>,
     /// `hostAliases`: extra lines for the job's hosts file, `(address, names)`.
     pub host_aliases: Vec<(String, Vec<String>)>,
+}
+
+impl GroupRun {
+    /// A group that runs nothing yet: what a pod template's pieces fill in.
+    pub fn empty() -> GroupRun {
+        GroupRun {
+            replica_type: String::new(),
+            container: String::new(),
+            image: None,
+            pull_policy: None,
+            program: Program::Argv(Vec::new()),
+            env: Vec::new(),
+            work_dir: None,
+            ports: Vec::new(),
+            host_aliases: Vec::new(),
+        }
+    }
 }
 
 /// When the job has succeeded.
@@ -252,8 +329,13 @@ pub struct Translated {
     pub ssh: Option<SshKeys>,
     /// Seconds between SIGTERM and SIGKILL (`terminationGracePeriodSeconds`, default 30).
     pub kill_wait_secs: u64,
-    /// Where tasks start when their container names no `workingDir`.
+    /// Where tasks start when their container names no `workingDir`; with containers, where
+    /// their output files are (the container starts in `workingDir` or its image's).
     pub submit_dir: PathBuf,
+    /// Whether the containers run in their images (in the nodes' container runtime), rather
+    /// than their programs on the host.
+    #[serde(default)]
+    pub containers: bool,
 }
 
 impl Translated {
@@ -261,14 +343,12 @@ impl Translated {
     /// rank: the program as written (its `$(VAR)` references are expanded per rank by
     /// [`crate::contract::rank_program`]), the working directory, no exported submitter
     /// environment (a pod sees only what its manifest and its contract give it), output in
-    /// `<name>-<job id>-<rank>.out` under the working directory, and the kill wait. `None`
-    /// for a group that does not exist or runs its image's entrypoint.
+    /// `<name>-<job id>-<rank>.out` under the working directory, and the kill wait. A
+    /// container's program is shown as its words ([`Program::words`]) in the submission
+    /// directory. `None` for a group that does not exist.
     pub fn run_spec(&self, group: usize) -> Option<RunSpec> {
         let g = self.groups.get(group)?;
-        let Program::Argv(argv) = &g.program else {
-            return None;
-        };
-        let mut run = RunSpec::command(argv.clone(), self.work_dir(group)?);
+        let mut run = RunSpec::command(g.program.words(), self.host_dir(group)?);
         run.export = Export::None;
         run.stdout = Some(format!("{}-%j-%t.out", self.name));
         run.kill_wait_secs = self.kill_wait_secs;
@@ -283,7 +363,18 @@ impl Translated {
         Some(run)
     }
 
-    /// Where group `group`'s tasks start.
+    /// The directory on the node a task of group `group` runs in, where its relative output
+    /// paths are: its working directory on the host, the submission directory for a
+    /// container (whose `workingDir` is inside its image).
+    pub fn host_dir(&self, group: usize) -> Option<PathBuf> {
+        if self.containers {
+            self.groups.get(group)?;
+            return Some(self.submit_dir.clone());
+        }
+        self.work_dir(group)
+    }
+
+    /// Where group `group`'s tasks start (on the host; see [`Translated::host_dir`]).
     pub fn work_dir(&self, group: usize) -> Option<PathBuf> {
         let g = self.groups.get(group)?;
         Some(

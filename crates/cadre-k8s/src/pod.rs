@@ -6,7 +6,7 @@
 //! it is decided: used, accepted and ignored (documented in the crate doc), or refused.
 
 use crate::error::Refusals;
-use crate::model::{EnvSource, EnvVar, GroupRun, Port, Program, TranslateOptions};
+use crate::model::{EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions};
 use crate::quantity::Quantity;
 use cadre_core::resources::TaskResources;
 use k8s_openapi::api::core::v1::{
@@ -529,19 +529,7 @@ fn read_pod_spec(
 fn pieces_aliases(pieces: &mut PodPieces) -> &mut Vec<(String, Vec<String>)> {
     // Aliases live on the run, which is made once the container is read; keep them on a
     // placeholder run until then.
-    &mut pieces
-        .run
-        .get_or_insert_with(|| GroupRun {
-            replica_type: String::new(),
-            container: String::new(),
-            image: None,
-            program: Program::Argv(Vec::new()),
-            env: Vec::new(),
-            work_dir: None,
-            ports: Vec::new(),
-            host_aliases: Vec::new(),
-        })
-        .host_aliases
+    &mut pieces.run.get_or_insert_with(GroupRun::empty).host_aliases
 }
 
 fn read_affinity(
@@ -846,7 +834,7 @@ fn read_container(
         env,
         env_from,
         image,
-        image_pull_policy: _,
+        image_pull_policy,
         lifecycle,
         liveness_probe,
         name,
@@ -869,13 +857,14 @@ fn read_container(
     } = c;
     let at = |field: &str| format!("{path}.{field}");
     let args = args.clone().unwrap_or_default();
-    let program = match command.as_deref() {
-        Some(cmd) if !cmd.is_empty() => Program::Argv(cmd.iter().cloned().chain(args).collect()),
-        _ if role.mpi_worker && args.is_empty() => {
+    let command = command.clone().filter(|c| !c.is_empty());
+    let program = match command {
+        _ if opts.container_runtime => Program::Image { command, args },
+        Some(cmd) => Program::Argv(cmd.into_iter().chain(args).collect()),
+        None if role.mpi_worker && args.is_empty() => {
             Program::Argv(vec!["/usr/sbin/sshd".into(), "-De".into()])
         }
-        _ if opts.container_runtime => Program::ImageEntrypoint { args },
-        _ => {
+        None => {
             refusals.refuse(
                 at("command"),
                 format!(
@@ -896,8 +885,26 @@ fn read_container(
             Program::Argv(Vec::new())
         }
     };
-    if opts.container_runtime && image.is_none() {
-        refusals.refuse(at("image"), "a container needs an image");
+    let mut pull_policy = None;
+    if opts.container_runtime {
+        match image.as_deref().filter(|i| !i.is_empty()) {
+            None => refusals.refuse(at("image"), "a container needs an image"),
+            Some(i) => {
+                pull_policy = Some(match image_pull_policy.as_deref() {
+                    None => PullPolicy::default_for(i),
+                    Some("Always") => PullPolicy::Always,
+                    Some("IfNotPresent") => PullPolicy::IfNotPresent,
+                    Some("Never") => PullPolicy::Never,
+                    Some(other) => {
+                        refusals.refuse(
+                            at("imagePullPolicy"),
+                            format!("`{other}` is not Always, IfNotPresent or Never"),
+                        );
+                        PullPolicy::IfNotPresent
+                    }
+                })
+            }
+        }
     }
     if let Some(i) = image {
         notes.insert(format!("k8s.{group}.image"), i.clone());
@@ -995,6 +1002,7 @@ fn read_container(
         replica_type: String::new(),
         container: name.clone(),
         image: image.clone(),
+        pull_policy,
         program,
         env: vars,
         work_dir: working_dir.clone(),

@@ -23,8 +23,13 @@ use cadre_core::job::JobSpec;
 use cadre_core::run::RunSpec;
 use serde::{Deserialize, Serialize};
 
-/// The version of [`WorkloadRun`] this crate writes and reads.
-pub const WORKLOAD_RUN_VERSION: u32 = 1;
+/// The version of [`WorkloadRun`] this crate writes. Version 2 added containers
+/// ([`Translated::containers`], [`crate::Program::Image`], pull policies); a version-1
+/// translation, which has none, reads as one that runs on the host.
+pub const WORKLOAD_RUN_VERSION: u32 = 2;
+
+/// The versions this crate reads.
+const READS: [u64; 2] = [1, 2];
 
 /// A job's translation as its run spec carries it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,20 +41,23 @@ pub struct WorkloadRun {
 
 /// The job spec and run spec of a translated workload: the spec with the workload's
 /// identity in its annotations (`k8s.kind`, `k8s.namespace`, `k8s.name`), and the run
-/// spec carrying the translation. Refused when a group runs its image's entrypoint (only
-/// possible with a container runtime, which the agents do not have yet).
+/// spec carrying the translation. Refused when a group runs in its image in a workload
+/// whose containers run on the host (a translation no `translate` makes).
 pub fn submission(t: &Translated) -> Result<(JobSpec, RunSpec), K8sError> {
-    for (g, run) in t.groups.iter().enumerate() {
-        if let Program::ImageEntrypoint { .. } = run.program {
-            return Err(K8sError::Contract {
-                what: format!(
-                    "group `{}` of `{}` runs its image's entrypoint, which needs a container \
-                     runtime; cadre's agents run programs on the host",
-                    t.spec.groups.get(g).map_or("", |x| x.name.as_str()),
-                    t.name
-                ),
-            });
-        }
+    if !t.containers
+        && let Some(g) = t
+            .groups
+            .iter()
+            .position(|run| matches!(run.program, Program::Image { .. }))
+    {
+        return Err(K8sError::Contract {
+            what: format!(
+                "group `{}` of `{}` runs in its image, but the workload was translated to run on \
+                 the host",
+                t.spec.groups.get(g).map_or("", |x| x.name.as_str()),
+                t.name
+            ),
+        });
     }
     let mut spec = t.spec.clone();
     spec.annotations.insert("k8s.name".into(), t.name.clone());
@@ -86,11 +94,11 @@ pub fn workload_of(run: &RunSpec) -> Result<Option<Translated>, K8sError> {
         return Ok(None);
     };
     let version = value.get("version").and_then(serde_json::Value::as_u64);
-    if version != Some(u64::from(WORKLOAD_RUN_VERSION)) {
+    if !version.is_some_and(|v| READS.contains(&v)) {
         return Err(K8sError::Payload {
             what: match version {
                 Some(v) => {
-                    format!("it is version {v}; this cadre reads version {WORKLOAD_RUN_VERSION}")
+                    format!("it is version {v}; this cadre reads versions 1 and 2")
                 }
                 None => "it has no version number".into(),
             },

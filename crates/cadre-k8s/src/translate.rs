@@ -20,8 +20,8 @@ use crate::crd::{jobset::JobSet, volcano};
 use crate::document::{Object, describe_name};
 use crate::error::{K8sError, Refusals};
 use crate::model::{
-    Completion, ElasticContract, GroupRun, MpiImplementation, Program, PyTorchContract, QueueRef,
-    SshKeys, TranslateOptions, Translated, WorkloadKind,
+    CONTAINER_RUNTIME_FEATURE, Completion, ElasticContract, GroupRun, MpiImplementation,
+    PyTorchContract, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
 };
 use crate::pod::{
     PRIORITY_LABEL, PodPieces, PodRole, QUEUE_LABEL, SpanReq, is_scheduler_key, read_pod_template,
@@ -352,16 +352,7 @@ impl<'a> Builder<'a> {
                 tasks_per_node: None,
                 nodes: (p.span == Some(SpanReq::Node)).then_some(1),
             });
-            let mut run = p.run.unwrap_or(GroupRun {
-                replica_type: String::new(),
-                container: String::new(),
-                image: None,
-                program: Program::Argv(Vec::new()),
-                env: Vec::new(),
-                work_dir: None,
-                ports: Vec::new(),
-                host_aliases: Vec::new(),
-            });
+            let mut run = p.run.unwrap_or_else(GroupRun::empty);
             run.replica_type = g.name.clone();
             runs.push(run);
         }
@@ -420,7 +411,11 @@ impl<'a> Builder<'a> {
                     _ => NetworkSpan::Any,
                 },
             },
-            features: Vec::new(),
+            features: if self.opts.container_runtime {
+                vec![CONTAINER_RUNTIME_FEATURE.to_string()]
+            } else {
+                Vec::new()
+            },
             node_selector: node_selector
                 .into_iter()
                 .map(|(k, (v, _))| (k, v))
@@ -439,6 +434,7 @@ impl<'a> Builder<'a> {
             ssh,
             kill_wait_secs: kill_wait,
             submit_dir: self.opts.submit_dir.clone(),
+            containers: self.opts.container_runtime,
         })
     }
 }

@@ -12,8 +12,7 @@ use cadre_k8s::{
 use std::collections::BTreeMap;
 
 fn job(yaml: &str) -> Translated {
-    let mut o = TranslateOptions::new("alice", "research", "/home/alice");
-    o.container_runtime = true;
+    let o = TranslateOptions::new("alice", "research", "/home/alice");
     translate(&parse_documents(yaml, "t").unwrap()[0], &o).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -444,4 +443,57 @@ spec:
     let t = job(y);
     let hosts = hosts_file(&t, &spread(&t)).unwrap();
     assert_eq!(hosts, "# cadre job default/j\n10.9.9.9\tstore store.lan\n");
+}
+
+#[test]
+fn in_containers_the_image_program_keeps_command_and_args_apart_and_expands_both() {
+    let yaml = "apiVersion: batch/v1
+kind: Job
+metadata: {name: ranks}
+spec:
+  completionMode: Indexed
+  completions: 2
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: registry.local/train:1
+        command: [python3, train.py, '--index=$(JOB_COMPLETION_INDEX)']
+        args: ['--out=/tmp/$(JOB_COMPLETION_INDEX)']
+        workingDir: /app
+      - name: d
+        image: x
+";
+    let yaml = yaml.replace("      - name: d\n        image: x\n", "");
+    let mut o = TranslateOptions::new("alice", "research", "/home/alice");
+    o.container_runtime = true;
+    let t = translate(&parse_documents(&yaml, "t").unwrap()[0], &o).unwrap();
+    assert!(t.containers);
+    let p = spread(&t);
+    assert_eq!(
+        rank_program(&t, 1, &p).unwrap(),
+        Program::Image {
+            command: Some(vec![
+                "python3".into(),
+                "train.py".into(),
+                "--index=1".into()
+            ]),
+            args: vec!["--out=/tmp/1".into()],
+        }
+    );
+    // The container starts in its workingDir; on the node, its output goes to the
+    // submission directory.
+    assert_eq!(t.work_dir(0).unwrap(), std::path::Path::new("/app"));
+    assert_eq!(t.host_dir(0).unwrap(), std::path::Path::new("/home/alice"));
+    assert_eq!(
+        t.run_spec(0).unwrap().command,
+        [
+            "python3",
+            "train.py",
+            "--index=$(JOB_COMPLETION_INDEX)",
+            "--out=/tmp/$(JOB_COMPLETION_INDEX)"
+        ]
+    );
 }

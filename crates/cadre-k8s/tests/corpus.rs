@@ -377,8 +377,13 @@ fn with_a_container_runtime_entrypoint_images_are_accepted() {
         check_gangs(file, &p, &[(*name, *groups)]);
         assert!(matches!(
             p.workloads[0].groups[0].program,
-            cadre_k8s::Program::ImageEntrypoint { .. }
+            cadre_k8s::Program::Image { command: None, .. }
         ));
+        assert!(p.workloads[0].containers);
+        assert_eq!(
+            p.workloads[0].spec.features,
+            [cadre_k8s::CONTAINER_RUNTIME_FEATURE]
+        );
     }
 }
 

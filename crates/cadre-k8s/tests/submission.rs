@@ -87,8 +87,20 @@ fn an_unknown_version_is_refused_with_both_versions() {
     let err = workload_of(&run).unwrap_err().to_string();
     assert_eq!(
         err,
-        "the job's Kubernetes translation cannot be read: it is version 99; this cadre reads version 1"
+        "the job's Kubernetes translation cannot be read: it is version 99; this cadre reads versions 1 and 2"
     );
+    // A version-1 translation (before containers) reads as one that runs on the host.
+    let (_, mut run) = submission(&translated(INDEXED)).unwrap();
+    let carried = run.kubernetes.as_mut().unwrap();
+    carried["version"] = serde_json::json!(1);
+    let workload = carried["workload"].as_object_mut().unwrap();
+    workload.remove("containers");
+    for g in workload["groups"].as_array_mut().unwrap() {
+        g.as_object_mut().unwrap().remove("pull_policy");
+    }
+    let t = workload_of(&run).unwrap().unwrap();
+    assert!(!t.containers);
+    assert_eq!(t, translated(INDEXED));
     run.kubernetes = Some(serde_json::json!({"version": 1, "workload": {"name": 3}}));
     let err = workload_of(&run).unwrap_err().to_string();
     assert!(

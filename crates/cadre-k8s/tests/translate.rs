@@ -544,11 +544,18 @@ fn several_containers_and_missing_commands() {
     let t = translate(&parse_documents(&y, "t").unwrap()[0], &o).unwrap();
     assert_eq!(
         t.groups[0].program,
-        Program::ImageEntrypoint {
+        Program::Image {
+            command: None,
             args: vec!["--x".into()]
         }
     );
-    assert_eq!(t.run_spec(0), None);
+    // `latest` and untagged images are pulled always, as in Kubernetes.
+    assert_eq!(
+        t.groups[0].pull_policy,
+        Some(cadre_k8s::PullPolicy::IfNotPresent)
+    );
+    let run = t.run_spec(0).unwrap();
+    assert_eq!(run.command, ["(image entrypoint)", "--x"]);
 }
 
 #[test]

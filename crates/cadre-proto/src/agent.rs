@@ -79,6 +79,10 @@ pub struct NodeReport {
     pub address: String,
     /// Notes from discovery (why NVML is unavailable, ...).
     pub notes: Vec<String>,
+    /// The node's container runtime, as its `--version` names it; `None`: none. Workloads
+    /// whose containers run in their images are placed only on nodes that have one.
+    #[serde(default)]
+    pub container_runtime: Option<String>,
 }
 
 /// Agent to controller.
@@ -387,6 +391,7 @@ mod tests {
                 emulated_gpus: true,
                 address: "gpu007.example".into(),
                 notes: vec!["gpus: 4 EMULATED".into()],
+                container_runtime: Some("podman version 4.3.1".into()),
             },
             running: vec![run],
             outbox: events.clone(),

@@ -450,7 +450,12 @@ pub struct NodeView {
     pub gpu_model: Option<String>,
     /// Its GPUs are declared (`--gpus-per-node`), not discovered.
     pub emulated_gpus: bool,
+    /// The cluster's features of the node, and `container-runtime` while its agent has one.
     pub features: Vec<String>,
+    /// The container runtime its agent reported (`podman version 4.3.1`); `None`: none,
+    /// or the agent has not connected since the controller started.
+    #[serde(default)]
+    pub container_runtime: Option<String>,
 }
 
 /// `GET /nodes`.

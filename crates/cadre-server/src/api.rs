@@ -946,6 +946,7 @@ fn node_view(e: &Engine, id: NodeId) -> NodeView {
         gpu_model: shape.gpus.first().map(|g| g.model.clone()),
         emulated_gpus: e.node_emulated(id) && cap.gpu_milli > 0,
         features: node.features.clone(),
+        container_runtime: e.node_runtime(id).map(str::to_string),
     }
 }
 

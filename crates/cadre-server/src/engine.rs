@@ -37,6 +37,7 @@ use cadre_core::job::{JobId, JobState};
 use cadre_core::resources::MILLI_PER_GPU;
 use cadre_core::scheduler::{CoreError, Decision, Event, Hold, PendingReason, Scheduler};
 use cadre_core::time::{Dur, Time};
+use cadre_k8s::CONTAINER_RUNTIME_FEATURE;
 use cadre_proto::agent::{
     ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
@@ -297,6 +298,11 @@ pub struct Engine {
     emulated: Vec<bool>,
     /// Where each node's tasks can be reached, as its agent last reported.
     addresses: Vec<Option<String>>,
+    /// Each node's container runtime, as its agent last reported.
+    runtimes: Vec<Option<String>>,
+    /// Each node's features as the cluster describes them, to which the features its agent
+    /// reports are added.
+    described_features: Vec<Vec<String>>,
     /// The administrator's word on each node (drain, down) and why.
     admin: Vec<(NodeAvail, Option<String>)>,
     runs: HashMap<JobId, RunTrack>,
@@ -533,6 +539,12 @@ impl Engine {
                 _ => {}
             }
         }
+        let described_features: Vec<Vec<String>> = sched
+            .cluster()
+            .nodes
+            .iter()
+            .map(|n| n.features.clone())
+            .collect();
         let started_at = Instant::now();
         let mut engine = Engine {
             sched,
@@ -543,6 +555,8 @@ impl Engine {
             presence: vec![Presence::Away(started_at); node_count],
             emulated: vec![config.emulated_gpus; node_count],
             addresses: vec![None; node_count],
+            runtimes: vec![None; node_count],
+            described_features,
             admin,
             runs,
             launch_errors: HashMap::new(),
@@ -918,6 +932,33 @@ impl Engine {
 
     pub(crate) fn node_emulated(&self, node: NodeId) -> bool {
         self.emulated[node.0 as usize]
+    }
+
+    pub(crate) fn node_runtime(&self, node: NodeId) -> Option<&str> {
+        self.runtimes[node.0 as usize].as_deref()
+    }
+
+    /// The node's features: the cluster's, and those of what its agent reported (a
+    /// container runtime). The scheduler is told when they change.
+    fn report_features(&mut self, node: NodeId, now: Time) {
+        let mut features = self.described_features[node.0 as usize].clone();
+        if self.runtimes[node.0 as usize].is_some()
+            && !features.iter().any(|f| f == CONTAINER_RUNTIME_FEATURE)
+        {
+            features.push(CONTAINER_RUNTIME_FEATURE.to_string());
+        }
+        if self.sched.cluster().node(node).features == features {
+            return;
+        }
+        tracing::info!(node = %self.node_name(node), ?features, "node features");
+        match self
+            .sched
+            .handle(Event::SetNodeFeatures { node, features }, now)
+        {
+            Ok(decisions) => self.apply(decisions, now),
+            Err(e) => tracing::error!(error = %e, "the scheduler refused the node's features"),
+        }
+        self.dirty = true;
     }
 
     pub(crate) fn launch_error(&self, id: JobId) -> Option<&str> {
@@ -1515,6 +1556,8 @@ impl Engine {
         self.presence[node.0 as usize] = Presence::Connected;
         self.emulated[node.0 as usize] = hello.report.emulated_gpus;
         self.addresses[node.0 as usize] = Some(hello.report.address.clone());
+        self.runtimes[node.0 as usize] = hello.report.container_runtime.clone();
+        self.report_features(node, now);
         tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
         let mut last_seq = None;
         for ev in hello.outbox {

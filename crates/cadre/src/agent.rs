@@ -68,6 +68,13 @@ pub struct AgentArgs {
     /// [default: this machine's host name].
     #[arg(long, value_name = "HOST")]
     pub address: Option<String>,
+    /// The node's container runtime, a command line whose `run` and `rm` speak podman's
+    /// options (`podman`, `podman --runtime /usr/sbin/runc`): Kubernetes workloads whose
+    /// containers run in their images are placed on nodes that have one and run there.
+    /// Checked with `--version` at start [default: none; such workloads are not placed
+    /// here].
+    #[arg(long, env = "CADRE_CONTAINER_RUNTIME", value_name = "COMMAND")]
+    pub container_runtime: Option<String>,
     /// How much to log on stderr: error, warn, info, debug or trace.
     #[arg(long, env = "CADRE_LOG", default_value = "info", value_name = "LEVEL")]
     pub log_level: tracing::Level,
@@ -105,6 +112,7 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     };
     config.cgroup_parent = args.cgroup_parent.clone();
     config.address = args.address.clone();
+    config.container_runtime = args.container_runtime.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -77,6 +77,10 @@ pub struct UpArgs {
     /// process id in DATA_DIR/cadre.pid, its log in DATA_DIR/cadre.log).
     #[arg(long)]
     pub detach: bool,
+    /// The nodes' container runtime, a command line such as `podman` (each agent is
+    /// started with `--container-runtime`): Kubernetes workloads then run in their images.
+    #[arg(long, env = "CADRE_CONTAINER_RUNTIME", value_name = "COMMAND")]
+    pub container_runtime: Option<String>,
 }
 
 /// `cadre down`.
@@ -351,12 +355,12 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     }
     init_tracing();
     write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o644)?;
-    let result = run_up(&args.controller, &layout);
+    let result = run_up(&args.controller, &layout, args.container_runtime.as_deref());
     let _ = std::fs::remove_file(layout.pid());
     result
 }
 
-fn run_up(args: &ControllerArgs, layout: &Layout) -> Result<ExitCode> {
+fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Result<ExitCode> {
     let (config, cluster) = server_config(args, layout)?;
     let nodes = local_nodes(&args.cluster, &cluster);
     let gpus = args.cluster.gpus_per_node;
@@ -365,7 +369,7 @@ fn run_up(args: &ControllerArgs, layout: &Layout) -> Result<ExitCode> {
     let spawn_error = std::cell::RefCell::new(None);
     let result = rt.block_on(cadre_server::serve(config, termination(), || {
         for node in &nodes {
-            match ensure_agent(layout, node, gpus) {
+            match ensure_agent(layout, node, gpus, runtime) {
                 Ok(pid) => agent_pids.push((node.clone(), pid)),
                 Err(e) => {
                     tracing::error!(node, error = %e, "failed to start the node's agent");
@@ -384,7 +388,7 @@ fn run_up(args: &ControllerArgs, layout: &Layout) -> Result<ExitCode> {
 }
 
 /// The node's agent: the one still running from before, or a new one.
-fn ensure_agent(layout: &Layout, node: &str, gpus: u32) -> Result<i32> {
+fn ensure_agent(layout: &Layout, node: &str, gpus: u32, runtime: Option<&str>) -> Result<i32> {
     let pid_file = layout.agent(node, "pid");
     if let Some(pid) = live_pid(&pid_file, &["agent", node]) {
         tracing::info!(node, pid, "adopting the agent still running");
@@ -396,8 +400,12 @@ fn ensure_agent(layout: &Layout, node: &str, gpus: u32) -> Result<i32> {
         .append(true)
         .open(layout.agent(node, "log"))?;
     let state_dir = layout.dir.join("agents").join(node);
-    let child = std::process::Command::new(exe)
-        .arg("agent")
+    let mut command = std::process::Command::new(exe);
+    command.arg("agent");
+    if let Some(runtime) = runtime {
+        command.arg("--container-runtime").arg(runtime);
+    }
+    let child = command
         .arg("--controller")
         .arg(format!("unix://{}", layout.socket().display()))
         .arg("--node")

@@ -53,6 +53,20 @@ pub struct ApplyArgs {
     /// The account to charge (default: `$CADRE_ACCOUNT`, else the user's name).
     #[arg(short = 'A', long, env = "CADRE_ACCOUNT")]
     pub account: Option<String>,
+    /// Where the containers' programs run: `container`, each in its image in the container
+    /// runtime of nodes that have one (the workloads are placed only there); `host`, the
+    /// container's `command` on the node, its image recorded; `auto`, in containers when a
+    /// node of the cluster has a container runtime, else on the host.
+    #[arg(long, value_enum, default_value_t = RunIn::Auto, value_name = "WHERE")]
+    pub run_in: RunIn,
+}
+
+/// Where a workload's containers run (`cadre apply --run-in`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RunIn {
+    Auto,
+    Container,
+    Host,
 }
 
 /// How `get` prints.
@@ -389,6 +403,21 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         std::env::current_dir()?,
     );
     opts.default_namespace = a.namespace.clone();
+    opts.container_runtime = match a.run_in {
+        RunIn::Host => false,
+        RunIn::Auto | RunIn::Container => {
+            let nodes: NodeList = client.get("/nodes")?;
+            let any = nodes.nodes.iter().any(|n| n.container_runtime.is_some());
+            if a.run_in == RunIn::Container && !any {
+                bail!(
+                    "no node of the cluster has a container runtime, so no container can run in \
+                     its image (start the agents with --container-runtime, or apply with \
+                     --run-in host to run the containers' commands on the nodes)"
+                );
+            }
+            any
+        }
+    };
     let Inputs {
         workloads,
         queue_objects,
@@ -969,24 +998,35 @@ fn describe_text(
         }
     };
     let _ = writeln!(s, "Succeeds:     {done}");
-    let _ = writeln!(
-        s,
-        "Runs:         on the host, as user {}, not in a container: no container runtime is \
-         configured (images are recorded, not used)",
-        job.user
-    );
+    let runs = if t.containers {
+        format!(
+            "in containers, each task in its group's image, as user {}, in the container \
+             runtime of nodes that have one (node feature `{}`); output files in {}",
+            job.user,
+            cadre_k8s::CONTAINER_RUNTIME_FEATURE,
+            t.submit_dir.display()
+        )
+    } else if nodes.nodes.iter().any(|n| n.container_runtime.is_some()) {
+        format!(
+            "on the host, as user {}, not in a container: applied with `--run-in host` \
+             (images are recorded, not used)",
+            job.user
+        )
+    } else {
+        format!(
+            "on the host, as user {}, not in a container: no container runtime is configured \
+             (images are recorded, not used)",
+            job.user
+        )
+    };
+    let _ = writeln!(s, "Runs:         {runs}");
     let _ = writeln!(s, "Groups:");
     for (g, (group, gr)) in t.spec.groups.iter().zip(&t.groups).enumerate() {
         let count = match group.min_count {
             Some(m) if m < group.count => format!("{m} to {}", group.count),
             _ => group.count.to_string(),
         };
-        let program = match &gr.program {
-            cadre_k8s::Program::Argv(a) => argv_text(a),
-            cadre_k8s::Program::ImageEntrypoint { args } => {
-                format!("(image entrypoint) {}", argv_text(args))
-            }
-        };
+        let program = argv_text(&gr.program.words());
         let _ = writeln!(
             s,
             "  {g} {} ({}) x{count}: {} core(s), {} MiB, {} GPU(s) per task",
@@ -997,13 +1037,21 @@ fn describe_text(
             group.per_task.gpus
         );
         let _ = writeln!(s, "      program:  {program}");
-        let _ = writeln!(
-            s,
-            "      in:       {}",
-            t.work_dir(g).unwrap_or_default().display()
-        );
+        let dir = match (&gr.work_dir, t.containers) {
+            (None, true) => "(the image's working directory)".to_string(),
+            _ => t.work_dir(g).unwrap_or_default().display().to_string(),
+        };
+        let _ = writeln!(s, "      in:       {dir}");
         if let Some(image) = &gr.image {
-            let _ = writeln!(s, "      image:    {image} (recorded)");
+            let how = match gr.pull_policy {
+                Some(cadre_k8s::PullPolicy::Always) if t.containers => "pulled at every start",
+                Some(cadre_k8s::PullPolicy::IfNotPresent) if t.containers => {
+                    "pulled when the node lacks it"
+                }
+                Some(cadre_k8s::PullPolicy::Never) if t.containers => "never pulled",
+                _ => "recorded",
+            };
+            let _ = writeln!(s, "      image:    {image} ({how})");
         }
         if !gr.env.is_empty() {
             let names: Vec<&str> = gr.env.iter().map(|e| e.name.as_str()).collect();

@@ -27,10 +27,18 @@ struct Cluster {
 
 impl Cluster {
     fn up(nodes: u32) -> Cluster {
+        Cluster::up_with(nodes, &[])
+    }
+
+    /// `cadre up --nodes N` with more options.
+    fn up_with(nodes: u32, more: &[&str]) -> Cluster {
         let c = Cluster {
             dir: tempfile::tempdir().expect("temporary directory"),
         };
-        let out = c.run(&["up", "--detach", "--nodes", &nodes.to_string()]);
+        let nodes = nodes.to_string();
+        let mut args = vec!["up", "--detach", "--nodes", &nodes];
+        args.extend_from_slice(more);
+        let out = c.run(&args);
         assert!(
             out.status.success(),
             "cadre up failed: {}",
@@ -88,7 +96,14 @@ impl Cluster {
 
     /// `cadre apply -f -` of `manifest`: the job id it printed.
     fn apply(&self, manifest: &str) -> u64 {
-        let out = self.run_with(&["apply", "-f", "-"], Some(manifest));
+        self.apply_with(manifest, &[])
+    }
+
+    /// `cadre apply -f -` of `manifest` with more options: the job id it printed.
+    fn apply_with(&self, manifest: &str, more: &[&str]) -> u64 {
+        let mut args = vec!["apply", "-f", "-"];
+        args.extend_from_slice(more);
+        let out = self.run_with(&args, Some(manifest));
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -917,4 +932,213 @@ spec:
     c.ok(&["up", "--detach", "--nodes", "1"]);
     std::fs::write(c.dir().join("go"), "").expect("go");
     assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+}
+
+/// The container runtime of the container tests (`CADRE_TEST_CONTAINER_RUNTIME`, default
+/// `podman`), with the test image made offline by `scripts/container-test-image.sh`;
+/// `None` (the test is skipped, saying why) where there is none or the tests do not run as
+/// root (the runtime is rootful), except under CI, which must run them.
+fn container_runtime() -> Option<String> {
+    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
+    let skip = |why: String| {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the container tests: {why}"
+        );
+        eprintln!("skipped: {why}");
+        None
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return skip("the container tests run a rootful runtime, as root".into());
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/container-test-image.sh");
+    match Command::new("sh").arg(&script).arg(&line).output() {
+        Ok(o) if o.status.success() => Some(line),
+        Ok(o) => skip(format!(
+            "no container runtime `{line}` with the test image: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => skip(format!("cannot run {}: {e}", script.display())),
+    }
+}
+
+/// An Indexed Job of 3 ranks in the test image (busybox): each rank checks its contract
+/// and the container it is in, resolves rank 0's name and sends it a line over TCP.
+fn indexed_job_in_image() -> String {
+    let script = r#"
+set -eu
+i=$JOB_COMPLETION_INDEX
+p=$((31000 + SLURM_JOB_ID % 1000 * 4))
+[ "$i" = "$SLURM_PROCID" ] || { echo "JOB_COMPLETION_INDEX is not the rank"; exit 1; }
+[ "$MY_POD" = "cidx-$i" ] || { echo "fieldRef metadata.name"; exit 1; }
+[ ! -e /etc/os-release ] || { echo "not in the image"; exit 1; }
+echo "rank $i in $(pwd) as $(id -u) path $PATH"
+grep -q "cidx-0.cidx" /etc/hosts || { echo "no job names in /etc/hosts"; exit 1; }
+if [ "$i" = 0 ]; then
+  for k in 1 2; do nc -l -p "$p"; echo; done > /tmp/heard
+  echo "rank 0 heard" $(sort /tmp/heard | grep .)
+else
+  until echo "from-$i" | nc -w 2 cidx-0.cidx "$p"; do sleep 0.1; done
+  echo "rank $i reached cidx-0.cidx"
+fi
+"#;
+    let script: String = script.lines().map(|l| format!("          {l}\n")).collect();
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: cidx}}
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  template:
+    spec:
+      subdomain: cidx
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: localhost/cadre-test:1
+        imagePullPolicy: Never
+        env:
+        - name: MY_POD
+          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+        command:
+        - /bin/sh
+        - -c
+        - |
+{script}"
+    )
+}
+
+#[test]
+fn with_a_container_runtime_workloads_run_in_their_images() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let c = Cluster::up_with(3, &["--container-runtime", &runtime]);
+    // Every node reports its runtime, and carries the feature workloads in images need.
+    let nodes: Value = serde_json::from_str(&c.ok(&["nodes", "--json"])).expect("JSON");
+    for n in nodes["nodes"].as_array().expect("nodes") {
+        assert!(
+            n["container_runtime"]
+                .as_str()
+                .is_some_and(|v| v.contains("version")),
+            "{n}"
+        );
+        assert!(
+            n["features"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "container-runtime"),
+            "{n}"
+        );
+    }
+
+    let job = c.apply(&indexed_job_in_image());
+    assert_eq!(
+        c.wait(job),
+        "COMPLETED",
+        "{}\n{}\n{}",
+        c.output("cidx", job, 0),
+        c.output("cidx", job, 1),
+        c.output("cidx", job, 2)
+    );
+    let rank0 = c.output("cidx", job, 0);
+    // The image's working directory and PATH, the submitter's uid (root here).
+    assert!(
+        rank0.starts_with("rank 0 in /work as 0 path /bin\n"),
+        "{rank0}"
+    );
+    assert!(rank0.ends_with("rank 0 heard from-1 from-2\n"), "{rank0}");
+    assert!(
+        c.output("cidx", job, 2)
+            .ends_with("rank 2 reached cidx-0.cidx\n"),
+        "{}",
+        c.output("cidx", job, 2)
+    );
+    let said = c.ok(&["describe", "job", "cidx"]);
+    assert!(
+        said.contains("Runs:         in containers, each task in its group's image"),
+        "{said}"
+    );
+    assert!(
+        said.contains("image:    localhost/cadre-test:1 (never pulled)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("in:       (the image's working directory)"),
+        "{said}"
+    );
+
+    // No command: the image's entrypoint, with the container's args.
+    let entry = c.apply(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {name: entry}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: c, image: 'localhost/cadre-test:1', imagePullPolicy: Never, args: [hello, world]}
+",
+    );
+    assert_eq!(c.wait(entry), "COMPLETED");
+    assert_eq!(
+        c.output("entry", entry, 0),
+        "from-entrypoint RANK= hello world\n"
+    );
+
+    // The same cluster still runs a workload on the host when asked.
+    let onhost = c.apply_with(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {name: onhost}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: c, image: 'localhost/cadre-test:1', command: [sh, -c, 'test -e /etc/os-release && echo on the host']}
+",
+        &["--run-in", "host"],
+    );
+    assert_eq!(c.wait(onhost), "COMPLETED");
+    assert_eq!(c.output("onhost", onhost, 0), "on the host\n");
+    let said = c.ok(&["describe", "job", "onhost"]);
+    assert!(said.contains("applied with `--run-in host`"), "{said}");
+
+    // No container is left behind.
+    let words: Vec<&str> = runtime.split_whitespace().collect();
+    let left = Command::new(words[0])
+        .args(&words[1..])
+        .args(["ps", "--all", "--format", "{{.Names}}"])
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&left.stdout);
+    assert!(
+        !names
+            .lines()
+            .any(|n| n.starts_with(&format!("cadre-job{job}."))
+                || n.starts_with(&format!("cadre-job{entry}."))),
+        "{names}"
+    );
+}
+
+#[test]
+fn apply_in_containers_without_a_runtime_is_refused_and_says_how_to_go_on() {
+    let c = Cluster::up(1);
+    let out = c.run_with(
+        &["apply", "-f", "-", "--run-in", "container"],
+        Some(&indexed_job_in_image()),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no node of the cluster has a container runtime")
+            && err.contains("--run-in host"),
+        "{err}"
+    );
 }

@@ -561,6 +561,7 @@ mod tests {
             emulated_gpus: false,
             address: "host".into(),
             notes: vec![],
+            container_runtime: None,
         }
     }
 

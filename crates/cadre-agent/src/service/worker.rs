@@ -47,6 +47,10 @@ pub(crate) struct LaunchContext {
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
     pub(crate) agent_uid: u32,
+    /// The node's container runtime, if it has one.
+    pub(crate) container_runtime: Option<Arc<crate::container::ContainerRuntime>>,
+    /// The node's GPUs are declared, not discovered.
+    pub(crate) gpus_emulated: bool,
 }
 
 /// What a run's thread tells the service, in order: a task event, or output of a step's
@@ -378,9 +382,13 @@ fn prepare(
         let dir = run_dir(&ctx.state_dir, order.run);
         let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
         script_dir = Some(dir.clone());
-        job.programs =
-            crate::workload::prepare(&t, order, node_id, &dir, ctx.agent_uid == 0, owner)
-                .inspect_err(|_| remove_script_dir(Some(&dir)))?;
+        let means = crate::workload::NodeMeans {
+            root: ctx.agent_uid == 0,
+            runtime: ctx.container_runtime.as_deref(),
+            real_gpus: !ctx.gpus_emulated,
+        };
+        job.programs = crate::workload::prepare(&t, order, node_id, &dir, means, owner)
+            .inspect_err(|_| remove_script_dir(Some(&dir)))?;
     } else if !rs.allocation {
         // Node names that are not host names resolve through the job's hosts file.
         let dir = run_dir(&ctx.state_dir, order.run);

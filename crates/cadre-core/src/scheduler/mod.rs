@@ -152,6 +152,10 @@ pub enum Event {
         avail: NodeAvail,
         reason: Option<String>,
     },
+    /// A node's features are now these (its agent reported what it can do, such as a
+    /// container runtime). Jobs running there are not looked at again; pending ones are
+    /// placed by the new features.
+    SetNodeFeatures { node: NodeId, features: Vec<String> },
     /// A new time limit for a pending or running job.
     SetTimeLimit { id: JobId, limit: Dur },
     /// A new nice value for a pending job.
@@ -608,6 +612,11 @@ impl Scheduler {
                 avail,
                 reason,
             } => self.node_avail(node, avail, reason),
+            Event::SetNodeFeatures { node, features } => {
+                self.node_mut(node)?.features = features;
+                self.forget_fits();
+                Ok(Vec::new())
+            }
             Event::SetTimeLimit { id, limit } => {
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.spec.time_limit = limit;
@@ -1134,24 +1143,33 @@ impl Scheduler {
         self.ended.insert(id, state);
     }
 
+    fn node_mut(&mut self, node: NodeId) -> Result<&mut crate::cluster::Node, CoreError> {
+        self.cluster
+            .nodes
+            .get_mut(node.0 as usize)
+            .ok_or(CoreError::UnknownNode(node.0))
+    }
+
+    /// Forgets which job shapes never fit and which were checked: the nodes changed, so
+    /// what never fit may fit now, and what fit may not.
+    fn forget_fits(&mut self) {
+        self.never_fits.clear();
+        self.checked_shapes.clear();
+    }
+
     fn node_avail(
         &mut self,
         node: NodeId,
         avail: NodeAvail,
         reason: Option<String>,
     ) -> Result<Vec<Decision>, CoreError> {
-        let n = self
-            .cluster
-            .nodes
-            .get_mut(node.0 as usize)
-            .ok_or(CoreError::UnknownNode(node.0))?;
+        let n = self.node_mut(node)?;
         n.avail = avail;
         n.reason = if avail == NodeAvail::Up { None } else { reason };
         let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
         self.free.refresh(&self.cluster, &[node]);
         self.idle_free = None;
-        self.never_fits.clear();
-        self.checked_shapes.clear();
+        self.forget_fits();
         let mut out = Vec::new();
         if avail == NodeAvail::Down {
             out.extend(

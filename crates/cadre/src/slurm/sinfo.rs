@@ -646,6 +646,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             gpu_model: None,
             emulated_gpus: false,
             features: Vec::new(),
+            container_runtime: None,
         };
         for s in t.split([',', '&']).filter(|s| !s.is_empty()) {
             let s = s.to_ascii_lowercase();
@@ -740,6 +741,7 @@ mod tests {
             gpu_model: Some("emulated".into()),
             emulated_gpus: emulated,
             features: Vec::new(),
+            container_runtime: None,
         }
     }
 

@@ -1,0 +1,418 @@
+//! Running a workload's task in its container image, with the node's container runtime.
+//!
+//! **Given**: the runtime the agent was started with (`--container-runtime`: a command line
+//! such as `podman` or `podman --runtime /usr/sbin/runc`, whose `run` and `rm` speak
+//! podman's and docker's options), and per task what the manifest asks ([`ContainerSpec`]:
+//! image, pull policy, `command`/`args`, `workingDir`, the job's files to mount) and what the
+//! agent decided (environment, user, memory, GPUs, limits).
+//!
+//! **Decided** ([`run_command`]): the task's process is the runtime's `run`, in the
+//! foreground, so that the agent supervises it as any task: its exit status is the
+//! container's, SIGTERM reaches the container (the runtime forwards signals), its output
+//! goes where the task's goes. The container gets:
+//! - the node's network (`--network host`), as tasks on the host have: the job's names
+//!   resolve through the job's hosts file, mounted read-only at `/etc/hosts`, and the MPI
+//!   and Volcano files at `/etc/mpi` and `/etc/volcano`;
+//! - the task's variables (`--env NAME=VALUE`: the contract's, `SLURM_*`, `CUDA_*`), but not
+//!   the node's `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `PWD` or `TMPDIR`, which are
+//!   the image's business;
+//! - the job's user: `--user UID:GID` from a root agent (a manifest's `runAsUser` never
+//!   changes it); `--userns keep-id` from an agent that is not root (rootless podman), so
+//!   that the user inside is the user outside;
+//! - its memory as a limit (`--memory`), its cores by inheritance (the runtime is started
+//!   with the task's CPU affinity), its real GPUs as CDI devices (`--device
+//!   nvidia.com/gpu=INDEX`, numbered from 0 inside, so `CUDA_VISIBLE_DEVICES` becomes
+//!   `0,..`); emulated GPUs are only the variables they are on the host;
+//! - the agent's open-file and process limits (`--ulimit`): a rootful runtime otherwise
+//!   asks for its own defaults (podman: 1 048 576 open files), above many hosts' hard
+//!   limits, and the container does not start. The process limit is capped at the kernel's
+//!   `pid_max`, which no count of processes can exceed anyway;
+//! - a name of the run and rank (`cadre-job<J>.<R>-<rank>`), `--replace` so that a
+//!   leftover of an earlier attempt is no obstacle, and `--rm`.
+//!
+//! **Must hold**: the container never outlives its task. A runtime's container is not a
+//! child of the `run` process (podman's `conmon` runs it), so killing the task's process
+//! group does not reach it; the task's end is followed by [`remove`] (`rm --force --time 0
+//! --ignore NAME`), which kills it if it still runs.
+//!
+//! The runtime runs as the agent (root, for a root agent): it is started with the agent's
+//! own environment, never the job's, so that no job can point a root runtime at
+//! configuration of its own (`CONTAINERS_CONF`, `HOME`).
+
+use std::io;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cadre_k8s::PullPolicy;
+
+/// The node's container runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerRuntime {
+    /// The command and its global options.
+    argv: Vec<String>,
+    /// The first line of what `--version` printed.
+    version: String,
+}
+
+/// Why the configured runtime cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("the container runtime `{line}` is not a command line: {what}")]
+    Parse { line: String, what: String },
+    #[error("the container runtime `{line}` cannot be run: {source}")]
+    Spawn { line: String, source: io::Error },
+    #[error("the container runtime `{line}` did not answer `--version` within {secs} s")]
+    Timeout { line: String, secs: u64 },
+    #[error("the container runtime `{line}` failed `--version` ({status}): {stderr}")]
+    Failed {
+        line: String,
+        status: String,
+        stderr: String,
+    },
+}
+
+/// How long `--version` may take.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl ContainerRuntime {
+    /// The runtime of a command line (words split as a shell would, without expansions),
+    /// checked by running it with `--version`.
+    pub fn detect(line: &str) -> Result<ContainerRuntime, RuntimeError> {
+        let argv = shlex::split(line)
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| RuntimeError::Parse {
+                line: line.to_string(),
+                what: "empty, or an unfinished quote".into(),
+            })?;
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| RuntimeError::Spawn {
+                line: line.to_string(),
+                source,
+            })?;
+        let out = wait_with_timeout(child, VERSION_TIMEOUT).map_err(|e| match e {
+            Some(source) => RuntimeError::Spawn {
+                line: line.to_string(),
+                source,
+            },
+            None => RuntimeError::Timeout {
+                line: line.to_string(),
+                secs: VERSION_TIMEOUT.as_secs(),
+            },
+        })?;
+        if !out.status.success() {
+            return Err(RuntimeError::Failed {
+                line: line.to_string(),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        let version = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        Ok(ContainerRuntime { argv, version })
+    }
+
+    /// What `--version` said (`podman version 4.3.1`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The command and its global options.
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+}
+
+/// Waits for `child` at most `limit`, killing it past that (`Err(None)`).
+fn wait_with_timeout(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> Result<std::process::Output, Option<io::Error>> {
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().map_err(Some),
+            Ok(None) if start.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(None);
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+}
+
+/// What a task's container is, from its manifest and the job's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// The runtime's command and global options.
+    pub runtime: Vec<String>,
+    /// The container's name on the node.
+    pub name: String,
+    pub image: String,
+    pub pull: PullPolicy,
+    /// `command`: replaces the image's entrypoint (and its default arguments).
+    pub command: Option<Vec<String>>,
+    /// `args`: replace the image's default arguments.
+    pub args: Vec<String>,
+    /// `workingDir`; `None`: the image's.
+    pub work_dir: Option<String>,
+    /// Read-only mounts `(on the node, in the container)`.
+    pub mounts: Vec<(PathBuf, String)>,
+    /// The node's GPUs are real: allocated ones are passed as CDI devices.
+    pub gpu_devices: bool,
+}
+
+/// What the agent decided for one task's container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskSettings {
+    /// The task's environment, as it would be on the host.
+    pub env: Vec<(String, String)>,
+    /// `Some((uid, gid))`: a root agent runs the container as this user; `None`: the agent
+    /// is the user (rootless runtime).
+    pub user: Option<(u32, u32)>,
+    /// The task's memory (0: no limit).
+    pub mem_mib: u64,
+    /// Device indices of the task's GPUs.
+    pub gpus: Vec<u32>,
+    /// `(soft, hard)` limits of open files and of processes to give the container.
+    pub nofile: Option<(u64, u64)>,
+    pub nproc: Option<(u64, u64)>,
+}
+
+/// Variables of the host that are the image's business, not the task's.
+const HOST_ONLY: [&str; 7] = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPDIR"];
+
+/// A container's name for task `rank` of a run (`cadre-job12.0-3`).
+pub fn container_name(job: u64, run: u32, step: Option<u32>, rank: u32) -> String {
+    match step {
+        Some(s) => format!("cadre-job{job}.{run}.{s}-{rank}"),
+        None => format!("cadre-job{job}.{run}-{rank}"),
+    }
+}
+
+/// The command line that runs the task's container in the foreground (see the module doc).
+pub fn run_command(spec: &ContainerSpec, task: &TaskSettings) -> Vec<String> {
+    let mut c: Vec<String> = spec.runtime.clone();
+    let mut add = |words: &[&str]| c.extend(words.iter().map(|w| w.to_string()));
+    add(&["run", "--rm", "--replace", "--name", &spec.name]);
+    add(&["--network", "host", "--log-driver", "none"]);
+    let pull = match spec.pull {
+        PullPolicy::Always => "always",
+        PullPolicy::IfNotPresent => "missing",
+        PullPolicy::Never => "never",
+    };
+    add(&["--pull", pull]);
+    match task.user {
+        Some((uid, gid)) => add(&["--user", &format!("{uid}:{gid}")]),
+        None => add(&["--userns", "keep-id"]),
+    }
+    if let Some((soft, hard)) = task.nofile {
+        add(&["--ulimit", &format!("nofile={soft}:{hard}")]);
+    }
+    if let Some((soft, hard)) = task.nproc {
+        add(&["--ulimit", &format!("nproc={soft}:{hard}")]);
+    }
+    if task.mem_mib > 0 {
+        add(&["--memory", &format!("{}m", task.mem_mib)]);
+    }
+    let devices = spec.gpu_devices && !task.gpus.is_empty();
+    if devices {
+        for g in &task.gpus {
+            add(&["--device", &format!("nvidia.com/gpu={g}")]);
+        }
+    }
+    for (on_node, inside) in &spec.mounts {
+        add(&["--volume", &format!("{}:{inside}:ro", on_node.display())]);
+    }
+    if let Some(dir) = &spec.work_dir {
+        add(&["--workdir", dir]);
+    }
+    for (k, v) in &task.env {
+        if HOST_ONLY.contains(&k.as_str()) {
+            continue;
+        }
+        let v = if devices && k == "CUDA_VISIBLE_DEVICES" {
+            (0..task.gpus.len())
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            v.clone()
+        };
+        add(&["--env", &format!("{k}={v}")]);
+    }
+    if let Some(command) = &spec.command {
+        // JSON: the one form that keeps each word whole.
+        let json = serde_json::to_string(command).unwrap_or_else(|_| "[]".into());
+        add(&["--entrypoint", &json]);
+    }
+    add(&["--", &spec.image]);
+    c.extend(spec.args.iter().cloned());
+    c
+}
+
+/// Removes the task's container, killing it if it still runs (`rm --force --time 0
+/// --ignore`); what went wrong, if anything.
+pub fn remove(runtime: &[String], name: &str) -> Result<(), String> {
+    let Some((program, global)) = runtime.split_first() else {
+        return Err("no runtime command".into());
+    };
+    let child = Command::new(program)
+        .args(global)
+        .args(["rm", "--force", "--time", "0", "--ignore", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    match wait_with_timeout(child, Duration::from_secs(30)) {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "{program} rm {name} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(Some(e)) => Err(format!("{program} rm {name}: {e}")),
+        Err(None) => Err(format!("{program} rm {name} did not finish within 30 s")),
+    }
+}
+
+/// The agent's own `(soft, hard)` limit of a resource, the hard one capped at `cap`.
+pub fn own_limit(resource: nix::sys::resource::Resource, cap: Option<u64>) -> Option<(u64, u64)> {
+    let (soft, hard) = nix::sys::resource::getrlimit(resource).ok()?;
+    let cap = cap.unwrap_or(u64::MAX);
+    Some((soft.min(cap), hard.min(cap)))
+}
+
+/// The kernel's largest process id (`/proc/sys/kernel/pid_max`).
+pub fn pid_max() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ContainerSpec {
+        ContainerSpec {
+            runtime: vec!["podman".into(), "--runtime".into(), "/usr/sbin/runc".into()],
+            name: container_name(12, 0, None, 3),
+            image: "registry.local/train:1".into(),
+            pull: PullPolicy::IfNotPresent,
+            command: Some(vec!["python3".into(), "train.py".into()]),
+            args: vec!["--lr=0.1".into()],
+            work_dir: Some("/app".into()),
+            mounts: vec![(
+                PathBuf::from("/var/cadre/job12.0/hosts"),
+                "/etc/hosts".into(),
+            )],
+            gpu_devices: true,
+        }
+    }
+
+    fn settings() -> TaskSettings {
+        TaskSettings {
+            env: vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("HOME".into(), "/home/alice".into()),
+                ("RANK".into(), "3".into()),
+                ("CUDA_VISIBLE_DEVICES".into(), "4,6".into()),
+                ("MSG".into(), "two words".into()),
+            ],
+            user: Some((1000, 100)),
+            mem_mib: 2048,
+            gpus: vec![4, 6],
+            nofile: Some((1024, 20000)),
+            nproc: Some((4096, 32768)),
+        }
+    }
+
+    #[test]
+    fn a_task_runs_its_image_with_its_contract() {
+        let c = run_command(&spec(), &settings());
+        let line = c.join(" ");
+        assert_eq!(
+            line,
+            "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
+             --network host --log-driver none --pull missing --user 1000:100 \
+             --ulimit nofile=1024:20000 --ulimit nproc=4096:32768 --memory 2048m \
+             --device nvidia.com/gpu=4 --device nvidia.com/gpu=6 \
+             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --workdir /app \
+             --env RANK=3 --env CUDA_VISIBLE_DEVICES=0,1 --env MSG=two words \
+             --entrypoint [\"python3\",\"train.py\"] -- registry.local/train:1 --lr=0.1"
+        );
+        // Each value is one word of the command line, spaces and all.
+        assert!(c.contains(&"MSG=two words".to_string()));
+    }
+
+    #[test]
+    fn emulated_gpus_rootless_and_image_defaults() {
+        let mut s = spec();
+        s.gpu_devices = false;
+        s.command = None;
+        s.args = Vec::new();
+        s.work_dir = None;
+        s.pull = PullPolicy::Never;
+        let mut t = settings();
+        t.user = None;
+        t.mem_mib = 0;
+        t.nofile = None;
+        t.nproc = None;
+        let line = run_command(&s, &t).join(" ");
+        assert_eq!(
+            line,
+            "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
+             --network host --log-driver none --pull never --userns keep-id \
+             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro \
+             --env RANK=3 --env CUDA_VISIBLE_DEVICES=4,6 --env MSG=two words \
+             -- registry.local/train:1"
+        );
+        assert_eq!(container_name(7, 1, Some(2), 0), "cadre-job7.1.2-0");
+    }
+
+    #[test]
+    fn a_runtime_is_checked_before_use() {
+        // A command that answers `--version` like a runtime.
+        let rt =
+            ContainerRuntime::detect("sh -c 'echo \"fake version 1.0\"; echo more' sh").unwrap();
+        assert_eq!(rt.version(), "fake version 1.0");
+        assert_eq!(rt.argv()[0], "sh");
+        let err = ContainerRuntime::detect("/nonexistent/podman").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the container runtime `/nonexistent/podman` cannot be run: "),
+            "{err}"
+        );
+        let err = ContainerRuntime::detect("sh -c 'echo bad >&2; exit 3' sh").unwrap_err();
+        assert!(err.to_string().ends_with("(exit status: 3): bad"), "{err}");
+        let err = ContainerRuntime::detect("podman 'unfinished").unwrap_err();
+        assert!(err.to_string().contains("unfinished quote"), "{err}");
+        assert!(ContainerRuntime::detect("  ").is_err());
+    }
+
+    #[test]
+    fn limits_are_capped() {
+        let (soft, hard) =
+            own_limit(nix::sys::resource::Resource::RLIMIT_NOFILE, Some(10)).unwrap();
+        assert!(soft <= 10 && hard <= 10);
+        assert!(pid_max().is_some_and(|p| p > 0));
+    }
+}
