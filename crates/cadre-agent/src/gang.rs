@@ -73,6 +73,12 @@ pub fn launch_gang(
             return Ok(Gang { tasks: Vec::new() });
         }
     }
+    // Tasks that only hold their share run nothing; a node with nothing else holds.
+    let before = indices.len();
+    indices.retain(|i| !job.programs.get(i).is_some_and(|p| p.holds));
+    if before > 0 && indices.is_empty() {
+        return Ok(Gang { tasks: Vec::new() });
+    }
     if indices.is_empty() {
         return Err(fail(
             LaunchError::NoTasksOnNode {

@@ -124,6 +124,9 @@ pub struct TaskProgram {
     /// the agent's identity and environment (see [`crate::container`]); `command` is then
     /// only what the container runs, for display, and `work_dir` where its output files are.
     pub container: Option<crate::container::ContainerSpec>,
+    /// The task runs nothing: the node holds its share of the job until the job stops (an
+    /// MPI worker that MPI's launcher reaches through job steps).
+    pub holds: bool,
 }
 
 impl JobLaunch {

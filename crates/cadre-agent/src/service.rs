@@ -89,6 +89,10 @@ pub struct AgentConfig {
     /// [`crate::container`]). Checked with `--version` at start; `None`: no runtime, and
     /// such workloads are not placed on this node.
     pub container_runtime: Option<String>,
+    /// cadre's own executable, which MPI launchers of Kubernetes workloads run as their rsh
+    /// agent (`cadre-rsh`, see [`crate::workload`]); `None`: MPI's remote launch has no
+    /// agent on this node.
+    pub rsh_executable: Option<PathBuf>,
     /// First delay before reconnecting.
     pub reconnect_min: Duration,
     /// Longest delay before reconnecting.
@@ -124,6 +128,7 @@ impl AgentConfig {
             cgroup_parent: None,
             address: None,
             container_runtime: None,
+            rsh_executable: None,
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
@@ -490,6 +495,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         agent_uid: nix::unistd::geteuid().as_raw(),
         container_runtime: runtime,
         gpus_emulated: found.gpus_emulated,
+        rsh_executable: config.rsh_executable.clone(),
+        controller: config.controller.clone(),
+        agent_key: config.key.clone(),
     });
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let service = Service {

@@ -39,13 +39,20 @@
 //! not), the container starts in its `workingDir` or its image's, and its output files are
 //! in the submission directory.
 //!
+//! **MPI's remote launch.** On the host, an MPIJob's launcher finds cadre's rsh agent at
+//! `cadre-rsh` in its MPI files' directory (a link to the agent's own executable), named
+//! by its MPI's variables, with `CADRE_SERVER` and the job's token (`CADRE_TOKEN`, see
+//! [`cadre_proto::job_token`]) to reach the controller: it starts MPI's daemons as steps of
+//! the job on the workers' nodes. Workers whose program is `sshd`
+//! ([`cadre_k8s::holds_for_rsh`]) run nothing; their nodes hold their share.
+//!
 //! Not here: SSH key pairs for MPI's and Volcano's `ssh` (the translation records where
-//! they are expected; none are made yet).
+//! they are expected; cadre makes none, see above).
 
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeId;
 use cadre_k8s::contract::{MPI_DIR, VOLCANO_DIR};
-use cadre_k8s::{PlacedTask, Placement, Program, Translated};
+use cadre_k8s::{PlacedTask, Placement, Program, RSH_AGENT, Translated, WorkloadKind};
 use cadre_proto::agent::LaunchOrder;
 use std::collections::BTreeMap;
 use std::io;
@@ -172,6 +179,21 @@ pub struct NodeMeans<'a> {
     pub runtime: Option<&'a ContainerRuntime>,
     /// The node's GPUs are real (containers get them as devices).
     pub real_gpus: bool,
+    /// What MPI's remote launch goes through on this node, if anything.
+    pub rsh: Option<RshMeans<'a>>,
+}
+
+/// cadre's rsh agent, as an MPI launcher runs it (see the module doc).
+#[derive(Clone, Copy, Debug)]
+pub struct RshMeans<'a> {
+    /// cadre's executable: `cadre-rsh` in the MPI files' directory links to it.
+    pub executable: &'a Path,
+    /// The controller's address, given to the launcher as `CADRE_SERVER`.
+    pub controller: &'a str,
+    /// The job's token ([`cadre_proto::job_token`]), given to the launcher as
+    /// `CADRE_TOKEN`: the launcher reaches the controller as the job's user with it, over
+    /// TCP as over the controller's socket.
+    pub token: &'a str,
 }
 
 /// The workload's tasks on this node, prepared: its files written to `run_dir` (created
@@ -212,6 +234,13 @@ pub fn prepare(
     if !mounted {
         p.mpi_dir = mpi_host.display().to_string();
         p.volcano_dir = volcano_host.display().to_string();
+    }
+    // MPI's remote launch goes through cadre's rsh agent, on the host.
+    let rsh = means
+        .rsh
+        .filter(|_| matches!(t.kind, WorkloadKind::MpiJob { .. }) && !t.containers);
+    if rsh.is_some() {
+        p.rsh_agent = Some(format!("{}/{RSH_AGENT}", p.mpi_dir));
     }
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -254,6 +283,15 @@ pub fn prepare(
         match dirs_used.iter_mut().find(|(d, _, _)| d == host_dir) {
             Some((_, _, groups)) => groups.extend(file.groups.iter().copied()),
             None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
+        }
+    }
+    if let Some(rsh) = rsh {
+        // The launcher's `cadre-rsh`, beside its hostfile.
+        let link = mpi_host.join(RSH_AGENT);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(rsh.executable, &link).map_err(write_err(&link))?;
+        if !dirs_used.iter().any(|(d, _, _)| *d == mpi_host) {
+            dirs_used.push((mpi_host.clone(), MPI_DIR, vec![0]));
         }
     }
     if root && !t.containers {
@@ -318,6 +356,7 @@ pub fn prepare(
                     env,
                     binds: Vec::new(),
                     container: Some(spec),
+                    holds: false,
                 },
             );
             continue;
@@ -334,16 +373,23 @@ pub fn prepare(
             }
         };
         let work_dir = t.work_dir(group).unwrap_or_else(|| t.submit_dir.clone());
+        // An MPI worker's sshd runs nothing: the node holds the worker's share, and the
+        // launcher's `mpirun` reaches it through the rsh agent.
+        let holds = cadre_k8s::holds_for_rsh(t, group);
+        if let (Some(rsh), 0) = (rsh, group) {
+            env.push(("CADRE_SERVER".into(), rsh.controller.to_string()));
+            env.push(("CADRE_TOKEN".into(), rsh.token.to_string()));
+        }
         let mut binds = Vec::new();
-        if root {
+        if !root {
+            env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
+        } else if !holds {
             binds.push((hosts_path.clone(), PathBuf::from(NODE_HOSTS)));
             for (dir, at, groups) in &dirs_used {
                 if groups.contains(&group) {
                     binds.push((dir.clone(), PathBuf::from(at)));
                 }
             }
-        } else {
-            env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
         }
         programs.insert(
             index,
@@ -353,6 +399,7 @@ pub fn prepare(
                 env,
                 binds,
                 container: None,
+                holds,
             },
         );
     }
@@ -495,6 +542,7 @@ spec:
         root: false,
         runtime: None,
         real_gpus: false,
+        rsh: None,
     };
 
     fn translated() -> Translated {
@@ -566,6 +614,63 @@ spec:
         );
         assert!(hosts.contains("127.0.0.1\ttj-worker-0 "), "{hosts}");
         assert!(hosts.contains("10.0.0.2\ttj-worker-1 "), "{hosts}");
+    }
+
+    #[test]
+    fn an_mpi_launcher_gets_cadre_s_rsh_agent_and_sshd_workers_hold() {
+        let mpi = "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: pi}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers: [{name: l, image: m, command: [mpirun, -n, '2', /pi]}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers: [{name: w, image: m}]
+";
+        let o = TranslateOptions::new("alice", "research", "/home/alice");
+        let t = translate(&parse_documents(mpi, "t").unwrap()[0], &o).unwrap();
+        let o = order(&t);
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("job12345.0");
+        let means = NodeMeans {
+            rsh: Some(RshMeans {
+                executable: Path::new("/usr/local/bin/cadre"),
+                controller: "unix:///run/cadre/cadre.sock",
+                token: "cadre-job-12345-00",
+            }),
+            ..HOST_NOT_ROOT
+        };
+        // Node 2 has worker 1 and the launcher (task 1: group 0, rank 0).
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let launcher = &programs[&1];
+        assert!(!launcher.holds);
+        let env: BTreeMap<_, _> = launcher.env.iter().cloned().collect();
+        let agent = run_dir.join("mpi").join(RSH_AGENT);
+        assert_eq!(env["OMPI_MCA_plm_rsh_agent"], agent.display().to_string());
+        assert_eq!(env["CADRE_SERVER"], "unix:///run/cadre/cadre.sock");
+        assert_eq!(env["CADRE_TOKEN"], "cadre-job-12345-00");
+        assert_eq!(
+            std::fs::read_link(&agent).unwrap(),
+            Path::new("/usr/local/bin/cadre")
+        );
+        let worker = &programs[&0];
+        assert!(worker.holds);
+        assert_eq!(worker.command, ["/usr/sbin/sshd", "-De"]);
+        assert!(!worker.env.iter().any(|(k, _)| k == "CADRE_SERVER"));
+        // Without the agent, the launcher names none.
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NOT_ROOT, None).unwrap();
+        assert!(
+            !programs[&1]
+                .env
+                .iter()
+                .any(|(k, _)| k == "OMPI_MCA_plm_rsh_agent")
+        );
     }
 
     #[test]

@@ -578,6 +578,7 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
             ],
             binds: vec![(hosts.clone(), "/etc/hosts".into()), (mpi, point.clone())],
             container: None,
+            holds: false,
         },
     );
     let o = launch_task(&j, &node(), 0, &nobody)
@@ -675,6 +676,7 @@ fn container_program(
             mounts: vec![(hosts, "/etc/hosts".into())],
             gpu_devices: false,
         }),
+        holds: false,
     }
 }
 

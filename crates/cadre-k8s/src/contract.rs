@@ -62,6 +62,11 @@ pub struct Placement {
     /// controller moved it off the manifest's: tasks of different jobs on one node share
     /// the node's ports. `None`: the manifest's.
     pub rendezvous_port: Option<u16>,
+    /// The program MPI launches its remote daemons with in place of `ssh`: cadre's rsh agent
+    /// ([`RSH_AGENT`] in the MPI files' directory), which starts them as steps of the job on
+    /// the nodes where the named workers run. `None`: no such program on this node, and
+    /// the MPI variables name none.
+    pub rsh_agent: Option<String>,
 }
 
 impl Placement {
@@ -72,7 +77,31 @@ impl Placement {
             mpi_dir: MPI_DIR.into(),
             volcano_dir: VOLCANO_DIR.into(),
             rendezvous_port: None,
+            rsh_agent: None,
         }
+    }
+}
+
+/// The name of cadre's rsh agent in the MPI files' directory (see [`Placement::rsh_agent`]).
+pub const RSH_AGENT: &str = "cadre-rsh";
+
+/// Whether task group `group` of the job holds its node without running anything: an
+/// MPIJob worker whose program is `sshd` (the MPI Operator's default, or the manifest's
+/// own), run on the host. Its node's ssh port belongs to the node, and its launcher's
+/// `mpirun` reaches it through cadre's rsh agent instead (a step of the job there).
+pub fn holds_for_rsh(t: &Translated, group: usize) -> bool {
+    let WorkloadKind::MpiJob { .. } = t.kind else {
+        return false;
+    };
+    if group == 0 || t.containers {
+        return false;
+    }
+    match t.groups.get(group).map(|g| &g.program) {
+        Some(Program::Argv(argv)) => argv
+            .first()
+            .and_then(|p| std::path::Path::new(p).file_name())
+            .is_some_and(|name| name == "sshd"),
+        _ => false,
     }
 }
 
@@ -483,6 +512,28 @@ fn contract_environment(
                     kv("HYDRA_HOST_FILE", &hostfile),
                     kv("HYDRA_LAUNCH_EXTRA_ARGS", "-o ConnectionAttempts=10"),
                 ]),
+            }
+            if let Some(agent) = &p.rsh_agent {
+                // The launcher also sees the job's `SLURM_*` variables, from which every
+                // MPI would take a Slurm allocation to launch into with `srun`: the rsh
+                // launch over the hostfile is chosen explicitly. The daemons are all
+                // started from the launcher (no tree spawn), whose node has the agent.
+                match implementation {
+                    MpiImplementation::OpenMpi => env.extend([
+                        kv("OMPI_MCA_plm", "rsh"),
+                        kv("OMPI_MCA_ras", "^slurm"),
+                        kv("OMPI_MCA_plm_rsh_agent", agent),
+                        kv("OMPI_MCA_plm_rsh_no_tree_spawn", "1"),
+                    ]),
+                    MpiImplementation::Intel => env.extend([
+                        kv("I_MPI_HYDRA_BOOTSTRAP", "ssh"),
+                        kv("I_MPI_HYDRA_BOOTSTRAP_EXEC", agent),
+                    ]),
+                    MpiImplementation::Mpich => env.extend([
+                        kv("HYDRA_LAUNCHER", "ssh"),
+                        kv("HYDRA_LAUNCHER_EXEC", agent),
+                    ]),
+                }
             }
             if !run_launcher_as_worker {
                 env.extend([

@@ -118,8 +118,8 @@ pub mod submission;
 pub mod translate;
 
 pub use contract::{
-    JobFile, PlacedTask, Placement, discover_hosts, dns_names, hostfile, hosts_file, job_files,
-    pod_name, rank_environment, rank_program, task_of_rank,
+    JobFile, PlacedTask, Placement, RSH_AGENT, discover_hosts, dns_names, holds_for_rsh, hostfile,
+    hosts_file, job_files, pod_name, rank_environment, rank_program, task_of_rank,
 };
 pub use document::{Object, SUPPORTED_KINDS, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem};

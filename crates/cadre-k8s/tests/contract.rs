@@ -107,6 +107,58 @@ fn mpi_operator_hostfile_and_launcher_variables() {
 }
 
 #[test]
+fn with_cadre_s_rsh_agent_every_mpi_launches_through_it_and_sshd_workers_hold() {
+    let t = job(MPI);
+    let mut p = spread(&t);
+    // Without the agent, nothing names it.
+    assert!(!env(&t, 0, &p).contains_key("OMPI_MCA_plm_rsh_agent"));
+    p.rsh_agent = Some("/etc/mpi/cadre-rsh".into());
+    let e = env(&t, 0, &p);
+    for (k, v) in [
+        ("OMPI_MCA_plm", "rsh"),
+        ("OMPI_MCA_ras", "^slurm"),
+        ("OMPI_MCA_plm_rsh_agent", "/etc/mpi/cadre-rsh"),
+        ("OMPI_MCA_plm_rsh_no_tree_spawn", "1"),
+    ] {
+        assert_eq!(e.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    // Workers are not launchers: they see none of it.
+    assert!(!env(&t, 1, &p).contains_key("OMPI_MCA_plm_rsh_agent"));
+    for (implementation, exec, launcher) in [
+        (
+            "Intel",
+            "I_MPI_HYDRA_BOOTSTRAP_EXEC",
+            "I_MPI_HYDRA_BOOTSTRAP",
+        ),
+        ("MPICH", "HYDRA_LAUNCHER_EXEC", "HYDRA_LAUNCHER"),
+    ] {
+        let t = job(&MPI.replace(
+            "  slotsPerWorker: 2\n",
+            &format!("  mpiImplementation: {implementation}\n"),
+        ));
+        let e = env(&t, 0, &p);
+        assert_eq!(e[exec], "/etc/mpi/cadre-rsh", "{implementation}");
+        assert_eq!(e[launcher], "ssh", "{implementation}");
+        assert!(!e.contains_key("OMPI_MCA_plm_rsh_agent"));
+    }
+    // The operator's default worker (sshd) holds; the launcher never does.
+    assert!(cadre_k8s::holds_for_rsh(&t, 1));
+    assert!(!cadre_k8s::holds_for_rsh(&t, 0));
+    // A worker with a program of its own runs it; so does a worker whose sshd is the
+    // manifest's own, which holds too.
+    let own = job(&MPI.replace(
+        "containers: [{name: w, image: m}]",
+        "containers: [{name: w, image: m, command: [sleep, '60']}]",
+    ));
+    assert!(!cadre_k8s::holds_for_rsh(&own, 1));
+    let sshd = job(&MPI.replace(
+        "containers: [{name: w, image: m}]",
+        "containers: [{name: w, image: m, command: [/usr/sbin/sshd], args: [-De, -f, /home/mpiuser/.sshd_config]}]",
+    ));
+    assert!(cadre_k8s::holds_for_rsh(&sshd, 1));
+}
+
+#[test]
 fn intel_and_mpich_hostfiles_and_the_launcher_as_worker() {
     let intel = MPI.replace(
         "  slotsPerWorker: 2\n",

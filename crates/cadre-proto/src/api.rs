@@ -631,7 +631,7 @@ pub struct TokenList {
 pub struct WhoAmI {
     pub user: String,
     pub admin: bool,
-    /// How the caller was identified: `peer-credentials` or `token`.
+    /// How the caller was identified: `peer-credentials`, `token` or `job-token`.
     pub via: String,
 }
 

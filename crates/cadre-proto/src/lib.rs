@@ -3,8 +3,12 @@
 //! ([`agent`]). Plain serde types shared by the controller, the agent and the command-line
 //! clients, so that both ends of every connection are compiled from one definition.
 //!
+//! Also the shape of a job token ([`job_token`]), which agents make and the controller
+//! checks.
+//!
 //! Not here: how the messages are carried (HTTP, WebSocket), authentication, or what
 //! either end does with them.
 
 pub mod agent;
 pub mod api;
+pub mod job_token;

@@ -52,6 +52,8 @@ pub struct Principal {
 pub enum Via {
     PeerCredentials,
     Token,
+    /// A job's token ([`cadre_proto::job_token`]): its tasks act as its user while it runs.
+    JobToken,
 }
 
 impl Via {
@@ -59,6 +61,7 @@ impl Via {
         match self {
             Via::PeerCredentials => "peer-credentials",
             Via::Token => "token",
+            Via::JobToken => "job-token",
         }
     }
 }
@@ -104,6 +107,24 @@ impl Authenticator {
         peer: &Peer,
         authorization: Option<&str>,
     ) -> Result<Principal, ApiError> {
+        if let Some(token) = bearer(authorization)
+            && cadre_proto::job_token::is_job_token(token)
+        {
+            let Some(job) = cadre_proto::job_token::verify(&self.agent_key, token) else {
+                return Err(unauthenticated("the job token is not valid"));
+            };
+            let found = self.tokens.with(move |s| s.job(job)).await?;
+            return match found {
+                Some(j) if j.status.state.is_active() => Ok(Principal {
+                    user: j.spec.user,
+                    admin: false,
+                    via: Via::JobToken,
+                }),
+                _ => Err(unauthenticated(&format!(
+                    "the job token is of job {job}, which is not running"
+                ))),
+            };
+        }
         if let Some(token) = bearer(authorization) {
             let hash = TokenHash::of(token);
             let found = self.tokens.with(move |s| s.active_token(&hash)).await?;

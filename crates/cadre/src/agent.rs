@@ -113,6 +113,7 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     config.cgroup_parent = args.cgroup_parent.clone();
     config.address = args.address.clone();
     config.container_runtime = args.container_runtime.clone();
+    config.rsh_executable = std::env::current_exe().ok();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -368,8 +368,8 @@ fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Resu
     let mut agent_pids = Vec::new();
     let spawn_error = std::cell::RefCell::new(None);
     let result = rt.block_on(cadre_server::serve(config, termination(), || {
-        for node in &nodes {
-            match ensure_agent(layout, node, gpus, runtime) {
+        for (i, node) in nodes.iter().enumerate() {
+            match ensure_agent(layout, node, &loopback_address(i), gpus, runtime) {
                 Ok(pid) => agent_pids.push((node.clone(), pid)),
                 Err(e) => {
                     tracing::error!(node, error = %e, "failed to start the node's agent");
@@ -387,8 +387,24 @@ fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// The address of the `i`-th node of `cadre up`: a loopback address of its own,
+/// 127.0.0.2, 127.0.0.3 and so on (all of 127.0.0.0/8 reaches this machine), so that the
+/// names of tasks on different nodes resolve to different addresses, as on a real cluster:
+/// a program that compares addresses (MPI's launchers tell local hosts from remote ones
+/// so) sees as many hosts as there are nodes.
+fn loopback_address(i: usize) -> String {
+    let n = (i as u32 + 2).min(0x00ff_fffe);
+    format!("127.{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff)
+}
+
 /// The node's agent: the one still running from before, or a new one.
-fn ensure_agent(layout: &Layout, node: &str, gpus: u32, runtime: Option<&str>) -> Result<i32> {
+fn ensure_agent(
+    layout: &Layout,
+    node: &str,
+    address: &str,
+    gpus: u32,
+    runtime: Option<&str>,
+) -> Result<i32> {
     let pid_file = layout.agent(node, "pid");
     if let Some(pid) = live_pid(&pid_file, &["agent", node]) {
         tracing::info!(node, pid, "adopting the agent still running");
@@ -410,6 +426,8 @@ fn ensure_agent(layout: &Layout, node: &str, gpus: u32, runtime: Option<&str>) -
         .arg(format!("unix://{}", layout.socket().display()))
         .arg("--node")
         .arg(node)
+        .arg("--address")
+        .arg(address)
         .arg("--key-file")
         .arg(layout.key())
         .arg("--gpus-per-node")
@@ -594,4 +612,17 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
         println!("stopped {} agent(s) left running", orphans.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_address;
+
+    #[test]
+    fn each_node_of_cadre_up_has_a_loopback_address_of_its_own() {
+        assert_eq!(loopback_address(0), "127.0.0.2");
+        assert_eq!(loopback_address(253), "127.0.0.255");
+        assert_eq!(loopback_address(254), "127.0.1.0");
+        assert_eq!(loopback_address(70_000), "127.1.17.114");
+    }
 }

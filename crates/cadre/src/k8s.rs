@@ -1081,10 +1081,38 @@ fn describe_text(
             );
         }
     }
-    if t.ssh.is_some() {
+    let mpi = matches!(t.kind, cadre_k8s::WorkloadKind::MpiJob { .. });
+    if mpi && !t.containers {
+        let holding: Vec<&str> = t
+            .spec
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(g, _)| cadre_k8s::holds_for_rsh(t, *g))
+            .map(|(_, g)| g.name.as_str())
+            .collect();
         let _ = writeln!(
             s,
-            "Note:         the manifest expects an SSH key pair for the job; cadre does not make one yet"
+            "MPI:          mpirun reaches the workers through cadre-rsh (OMPI_MCA_plm_rsh_agent and the like), which starts its daemons as steps of the job on the workers' nodes{}",
+            if holding.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} run no sshd: their nodes hold their share",
+                    holding.join(", ")
+                )
+            }
+        );
+    } else if let Some(ssh) = &t.ssh {
+        let _ = writeln!(
+            s,
+            "Note:         the manifest expects passwordless ssh between its tasks (keys at {}); cadre makes none: tasks use their nodes' network, whose ssh port is the node's own{}",
+            ssh.mount_path,
+            if mpi {
+                ", and cadre-rsh starts MPI's daemons only on the host, not in containers"
+            } else {
+                ""
+            }
         );
     }
     s

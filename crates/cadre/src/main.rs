@@ -25,6 +25,7 @@ mod daemon;
 mod k8s;
 mod native;
 mod plan;
+mod rsh;
 mod sim;
 mod slurm;
 mod vs_slurm;
@@ -136,6 +137,35 @@ enum Command {
         connect: native::ConnectArgs,
         #[command(flatten)]
         args: k8s::NamedArgs,
+    },
+    /// Run a command on the node where a task of this job runs, as a step of the job: the
+    /// program MPI runs in place of ssh inside a job (also as `cadre-rsh`).
+    #[command(
+        long_about = "Run a command on the node where a task of this job runs, as a step of \
+the job ($SLURM_JOB_ID, on the controller of $CADRE_SERVER): the program MPI's launchers \
+(mpirun, mpiexec) run in place of ssh inside a cadre job, to start their daemons on the \
+job's other nodes. An MPIJob's launcher finds it as /etc/mpi/cadre-rsh, a link named so \
+(OMPI_MCA_plm_rsh_agent, I_MPI_HYDRA_BOOTSTRAP_EXEC, HYDRA_LAUNCHER_EXEC name it).
+
+HOST is a name of one of the job's tasks (a Kubernetes workload's pod names, such as \
+pi-worker-0.pi.default.svc) or one of its nodes. The command's words are joined by spaces and \
+run by /bin/sh -c in $HOME, with this environment, as ssh does; its output comes back here. \
+ssh's options are accepted and ignored, except a user (-l, USER@) other than this one.
+
+Exit status: the command's; 255 when it could not be started.",
+        after_help = "Examples:
+  cadre rsh pi-worker-1.pi.default.svc hostname
+  OMPI_MCA_plm_rsh_agent=/etc/mpi/cadre-rsh mpirun -n 4 ./pi"
+    )]
+    Rsh {
+        /// [ssh options] HOST COMMAND...
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
     },
     /// Create, list and revoke API tokens (administrators).
     Token {
@@ -366,6 +396,13 @@ fn main() -> ExitCode {
         Some("salloc") => return slurm::srun::run_salloc(argv),
         _ => {}
     }
+    if argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == "cadre-rsh")
+    {
+        return rsh::run(&argv[1..]);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -411,6 +448,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Get { connect, args } => k8s::get(&connect, &args),
         Command::Delete { connect, args } => k8s::delete(&connect, &args),
         Command::Describe { connect, args } => k8s::describe(&connect, &args),
+        Command::Rsh { args } => Ok(rsh::run(&args)),
         Command::Cluster { cluster, json } => {
             let described = cluster.load_described()?;
             let mut summary = plan::cluster_summary(&described.cluster);

@@ -696,6 +696,60 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
     assert_eq!(body["error"]["code"], "unauthenticated");
 }
 
+/// A job's token (made, as its agents make it, from the cluster's agent key) acts as the
+/// job's user over TCP while the job runs: `cadre rsh` with it starts a step on one of the
+/// job's nodes and passes its output back. Forged, or once the job has ended, it is refused.
+#[test]
+fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(2, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
+    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id));
+
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&token), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["via"], "job-token", "{body}");
+    assert_eq!(body["admin"], false, "{body}");
+    let forged = cadre_proto::job_token::make("not the key", cadre_core::job::JobId(id));
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&forged), None);
+    assert_eq!(status, 401, "{body}");
+
+    let rsh = |host: &str| {
+        cadre_command(c.dir())
+            .args(["rsh", "-o", "ConnectionAttempts=10", host])
+            .arg("echo on $SLURMD_NODENAME; exit 3")
+            .env("CADRE_SERVER", format!("http://{addr}"))
+            .env("CADRE_TOKEN", &token)
+            .env("SLURM_JOB_ID", id.to_string())
+            .output()
+            .expect("cadre rsh runs")
+    };
+    let out = rsh("node002");
+    assert_eq!(text(&out.stdout), "on node002\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "the command's exit code");
+    let out = rsh("elsewhere");
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        text(&out.stderr).contains("`elsewhere` is not where job"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    c.ok(&["cancel", &id.to_string()]);
+    c.wait(id);
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&token), None);
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not running")),
+        "{body}"
+    );
+}
+
 /// One submission attempt of the storm: the job id if the controller acknowledged it.
 fn storm_submit(c: &Cluster, ran_dir: &str) -> Option<u64> {
     let out = c.run(&[

@@ -4,12 +4,13 @@
 //! The workloads' programs are Python scripts that check the environment their kind's
 //! contract promises, resolve their peers' names (which only the job's hosts file knows:
 //! the tests run as root, so the agent gives each task its own mount namespace with the
-//! job's hosts file over `/etc/hosts`) and open TCP connections to rank 0. OpenMPI is not
-//! installed here, so the MPIJob's launcher is a Python script that reads the MPI
-//! hostfile and connects to each worker listed in it, as `mpirun` would reach them, and
-//! its workers serve one connection and then sleep: the job completes because its
-//! launcher did, and the workers are stopped. A Volcano Job with the `env` and `svc` plugins
-//! reads its host files at `/etc/volcano`.
+//! job's hosts file over `/etc/hosts`) and open TCP connections to rank 0. One MPIJob's
+//! launcher is a Python script that reads the MPI hostfile and connects to each worker
+//! listed in it, and its workers serve one connection and then sleep: the job completes
+//! because its launcher did, and the workers are stopped. Another is the MPI Operator's
+//! own shape: workers that would run sshd, a launcher that runs OpenMPI's `mpirun` of an
+//! mpi4py program, whose daemons reach the workers' nodes through `cadre-rsh`. A Volcano
+//! Job with the `env` and `svc` plugins reads its host files at `/etc/volcano`.
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
@@ -964,12 +965,14 @@ fn container_runtime() -> Option<String> {
 }
 
 /// An Indexed Job of 3 ranks in the test image (busybox): each rank checks its contract
-/// and the container it is in, resolves rank 0's name and sends it a line over TCP.
+/// and the container it is in, resolves rank 0's name and sends it a line over TCP (on a
+/// port off the range of `PRELUDE`'s: the tests run at once, in clusters whose first job
+/// ids are the same).
 fn indexed_job_in_image() -> String {
     let script = r#"
 set -eu
 i=$JOB_COMPLETION_INDEX
-p=$((31000 + SLURM_JOB_ID % 1000 * 4))
+p=$((32000 + SLURM_JOB_ID % 1000 * 4))
 [ "$i" = "$SLURM_PROCID" ] || { echo "JOB_COMPLETION_INDEX is not the rank"; exit 1; }
 [ "$MY_POD" = "cidx-$i" ] || { echo "fieldRef metadata.name"; exit 1; }
 [ ! -e /etc/os-release ] || { echo "not in the image"; exit 1; }
@@ -1141,4 +1144,132 @@ fn apply_in_containers_without_a_runtime_is_refused_and_says_how_to_go_on() {
             && err.contains("--run-in host"),
         "{err}"
     );
+}
+
+/// Debian's Python, which has Debian's mpi4py (python3-mpi4py, built on its OpenMPI).
+const MPI_PYTHON: &str = "/usr/bin/python3";
+
+/// An MPI program: every rank adds its rank + 1 with an allreduce and says where it ran
+/// (the node's name, from its step's `SLURMD_NODENAME`).
+const MPI_SUM: &str = r#"
+import os
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1, op=MPI.SUM)
+print("rank %d of %d on %s sum %d" % (comm.Get_rank(), comm.Get_size(), os.environ.get("SLURMD_NODENAME", "?"), total), flush=True)
+"#;
+
+/// `MPI_SUM` written into `dir`; `None` (the test is skipped, saying why) where OpenMPI
+/// and mpi4py are not installed, except under CI, which installs them.
+fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
+    let program = dir.join("sum.py");
+    std::fs::write(&program, MPI_SUM).expect("program written");
+    let found = Command::new(MPI_PYTHON)
+        .args(["-c", "import mpi4py.MPI"])
+        .output();
+    let why = match found {
+        Ok(o) if o.status.success() && Path::new("/usr/bin/mpirun").exists() => {
+            return Some(program);
+        }
+        Ok(o) => format!(
+            "no OpenMPI with mpi4py (Debian's openmpi-bin and python3-mpi4py): {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("no {MPI_PYTHON}: {e}"),
+    };
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI runs the MPI test: {why}"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
+
+#[test]
+fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() {
+    let c = Cluster::up(3);
+    let Some(program) = mpi_program(c.dir()) else {
+        return;
+    };
+    // The MPI Operator's own example, as written: workers run sshd, the launcher mpirun.
+    let job = c.apply(&format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: pi}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: mpi-launcher
+            image: mpioperator/mpi-pi:openmpi
+            command: [mpirun]
+            args: [--allow-run-as-root, -n, '2', {python}, {program}]
+            resources: {{limits: {{cpu: 1}}}}
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: mpi-worker
+            image: mpioperator/mpi-pi:openmpi
+            command: [/usr/sbin/sshd]
+            args: [-De, -f, /home/mpiuser/.sshd_config]
+            resources: {{limits: {{cpu: 1}}}}
+",
+        python = MPI_PYTHON,
+        program = program.display()
+    ));
+    let state = c.wait(job);
+    let out = c.output("pi", job, 0);
+    assert_eq!(state, "COMPLETED", "{out}\n{}", c.log());
+    // Where describe says each worker runs, its rank ran, and they all summed 1 + 2.
+    let described = c.ok(&["describe", "mpijob", "pi"]);
+    let node_of = |pod: &str| -> String {
+        described
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(pod))
+            .and_then(|l| l.split(" on ").nth(1))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
+            .to_string()
+    };
+    for rank in 0..2 {
+        let node = node_of(&format!("pi-worker-{rank}"));
+        let line = format!("rank {rank} of 2 on {node} sum 3");
+        assert!(out.lines().any(|l| l == line), "no `{line}` in:\n{out}");
+    }
+    assert!(
+        described.contains("through cadre-rsh"),
+        "describe says how the workers are reached:\n{described}"
+    );
+    // The daemons ran as steps of the job, one on each worker's node, and completed.
+    let sacct = c.dir().join("sacct");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cadre"), &sacct).expect("sacct link");
+    let out = Command::new(&sacct)
+        .args([
+            "-j",
+            &job.to_string(),
+            "-n",
+            "-P",
+            "--format=JobID,JobName,State,NodeList",
+        ])
+        .env("CADRE_DATA_DIR", c.dir())
+        .output()
+        .expect("sacct runs");
+    let steps = String::from_utf8_lossy(&out.stdout);
+    let mut daemons: Vec<String> = steps
+        .lines()
+        .filter(|l| l.contains("|orted|"))
+        .map(|l| l.split_once('|').map_or(l, |(_, r)| r).to_string())
+        .collect();
+    daemons.sort();
+    let mut want: Vec<String> = (0..2)
+        .map(|r| format!("orted|COMPLETED|{}", node_of(&format!("pi-worker-{r}"))))
+        .collect();
+    want.sort();
+    assert_eq!(daemons, want, "{steps}");
 }

@@ -51,6 +51,12 @@ pub(crate) struct LaunchContext {
     pub(crate) container_runtime: Option<Arc<crate::container::ContainerRuntime>>,
     /// The node's GPUs are declared, not discovered.
     pub(crate) gpus_emulated: bool,
+    /// cadre's executable, for MPI's rsh agent.
+    pub(crate) rsh_executable: Option<PathBuf>,
+    /// The controller's address, as the agent reaches it.
+    pub(crate) controller: String,
+    /// The cluster's agent key, which job tokens are made with.
+    pub(crate) agent_key: String,
 }
 
 /// What a run's thread tells the service, in order: a task event, or output of a step's
@@ -382,19 +388,54 @@ fn prepare(
         let dir = run_dir(&ctx.state_dir, order.run);
         let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
         script_dir = Some(dir.clone());
+        let token = cadre_proto::job_token::make(&ctx.agent_key, order.run.job);
         let means = crate::workload::NodeMeans {
             root: ctx.agent_uid == 0,
             runtime: ctx.container_runtime.as_deref(),
             real_gpus: !ctx.gpus_emulated,
+            rsh: ctx
+                .rsh_executable
+                .as_deref()
+                .map(|executable| crate::workload::RshMeans {
+                    executable,
+                    controller: &ctx.controller,
+                    token: &token,
+                }),
         };
         job.programs = crate::workload::prepare(&t, order, node_id, &dir, means, owner)
             .inspect_err(|_| remove_script_dir(Some(&dir)))?;
     } else if !rs.allocation {
-        // Node names that are not host names resolve through the job's hosts file.
+        // Node names that are not host names resolve through the job's hosts file. A step
+        // sees what its job's tasks see on this node: the job's hosts file (a Kubernetes
+        // workload's names, or the nodes'), and a workload's MPI and Volcano files.
         let dir = run_dir(&ctx.state_dir, order.run);
         let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
-        if let Some(hosts) = crate::workload::node_hosts_file(order, &dir, owner)? {
-            if script_dir.is_none() {
+        let job_dir = run_dir(
+            &ctx.state_dir,
+            RunRef {
+                step: None,
+                ..order.run
+            },
+        );
+        let job_hosts = job_dir.join("hosts");
+        let hosts = if order.run.step.is_some() && job_hosts.is_file() {
+            if ctx.agent_uid == 0 {
+                for (sub, at) in [
+                    ("mpi", cadre_k8s::contract::MPI_DIR),
+                    ("volcano", cadre_k8s::contract::VOLCANO_DIR),
+                ] {
+                    let files = job_dir.join(sub);
+                    if files.is_dir() && Path::new(at).is_dir() {
+                        job.binds.push((files, PathBuf::from(at)));
+                    }
+                }
+            }
+            Some(job_hosts)
+        } else {
+            crate::workload::node_hosts_file(order, &dir, owner)?
+        };
+        if let Some(hosts) = hosts {
+            if script_dir.is_none() && hosts.starts_with(&dir) {
                 script_dir = Some(dir);
             }
             job.extra_env

@@ -303,6 +303,19 @@ fn run_step(
     inside: bool,
 ) -> Result<u8, SlurmError> {
     let req = step_request(opts, command, inside)?;
+    run_step_request(id, req, opts.label, "srun")
+}
+
+/// Creates step `req` in job `id`, passes its tasks' output on (each line prefixed with
+/// its task's rank when `label`), cancels it on SIGINT or SIGTERM, and returns its exit
+/// code: 0 when it completed, else its highest exit code, else 1. `who` names the command
+/// in what it says on stderr.
+pub fn run_step_request(
+    id: JobId,
+    req: StepRequest,
+    label: bool,
+    who: &'static str,
+) -> Result<u8, SlurmError> {
     let target = connect_args()
         .target()
         .map_err(|e| SlurmError::submission(crate::error_chain(&e)))?;
@@ -311,7 +324,6 @@ fn run_step(
         .enable_all()
         .build()
         .map_err(|e| SlurmError::Fatal(format!("cannot start: {e}")))?;
-    let label = opts.label;
     let result = rt.block_on(async move {
         let mut conn = Connection::open(&target, token.clone()).await?;
         let mut step_no: Option<u32> = None;
@@ -368,7 +380,7 @@ fn run_step(
                     _ = tokio::signal::ctrl_c() => {},
                     _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
                 }
-                eprintln!("srun: interrupted: cancelling step {id}.{step}");
+                eprintln!("{who}: interrupted: cancelling step {id}.{step}");
                 if let Ok(mut c) = Connection::open(&target, token.clone()).await {
                     let _: Result<serde_json::Value, _> = c
                         .call(
@@ -402,7 +414,7 @@ fn run_step(
         (Some(end), _) => end,
         (None, Some(n)) => {
             eprintln!(
-                "srun: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
+                "{who}: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
             );
             await_step_end(id, n)
         }
@@ -415,7 +427,7 @@ fn run_step(
     if state != JobState::Completed {
         let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
         eprintln!(
-            "srun: error: step {id}.{step} {}{why}{}",
+            "{who}: error: step {id}.{step} {}{why}{}",
             state,
             exit_code
                 .map(|c| format!(" (exit code {c})"))
