@@ -186,6 +186,7 @@ fn rsh(argv: &[String]) -> Result<u8> {
         .command
         .split_whitespace()
         .next()
+        .map(|w| w.trim_matches(['"', '\'']))
         .and_then(|w| w.rsplit('/').next())
         .map(str::to_string);
     let req = StepRequest {

@@ -9,7 +9,8 @@
 //! listed in it, and its workers serve one connection and then sleep: the job completes
 //! because its launcher did, and the workers are stopped. Another is the MPI Operator's
 //! own shape: workers that would run sshd, a launcher that runs OpenMPI's `mpirun` of an
-//! mpi4py program, whose daemons reach the workers' nodes through `cadre-rsh`. A Volcano
+//! mpi4py program (and one MPICH's `mpiexec.hydra`), whose daemons reach the workers'
+//! nodes through `cadre-rsh`. A Volcano
 //! Job with the `env` and `svc` plugins reads its host files at `/etc/volcano`.
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
@@ -1159,8 +1160,8 @@ total = comm.allreduce(comm.Get_rank() + 1, op=MPI.SUM)
 print("rank %d of %d on %s sum %d" % (comm.Get_rank(), comm.Get_size(), os.environ.get("SLURMD_NODENAME", "?"), total), flush=True)
 "#;
 
-/// `MPI_SUM` written into `dir`; `None` (the test is skipped, saying why) where OpenMPI
-/// and mpi4py are not installed, except under CI, which installs them.
+/// `MPI_SUM` written into `dir`; `None` (the test is skipped, saying why) where OpenMPI,
+/// mpi4py and MPICH are not installed, except under CI, which installs them.
 fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
     let program = dir.join("sum.py");
     std::fs::write(&program, MPI_SUM).expect("program written");
@@ -1168,11 +1169,15 @@ fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
         .args(["-c", "import mpi4py.MPI"])
         .output();
     let why = match found {
-        Ok(o) if o.status.success() && Path::new("/usr/bin/mpirun").exists() => {
+        Ok(o)
+            if o.status.success()
+                && Path::new("/usr/bin/mpirun").exists()
+                && Path::new("/usr/bin/mpiexec.hydra").exists() =>
+        {
             return Some(program);
         }
         Ok(o) => format!(
-            "no OpenMPI with mpi4py (Debian's openmpi-bin and python3-mpi4py): {}",
+            "no OpenMPI with mpi4py and MPICH (Debian's openmpi-bin, python3-mpi4py, mpich): {}",
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => format!("no {MPI_PYTHON}: {e}"),
@@ -1185,19 +1190,16 @@ fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
     None
 }
 
-#[test]
-fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() {
-    let c = Cluster::up(3);
-    let Some(program) = mpi_program(c.dir()) else {
-        return;
-    };
-    // The MPI Operator's own example, as written: workers run sshd, the launcher mpirun.
-    let job = c.apply(&format!(
+/// An MPIJob named `name` as the MPI Operator's examples write it: 2 workers that run
+/// sshd, a launcher whose command is `launcher` (YAML flow list).
+fn sshd_mpi_job(name: &str, implementation: &str, launcher: &str) -> String {
+    format!(
         "apiVersion: kubeflow.org/v2beta1
 kind: MPIJob
-metadata: {{name: pi}}
+metadata: {{name: {name}}}
 spec:
   slotsPerWorker: 1
+  mpiImplementation: {implementation}
   mpiReplicaSpecs:
     Launcher:
       replicas: 1
@@ -1206,8 +1208,7 @@ spec:
           containers:
           - name: mpi-launcher
             image: mpioperator/mpi-pi:openmpi
-            command: [mpirun]
-            args: [--allow-run-as-root, -n, '2', {python}, {program}]
+            command: {launcher}
             resources: {{limits: {{cpu: 1}}}}
     Worker:
       replicas: 2
@@ -1219,57 +1220,88 @@ spec:
             command: [/usr/sbin/sshd]
             args: [-De, -f, /home/mpiuser/.sshd_config]
             resources: {{limits: {{cpu: 1}}}}
-",
-        python = MPI_PYTHON,
-        program = program.display()
-    ));
-    let state = c.wait(job);
-    let out = c.output("pi", job, 0);
-    assert_eq!(state, "COMPLETED", "{out}\n{}", c.log());
-    // Where describe says each worker runs, its rank ran, and they all summed 1 + 2.
-    let described = c.ok(&["describe", "mpijob", "pi"]);
-    let node_of = |pod: &str| -> String {
-        described
-            .lines()
-            .find(|l| l.split_whitespace().nth(1) == Some(pod))
-            .and_then(|l| l.split(" on ").nth(1))
-            .and_then(|r| r.split_whitespace().next())
-            .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
-            .to_string()
+"
+    )
+}
+
+#[test]
+fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() {
+    let c = Cluster::up(3);
+    let Some(program) = mpi_program(c.dir()) else {
+        return;
     };
-    for rank in 0..2 {
-        let node = node_of(&format!("pi-worker-{rank}"));
-        let line = format!("rank {rank} of 2 on {node} sum 3");
-        assert!(out.lines().any(|l| l == line), "no `{line}` in:\n{out}");
-    }
-    assert!(
-        described.contains("through cadre-rsh"),
-        "describe says how the workers are reached:\n{described}"
-    );
-    // The daemons ran as steps of the job, one on each worker's node, and completed.
+    // OpenMPI's mpirun of an mpi4py allreduce, and MPICH's Hydra (Debian's mpich) of a
+    // shell line: each rank says where it ran.
+    let openmpi = c.apply(&sshd_mpi_job(
+        "pi",
+        "OpenMPI",
+        &format!(
+            "[mpirun, --allow-run-as-root, -n, '2', {MPI_PYTHON}, {}]",
+            program.display()
+        ),
+    ));
+    let hydra = c.apply(&sshd_mpi_job(
+        "hy",
+        "MPICH",
+        "[mpiexec.hydra, -n, '2', sh, -c, 'echo rank $PMI_RANK on $SLURM_STEP_NODELIST']",
+    ));
     let sacct = c.dir().join("sacct");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cadre"), &sacct).expect("sacct link");
-    let out = Command::new(&sacct)
-        .args([
-            "-j",
-            &job.to_string(),
-            "-n",
-            "-P",
-            "--format=JobID,JobName,State,NodeList",
-        ])
-        .env("CADRE_DATA_DIR", c.dir())
-        .output()
-        .expect("sacct runs");
-    let steps = String::from_utf8_lossy(&out.stdout);
-    let mut daemons: Vec<String> = steps
-        .lines()
-        .filter(|l| l.contains("|orted|"))
-        .map(|l| l.split_once('|').map_or(l, |(_, r)| r).to_string())
-        .collect();
-    daemons.sort();
-    let mut want: Vec<String> = (0..2)
-        .map(|r| format!("orted|COMPLETED|{}", node_of(&format!("pi-worker-{r}"))))
-        .collect();
-    want.sort();
-    assert_eq!(daemons, want, "{steps}");
+    for (job, name, line, daemon) in [
+        (openmpi, "pi", "rank {r} of 2 on {node} sum 3", "orted"),
+        (hydra, "hy", "rank {r} on {node}", "hydra_pmi_proxy"),
+    ] {
+        let state = c.wait(job);
+        let out = c.output(name, job, 0);
+        assert_eq!(state, "COMPLETED", "{name}: {out}\n{}", c.log());
+        // Where describe says each worker runs, its rank ran.
+        let described = c.ok(&["describe", "mpijob", name]);
+        let node_of = |r: u32| -> String {
+            let pod = format!("{name}-worker-{r}");
+            described
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(pod.as_str()))
+                .and_then(|l| l.split(" on ").nth(1))
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
+                .to_string()
+        };
+        for r in 0..2 {
+            let want = line
+                .replace("{r}", &r.to_string())
+                .replace("{node}", &node_of(r));
+            assert!(
+                out.lines().any(|l| l == want),
+                "{name}: no `{want}` in:\n{out}"
+            );
+        }
+        assert!(
+            described.contains("through cadre-rsh"),
+            "describe says how the workers are reached:\n{described}"
+        );
+        // The daemons ran as steps of the job, one on each worker's node, and completed.
+        let out = Command::new(&sacct)
+            .args([
+                "-j",
+                &job.to_string(),
+                "-n",
+                "-P",
+                "--format=JobID,JobName,State,NodeList",
+            ])
+            .env("CADRE_DATA_DIR", c.dir())
+            .output()
+            .expect("sacct runs");
+        let steps = String::from_utf8_lossy(&out.stdout);
+        let mut daemons: Vec<String> = steps
+            .lines()
+            .filter(|l| l.contains(&format!("|{daemon}|")))
+            .map(|l| l.split_once('|').map_or(l, |(_, r)| r).to_string())
+            .collect();
+        daemons.sort();
+        let mut want: Vec<String> = (0..2)
+            .map(|r| format!("{daemon}|COMPLETED|{}", node_of(r)))
+            .collect();
+        want.sort();
+        assert_eq!(daemons, want, "{name}: {steps}");
+    }
 }
