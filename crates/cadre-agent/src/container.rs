@@ -265,6 +265,63 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings) -> Vec<String> {
     c
 }
 
+/// A step's task that runs inside another task's running container (`exec`), as `kubectl
+/// exec` does: MPI's daemons started by `cadre rsh` in an MPI worker's image. It has that
+/// container's user, environment and working directory; the container is not the step's
+/// and outlives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecIn {
+    /// The runtime's command and global options.
+    pub runtime: Vec<String>,
+    /// The running container's name ([`container_name`] of its task).
+    pub name: String,
+}
+
+/// The runtime's command line that runs `command` in `exec`'s container, in the
+/// foreground: its exit status is the command's.
+pub fn exec_command(exec: &ExecIn, command: &[String]) -> Vec<String> {
+    let mut c = exec.runtime.clone();
+    c.push("exec".into());
+    c.push(exec.name.clone());
+    c.extend(command.iter().cloned());
+    c
+}
+
+/// What a program of this executable needs to run in an image that has none of the node's
+/// libraries: its dynamic loader and the shared libraries it has loaded, read from
+/// `/proc/self/maps` (the agent is the `cadre` executable whose `rsh` goes into containers;
+/// its libraries are the ones it needs). `None` when there is no loader (a static build)
+/// or the maps cannot be read.
+pub fn own_libraries() -> Option<(PathBuf, Vec<PathBuf>)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    libraries_in_maps(&maps)
+}
+
+fn libraries_in_maps(maps: &str) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let mut loader = None;
+    let mut libraries: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line
+            .split_whitespace()
+            .nth(5)
+            .filter(|p| p.starts_with('/'))
+        else {
+            continue;
+        };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if !name.contains(".so") {
+            continue;
+        }
+        let path = PathBuf::from(path);
+        if name.starts_with("ld-linux") || name.starts_with("ld-musl") {
+            loader = Some(path);
+        } else if !libraries.contains(&path) {
+            libraries.push(path);
+        }
+    }
+    loader.map(|l| (l, libraries))
+}
+
 /// Removes the task's container, killing it if it still runs (`rm --force --time 0
 /// --ignore`); what went wrong, if anything.
 pub fn remove(runtime: &[String], name: &str) -> Result<(), String> {
@@ -310,6 +367,36 @@ pub fn pid_max() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loader_and_libraries_are_read_from_the_maps() {
+        let maps = "\
+5581d000-5581e000 r--p 00000000 08:01 12 /usr/local/bin/cadre
+7f10-7f20 r--p 00000000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f20-7f30 r-xp 00001000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f30-7f40 r--p 00000000 08:01 14 /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+7f40-7f50 rw-p 00000000 00:00 0 [heap]
+7f50-7f60 r--p 00000000 08:01 15 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
+";
+        let (loader, libs) = libraries_in_maps(maps).unwrap();
+        assert_eq!(
+            loader,
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+        );
+        assert_eq!(
+            libs,
+            [
+                PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1")
+            ]
+        );
+        assert_eq!(
+            libraries_in_maps("5581d000-5581e000 r--p 0 08:01 12 /bin/x\n"),
+            None
+        );
+        let (_, ours) = own_libraries().expect("this test is dynamically linked");
+        assert!(ours.iter().any(|l| l.to_string_lossy().contains("libc.so")));
+    }
 
     fn spec() -> ContainerSpec {
         ContainerSpec {

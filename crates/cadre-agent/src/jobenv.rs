@@ -93,6 +93,9 @@ pub struct JobLaunch {
     pub binds: Vec<(PathBuf, PathBuf)>,
     /// Variables set last, over everything (`CADRE_HOSTS_FILE`).
     pub extra_env: Vec<(String, String)>,
+    /// Every task runs its command inside this running container (a step inside a
+    /// workload task's container); the runtime's `exec` is then the task's process.
+    pub exec_in: Option<crate::container::ExecIn>,
 }
 
 /// What a job step's tasks see of the step and of its job.
@@ -179,6 +182,7 @@ impl JobLaunch {
             relay: false,
             binds: Vec::new(),
             extra_env: Vec::new(),
+            exec_in: None,
         }
     }
 }
@@ -210,17 +214,10 @@ pub struct TaskPlace {
     pub nodeid: u32,
 }
 
-/// Indices into `alloc.tasks` in (group, rank) order: the global rank order.
-fn rank_order(alloc: &Allocation) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..alloc.tasks.len()).collect();
-    order.sort_by_key(|&i| (alloc.tasks[i].group, alloc.tasks[i].rank));
-    order
-}
-
 /// The place of task `index` of the allocation.
 pub fn task_place(alloc: &Allocation, index: usize) -> Option<TaskPlace> {
     let task = alloc.tasks.get(index)?;
-    let order = rank_order(alloc);
+    let order = alloc.rank_order();
     let procid = order.iter().position(|&i| i == index)? as u32;
     let localid = order
         .iter()
@@ -244,7 +241,8 @@ pub fn batch_task(alloc: &Allocation) -> Option<usize> {
 
 /// Indices of the allocation's tasks on `node`, in rank order.
 pub fn tasks_on_node(alloc: &Allocation, node: NodeId) -> Vec<usize> {
-    rank_order(alloc)
+    alloc
+        .rank_order()
         .into_iter()
         .filter(|&i| alloc.tasks[i].node == node)
         .collect()

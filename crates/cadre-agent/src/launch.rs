@@ -469,6 +469,8 @@ pub(crate) fn launch_task_with(
     })?;
     let switch = user_switch(job, run_as)?;
     let container = job.programs.get(&index).and_then(|p| p.container.as_ref());
+    // The runtime is the task's process: in a container of its own, or in another's.
+    let in_runtime = container.is_some() || job.exec_in.is_some();
     let path_c = |what, p: &Path| cstring(job.id, what, p.as_os_str().as_bytes());
     if container.is_none() && job.command_of(index).is_empty() {
         return Err(LaunchError::EmptyCommand { job: job.id });
@@ -546,13 +548,16 @@ pub(crate) fn launch_task_with(
             };
             container::run_command(spec, &settings)
         }
-        None => job.command_of(index).to_vec(),
+        None => match &job.exec_in {
+            Some(exec) => container::exec_command(exec, job.command_of(index)),
+            None => job.command_of(index).to_vec(),
+        },
     };
     let Some((program, args)) = argv.split_first() else {
         return Err(LaunchError::EmptyCommand { job: job.id });
     };
-    let files_only = match (container, &switch) {
-        (Some(_), Some(_)) => Some((
+    let files_only = match (in_runtime, &switch) {
+        (true, Some(_)) => Some((
             nix::unistd::geteuid(),
             nix::unistd::getegid(),
             nix::unistd::getgroups().map_err(|source| LaunchError::UserLookup {
@@ -606,7 +611,7 @@ pub(crate) fn launch_task_with(
 
     let mut cmd = Command::new(OsStr::new(program));
     cmd.args(args);
-    if container.is_none() {
+    if !in_runtime {
         // A container's runtime keeps the agent's environment (see `crate::container`).
         cmd.env_clear().envs(&env);
     }

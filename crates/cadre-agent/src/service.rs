@@ -498,6 +498,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         rsh_executable: config.rsh_executable.clone(),
         controller: config.controller.clone(),
         agent_key: config.key.clone(),
+        rsh_libraries: config
+            .rsh_executable
+            .as_ref()
+            .and_then(|_| crate::container::own_libraries()),
     });
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let service = Service {

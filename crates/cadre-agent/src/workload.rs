@@ -64,6 +64,14 @@ use crate::container::{self, ContainerRuntime, ContainerSpec};
 use crate::jobenv::{self, TaskProgram};
 use cadre_k8s::PullPolicy;
 
+/// Where a launcher's container sees cadre's executable and the node's loader and
+/// libraries (under `lib/`), for its `cadre-rsh`.
+const RSH_ROOT: &str = "/.cadre";
+
+/// What an MPI worker's container runs in place of its sshd: nothing, until it is
+/// stopped, while `cadre-rsh` starts MPI's daemons in it.
+const WAIT_FOR_EXEC: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+
 /// The node's hosts file, whose lines the job's hosts file keeps first.
 const NODE_HOSTS: &str = "/etc/hosts";
 
@@ -80,6 +88,11 @@ pub enum WorkloadError {
         "task group {group} of the job runs in its image: no container runtime is configured on node {node}"
     )]
     NeedsRuntime { group: usize, node: String },
+    /// A step inside a task's container, on a node without a runtime (any more).
+    #[error(
+        "the step runs inside the container of the job's task {rank}: no container runtime is configured on node {node}"
+    )]
+    StepNeedsRuntime { rank: u32, node: String },
     #[error("cannot resolve the address `{address}` of node {node}: {source}")]
     Resolve {
         node: String,
@@ -190,6 +203,9 @@ pub struct RshMeans<'a> {
     pub executable: &'a Path,
     /// The controller's address, given to the launcher as `CADRE_SERVER`.
     pub controller: &'a str,
+    /// The executable's dynamic loader and libraries ([`container::own_libraries`]), for
+    /// `cadre-rsh` in a container; `None`: MPI in containers has no rsh agent here.
+    pub libraries: Option<&'a (PathBuf, Vec<PathBuf>)>,
     /// The job's token ([`cadre_proto::job_token`]), given to the launcher as
     /// `CADRE_TOKEN`: the launcher reaches the controller as the job's user with it, over
     /// TCP as over the controller's socket.
@@ -235,13 +251,15 @@ pub fn prepare(
         p.mpi_dir = mpi_host.display().to_string();
         p.volcano_dir = volcano_host.display().to_string();
     }
-    // MPI's remote launch goes through cadre's rsh agent, on the host.
-    let rsh = means
-        .rsh
-        .filter(|_| matches!(t.kind, WorkloadKind::MpiJob { .. }) && !t.containers);
+    // MPI's remote launch goes through cadre's rsh agent (in containers, only where the
+    // agent knows what its executable needs there).
+    let rsh = means.rsh.filter(|r| {
+        matches!(t.kind, WorkloadKind::MpiJob { .. }) && (!t.containers || r.libraries.is_some())
+    });
     if rsh.is_some() {
         p.rsh_agent = Some(format!("{}/{RSH_AGENT}", p.mpi_dir));
     }
+    let rsh_in_images = rsh.is_some() && t.containers;
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| WorkloadError::Write { path, source }
@@ -285,11 +303,39 @@ pub fn prepare(
             None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
         }
     }
+    // What the launcher's container mounts for its `cadre-rsh`.
+    let mut rsh_mounts: Vec<(PathBuf, String)> = Vec::new();
     if let Some(rsh) = rsh {
-        // The launcher's `cadre-rsh`, beside its hostfile.
-        let link = mpi_host.join(RSH_AGENT);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(rsh.executable, &link).map_err(write_err(&link))?;
+        // The launcher's `cadre-rsh`, beside its hostfile: on the host a link to the
+        // agent's executable; in a container a script that runs that executable, mounted
+        // with the node's loader and libraries (the image has its own, or none).
+        let at = mpi_host.join(RSH_AGENT);
+        let _ = std::fs::remove_file(&at);
+        std::fs::create_dir_all(&mpi_host).map_err(write_err(&mpi_host))?;
+        match rsh.libraries.filter(|_| t.containers) {
+            None => std::os::unix::fs::symlink(rsh.executable, &at).map_err(write_err(&at))?,
+            Some((loader, libraries)) => {
+                let lib = |p: &Path| {
+                    format!(
+                        "{RSH_ROOT}/lib/{}",
+                        p.file_name().unwrap_or_default().to_string_lossy()
+                    )
+                };
+                rsh_mounts.push((rsh.executable.to_path_buf(), format!("{RSH_ROOT}/cadre")));
+                rsh_mounts.push((loader.clone(), lib(loader)));
+                for l in libraries {
+                    rsh_mounts.push((l.clone(), lib(l)));
+                }
+                if let Some(socket) = rsh.controller.strip_prefix("unix://") {
+                    rsh_mounts.push((PathBuf::from(socket), socket.to_string()));
+                }
+                let script = format!(
+                    "#!/bin/sh\n# cadre's rsh agent: the node's cadre, with the node's loader and libraries.\nexec {} --library-path {RSH_ROOT}/lib {RSH_ROOT}/cadre rsh \"$@\"\n",
+                    lib(loader)
+                );
+                write(&at, &script, 0o755, owner)?;
+            }
+        }
         if !dirs_used.iter().any(|(d, _, _)| *d == mpi_host) {
             dirs_used.push((mpi_host.clone(), MPI_DIR, vec![0]));
         }
@@ -310,6 +356,10 @@ pub fn prepare(
         };
         let mut env = cadre_k8s::rank_environment(t, place.procid, &p)?;
         let program = cadre_k8s::rank_program(t, place.procid, &p)?;
+        if let (Some(rsh), 0) = (rsh, group) {
+            env.push(("CADRE_SERVER".into(), rsh.controller.to_string()));
+            env.push(("CADRE_TOKEN".into(), rsh.token.to_string()));
+        }
         if t.containers {
             let Some(runtime) = means.runtime else {
                 return Err(WorkloadError::NeedsRuntime {
@@ -332,6 +382,29 @@ pub fn prepare(
                     mounts.push((dir.clone(), at.to_string()));
                 }
             }
+            if rsh_in_images {
+                // Every task's container has `cadre-rsh`: OpenMPI passes its rsh agent on
+                // to the daemons it starts in the workers' containers, which refuse to
+                // start where that path is missing.
+                if !mounts.iter().any(|(_, at)| at == MPI_DIR) {
+                    mounts.push((mpi_host.clone(), MPI_DIR.to_string()));
+                }
+                mounts.extend(rsh_mounts.iter().cloned());
+            }
+            // An MPI worker's sshd: the container waits for the daemons `cadre-rsh` starts
+            // in it.
+            let (command, args) = if cadre_k8s::holds_for_rsh(t, group) && rsh_in_images {
+                (
+                    Some(vec![
+                        "/bin/sh".to_string(),
+                        "-c".into(),
+                        WAIT_FOR_EXEC.into(),
+                    ]),
+                    Vec::new(),
+                )
+            } else {
+                (command.clone(), args.clone())
+            };
             let spec = ContainerSpec {
                 runtime: runtime.argv().to_vec(),
                 name: container::container_name(
@@ -342,8 +415,8 @@ pub fn prepare(
                 ),
                 image: image.clone(),
                 pull: run.pull_policy.unwrap_or(PullPolicy::IfNotPresent),
-                command: command.clone(),
-                args: args.clone(),
+                command,
+                args,
                 work_dir: run.work_dir.clone(),
                 mounts,
                 gpu_devices: means.real_gpus,
@@ -376,10 +449,6 @@ pub fn prepare(
         // An MPI worker's sshd runs nothing: the node holds the worker's share, and the
         // launcher's `mpirun` reaches it through the rsh agent.
         let holds = cadre_k8s::holds_for_rsh(t, group);
-        if let (Some(rsh), 0) = (rsh, group) {
-            env.push(("CADRE_SERVER".into(), rsh.controller.to_string()));
-            env.push(("CADRE_TOKEN".into(), rsh.token.to_string()));
-        }
         let mut binds = Vec::new();
         if !root {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
@@ -501,6 +570,22 @@ spec:
           containers: [{name: pytorch, image: p, command: [python3, train.py, '--rank=$(RANK)'], workingDir: /tmp}]
 ";
 
+    const MPI: &str = "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: pi}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers: [{name: l, image: m, command: [mpirun, -n, '2', /pi]}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers: [{name: w, image: m, command: [/usr/sbin/sshd, -De]}]
+";
+
     fn task(group: u16, rank: u32, node: u32) -> TaskAlloc {
         TaskAlloc {
             group,
@@ -618,23 +703,8 @@ spec:
 
     #[test]
     fn an_mpi_launcher_gets_cadre_s_rsh_agent_and_sshd_workers_hold() {
-        let mpi = "apiVersion: kubeflow.org/v2beta1
-kind: MPIJob
-metadata: {name: pi}
-spec:
-  mpiReplicaSpecs:
-    Launcher:
-      template:
-        spec:
-          containers: [{name: l, image: m, command: [mpirun, -n, '2', /pi]}]
-    Worker:
-      replicas: 2
-      template:
-        spec:
-          containers: [{name: w, image: m}]
-";
         let o = TranslateOptions::new("alice", "research", "/home/alice");
-        let t = translate(&parse_documents(mpi, "t").unwrap()[0], &o).unwrap();
+        let t = translate(&parse_documents(MPI, "t").unwrap()[0], &o).unwrap();
         let o = order(&t);
         let dir = tempfile::tempdir().unwrap();
         let run_dir = dir.path().join("job12345.0");
@@ -643,6 +713,7 @@ spec:
                 executable: Path::new("/usr/local/bin/cadre"),
                 controller: "unix:///run/cadre/cadre.sock",
                 token: "cadre-job-12345-00",
+                libraries: None,
             }),
             ..HOST_NOT_ROOT
         };
@@ -671,6 +742,74 @@ spec:
                 .iter()
                 .any(|(k, _)| k == "OMPI_MCA_plm_rsh_agent")
         );
+    }
+
+    #[test]
+    fn in_images_the_launcher_gets_the_node_s_cadre_and_sshd_workers_wait() {
+        let mut o = TranslateOptions::new("alice", "research", "/home/alice");
+        o.container_runtime = true;
+        let t = translate(&parse_documents(MPI, "t").unwrap()[0], &o).unwrap();
+        let o = order(&t);
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("job12345.0");
+        let runtime = ContainerRuntime::detect("sh -c 'echo podman version 4' sh").unwrap();
+        let libraries = (
+            PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            vec![PathBuf::from("/usr/lib/libc.so.6")],
+        );
+        let means = NodeMeans {
+            runtime: Some(&runtime),
+            rsh: Some(RshMeans {
+                executable: Path::new("/usr/local/bin/cadre"),
+                controller: "unix:///run/cadre/cadre.sock",
+                token: "cadre-job-12345-00",
+                libraries: Some(&libraries),
+            }),
+            ..HOST_NOT_ROOT
+        };
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let launcher = programs[&1].container.as_ref().unwrap();
+        for (from, at) in [
+            ("/usr/local/bin/cadre", "/.cadre/cadre"),
+            (
+                "/lib64/ld-linux-x86-64.so.2",
+                "/.cadre/lib/ld-linux-x86-64.so.2",
+            ),
+            ("/usr/lib/libc.so.6", "/.cadre/lib/libc.so.6"),
+            ("/run/cadre/cadre.sock", "/run/cadre/cadre.sock"),
+        ] {
+            assert!(
+                launcher
+                    .mounts
+                    .contains(&(PathBuf::from(from), at.to_string())),
+                "{from}: {:?}",
+                launcher.mounts
+            );
+        }
+        let env: BTreeMap<_, _> = programs[&1].env.iter().cloned().collect();
+        assert_eq!(env["OMPI_MCA_plm_rsh_agent"], "/etc/mpi/cadre-rsh");
+        assert_eq!(env["CADRE_TOKEN"], "cadre-job-12345-00");
+        let script = std::fs::read_to_string(run_dir.join("mpi").join(RSH_AGENT)).unwrap();
+        assert!(
+            script.ends_with(
+                "exec /.cadre/lib/ld-linux-x86-64.so.2 --library-path /.cadre/lib /.cadre/cadre rsh \"$@\"\n"
+            ),
+            "{script}"
+        );
+        // The worker's container waits instead of running sshd; it has cadre-rsh too, which
+        // OpenMPI's daemons look for.
+        let worker = programs[&0].container.as_ref().unwrap();
+        assert_eq!(
+            worker.command.as_deref(),
+            Some(&["/bin/sh".to_string(), "-c".into(), WAIT_FOR_EXEC.into()][..])
+        );
+        assert!(worker.args.is_empty());
+        assert!(
+            worker
+                .mounts
+                .contains(&(run_dir.join("mpi"), MPI_DIR.to_string()))
+        );
+        assert!(worker.mounts.iter().any(|(_, at)| at == "/.cadre/cadre"));
     }
 
     #[test]

@@ -50,6 +50,20 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// Indices into `tasks` in (group, rank) order: the global rank order, in which a
+    /// task's position is its `SLURM_PROCID`.
+    pub fn rank_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.tasks.len()).collect();
+        order.sort_by_key(|&i| (self.tasks[i].group, self.tasks[i].rank));
+        order
+    }
+
+    /// The task of global rank `procid` (see [`Allocation::rank_order`]).
+    pub fn task_of_procid(&self, procid: u32) -> Option<&TaskAlloc> {
+        let order = self.rank_order();
+        order.get(procid as usize).map(|&i| &self.tasks[i])
+    }
+
     /// The distinct nodes, in ascending order.
     pub fn nodes(&self) -> Vec<NodeId> {
         let mut nodes: Vec<NodeId> = self.tasks.iter().map(|t| t.node).collect();

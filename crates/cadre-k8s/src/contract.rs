@@ -85,23 +85,35 @@ impl Placement {
 /// The name of cadre's rsh agent in the MPI files' directory (see [`Placement::rsh_agent`]).
 pub const RSH_AGENT: &str = "cadre-rsh";
 
-/// Whether task group `group` of the job holds its node without running anything: an
-/// MPIJob worker whose program is `sshd` (the MPI Operator's default, or the manifest's
-/// own), run on the host. Its node's ssh port belongs to the node, and its launcher's
-/// `mpirun` reaches it through cadre's rsh agent instead (a step of the job there).
+/// Whether task group `group` of the job is an MPIJob worker whose program is `sshd` (the
+/// MPI Operator's default, the manifest's own `command`, or, in its image, the image's
+/// own program when the manifest names none): its node's ssh port belongs to the node,
+/// so it runs no sshd, and its launcher's `mpirun` reaches it through cadre's rsh agent
+/// instead (a step of the job on its node: on the host, the node holds the worker's
+/// share; in its image, its container waits for the step to run in it).
 pub fn holds_for_rsh(t: &Translated, group: usize) -> bool {
     let WorkloadKind::MpiJob { .. } = t.kind else {
         return false;
     };
-    if group == 0 || t.containers {
+    if group == 0 {
         return false;
     }
-    match t.groups.get(group).map(|g| &g.program) {
-        Some(Program::Argv(argv)) => argv
-            .first()
+    let is_sshd = |argv: &[String]| {
+        argv.first()
             .and_then(|p| std::path::Path::new(p).file_name())
-            .is_some_and(|name| name == "sshd"),
-        _ => false,
+            .is_some_and(|name| name == "sshd")
+    };
+    match t.groups.get(group).map(|g| &g.program) {
+        Some(Program::Argv(argv)) => is_sshd(argv),
+        Some(Program::Image {
+            command: None,
+            args,
+        }) => args.is_empty(),
+        Some(Program::Image {
+            command: Some(command),
+            ..
+        }) => is_sshd(command),
+        None => false,
     }
 }
 

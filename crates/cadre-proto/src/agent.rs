@@ -254,6 +254,10 @@ pub struct StepContext {
     /// The tasks' output goes back to `srun` ([`AgentMessage::Output`]) rather than to
     /// files (the run spec then names none).
     pub relay: bool,
+    /// The step's task runs inside the container of the job's task of this rank (see
+    /// [`crate::api::StepRequest::in_task`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_task: Option<u32>,
 }
 
 /// Reads `LaunchOrder::node_names`, whose JSON keys are strings. Needed because serde reads
@@ -327,6 +331,7 @@ mod tests {
                 job_num_nodes: 2,
                 job_cpus_per_node: "2(x2)".into(),
                 relay: true,
+                in_task: Some(3),
             }),
         };
         for m in [

@@ -183,6 +183,12 @@ pub struct StepRequest {
     /// `--time`, seconds; at most what is left of the job's.
     #[serde(default)]
     pub time_limit: Option<u64>,
+    /// Run the command inside the container of the job's task of this rank (a Kubernetes
+    /// workload run in its images), with that container's user and environment, as
+    /// `kubectl exec` would; the step must then be one task on that task's node.
+    /// `cadre rsh` asks for it to start MPI's daemons in the workers' images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_task: Option<u32>,
 }
 
 /// The step number of a job's batch step (its script's own run, on its first node), as

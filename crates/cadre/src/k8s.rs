@@ -1081,8 +1081,7 @@ fn describe_text(
             );
         }
     }
-    let mpi = matches!(t.kind, cadre_k8s::WorkloadKind::MpiJob { .. });
-    if mpi && !t.containers {
+    if matches!(t.kind, cadre_k8s::WorkloadKind::MpiJob { .. }) {
         let holding: Vec<&str> = t
             .spec
             .groups
@@ -1093,26 +1092,29 @@ fn describe_text(
             .collect();
         let _ = writeln!(
             s,
-            "MPI:          mpirun reaches the workers through cadre-rsh (OMPI_MCA_plm_rsh_agent and the like), which starts its daemons as steps of the job on the workers' nodes{}",
-            if holding.is_empty() {
-                String::new()
+            "MPI:          mpirun reaches the workers through cadre-rsh (OMPI_MCA_plm_rsh_agent and the like), which starts its daemons as steps of the job on the workers' nodes{}{}",
+            if t.containers {
+                ", inside the workers' containers"
             } else {
-                format!(
+                ""
+            },
+            match (holding.is_empty(), t.containers) {
+                (true, _) => String::new(),
+                (false, false) => format!(
                     "; {} run no sshd: their nodes hold their share",
                     holding.join(", ")
-                )
+                ),
+                (false, true) => format!(
+                    "; {} run no sshd: their containers wait for the daemons",
+                    holding.join(", ")
+                ),
             }
         );
     } else if let Some(ssh) = &t.ssh {
         let _ = writeln!(
             s,
-            "Note:         the manifest expects passwordless ssh between its tasks (keys at {}); cadre makes none: tasks use their nodes' network, whose ssh port is the node's own{}",
+            "Note:         the manifest expects passwordless ssh between its tasks (keys at {}); cadre makes none: tasks use their nodes' network, whose ssh port is the node's own",
             ssh.mount_path,
-            if mpi {
-                ", and cadre-rsh starts MPI's daemons only on the host, not in containers"
-            } else {
-                ""
-            }
         );
     }
     s

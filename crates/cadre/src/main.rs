@@ -150,7 +150,9 @@ job's other nodes. An MPIJob's launcher finds it as /etc/mpi/cadre-rsh, a link n
 HOST is a name of one of the job's tasks (a Kubernetes workload's pod names, such as \
 pi-worker-0.pi.default.svc) or one of its nodes. The command's words are joined by spaces and \
 run by /bin/sh -c in $HOME, with this environment, as ssh does; its output comes back here. \
-ssh's options are accepted and ignored, except a user (-l, USER@) other than this one.
+For a workload run in its images, the command runs inside the named task's container instead, \
+with that container's user, environment and working directory. ssh's options are accepted \
+and ignored, except a user (-l, USER@) other than this one.
 
 Exit status: the command's; 255 when it could not be started.",
         after_help = "Examples:

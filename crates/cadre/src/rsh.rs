@@ -15,7 +15,9 @@
 //! its node's name; the step: one task on that node, running `/bin/sh -c` with the
 //! command's words joined by spaces (as ssh hands them to the remote shell), starting in
 //! `$HOME`, with this program's environment (the step's `SLURM_*` over it), its output
-//! passed back on this program's stdout and stderr. Exit status: the step's exit code, 255
+//! passed back on this program's stdout and stderr. For a workload run in its images, the
+//! step runs inside the named task's container instead (`podman exec`), with that
+//! container's user, environment and working directory. Exit status: the step's exit code, 255
 //! when the command could not be started (as ssh's).
 //!
 //! Not forwarded: stdin (MPI's daemons do not read it). ssh's options are accepted and
@@ -109,9 +111,20 @@ fn same_host(a: &str, b: &str) -> bool {
         .eq_ignore_ascii_case(b.trim_end_matches('.'))
 }
 
-/// The name of the node where `host` runs in `job`: a name of one of its tasks (a
-/// Kubernetes workload's), or one of its nodes'.
-fn node_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<String> {
+/// Where a command for a host of the job runs.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    /// The node's name.
+    node: String,
+    /// Inside the container of the job's task of this rank (a workload run in its
+    /// images, whose task the host names).
+    in_task: Option<u32>,
+}
+
+/// Where `host` runs in `job`: the node of the task it names (a Kubernetes workload's
+/// names), inside that task's container when the workload runs in its images; else the
+/// node of that name, of the job's.
+fn target_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<Target> {
     let Some(allocation) = &job.allocation else {
         bail!("job {} has no allocation (it is {})", job.id, job.state);
     };
@@ -127,7 +140,8 @@ fn node_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<String> {
         None => None,
     };
     if let Some(t) = &workload {
-        for task in &allocation.tasks {
+        for (procid, &i) in allocation.rank_order().iter().enumerate() {
+            let task = &allocation.tasks[i];
             let g = usize::from(task.group);
             let pod = cadre_k8s::pod_name(t, g, task.rank);
             let names = cadre_k8s::dns_names(t, g, task.rank);
@@ -135,14 +149,20 @@ fn node_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<String> {
                 .chain(&names)
                 .any(|n| same_host(n, host))
             {
-                return node_name(task.node);
+                return Ok(Target {
+                    node: node_name(task.node)?,
+                    in_task: t.containers.then_some(procid as u32),
+                });
             }
         }
     }
     for id in allocation.nodes() {
         let name = node_name(id)?;
         if same_host(&name, host) {
-            return Ok(name);
+            return Ok(Target {
+                node: name,
+                in_task: None,
+            });
         }
     }
     bail!(
@@ -177,7 +197,7 @@ fn rsh(argv: &[String]) -> Result<u8> {
     let mut client = crate::slurm::connect_args().client()?;
     let job: JobView = client.get(&format!("/jobs/{id}"))?;
     let nodes: NodeList = client.get("/nodes")?;
-    let node = node_of(&remote.host, &job, &nodes)?;
+    let target = target_of(&remote.host, &job, &nodes)?;
     let work_dir = std::env::var("HOME")
         .ok()
         .filter(|h| h.starts_with('/'))
@@ -195,8 +215,9 @@ fn rsh(argv: &[String]) -> Result<u8> {
         env: std::env::vars().collect(),
         name,
         nodes: Some(1),
-        nodelist: Some(node),
+        nodelist: Some(target.node),
         ntasks: Some(1),
+        in_task: target.in_task,
         ..StepRequest::default()
     };
     run_step_request(id, req, false, "cadre-rsh").map_err(|e| anyhow::anyhow!("{e}"))

@@ -1114,6 +1114,49 @@ spec:
     let said = c.ok(&["describe", "job", "onhost"]);
     assert!(said.contains("applied with `--run-in host`"), "{said}");
 
+    // An MPIJob in its images: mpirun in the launcher's container reaches the workers'
+    // containers through cadre-rsh (the node's cadre, mounted), which starts its daemons
+    // inside them; the workers' sshd is not run.
+    let mpi_image =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/container-mpi-image.sh");
+    let built = Command::new("sh")
+        .arg(&mpi_image)
+        .arg(&runtime)
+        .output()
+        .expect("the MPI image script runs");
+    assert!(
+        built.status.success(),
+        "the MPI test image: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let mpi = c.apply(
+        &sshd_mpi_job(
+            "cpi",
+            "OpenMPI",
+            "[mpirun, --allow-run-as-root, -n, '2', python3, /opt/cadre/sum.py]",
+        )
+        .replace(
+            "image: mpioperator/mpi-pi:openmpi",
+            "image: localhost/cadre-mpi:1\n            imagePullPolicy: Never",
+        ),
+    );
+    let state = c.wait(mpi);
+    let out = c.output("cpi", mpi, 0);
+    assert_eq!(state, "COMPLETED", "{out}\n{}", c.log());
+    let described = c.ok(&["describe", "mpijob", "cpi"]);
+    for r in 0..2 {
+        let want = format!(
+            "rank {r} of 2 on {} sum 3",
+            described_node(&described, &format!("cpi-worker-{r}"))
+        );
+        assert!(out.lines().any(|l| l == want), "no `{want}` in:\n{out}");
+    }
+    assert!(
+        described.contains("inside the workers' containers")
+            && described.contains("their containers wait for the daemons"),
+        "{described}"
+    );
+
     // No container is left behind.
     let words: Vec<&str> = runtime.split_whitespace().collect();
     let left = Command::new(words[0])
@@ -1123,10 +1166,9 @@ spec:
         .unwrap();
     let names = String::from_utf8_lossy(&left.stdout);
     assert!(
-        !names
-            .lines()
-            .any(|n| n.starts_with(&format!("cadre-job{job}."))
-                || n.starts_with(&format!("cadre-job{entry}."))),
+        !names.lines().any(|n| [job, entry, mpi]
+            .iter()
+            .any(|j| n.starts_with(&format!("cadre-job{j}.")))),
         "{names}"
     );
 }
@@ -1188,6 +1230,17 @@ fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
     );
     eprintln!("skipped: {why}");
     None
+}
+
+/// The node `cadre describe` says the pod `pod` runs on.
+fn described_node(described: &str, pod: &str) -> String {
+    described
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(pod))
+        .and_then(|l| l.split(" on ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
+        .to_string()
 }
 
 /// An MPIJob named `name` as the MPI Operator's examples write it: 2 workers that run
@@ -1256,16 +1309,7 @@ fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() 
         assert_eq!(state, "COMPLETED", "{name}: {out}\n{}", c.log());
         // Where describe says each worker runs, its rank ran.
         let described = c.ok(&["describe", "mpijob", name]);
-        let node_of = |r: u32| -> String {
-            let pod = format!("{name}-worker-{r}");
-            described
-                .lines()
-                .find(|l| l.split_whitespace().nth(1) == Some(pod.as_str()))
-                .and_then(|l| l.split(" on ").nth(1))
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
-                .to_string()
-        };
+        let node_of = |r: u32| described_node(&described, &format!("{name}-worker-{r}"));
         for r in 0..2 {
             let want = line
                 .replace("{r}", &r.to_string())

@@ -57,6 +57,8 @@ pub(crate) struct LaunchContext {
     pub(crate) controller: String,
     /// The cluster's agent key, which job tokens are made with.
     pub(crate) agent_key: String,
+    /// The executable's loader and libraries, for `cadre-rsh` in containers.
+    pub(crate) rsh_libraries: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 /// What a run's thread tells the service, in order: a task event, or output of a step's
@@ -373,14 +375,33 @@ fn prepare(
     job.kill_wait = Duration::from_secs(rs.kill_wait_secs);
     job.batch = rs.script.is_some();
     job.time_limit = order.time_limit_ms.map(Duration::from_millis);
-    if let (Some(id), Some(ctx)) = (order.run.step, &order.step) {
+    if let (Some(id), Some(step)) = (order.run.step, &order.step) {
         job.step = Some(crate::jobenv::StepEnv {
             id,
-            job_nodelist: ctx.job_nodelist.clone(),
-            job_num_nodes: ctx.job_num_nodes,
-            job_cpus_per_node: ctx.job_cpus_per_node.clone(),
+            job_nodelist: step.job_nodelist.clone(),
+            job_num_nodes: step.job_num_nodes,
+            job_cpus_per_node: step.job_cpus_per_node.clone(),
         });
-        job.relay = ctx.relay;
+        job.relay = step.relay;
+        if let Some(rank) = step.in_task {
+            // Inside the container of the job's task `rank` on this node: the runtime's
+            // `exec` runs from the root directory; the command starts where the container
+            // does.
+            let Some(runtime) = ctx.container_runtime.as_deref() else {
+                return Err(PrepareError::Workload(
+                    crate::workload::WorkloadError::StepNeedsRuntime {
+                        rank,
+                        node: ctx.node_name.clone(),
+                    },
+                ));
+            };
+            job.exec_in = Some(crate::container::ExecIn {
+                runtime: runtime.argv().to_vec(),
+                name: crate::container::container_name(order.run.job.0, order.run.run, None, rank),
+            });
+            job.work_dir = PathBuf::from("/");
+            return Ok((job, run_as, script_dir));
+        }
     }
     if let Some(t) = workload {
         // A Kubernetes workload: each task runs its group's program with its rank's
@@ -400,6 +421,7 @@ fn prepare(
                     executable,
                     controller: &ctx.controller,
                     token: &token,
+                    libraries: ctx.rsh_libraries.as_ref(),
                 }),
         };
         job.programs = crate::workload::prepare(&t, order, node_id, &dir, means, owner)

@@ -359,6 +359,31 @@ impl Engine {
             req,
         )
         .map_err(|why| ApiError::new(ErrorCode::InvalidRequest, why))?;
+        if let Some(rank) = req.in_task {
+            let placed = track.allocation.task_of_procid(rank);
+            let here = allocation.tasks.first().map(|t| t.node);
+            match placed {
+                Some(t) if allocation.tasks.len() == 1 && Some(t.node) == here => {}
+                Some(t) => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "a step inside task {rank}'s container is one task on its node, {}",
+                            cluster.node(t.node).name
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "job {id} has no task {rank} ({} tasks)",
+                            track.allocation.tasks.len()
+                        ),
+                    ));
+                }
+            }
+        }
         let run = track.run;
         let start_time = track.start_time;
         let job_nodes = track.allocation.nodes();
@@ -380,6 +405,7 @@ impl Engine {
             job_num_nodes: job_nodes.len() as u32,
             job_cpus_per_node: cadre_core::hostlist::compress_counts(&job_cpus),
             relay: req.stdout.is_none(),
+            in_task: req.in_task,
         };
         let Some(job) = self.sched.job(id) else {
             return Err(ApiError::new(

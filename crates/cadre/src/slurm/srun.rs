@@ -271,27 +271,67 @@ fn step_request(
         stdout: opts.output.clone(),
         stderr: opts.error.clone(),
         time_limit: opts.time.and_then(|t| t.secs()),
+        in_task: None,
     })
 }
 
-/// Prefixes each line of a task's output with its rank (`--label`).
-struct Labeller {
-    width: usize,
-    at_line_start: BTreeMap<(u32, bool), bool>,
+/// Each task's output, passed on in whole lines, as Slurm's step daemons buffer it, so that
+/// the lines of tasks writing at once do not mix; with `--label`, each line prefixed with
+/// its task's rank.
+#[derive(Default)]
+struct TaskLines {
+    /// The rank's width, when labelling.
+    width: Option<usize>,
+    /// What each task's stream (rank, stderr) wrote after its last newline.
+    pending: BTreeMap<(u32, bool), String>,
 }
 
-impl Labeller {
-    fn label(&mut self, task: u32, err: bool, data: &str) -> String {
-        let mut out = String::with_capacity(data.len() + 8);
-        let start = self.at_line_start.entry((task, err)).or_insert(true);
-        for piece in data.split_inclusive('\n') {
-            if *start {
-                out.push_str(&format!("{task:>w$}: ", w = self.width));
-            }
-            out.push_str(piece);
-            *start = piece.ends_with('\n');
+impl TaskLines {
+    fn labelled(&self, task: u32, lines: &str) -> String {
+        match self.width {
+            None => lines.to_string(),
+            Some(w) => lines
+                .split_inclusive('\n')
+                .map(|l| format!("{task:>w$}: {l}"))
+                .collect(),
         }
-        out
+    }
+
+    /// The whole lines that `data` completes for the task's stream.
+    fn lines(&mut self, task: u32, err: bool, data: &str) -> String {
+        let pending = self.pending.entry((task, err)).or_default();
+        pending.push_str(data);
+        let Some(end) = pending.rfind('\n') else {
+            return String::new();
+        };
+        let rest = pending.split_off(end + 1);
+        let whole = std::mem::replace(pending, rest);
+        self.labelled(task, &whole)
+    }
+
+    /// What is left, unfinished lines at the end, per stream: (stderr, text).
+    fn rest(&mut self) -> Vec<(bool, String)> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .map(|((task, err), text)| (err, self.labelled(task, &text)))
+            .collect()
+    }
+}
+
+/// Writes `text` to stdout or stderr, at once.
+fn emit(err: bool, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    if err {
+        let mut e = std::io::stderr().lock();
+        let _ = e.write_all(text.as_bytes());
+        let _ = e.flush();
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(text.as_bytes());
+        let _ = o.flush();
     }
 }
 
@@ -327,10 +367,8 @@ pub fn run_step_request(
     let result = rt.block_on(async move {
         let mut conn = Connection::open(&target, token.clone()).await?;
         let mut step_no: Option<u32> = None;
-        let mut labeller: Option<Labeller> = None;
+        let lines = std::cell::RefCell::new(TaskLines::default());
         let mut end: Option<(JobState, Option<i32>, Option<String>)> = None;
-        let stdout = std::io::stdout();
-        let stderr = std::io::stderr();
         let (cancel_tx, mut cancel_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
         let path = format!("/jobs/{id}/steps");
         let streaming = conn.stream_lines(&path, &req, |line| {
@@ -340,26 +378,11 @@ pub fn run_step_request(
                     step_no = Some(step.step);
                     let _ = cancel_tx.send(step.step);
                     let digits = (step.ntasks.max(1) - 1).to_string().len();
-                    labeller = label.then(|| Labeller {
-                        width: digits,
-                        at_line_start: BTreeMap::new(),
-                    });
+                    lines.borrow_mut().width = label.then_some(digits);
                 }
                 StepEvent::Output { task, stream, data } => {
                     let err = stream == OutputStream::Stderr;
-                    let text = match &mut labeller {
-                        Some(l) => l.label(task, err, &data),
-                        None => data,
-                    };
-                    if err {
-                        let mut e = stderr.lock();
-                        let _ = e.write_all(text.as_bytes());
-                        let _ = e.flush();
-                    } else {
-                        let mut o = stdout.lock();
-                        let _ = o.write_all(text.as_bytes());
-                        let _ = o.flush();
-                    }
+                    emit(err, &lines.borrow_mut().lines(task, err, &data));
                 }
                 StepEvent::Ended {
                     state,
@@ -396,6 +419,9 @@ pub fn run_step_request(
             r = streaming => r.err(),
             _ = interrupts => None,
         };
+        for (err, text) in lines.borrow_mut().rest() {
+            emit(err, &text);
+        }
         if let Some(e) = cut {
             // Refused outright: the controller's answer. Cut short: the step goes on.
             if step_no.is_none() {
@@ -585,4 +611,32 @@ fn salloc(args: &[String]) -> Result<ExitCode, SlurmError> {
         relinquish(&client, id, code);
     }
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskLines;
+
+    #[test]
+    fn tasks_output_is_passed_on_in_whole_lines_labelled_when_asked() {
+        let mut l = TaskLines::default();
+        assert_eq!(l.lines(1, false, "rank 1 sum"), "");
+        assert_eq!(
+            l.lines(0, false, "rank 0 sum 1\nrank 0 b"),
+            "rank 0 sum 1\n"
+        );
+        assert_eq!(l.lines(1, false, " 1\n"), "rank 1 sum 1\n");
+        assert_eq!(l.lines(1, true, "oops"), "");
+        assert_eq!(
+            l.rest(),
+            vec![(false, "rank 0 b".to_string()), (true, "oops".to_string())]
+        );
+        assert!(l.rest().is_empty());
+        let mut l = TaskLines {
+            width: Some(2),
+            ..TaskLines::default()
+        };
+        assert_eq!(l.lines(3, false, "a\nb\nc"), " 3: a\n 3: b\n");
+        assert_eq!(l.rest(), vec![(false, " 3: c".to_string())]);
+    }
 }
