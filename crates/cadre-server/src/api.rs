@@ -58,7 +58,20 @@ impl FromRequestParts<AppState> for Principal {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        state.auth.identify(&peer, authorization).await
+        let who = state.auth.identify(&peer, authorization).await?;
+        if let crate::auth::Via::JobToken(job) = who.via {
+            let path = parts.uri.path();
+            let path = path.strip_prefix(PREFIX).unwrap_or(path);
+            if !crate::auth::job_token_reaches(job, &parts.method, path) {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "a job token reaches only its own job {job}: the job, its steps and the nodes"
+                    ),
+                ));
+            }
+        }
+        Ok(who)
     }
 }
 

@@ -7,6 +7,7 @@
 
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
+use cadre_core::job::JobId;
 use cadre_proto::api::ErrorCode;
 use cadre_store::TokenHash;
 use std::net::SocketAddr;
@@ -52,8 +53,9 @@ pub struct Principal {
 pub enum Via {
     PeerCredentials,
     Token,
-    /// A job's token ([`cadre_proto::job_token`]): its tasks act as its user while it runs.
-    JobToken,
+    /// A job's token ([`cadre_proto::job_token`]): its tasks act as its user while it runs,
+    /// on that job only ([`job_token_reaches`]).
+    JobToken(JobId),
 }
 
 impl Via {
@@ -61,7 +63,7 @@ impl Via {
         match self {
             Via::PeerCredentials => "peer-credentials",
             Via::Token => "token",
-            Via::JobToken => "job-token",
+            Via::JobToken(_) => "job-token",
         }
     }
 }
@@ -73,6 +75,26 @@ pub struct Authenticator {
     pub owner_uid: u32,
     /// The agents' shared key.
     pub agent_key: String,
+}
+
+/// Whether a request with job `job`'s token may go to `path` (under the API's prefix):
+/// what `cadre rsh` and `srun` in the job need, and nothing else: who it is, the nodes,
+/// the job itself, and its steps (create, list, cancel).
+pub fn job_token_reaches(job: JobId, method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    let own = format!("/jobs/{job}");
+    let Some(rest) = path.strip_prefix(own.as_str()) else {
+        return *method == Method::GET && (path == "/whoami" || path == "/nodes");
+    };
+    let step_cancel = rest
+        .strip_prefix("/steps/")
+        .and_then(|r| r.strip_suffix("/cancel"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match *method {
+        Method::GET => rest.is_empty() || rest == "/steps",
+        Method::POST => rest == "/steps" || step_cancel,
+        _ => false,
+    }
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -118,7 +140,7 @@ impl Authenticator {
                 Some(j) if j.status.state.is_active() => Ok(Principal {
                     user: j.spec.user,
                     admin: false,
-                    via: Via::JobToken,
+                    via: Via::JobToken(job),
                 }),
                 _ => Err(unauthenticated(&format!(
                     "the job token is of job {job}, which is not running"
@@ -158,6 +180,36 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_token_reaches_its_own_job_s_steps_only() {
+        use axum::http::Method;
+        let j = JobId(12);
+        for (m, p) in [
+            (Method::GET, "/whoami"),
+            (Method::GET, "/nodes"),
+            (Method::GET, "/jobs/12"),
+            (Method::GET, "/jobs/12/steps"),
+            (Method::POST, "/jobs/12/steps"),
+            (Method::POST, "/jobs/12/steps/3/cancel"),
+        ] {
+            assert!(job_token_reaches(j, &m, p), "{m} {p}");
+        }
+        for (m, p) in [
+            (Method::GET, "/jobs"),
+            (Method::GET, "/jobs/13"),
+            (Method::GET, "/jobs/123/steps"),
+            (Method::POST, "/jobs/13/steps"),
+            (Method::DELETE, "/jobs/12"),
+            (Method::POST, "/jobs/12/cancel"),
+            (Method::POST, "/jobs"),
+            (Method::POST, "/tokens"),
+            (Method::POST, "/jobs/12/steps/x/cancel"),
+            (Method::GET, "/usage"),
+        ] {
+            assert!(!job_token_reaches(j, &m, p), "{m} {p}");
+        }
+    }
 
     #[test]
     fn bearer_tokens_are_read_from_the_header() {

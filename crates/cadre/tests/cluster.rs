@@ -697,8 +697,9 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
 }
 
 /// A job's token (made, as its agents make it, from the cluster's agent key) acts as the
-/// job's user over TCP while the job runs: `cadre rsh` with it starts a step on one of the
-/// job's nodes and passes its output back. Forged, or once the job has ended, it is refused.
+/// job's user over TCP while the job runs, on that job only: `cadre rsh` with it starts a
+/// step on one of the job's nodes and passes its output back. Forged, or once the job has
+/// ended, it is refused.
 #[test]
 fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     let addr = format!("127.0.0.1:{}", free_port());
@@ -713,6 +714,23 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["via"], "job-token", "{body}");
     assert_eq!(body["admin"], false, "{body}");
+    // It reaches its own job, its steps and the nodes, nothing else.
+    let (status, body) = http(
+        tcp(),
+        "GET",
+        &format!("/api/v1/jobs/{id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    for (method, path) in [
+        ("GET", "/api/v1/jobs".to_string()),
+        ("DELETE", format!("/api/v1/jobs/{id}")),
+    ] {
+        let (status, body) = http(tcp(), method, &path, Some(&token), None);
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        assert_eq!(body["error"]["code"], "forbidden", "{body}");
+    }
     let forged = cadre_proto::job_token::make("not the key", cadre_core::job::JobId(id));
     let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&forged), None);
     assert_eq!(status, 401, "{body}");
