@@ -44,7 +44,11 @@
 //! by its MPI's variables, with `CADRE_SERVER` and the job's token (`CADRE_TOKEN`, see
 //! [`cadre_proto::job_token`]) to reach the controller: it starts MPI's daemons as steps of
 //! the job on the workers' nodes. Workers whose program is `sshd`
-//! ([`cadre_k8s::holds_for_rsh`]) run nothing; their nodes hold their share.
+//! ([`cadre_k8s::holds_for_rsh`]) run nothing; their nodes hold their share. In
+//! containers, every container of the job has `cadre-rsh` (a script running the node's
+//! executable with the node's loader and libraries, mounted under `/.cadre`, and the
+//! controller's socket), the workers' containers wait, and the daemons are started inside
+//! them (a step with `in_task`, the runtime's `exec`).
 //!
 //! Not here: SSH key pairs for MPI's and Volcano's `ssh` (the translation records where
 //! they are expected; cadre makes none, see above).
@@ -64,8 +68,8 @@ use crate::container::{self, ContainerRuntime, ContainerSpec};
 use crate::jobenv::{self, TaskProgram};
 use cadre_k8s::PullPolicy;
 
-/// Where a launcher's container sees cadre's executable and the node's loader and
-/// libraries (under `lib/`), for its `cadre-rsh`.
+/// Where a workload's containers see cadre's executable and the node's loader and
+/// libraries (under `lib/`), for their `cadre-rsh`.
 const RSH_ROOT: &str = "/.cadre";
 
 /// What an MPI worker's container runs in place of its sshd: nothing, until it is
@@ -303,7 +307,7 @@ pub fn prepare(
             None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
         }
     }
-    // What the launcher's container mounts for its `cadre-rsh`.
+    // What every container of the job mounts for its `cadre-rsh`.
     let mut rsh_mounts: Vec<(PathBuf, String)> = Vec::new();
     if let Some(rsh) = rsh {
         // The launcher's `cadre-rsh`, beside its hostfile: on the host a link to the
