@@ -611,8 +611,13 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
 
 /// The container runtime of the container tests (`CADRE_TEST_CONTAINER_RUNTIME`, default
 /// `podman`) with the test image made by `scripts/container-test-image.sh`; `None` (the
-/// test is skipped, saying why) where there is none, except under CI, which must have one.
+/// test is skipped, saying why) where there is none, except under CI, which must have one,
+/// and where the tests do not run as root (the runtime is rootful).
 fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
+    if !is_root() {
+        eprintln!("skipped: the container tests run a rootful runtime");
+        return None;
+    }
     let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
     let skip = |why: String| {
         assert!(
@@ -682,10 +687,6 @@ fn container_program(
 
 #[test]
 fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
-    if !is_root() {
-        eprintln!("skipped: the container tests run a rootful runtime");
-        return;
-    }
     let Some(rt) = test_runtime() else { return };
     let nobody = RunAs::lookup("nobody").unwrap();
     let dir = open_dir();
@@ -724,10 +725,6 @@ fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
 
 #[test]
 fn a_cancelled_container_task_that_ignores_sigterm_is_killed_with_its_container() {
-    if !is_root() {
-        eprintln!("skipped: the container tests run a rootful runtime");
-        return;
-    }
     let Some(rt) = test_runtime() else { return };
     let nobody = RunAs::lookup("nobody").unwrap();
     let dir = open_dir();

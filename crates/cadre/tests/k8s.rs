@@ -942,14 +942,7 @@ spec:
 /// root (the runtime is rootful), except under CI, which must run them.
 fn container_runtime() -> Option<String> {
     let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
-    let skip = |why: String| {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs the container tests: {why}"
-        );
-        eprintln!("skipped: {why}");
-        None
-    };
+    let skip = |why: String| skip_unless_ci("the container tests", &why);
     if !nix::unistd::geteuid().is_root() {
         return skip("the container tests run a rootful runtime, as root".into());
     }
@@ -1224,10 +1217,13 @@ fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
         ),
         Err(e) => format!("no {MPI_PYTHON}: {e}"),
     };
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI runs the MPI test: {why}"
-    );
+    skip_unless_ci("the MPI test", &why)
+}
+
+/// `None`, saying on stderr why `tests` are skipped; under CI, which must run them, a
+/// failure instead.
+fn skip_unless_ci<T>(tests: &str, why: &str) -> Option<T> {
+    assert!(std::env::var_os("CI").is_none(), "CI runs {tests}: {why}");
     eprintln!("skipped: {why}");
     None
 }
