@@ -7,7 +7,8 @@
 //! process of its own (cgroup v2's "no internal processes" rule). Preparing it is the
 //! agent process's job, not this module's.
 //!
-//! Decided: a child `job<J>.task<T>` per task, with `memory.max` set to the task's
+//! Decided: a child `job<J>.task<T>` per task of a job (`job<J>.step<S>.task<T>` of a
+//! step, whose task numbers restart at 0 beside the job's own), with `memory.max` set to the task's
 //! allocated memory when it has one; the task joins it before exec. Afterwards
 //! `memory.events` says whether the kernel killed anything in it for lack of memory
 //! (`oom_kill`); that is the only honest source for OUT_OF_MEMORY, and without a cgroup the
@@ -51,10 +52,12 @@ pub struct TaskCgroup {
 }
 
 impl TaskCgroup {
-    /// Creates the task's cgroup under `parent`, limited to `mem_mib` when non-zero.
+    /// Creates the cgroup of task `procid` of the job (of its step `step`) under `parent`,
+    /// limited to `mem_mib` when non-zero.
     pub fn create(
         parent: &Path,
         job: JobId,
+        step: Option<u32>,
         procid: u32,
         mem_mib: u64,
     ) -> Result<TaskCgroup, CgroupError> {
@@ -63,7 +66,10 @@ impl TaskCgroup {
                 path: parent.to_path_buf(),
             });
         }
-        let path = parent.join(format!("job{job}.task{procid}"));
+        let path = parent.join(match step {
+            None => format!("job{job}.task{procid}"),
+            Some(step) => format!("job{job}.step{step}.task{procid}"),
+        });
         match fs::create_dir(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -146,9 +152,20 @@ mod tests {
     }
 
     #[test]
+    fn a_step_s_task_has_a_cgroup_apart_from_the_job_s_task_of_its_number() {
+        // Killing a step's cgroup at its end must not kill the job's task 0 beside it.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("cgroup.controllers"), "memory\n").unwrap();
+        let job = TaskCgroup::create(dir.path(), JobId(7), None, 0, 0).unwrap();
+        let step = TaskCgroup::create(dir.path(), JobId(7), Some(0), 0, 0).unwrap();
+        assert_eq!(job.path(), dir.path().join("job7.task0"));
+        assert_eq!(step.path(), dir.path().join("job7.step0.task0"));
+    }
+
+    #[test]
     fn a_directory_outside_cgroup_v2_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = TaskCgroup::create(dir.path(), JobId(1), 0, 0).unwrap_err();
+        let err = TaskCgroup::create(dir.path(), JobId(1), None, 0, 0).unwrap_err();
         assert!(
             err.to_string().contains("is not a cgroup v2 directory"),
             "{err}"

@@ -88,14 +88,17 @@ pub struct JobLaunch {
     /// The tasks' output goes to pipes the agent relays back to `srun`, not to files.
     pub relay: bool,
     /// Bind mounts of the tasks that have no program of their own (the job's hosts file
-    /// over `/etc/hosts`, see [`crate::workload::node_hosts_file`]); needs the agent to be
-    /// root.
+    /// over `/etc/hosts`, see [`crate::workload::node_hosts_file`]); only where the agent
+    /// can mount ([`crate::mountns::TaskMounts::can_bind`]).
     pub binds: Vec<(PathBuf, PathBuf)>,
     /// Variables set last, over everything (`CADRE_HOSTS_FILE`).
     pub extra_env: Vec<(String, String)>,
     /// Every task runs its command inside this running container (a step inside a
     /// workload task's container); the runtime's `exec` is then the task's process.
     pub exec_in: Option<crate::container::ExecIn>,
+    /// When a task's own process ends, what it left behind in its process group and
+    /// cgroup is not killed (a step of `cadre rsh`, as an ssh session).
+    pub leftovers_outlive: bool,
 }
 
 /// What a job step's tasks see of the step and of its job.
@@ -183,6 +186,7 @@ impl JobLaunch {
             binds: Vec::new(),
             extra_env: Vec::new(),
             exec_in: None,
+            leftovers_outlive: false,
         }
     }
 }

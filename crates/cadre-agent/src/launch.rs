@@ -10,7 +10,10 @@
 //! - its own process group (signals reach the whole task, not the agent);
 //! - its CPU affinity set to exactly the allocated cores;
 //! - its cgroup, when the node has a cgroup parent ([`crate::cgroup`]);
-//! - the user's uid, primary gid and supplementary groups when the agent is root.
+//! - the user's uid, primary gid and supplementary groups when the agent is root;
+//! - the job's files (hosts, MPI, Volcano) mounted over the node's in a mount namespace of
+//!   its own when the job has any ([`crate::mountns`]: in a user namespace of its own when
+//!   the agent is not root).
 //!
 //! Who a task may run as: an agent running as root runs each task as its submitter and
 //! refuses to run as root a task whose submitter is not `root`; an agent that is not root
@@ -54,7 +57,7 @@ use std::time::Instant;
 /// exec'd (or died) by the time `spawn` returns.
 static FORK_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-fn fork_guard() -> std::sync::RwLockReadGuard<'static, ()> {
+pub(crate) fn fork_guard() -> std::sync::RwLockReadGuard<'static, ()> {
     // The lock guards no data: a panic while it was held leaves nothing inconsistent.
     FORK_LOCK.read().unwrap_or_else(|e| e.into_inner())
 }
@@ -316,6 +319,9 @@ struct ChildPlan {
     /// Bind mounts `(what, where)` made in a mount namespace of the task's own; none: the
     /// task shares the agent's.
     binds: Vec<(CString, CString)>,
+    /// With `binds`, for an agent that is not root: the mount namespace is made in a user
+    /// namespace of the task's own, its ids mapped to themselves ([`crate::mountns`]).
+    user_ns: Option<crate::mountns::UserMaps>,
     switch: Option<UserSwitch>,
     /// With `switch`: the child keeps the agent's identity and takes the user's only for
     /// the file system (working directory, output files), then gives it back: a container
@@ -354,26 +360,10 @@ impl ChildPlan {
         if !self.binds.is_empty() {
             // A mount namespace of the task's own, private so that nothing mounted in it
             // propagates back to the node; then the job's files over the node's.
-            use nix::mount::{MsFlags, mount};
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+            crate::mountns::enter(self.user_ns.as_ref())
                 .map_err(|e| fail(ChildStep::Namespace, e))?;
-            mount(
-                None::<&std::ffi::CStr>,
-                c"/",
-                None::<&std::ffi::CStr>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&std::ffi::CStr>,
-            )
-            .map_err(|e| fail(ChildStep::Namespace, e))?;
             for (what, at) in &self.binds {
-                mount(
-                    Some(what.as_c_str()),
-                    at.as_c_str(),
-                    None::<&std::ffi::CStr>,
-                    MsFlags::MS_BIND,
-                    None::<&std::ffi::CStr>,
-                )
-                .map_err(|e| fail(ChildStep::Bind, e))?;
+                crate::mountns::bind(what, at).map_err(|e| fail(ChildStep::Bind, e))?;
             }
         }
         if let Some(s) = &self.switch {
@@ -570,11 +560,16 @@ pub(crate) fn launch_task_with(
 
     let cgroup = match &node.cgroup_parent {
         Some(parent) => Some(
-            TaskCgroup::create(parent, job.id, place.procid, mem_mib).map_err(|source| {
-                LaunchError::Cgroup {
-                    job: job.id,
-                    source,
-                }
+            TaskCgroup::create(
+                parent,
+                job.id,
+                job.step.as_ref().map(|s| s.id),
+                place.procid,
+                mem_mib,
+            )
+            .map_err(|source| LaunchError::Cgroup {
+                job: job.id,
+                source,
             })?,
         ),
         None => None,
@@ -596,6 +591,8 @@ pub(crate) fn launch_task_with(
         cpus,
         switch: switch.clone(),
         files_only,
+        user_ns: (!binds.is_empty() && !nix::unistd::geteuid().is_root())
+            .then(crate::mountns::UserMaps::own),
         binds,
         work_dir: path_c("working directory", work_dir)?,
         relay: job.relay,
@@ -630,8 +627,9 @@ pub(crate) fn launch_task_with(
     // SAFETY: `pre_exec` runs the closure in the child between fork and exec, where only
     // async-signal-safe operations are allowed (the parent may have other threads holding
     // locks, e.g. the allocator's). `ChildPlan::run` only reads data prepared before the
-    // fork (C strings, a CpuSet, a group list, file descriptors) and makes direct system
-    // calls through nix (write, sched_setaffinity, unshare, mount, setgroups, setgid,
+    // fork (C strings, a CpuSet, a group list, a user namespace's id maps, file
+    // descriptors) and makes direct system calls through nix (write, sched_setaffinity,
+    // unshare, mount, open and write of `/proc/self`'s id maps, setgroups, setgid,
     // setuid, chdir, open, dup2, close on drop of the opened descriptors); none of them
     // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
     // arguments) straight through and `io::Error::from_raw_os_error`
@@ -685,7 +683,8 @@ pub(crate) fn launch_task_with(
         },
         cgroup,
     )
-    .in_container(container.map(|c| (c.runtime.clone(), c.name.clone()))))
+    .in_container(container.map(|c| (c.runtime.clone(), c.name.clone())))
+    .leftovers_outlive(job.leftovers_outlive))
 }
 
 fn describe_step(
@@ -704,7 +703,9 @@ fn describe_step(
         None => format!("cannot execute `{program}`"),
         Some(ChildStep::Cgroup) => "cannot join the task's cgroup".into(),
         Some(ChildStep::Affinity) => "cannot pin to the allocated cores".into(),
-        Some(ChildStep::Namespace) => "cannot make the task's own mount namespace".into(),
+        Some(ChildStep::Namespace) => {
+            "cannot make the task's own mount namespace (and, for an agent that is not root, user namespace)".into()
+        }
         Some(ChildStep::Bind) => {
             "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
         }

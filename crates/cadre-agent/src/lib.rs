@@ -34,6 +34,7 @@ pub mod gang;
 pub mod gpu;
 pub mod jobenv;
 pub mod launch;
+pub mod mountns;
 pub mod pattern;
 pub mod service;
 pub mod supervise;

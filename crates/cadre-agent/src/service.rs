@@ -493,6 +493,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         cgroup_parent: config.cgroup_parent.clone(),
         state_dir: config.state_dir.clone(),
         agent_uid: nix::unistd::geteuid().as_raw(),
+        mounts: crate::mountns::TaskMounts::probe(),
         container_runtime: runtime,
         gpus_emulated: found.gpus_emulated,
         rsh_executable: config.rsh_executable.clone(),

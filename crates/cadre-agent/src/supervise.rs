@@ -364,6 +364,8 @@ pub struct RunningTask {
     /// The task's process is a container runtime's `run`: `(runtime command, container
     /// name)`, removed when the task ends (see [`crate::container`]).
     container: Option<(Vec<String>, String)>,
+    /// What the task's process leaves behind is not killed when it ends.
+    leftovers_outlive: bool,
 }
 
 impl RunningTask {
@@ -387,7 +389,15 @@ impl RunningTask {
             cancel_applied: false,
             outcome: None,
             container: None,
+            leftovers_outlive: false,
         }
+    }
+
+    /// When the task's process ends, the processes it left in its process group and
+    /// cgroup go on (as after an ssh session); its cgroup is then removed only if empty.
+    pub(crate) fn leftovers_outlive(mut self, outlive: bool) -> RunningTask {
+        self.leftovers_outlive = outlive;
+        self
     }
 
     /// The task runs in this container (`(runtime command, container name)`).
@@ -548,13 +558,15 @@ impl RunningTask {
             Ok(_) => {}
             Err(e) => return Err(self.wait_error(e.into())),
         }
-        if let Some(cg) = &self.cgroup {
-            cg.kill_all();
+        if !self.leftovers_outlive {
+            if let Some(cg) = &self.cgroup {
+                cg.kill_all();
+            }
+            self.send(SignalAction {
+                target: SignalTarget::Group,
+                signal: Signal::SIGKILL,
+            })?;
         }
-        self.send(SignalAction {
-            target: SignalTarget::Group,
-            signal: Signal::SIGKILL,
-        })?;
         let status = self.child.wait().map_err(|e| self.wait_error(e))?;
         self.remove_container();
         let termination = match (status.code(), status.signal()) {

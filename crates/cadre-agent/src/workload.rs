@@ -18,12 +18,16 @@
 //! [`crate::launch`]) where the job's `hosts` file is bind-mounted over `/etc/hosts`, and
 //! the `mpi/` and `volcano/` directories over `/etc/mpi` and `/etc/volcano` (created empty
 //! on the node when missing, as mount points), where the programs expect them. The node's
-//! own `/etc/hosts` is untouched. When the agent is not root it cannot do that: the files
-//! stay in the run's directory, the contract's variables name that directory
-//! (`OMPI_MCA_orte_default_hostfile`, ...), `CADRE_HOSTS_FILE` names the hosts file, and the
-//! peers' names do **not** resolve through the system resolver (a program may read the
-//! hosts file itself). glibc's `HOSTALIASES` is no substitute: it maps names to names,
-//! only for names without dots, and only on the DNS path.
+//! own `/etc/hosts` is untouched. When the agent is not root, the mount namespace is made
+//! in a user namespace of the task's own ([`crate::mountns`]) where the kernel allows it:
+//! the hosts file is mounted the same way, and `mpi/` and `volcano/` only where `/etc/mpi`
+//! and `/etc/volcano` exist on the node (it cannot create them); otherwise the contract's
+//! variables name those directories in the run's directory
+//! (`OMPI_MCA_orte_default_hostfile`, ...). Where neither works, the files stay in the
+//! run's directory, `CADRE_HOSTS_FILE` names the hosts file, and the peers' names do
+//! **not** resolve through the system resolver (a program may read the hosts file itself).
+//! glibc's `HOSTALIASES` is no substitute: it maps names to names, only for names without
+//! dots, and only on the DNS path.
 //!
 //! **Ports.** Tasks of different jobs share a node's ports (on `cadre up` every node is
 //! this machine), so the rendezvous port a PyTorchJob's tasks use (`MASTER_PORT`, the
@@ -53,6 +57,7 @@
 //! Not here: SSH key pairs for MPI's and Volcano's `ssh` (the translation records where
 //! they are expected; cadre makes none, see above).
 
+use crate::mountns::TaskMounts;
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeId;
 use cadre_k8s::contract::{MPI_DIR, VOLCANO_DIR};
@@ -190,8 +195,8 @@ pub fn placement(
 /// What a node can do for a workload's tasks.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeMeans<'a> {
-    /// The agent is root: it can give tasks their own mount namespace.
-    pub root: bool,
+    /// How tasks get the job's files at their usual paths.
+    pub mounts: TaskMounts,
     /// The node's container runtime, if any.
     pub runtime: Option<&'a ContainerRuntime>,
     /// The node's GPUs are real (containers get them as devices).
@@ -228,10 +233,10 @@ pub fn prepare(
     means: NodeMeans<'_>,
     owner: Option<(u32, u32)>,
 ) -> Result<BTreeMap<usize, TaskProgram>, WorkloadError> {
-    let root = means.root;
+    let mounts = means.mounts;
     // Where the job's files appear at their usual paths: in containers (the runtime mounts
-    // them) or in a root agent's mount namespaces.
-    let mounted = root || t.containers;
+    // them) or in the tasks' own mount namespaces.
+    let mounted = |at: &str| t.containers || mounts.can_mount_at(at);
     let node_name = order.node_names.get(&node).cloned().unwrap_or_default();
     let mut p = placement(
         t,
@@ -251,8 +256,10 @@ pub fn prepare(
     p.rendezvous_port = Some(rendezvous_port(order.run.job));
     let mpi_host = run_dir.join("mpi");
     let volcano_host = run_dir.join("volcano");
-    if !mounted {
+    if !mounted(MPI_DIR) {
         p.mpi_dir = mpi_host.display().to_string();
+    }
+    if !mounted(VOLCANO_DIR) {
         p.volcano_dir = volcano_host.display().to_string();
     }
     // MPI's remote launch goes through cadre's rsh agent (in containers, only where the
@@ -344,7 +351,7 @@ pub fn prepare(
             dirs_used.push((mpi_host.clone(), MPI_DIR, vec![0]));
         }
     }
-    if root && !t.containers {
+    if mounts == TaskMounts::Root && !t.containers {
         for (_, at, _) in &dirs_used {
             // The mount point, empty on the node.
             std::fs::create_dir_all(at).map_err(write_err(Path::new(at)))?;
@@ -454,12 +461,12 @@ pub fn prepare(
         // launcher's `mpirun` reaches it through the rsh agent.
         let holds = cadre_k8s::holds_for_rsh(t, group);
         let mut binds = Vec::new();
-        if !root {
+        if !mounts.can_bind() {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
         } else if !holds {
             binds.push((hosts_path.clone(), PathBuf::from(NODE_HOSTS)));
             for (dir, at, groups) in &dirs_used {
-                if groups.contains(&group) {
+                if groups.contains(&group) && mounted(at) {
                     binds.push((dir.clone(), PathBuf::from(at)));
                 }
             }
@@ -484,8 +491,8 @@ pub fn prepare(
 /// `/etc/hosts`, then each such node's name at its address, so that a script that takes
 /// `MASTER_ADDR` from `scontrol show hostnames` reaches the right host. `None` when every
 /// node's name is its address (names resolve as they always do). Written to
-/// `run_dir/hosts`; the caller bind-mounts it over `/etc/hosts` (as root) or names it in
-/// `CADRE_HOSTS_FILE`.
+/// `run_dir/hosts`; the caller bind-mounts it over `/etc/hosts` (where the agent can,
+/// [`TaskMounts::can_bind`]) and names it in `CADRE_HOSTS_FILE`.
 pub fn node_hosts_file(
     order: &LaunchOrder,
     run_dir: &Path,
@@ -627,8 +634,8 @@ spec:
         }
     }
 
-    const HOST_NOT_ROOT: NodeMeans<'static> = NodeMeans {
-        root: false,
+    const HOST_NO_MOUNTS: NodeMeans<'static> = NodeMeans {
+        mounts: TaskMounts::None,
         runtime: None,
         real_gpus: false,
         rsh: None,
@@ -677,8 +684,8 @@ spec:
         let o = order(&t);
         let dir = tempfile::tempdir().unwrap();
         let run_dir = dir.path().join("job12345.0");
-        // Not root: no binds, files named by their place in the run's directory.
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NOT_ROOT, None).unwrap();
+        // No mounts: no binds, files named by their place in the run's directory.
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NO_MOUNTS, None).unwrap();
         assert_eq!(programs.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
         let master = &programs[&1];
         assert_eq!(master.command, ["python3", "train.py", "--rank=0"]);
@@ -719,7 +726,7 @@ spec:
                 token: "cadre-job-12345-00",
                 libraries: None,
             }),
-            ..HOST_NOT_ROOT
+            ..HOST_NO_MOUNTS
         };
         // Node 2 has worker 1 and the launcher (task 1: group 0, rank 0).
         let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
@@ -739,13 +746,48 @@ spec:
         assert_eq!(worker.command, ["/usr/sbin/sshd", "-De"]);
         assert!(!worker.env.iter().any(|(k, _)| k == "CADRE_SERVER"));
         // Without the agent, the launcher names none.
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NOT_ROOT, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NO_MOUNTS, None).unwrap();
         assert!(
             !programs[&1]
                 .env
                 .iter()
                 .any(|(k, _)| k == "OMPI_MCA_plm_rsh_agent")
         );
+    }
+
+    #[test]
+    fn in_a_user_namespace_the_hosts_file_is_mounted_and_mpi_files_where_etc_mpi_is() {
+        let o = TranslateOptions::new("alice", "research", "/home/alice");
+        let t = translate(&parse_documents(MPI, "t").unwrap()[0], &o).unwrap();
+        let o = order(&t);
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("job12345.0");
+        let means = NodeMeans {
+            mounts: TaskMounts::UserNamespace,
+            ..HOST_NO_MOUNTS
+        };
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let launcher = &programs[&1];
+        let env: BTreeMap<_, _> = launcher.env.iter().cloned().collect();
+        assert!(!env.contains_key("CADRE_HOSTS_FILE"), "{env:?}");
+        assert!(
+            launcher
+                .binds
+                .contains(&(run_dir.join("hosts"), PathBuf::from(NODE_HOSTS))),
+            "{:?}",
+            launcher.binds
+        );
+        // An agent that is not root cannot create `/etc/mpi`: where the node has none, the
+        // files are named in the run's directory.
+        let etc_mpi = Path::new(MPI_DIR).is_dir();
+        let mpi_bind = (run_dir.join("mpi"), PathBuf::from(MPI_DIR));
+        assert_eq!(launcher.binds.contains(&mpi_bind), etc_mpi);
+        let hostfile = if etc_mpi {
+            format!("{MPI_DIR}/hostfile")
+        } else {
+            run_dir.join("mpi/hostfile").display().to_string()
+        };
+        assert_eq!(env["OMPI_MCA_orte_default_hostfile"], hostfile);
     }
 
     #[test]
@@ -769,7 +811,7 @@ spec:
                 token: "cadre-job-12345-00",
                 libraries: Some(&libraries),
             }),
-            ..HOST_NOT_ROOT
+            ..HOST_NO_MOUNTS
         };
         let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
         let launcher = programs[&1].container.as_ref().unwrap();
@@ -822,7 +864,7 @@ spec:
         let mut o = order(&t);
         o.allocation.tasks.push(task(5, 0, 2));
         let dir = tempfile::tempdir().unwrap();
-        let err = prepare(&t, &o, NodeId(2), dir.path(), HOST_NOT_ROOT, None).unwrap_err();
+        let err = prepare(&t, &o, NodeId(2), dir.path(), HOST_NO_MOUNTS, None).unwrap_err();
         assert!(err.is_permanent());
         assert_eq!(
             err.to_string(),

@@ -258,6 +258,10 @@ pub struct StepContext {
     /// [`crate::api::StepRequest::in_task`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_task: Option<u32>,
+    /// The processes the step's tasks leave behind outlive them (see
+    /// [`crate::api::StepRequest::leftovers_outlive`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leftovers_outlive: bool,
 }
 
 /// Reads `LaunchOrder::node_names`, whose JSON keys are strings. Needed because serde reads
@@ -332,6 +336,7 @@ mod tests {
                 job_cpus_per_node: "2(x2)".into(),
                 relay: true,
                 in_task: Some(3),
+                leftovers_outlive: true,
             }),
         };
         for m in [

@@ -189,6 +189,13 @@ pub struct StepRequest {
     /// `cadre rsh` asks for it to start MPI's daemons in the workers' images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_task: Option<u32>,
+    /// Processes the command leaves behind outlive the step, as they outlive an ssh
+    /// session: when the command's own process ends, the rest of its process group (and
+    /// cgroup) is not killed. `cadre rsh` asks for it: OpenMPI's `orted` detaches itself
+    /// from its step (fork, then setsid), and killing the group as the parent exits would
+    /// race the child's setsid.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leftovers_outlive: bool,
 }
 
 /// The step number of a job's batch step (its script's own run, on its first node), as

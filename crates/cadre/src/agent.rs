@@ -27,7 +27,9 @@ with an error when the controller rejects its key or refuses it.
 
 Users: an agent running as root runs each job as the user who submitted it, and never runs \
 as root a job that root did not submit. An agent running as another user runs jobs as itself, so it only \
-runs that user's jobs.
+runs that user's jobs; it gives each task a user namespace of its own (its ids mapped to \
+themselves) where the kernel allows it, so that the job's hosts file is mounted over /etc/hosts \
+for the task as a root agent's is, and logs a warning when the kernel refuses.
 
 The key (the controller's agent.key) comes from --key-file, else from the CADRE_AGENT_KEY \
 environment variable, else from agent.key in the data directory ($CADRE_DATA_DIR, default \

@@ -14,7 +14,7 @@
 //! names that resolve to it inside the job (a Kubernetes workload's: `<pod>.<job>...`) and
 //! its node's name; the step: one task on that node, running `/bin/sh -c` with the
 //! command's words joined by spaces (as ssh hands them to the remote shell), starting in
-//! `$HOME`, with this program's environment (the step's `SLURM_*` over it), its output
+//! `$HOME` (`/` when it is not a directory, as sshd), with this program's environment (the step's `SLURM_*` over it), its output
 //! passed back on this program's stdout and stderr. For a workload run in its images, the
 //! step runs inside the named task's container instead (`podman exec`), with that
 //! container's user, environment and working directory. Exit status: the step's exit code, 255
@@ -28,6 +28,7 @@ use crate::slurm::srun::run_step_request;
 use anyhow::{Context, Result, bail};
 use cadre_core::job::JobId;
 use cadre_proto::api::{JobView, NodeList, StepRequest};
+use std::path::Path;
 use std::process::ExitCode;
 
 /// ssh's exit status when it could not run the command.
@@ -198,9 +199,11 @@ fn rsh(argv: &[String]) -> Result<u8> {
     let job: JobView = client.get(&format!("/jobs/{id}"))?;
     let nodes: NodeList = client.get("/nodes")?;
     let target = target_of(&remote.host, &job, &nodes)?;
+    // As sshd: the home directory, or `/` when there is none (service accounts such as
+    // `nobody` name one that does not exist).
     let work_dir = std::env::var("HOME")
         .ok()
-        .filter(|h| h.starts_with('/'))
+        .filter(|h| h.starts_with('/') && Path::new(h).is_dir())
         .unwrap_or_else(|| "/".into());
     let name = remote
         .command
@@ -218,6 +221,7 @@ fn rsh(argv: &[String]) -> Result<u8> {
         nodelist: Some(target.node),
         ntasks: Some(1),
         in_task: target.in_task,
+        leftovers_outlive: true,
         ..StepRequest::default()
     };
     run_step_request(id, req, false, "cadre-rsh").map_err(|e| anyhow::anyhow!("{e}"))

@@ -748,6 +748,31 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     let out = rsh("node002");
     assert_eq!(text(&out.stdout), "on node002\n", "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(3), "the command's exit code");
+    // As after an ssh session, what the command leaves behind goes on (OpenMPI's daemons
+    // detach themselves from their step); this one has not even left the step's process
+    // group, which a step of `srun` would have killed.
+    let leftover = format!("sleep 59.{id}");
+    let out = cadre_command(c.dir())
+        .args(["rsh", "node002"])
+        .arg(format!("{leftover} </dev/null >/dev/null 2>&1 & exit 0"))
+        .env("CADRE_SERVER", format!("http://{addr}"))
+        .env("CADRE_TOKEN", &token)
+        .env("SLURM_JOB_ID", id.to_string())
+        .output()
+        .expect("cadre rsh runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(300));
+    let found = Command::new("pgrep")
+        .args(["-f", &format!("^{leftover}$")])
+        .output()
+        .expect("pgrep runs");
+    let _ = Command::new("pkill")
+        .args(["-f", &format!("^{leftover}$")])
+        .status();
+    assert!(
+        found.status.success(),
+        "`{leftover}`, left behind by cadre rsh, was stopped with its step"
+    );
     let out = rsh("elsewhere");
     assert_eq!(out.status.code(), Some(255));
     assert!(

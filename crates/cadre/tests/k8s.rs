@@ -25,6 +25,9 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// A cluster in a temporary data directory, stopped when dropped.
 struct Cluster {
     dir: tempfile::TempDir,
+    /// Every `cadre` command (and so the cluster itself) runs as this user, not as the
+    /// test's.
+    as_user: Option<(u32, u32)>,
 }
 
 impl Cluster {
@@ -34,9 +37,23 @@ impl Cluster {
 
     /// `cadre up --nodes N` with more options.
     fn up_with(nodes: u32, more: &[&str]) -> Cluster {
+        Cluster::start(nodes, more, None)
+    }
+
+    /// `cadre up --nodes N` started, and every command run, as `user` (uid, gid): the data
+    /// directory (also the jobs' working directory) is theirs.
+    fn up_as(nodes: u32, user: (u32, u32)) -> Cluster {
+        Cluster::start(nodes, &[], Some(user))
+    }
+
+    fn start(nodes: u32, more: &[&str], as_user: Option<(u32, u32)>) -> Cluster {
         let c = Cluster {
             dir: tempfile::tempdir().expect("temporary directory"),
+            as_user,
         };
+        if let Some((uid, gid)) = as_user {
+            std::os::unix::fs::chown(c.dir(), Some(uid), Some(gid)).expect("chown");
+        }
         let nodes = nodes.to_string();
         let mut args = vec!["up", "--detach", "--nodes", &nodes];
         args.extend_from_slice(more);
@@ -66,6 +83,10 @@ impl Cluster {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some((uid, gid)) = self.as_user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid).env("HOME", self.dir());
+        }
         let mut child = cmd.spawn().expect("the cadre binary runs");
         {
             use std::io::Write;
@@ -1343,5 +1364,69 @@ fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() 
             .collect();
         want.sort();
         assert_eq!(daemons, want, "{name}: {steps}");
+    }
+}
+
+/// An Indexed Job of 2 ranks, one per node, whose ranks say who they run as, where their
+/// peers' names resolve, and whether they were handed a hosts file to read themselves.
+const NAMES_JOB: &str = "apiVersion: batch/v1
+kind: Job
+metadata: {name: nm}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    metadata: {labels: {app: nm}}
+    spec:
+      subdomain: nm
+      restartPolicy: Never
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {app: nm}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'echo uid $(id -u); getent hosts nm-0.nm nm-1.nm.default.svc || echo unresolved; echo hosts-file ${CADRE_HOSTS_FILE:-none}']
+";
+
+#[test]
+fn a_cluster_not_run_by_root_resolves_its_tasks_names_in_user_namespaces() {
+    // Root runs the cluster as `nobody`; anyone else runs it as themselves.
+    let user = nix::unistd::geteuid().is_root().then_some((65534, 65534));
+    let c = match user {
+        Some(user) => Cluster::up_as(2, user),
+        None => Cluster::up(2),
+    };
+    let agents = std::fs::read_to_string(c.dir().join("agents/node001.log")).unwrap_or_default();
+    if agents.contains("cannot make user namespaces") {
+        skip_unless_ci::<()>(
+            "the user-namespace test",
+            "this machine does not let users make user namespaces",
+        );
+        return;
+    }
+    let job = c.apply(NAMES_JOB);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+    let described = c.ok(&["describe", "job", "nm"]);
+    let uid = nix::unistd::geteuid().as_raw();
+    let uid = user.map_or(uid, |(u, _)| u);
+    for rank in 0..2 {
+        let out = c.output("nm", job, rank);
+        assert!(out.contains(&format!("uid {uid}\n")), "rank {rank}: {out}");
+        // `cadre up`'s node00N is 127.0.0.(N+1); each name resolves to its rank's node.
+        for (peer, name) in [(0, "nm-0.nm"), (1, "nm-1.nm.default.svc")] {
+            let node = described_node(&described, &format!("nm-{peer}"));
+            let n: u32 = node.trim_start_matches("node").parse().expect("node00N");
+            let address = format!("127.0.0.{}", n + 1);
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with(&address) && l.split_whitespace().any(|w| w == name)),
+                "rank {rank}: {name} should resolve to {address} ({node}):\n{out}"
+            );
+        }
+        assert!(out.contains("hosts-file none"), "rank {rank}: {out}");
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct LaunchContext {
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
     pub(crate) agent_uid: u32,
+    /// How tasks get the job's files at their usual paths.
+    pub(crate) mounts: crate::mountns::TaskMounts,
     /// The node's container runtime, if it has one.
     pub(crate) container_runtime: Option<Arc<crate::container::ContainerRuntime>>,
     /// The node's GPUs are declared, not discovered.
@@ -383,6 +385,7 @@ fn prepare(
             job_cpus_per_node: step.job_cpus_per_node.clone(),
         });
         job.relay = step.relay;
+        job.leftovers_outlive = step.leftovers_outlive;
         if let Some(rank) = step.in_task {
             // Inside the container of the job's task `rank` on this node: the runtime's
             // `exec` runs from the root directory; the command starts where the container
@@ -411,7 +414,7 @@ fn prepare(
         script_dir = Some(dir.clone());
         let token = cadre_proto::job_token::make(&ctx.agent_key, order.run.job);
         let means = crate::workload::NodeMeans {
-            root: ctx.agent_uid == 0,
+            mounts: ctx.mounts,
             runtime: ctx.container_runtime.as_deref(),
             real_gpus: !ctx.gpus_emulated,
             rsh: ctx
@@ -441,7 +444,7 @@ fn prepare(
         );
         let job_hosts = job_dir.join("hosts");
         let hosts = if order.run.step.is_some() && job_hosts.is_file() {
-            if ctx.agent_uid == 0 {
+            if ctx.mounts.can_bind() {
                 for (sub, at) in [
                     ("mpi", cadre_k8s::contract::MPI_DIR),
                     ("volcano", cadre_k8s::contract::VOLCANO_DIR),
@@ -462,7 +465,7 @@ fn prepare(
             }
             job.extra_env
                 .push(("CADRE_HOSTS_FILE".into(), hosts.display().to_string()));
-            if ctx.agent_uid == 0 {
+            if ctx.mounts.can_bind() {
                 job.binds
                     .push((hosts, PathBuf::from(crate::workload::HOSTS_TARGET)));
             }

@@ -406,6 +406,7 @@ impl Engine {
             job_cpus_per_node: cadre_core::hostlist::compress_counts(&job_cpus),
             relay: req.stdout.is_none(),
             in_task: req.in_task,
+            leftovers_outlive: req.leftovers_outlive,
         };
         let Some(job) = self.sched.job(id) else {
             return Err(ApiError::new(

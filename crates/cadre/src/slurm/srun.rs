@@ -272,6 +272,7 @@ fn step_request(
         stderr: opts.error.clone(),
         time_limit: opts.time.and_then(|t| t.secs()),
         in_task: None,
+        leftovers_outlive: false,
     })
 }
 
