@@ -712,12 +712,17 @@ spec:
         assert!(hosts.contains("10.0.0.2\ttj-worker-1 "), "{hosts}");
     }
 
-    #[test]
-    fn an_mpi_launcher_gets_cadre_s_rsh_agent_and_sshd_workers_hold() {
+    /// The MPIJob on the host, its order, and a directory for its run's.
+    fn mpi_on_the_host() -> (Translated, LaunchOrder, tempfile::TempDir) {
         let o = TranslateOptions::new("alice", "research", "/home/alice");
         let t = translate(&parse_documents(MPI, "t").unwrap()[0], &o).unwrap();
         let o = order(&t);
-        let dir = tempfile::tempdir().unwrap();
+        (t, o, tempfile::tempdir().unwrap())
+    }
+
+    #[test]
+    fn an_mpi_launcher_gets_cadre_s_rsh_agent_and_sshd_workers_hold() {
+        let (t, o, dir) = mpi_on_the_host();
         let run_dir = dir.path().join("job12345.0");
         let means = NodeMeans {
             rsh: Some(RshMeans {
@@ -757,10 +762,7 @@ spec:
 
     #[test]
     fn in_a_user_namespace_the_hosts_file_is_mounted_and_mpi_files_where_etc_mpi_is() {
-        let o = TranslateOptions::new("alice", "research", "/home/alice");
-        let t = translate(&parse_documents(MPI, "t").unwrap()[0], &o).unwrap();
-        let o = order(&t);
-        let dir = tempfile::tempdir().unwrap();
+        let (t, o, dir) = mpi_on_the_host();
         let run_dir = dir.path().join("job12345.0");
         let means = NodeMeans {
             mounts: TaskMounts::UserNamespace,
