@@ -1092,3 +1092,55 @@ fn a_batch_jobs_step_survives_a_controller_crash() {
         "{steps}"
     );
 }
+
+/// `cadre rsh` (as `srun`) that has lost the controller waits for its step's end, and a
+/// SIGTERM still ends it: the step cannot be cancelled without the controller.
+#[test]
+fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(2, 0, &["--listen", &addr]);
+    let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
+    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id));
+    let mut rsh = cadre_command(c.dir())
+        .args(["rsh", "node002", "echo started; sleep 60"])
+        .env("CADRE_SERVER", format!("http://{addr}"))
+        .env("CADRE_TOKEN", &token)
+        .env("SLURM_JOB_ID", id.to_string())
+        .spawn()
+        .expect("cadre rsh runs");
+    let mut stdout = rsh.stdout.take().expect("stdout");
+    let mut first = [0u8; 8];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("the step's first output");
+    assert_eq!(&first, b"started\n");
+    c.kill_controller();
+    let mut stderr = rsh.stderr.take().expect("stderr");
+    let mut said = Vec::new();
+    let mut byte = [0u8; 1];
+    // It says it lost the controller once its stream is cut.
+    while !String::from_utf8_lossy(&said).contains("lost contact with the controller") {
+        let n = std::io::Read::read(&mut stderr, &mut byte).expect("stderr read");
+        assert!(n > 0, "cadre rsh ended: {}", String::from_utf8_lossy(&said));
+        said.push(byte[0]);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rsh.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM sent");
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = rsh.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = rsh.kill();
+            panic!("cadre rsh outlived SIGTERM without its controller");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    c.start();
+}

@@ -6,7 +6,8 @@
 //!   with the highest exit code of the tasks. With `--output`/`--error` the tasks write to
 //!   those files instead (`%t` task, `%n` node index, `%N` node, `%j` job ...), as Slurm's do.
 //!   Interrupting `srun` (SIGINT, SIGTERM) cancels the step; if `srun` dies, the controller
-//!   cancels it too.
+//!   cancels it too. Once `srun` has lost the controller, it waits for the step's end (a
+//!   restarted controller follows the step again), and an interrupt simply ends it.
 //! - `srun` outside one first asks for an allocation with its options (as `salloc` would),
 //!   waits for it, runs the step in it, and gives the allocation back with the step's exit
 //!   code.
@@ -443,6 +444,15 @@ pub fn run_step_request(
             eprintln!(
                 "{who}: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
             );
+            // Without the controller the step cannot be cancelled: an interrupt ends this
+            // program as it ends any other (the runtime's handlers outlive the runtime).
+            // SAFETY: restoring a signal's default disposition touches no memory of this
+            // program.
+            for signal in [nix::sys::signal::SIGINT, nix::sys::signal::SIGTERM] {
+                unsafe {
+                    let _ = nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl);
+                }
+            }
             await_step_end(id, n)
         }
         (None, None) => {
