@@ -441,11 +441,9 @@ pub fn run_step_request(
     let (state, exit_code, reason) = match (end, step_no) {
         (Some(end), _) => end,
         (None, Some(n)) => {
-            eprintln!(
-                "{who}: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
-            );
             // Without the controller the step cannot be cancelled: an interrupt ends this
-            // program as it ends any other (the runtime's handlers outlive the runtime).
+            // program as it ends any other (the runtime's handlers outlive the runtime),
+            // from the moment it says so.
             // SAFETY: restoring a signal's default disposition touches no memory of this
             // program.
             for signal in [nix::sys::signal::SIGINT, nix::sys::signal::SIGTERM] {
@@ -453,6 +451,9 @@ pub fn run_step_request(
                     let _ = nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl);
                 }
             }
+            eprintln!(
+                "{who}: lost contact with the controller; waiting for step {id}.{n} to end (its output until then is not shown)"
+            );
             await_step_end(id, n)
         }
         (None, None) => {
