@@ -235,8 +235,17 @@ pub fn prepare(
 ) -> Result<BTreeMap<usize, TaskProgram>, WorkloadError> {
     let mounts = means.mounts;
     // Where the job's files appear at their usual paths: in containers (the runtime mounts
-    // them) or in the tasks' own mount namespaces.
-    let mounted = |at: &str| t.containers || mounts.can_mount_at(at);
+    // them) or in the tasks' own mount namespaces. Decided once: the run's variables and
+    // its tasks' mounts must agree.
+    let mpi_mounted = t.containers || mounts.can_mount_at(MPI_DIR);
+    let volcano_mounted = t.containers || mounts.can_mount_at(VOLCANO_DIR);
+    let mounted = |at: &str| {
+        if at == MPI_DIR {
+            mpi_mounted
+        } else {
+            volcano_mounted
+        }
+    };
     let node_name = order.node_names.get(&node).cloned().unwrap_or_default();
     let mut p = placement(
         t,
@@ -256,10 +265,10 @@ pub fn prepare(
     p.rendezvous_port = Some(rendezvous_port(order.run.job));
     let mpi_host = run_dir.join("mpi");
     let volcano_host = run_dir.join("volcano");
-    if !mounted(MPI_DIR) {
+    if !mpi_mounted {
         p.mpi_dir = mpi_host.display().to_string();
     }
-    if !mounted(VOLCANO_DIR) {
+    if !volcano_mounted {
         p.volcano_dir = volcano_host.display().to_string();
     }
     // MPI's remote launch goes through cadre's rsh agent (in containers, only where the
