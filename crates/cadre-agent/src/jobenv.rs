@@ -90,7 +90,7 @@ pub struct JobLaunch {
     /// Bind mounts of the tasks that have no program of their own (the job's hosts file
     /// over `/etc/hosts`, see [`crate::workload::node_hosts_file`]); only where the agent
     /// can mount ([`crate::mountns::TaskMounts::can_bind`]).
-    pub binds: Vec<(PathBuf, PathBuf)>,
+    pub binds: Vec<(crate::rundir::BindSource, PathBuf)>,
     /// Variables set last, over everything (`CADRE_HOSTS_FILE`).
     pub extra_env: Vec<(String, String)>,
     /// Every task runs its command inside this running container (a step inside a
@@ -124,8 +124,9 @@ pub struct TaskProgram {
     pub env: Vec<(String, String)>,
     /// Files or directories bind-mounted in the task's own mount namespace, `(what, where)`:
     /// the job's hosts file over `/etc/hosts`, the MPI files at `/etc/mpi`. Needs the agent
-    /// to be root; empty otherwise.
-    pub binds: Vec<(PathBuf, PathBuf)>,
+    /// to be root; empty otherwise. Each source is opened by the agent
+    /// ([`crate::rundir::BindSource`]): what is mounted is what the agent made.
+    pub binds: Vec<(crate::rundir::BindSource, PathBuf)>,
     /// The task runs in this container: its process is the container runtime, which keeps
     /// the agent's identity and environment (see [`crate::container`]); `command` is then
     /// only what the container runs, for display, and `work_dir` where its output files are.

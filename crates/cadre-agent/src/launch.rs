@@ -312,13 +312,21 @@ impl ChildStep {
     }
 }
 
+/// One bind mount of the child's: the file or directory the agent made (`made`, at
+/// `path`) over `at`.
+struct ChildBind {
+    path: CString,
+    made: crate::rundir::BindSource,
+    at: CString,
+}
+
 /// Everything the child needs between fork and exec, prepared by the parent.
 struct ChildPlan {
     cgroup_procs: Option<OwnedFd>,
     cpus: Option<CpuSet>,
-    /// Bind mounts `(what, where)` made in a mount namespace of the task's own; none: the
-    /// task shares the agent's.
-    binds: Vec<(CString, CString)>,
+    /// Bind mounts made in a mount namespace of the task's own; none: the task shares the
+    /// agent's.
+    binds: Vec<ChildBind>,
     /// With `binds`, for an agent that is not root: the mount namespace is made in a user
     /// namespace of the task's own, its ids mapped to themselves ([`crate::mountns`]).
     user_ns: Option<crate::mountns::UserMaps>,
@@ -362,8 +370,9 @@ impl ChildPlan {
             // propagates back to the node; then the job's files over the node's.
             crate::mountns::enter(self.user_ns.as_ref())
                 .map_err(|e| fail(ChildStep::Namespace, e))?;
-            for (what, at) in &self.binds {
-                crate::mountns::bind(what, at).map_err(|e| fail(ChildStep::Bind, e))?;
+            for b in &self.binds {
+                crate::mountns::bind_made(&b.path, b.made.fd(), &b.at)
+                    .map_err(|e| fail(ChildStep::Bind, e))?;
             }
         }
         if let Some(s) = &self.switch {
@@ -472,28 +481,21 @@ pub(crate) fn launch_task_with(
             dir: work_dir.to_path_buf(),
         });
     }
+    // Each source with the descriptor the agent opened it with when it made it (open in
+    // the child until it execs): the mount is of what the agent made.
     let binds = match job.programs.get(&index) {
-        Some(p) => p
-            .binds
-            .iter()
-            .map(|(what, at)| {
-                Ok((
-                    path_c("bind mount source", what)?,
-                    path_c("bind mount target", at)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, LaunchError>>()?,
-        None => job
-            .binds
-            .iter()
-            .map(|(what, at)| {
-                Ok((
-                    path_c("bind mount source", what)?,
-                    path_c("bind mount target", at)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, LaunchError>>()?,
-    };
+        Some(p) => &p.binds,
+        None => &job.binds,
+    }
+    .iter()
+    .map(|(what, at)| {
+        Ok(ChildBind {
+            path: path_c("bind mount source", what.path())?,
+            made: what.clone(),
+            at: path_c("bind mount target", at)?,
+        })
+    })
+    .collect::<Result<Vec<_>, LaunchError>>()?;
     let mut cpus = jobenv::os_cpus(job.id, node, task)?;
     // The batch step has every core and all the memory of the job on its node.
     let mut mem_mib = task.mem_mib;

@@ -20,6 +20,8 @@
 //! - [`workload`]: a Kubernetes workload's contracts on this node: each task's program and
 //!   variables, the job's hosts, MPI and Volcano files, and the bind mounts that put them
 //!   where the programs look.
+//! - [`rundir`]: a run's directory on the node and the job's files in it, made and
+//!   mounted so that a root agent never acts on what a user could place or replace.
 //! - [`service`]: the agent process ([`service::run`]): the connection to the controller
 //!   and the agent protocol, launching and supervising each run in a thread of its own.
 //!
@@ -36,6 +38,7 @@ pub mod jobenv;
 pub mod launch;
 pub mod mountns;
 pub mod pattern;
+pub mod rundir;
 pub mod service;
 pub mod supervise;
 pub mod workload;

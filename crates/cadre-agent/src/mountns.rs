@@ -22,6 +22,7 @@ use nix::mount::{MsFlags, mount};
 use nix::sched::CloneFlags;
 use nix::sys::stat::Mode;
 use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -134,6 +135,49 @@ pub(crate) fn bind(what: &CStr, at: &CStr) -> Result<(), Errno> {
     )
 }
 
+/// In a forked child, after [`enter`]: mounts over `at` the file or directory at `path`,
+/// which must be the very one `made` (a descriptor the agent opened when it made it,
+/// [`crate::rundir::BindSource`]) is: `path` is opened again here without following a
+/// link at its end (the descriptor itself is of the node's mount namespace, which the
+/// kernel does not bind from), compared with `made` by device and inode (`ESTALE` when it
+/// is another), and mounted through `/proc/self/fd/N`.
+pub(crate) fn bind_made(path: &CStr, made: BorrowedFd<'_>, at: &CStr) -> Result<(), Errno> {
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let now = nix::sys::stat::fstat(&fd)?;
+    let then = nix::sys::stat::fstat(made)?;
+    if (now.st_dev, now.st_ino) != (then.st_dev, then.st_ino) {
+        return Err(Errno::ESTALE);
+    }
+    let mut buf = [0u8; 32];
+    bind(proc_fd_path(fd.as_raw_fd(), &mut buf)?, at)
+}
+
+/// `/proc/self/fd/<fd>`, written into `buf` without allocating.
+fn proc_fd_path(fd: i32, buf: &mut [u8; 32]) -> Result<&CStr, Errno> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let mut n = u32::try_from(fd).map_err(|_| Errno::EBADF)?;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    CStr::from_bytes_with_nul(&buf[..=PREFIX.len() + len]).map_err(|_| Errno::EINVAL)
+}
+
 fn write_proc(path: &CStr, bytes: &[u8]) -> Result<(), Errno> {
     let fd = nix::fcntl::open(path, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
     let written = nix::unistd::write(&fd, bytes)?;
@@ -181,6 +225,18 @@ fn try_user_namespace() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_s_proc_path_is_written_without_allocating() {
+        let mut buf = [0u8; 32];
+        assert_eq!(proc_fd_path(0, &mut buf).unwrap(), c"/proc/self/fd/0");
+        assert_eq!(proc_fd_path(1234, &mut buf).unwrap(), c"/proc/self/fd/1234");
+        assert_eq!(
+            proc_fd_path(i32::MAX, &mut buf).unwrap(),
+            c"/proc/self/fd/2147483647"
+        );
+        assert_eq!(proc_fd_path(-1, &mut buf), Err(Errno::EBADF));
+    }
 
     #[test]
     fn maps_name_the_callers_own_ids_once() {

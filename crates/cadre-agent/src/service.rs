@@ -560,23 +560,59 @@ fn check_config(config: &AgentConfig) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Creates the state directory (mode 0755: users must reach their run's directory in it).
+/// Creates the state directory (mode 0755: users must reach their run's directory in it),
+/// and refuses one that is a symbolic link, belongs to another user or that group or
+/// others may write to: a root agent creates the jobs' files in it and mounts them into
+/// their tasks, so nobody else may place or replace anything there.
 fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let err = |source| AgentError::StateDir {
         path: dir.to_path_buf(),
         source,
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(err)?;
-    let mode = std::fs::metadata(dir).map_err(err)?.permissions().mode();
+    let unsafe_dir = |why: String| {
+        err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            why,
+        ))
+    };
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(err)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(err)?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+    if !meta.is_dir() {
+        return Err(unsafe_dir(
+            "it is a symbolic link or not a directory".to_string(),
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(unsafe_dir(format!(
+            "it belongs to uid {}, not to the agent's user (uid {me})",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(unsafe_dir(format!(
+            "group or others may write to it (mode {mode:03o}); `chmod 755` it"
+        )));
+    }
     if nix::unistd::geteuid().is_root() && mode & 0o001 == 0 {
         tracing::warn!(
             dir = %dir.display(),
-            mode = format!("{:o}", mode & 0o777),
+            mode = format!("{mode:03o}"),
             "other users cannot enter the state directory: their batch scripts will not run"
         );
     }

@@ -58,6 +58,7 @@
 //! they are expected; cadre makes none, see above).
 
 use crate::mountns::TaskMounts;
+use crate::rundir::{BindSource, RunDir};
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeId;
 use cadre_k8s::contract::{MPI_DIR, VOLCANO_DIR};
@@ -66,7 +67,6 @@ use cadre_proto::agent::LaunchOrder;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, ToSocketAddrs};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::container::{self, ContainerRuntime, ContainerSpec};
@@ -221,18 +221,18 @@ pub struct RshMeans<'a> {
     pub token: &'a str,
 }
 
-/// The workload's tasks on this node, prepared: its files written to `run_dir` (created
-/// when missing), and for each task here (by position in the allocation) what it runs:
-/// its program on the host, or its image in the node's container runtime when the
-/// workload's containers run in their images.
+/// The workload's tasks on this node, prepared: its files written to the run's directory
+/// `dir` (fresh: see [`crate::rundir`] for who owns what), and for each task here (by
+/// position in the allocation) what it runs: its program on the host, or its image in the
+/// node's container runtime when the workload's containers run in their images.
 pub fn prepare(
     t: &Translated,
     order: &LaunchOrder,
     node: NodeId,
-    run_dir: &Path,
+    dir: &RunDir,
     means: NodeMeans<'_>,
-    owner: Option<(u32, u32)>,
 ) -> Result<BTreeMap<usize, TaskProgram>, WorkloadError> {
+    let run_dir = dir.path();
     let mounts = means.mounts;
     // Where the job's files appear at their usual paths: in containers (the runtime mounts
     // them) or in the tasks' own mount namespaces. Decided once: the run's variables and
@@ -280,47 +280,37 @@ pub fn prepare(
         p.rsh_agent = Some(format!("{}/{RSH_AGENT}", p.mpi_dir));
     }
     let rsh_in_images = rsh.is_some() && t.containers;
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| WorkloadError::Write { path, source }
-    };
-    std::fs::create_dir_all(run_dir).map_err(write_err(run_dir))?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(run_dir, Some(uid), Some(gid)).map_err(write_err(run_dir))?;
-    }
+    let write_err = |path: PathBuf| move |source| WorkloadError::Write { path, source };
 
     // The hosts file: the node's own lines first (localhost, the node's name), then the
     // job's names.
-    let node_hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
-    let mut hosts = node_hosts;
-    if !hosts.is_empty() && !hosts.ends_with('\n') {
-        hosts.push('\n');
-    }
+    let mut hosts = node_hosts_lines();
     hosts.push_str(&cadre_k8s::hosts_file(t, &p)?);
-    let hosts_path = run_dir.join("hosts");
-    write(&hosts_path, &hosts, 0o644, owner)?;
+    let hosts_path = dir
+        .write("hosts", hosts.as_bytes(), 0o644)
+        .map_err(write_err(run_dir.join("hosts")))?;
 
-    // The MPI and Volcano files, into the run's directory.
+    // The MPI and Volcano files, into the run's directory: `mpi/` and `volcano/`, made on
+    // first use.
+    let mut subdirs: BTreeMap<&str, RunDir> = BTreeMap::new();
     let mut dirs_used: Vec<(PathBuf, &str, Vec<usize>)> = Vec::new();
     for file in cadre_k8s::job_files(t, &p)? {
         let seen = Path::new(&file.path);
-        let (host_dir, at) = if seen.starts_with(&p.mpi_dir) {
-            (&mpi_host, MPI_DIR)
+        let (sub, at) = if seen.starts_with(&p.mpi_dir) {
+            ("mpi", MPI_DIR)
         } else {
-            (&volcano_host, VOLCANO_DIR)
+            ("volcano", VOLCANO_DIR)
         };
-        let Some(name) = seen.file_name() else {
+        let Some(name) = seen.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        std::fs::create_dir_all(host_dir).map_err(write_err(host_dir))?;
-        if let Some(owner) = owner {
-            std::os::unix::fs::chown(host_dir, Some(owner.0), Some(owner.1))
-                .map_err(write_err(host_dir))?;
-        }
-        write(&host_dir.join(name), &file.text, file.mode, owner)?;
-        match dirs_used.iter_mut().find(|(d, _, _)| d == host_dir) {
+        let host_dir = run_dir.join(sub);
+        subdir(&mut subdirs, dir, sub)?
+            .write(name, file.text.as_bytes(), file.mode)
+            .map_err(write_err(host_dir.join(name)))?;
+        match dirs_used.iter_mut().find(|(d, _, _)| *d == host_dir) {
             Some((_, _, groups)) => groups.extend(file.groups.iter().copied()),
-            None => dirs_used.push((host_dir.clone(), at, file.groups.clone())),
+            None => dirs_used.push((host_dir, at, file.groups.clone())),
         }
     }
     // What every container of the job mounts for its `cadre-rsh`.
@@ -330,10 +320,12 @@ pub fn prepare(
         // agent's executable; in a container a script that runs that executable, mounted
         // with the node's loader and libraries (the image has its own, or none).
         let at = mpi_host.join(RSH_AGENT);
-        let _ = std::fs::remove_file(&at);
-        std::fs::create_dir_all(&mpi_host).map_err(write_err(&mpi_host))?;
+        let mpi = subdir(&mut subdirs, dir, "mpi")?;
         match rsh.libraries.filter(|_| t.containers) {
-            None => std::os::unix::fs::symlink(rsh.executable, &at).map_err(write_err(&at))?,
+            None => {
+                mpi.symlink(RSH_AGENT, rsh.executable)
+                    .map_err(write_err(at.clone()))?;
+            }
             Some((loader, libraries)) => {
                 let lib = |p: &Path| {
                     format!(
@@ -353,7 +345,8 @@ pub fn prepare(
                     "#!/bin/sh\n# cadre's rsh agent: the node's cadre, with the node's loader and libraries.\nexec {} --library-path {RSH_ROOT}/lib {RSH_ROOT}/cadre rsh \"$@\"\n",
                     lib(loader)
                 );
-                write(&at, &script, 0o755, owner)?;
+                mpi.write(RSH_AGENT, script.as_bytes(), 0o755)
+                    .map_err(write_err(at.clone()))?;
             }
         }
         if !dirs_used.iter().any(|(d, _, _)| *d == mpi_host) {
@@ -363,9 +356,30 @@ pub fn prepare(
     if mounts == TaskMounts::Root && !t.containers {
         for (_, at, _) in &dirs_used {
             // The mount point, empty on the node.
-            std::fs::create_dir_all(at).map_err(write_err(Path::new(at)))?;
+            std::fs::create_dir_all(at).map_err(write_err(PathBuf::from(at)))?;
         }
     }
+    // What tasks on the host get mounted, opened once: the files the agent just made.
+    let mut sources: BTreeMap<PathBuf, BindSource> = BTreeMap::new();
+    if mounts.can_bind() && !t.containers {
+        sources.insert(
+            hosts_path.clone(),
+            dir.bind_source("hosts")
+                .map_err(write_err(hosts_path.clone()))?,
+        );
+        for (host_dir, _, _) in &dirs_used {
+            let name = host_dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let source = dir.bind_source(name).map_err(write_err(host_dir.clone()))?;
+            sources.insert(host_dir.clone(), source);
+        }
+    }
+    let source = |path: &PathBuf| {
+        sources.get(path).cloned().ok_or_else(|| {
+            WorkloadError::from(cadre_k8s::K8sError::Contract {
+                what: format!("no mount source was opened for {}", path.display()),
+            })
+        })
+    };
 
     let mut programs = BTreeMap::new();
     for index in jobenv::tasks_on_node(&order.allocation, node) {
@@ -473,10 +487,10 @@ pub fn prepare(
         if !mounts.can_bind() {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
         } else if !holds {
-            binds.push((hosts_path.clone(), PathBuf::from(NODE_HOSTS)));
+            binds.push((source(&hosts_path)?, PathBuf::from(NODE_HOSTS)));
             for (dir, at, groups) in &dirs_used {
                 if groups.contains(&group) && mounted(at) {
-                    binds.push((dir.clone(), PathBuf::from(at)));
+                    binds.push((source(dir)?, PathBuf::from(at)));
                 }
             }
         }
@@ -495,18 +509,34 @@ pub fn prepare(
     Ok(programs)
 }
 
+/// Subdirectory `name` of the run's directory, made on first use.
+fn subdir<'a>(
+    made: &'a mut BTreeMap<&'static str, RunDir>,
+    dir: &RunDir,
+    name: &'static str,
+) -> Result<&'a RunDir, WorkloadError> {
+    if !made.contains_key(name) {
+        let sub = dir.subdir(name).map_err(|source| WorkloadError::Write {
+            path: dir.path().join(name),
+            source,
+        })?;
+        made.insert(name, sub);
+    }
+    made.get(name).ok_or_else(|| {
+        WorkloadError::from(cadre_k8s::K8sError::Contract {
+            what: format!("the run's directory {name} was not made"),
+        })
+    })
+}
+
 /// The hosts file of a job whose node names are not their hosts' names (the nodes of
 /// `cadre up`, or a site whose `NodeName`s differ from its `NodeHostname`s): this node's
 /// `/etc/hosts`, then each such node's name at its address, so that a script that takes
 /// `MASTER_ADDR` from `scontrol show hostnames` reaches the right host. `None` when every
-/// node's name is its address (names resolve as they always do). Written to
-/// `run_dir/hosts`; the caller bind-mounts it over `/etc/hosts` (where the agent can,
+/// node's name is its address (names resolve as they always do). The caller writes it to
+/// the run's directory and bind-mounts it over `/etc/hosts` (where the agent can,
 /// [`TaskMounts::can_bind`]) and names it in `CADRE_HOSTS_FILE`.
-pub fn node_hosts_file(
-    order: &LaunchOrder,
-    run_dir: &Path,
-    owner: Option<(u32, u32)>,
-) -> Result<Option<PathBuf>, WorkloadError> {
+pub fn node_hosts_text(order: &LaunchOrder) -> Result<Option<String>, WorkloadError> {
     let mut lines = String::new();
     for (id, name) in &order.node_names {
         let Some(address) = order.node_addresses.get(id).filter(|a| *a != name) else {
@@ -522,48 +552,23 @@ pub fn node_hosts_file(
     if lines.is_empty() {
         return Ok(None);
     }
+    let mut hosts = node_hosts_lines();
+    hosts.push_str("# the job's nodes (cadre)\n");
+    hosts.push_str(&lines);
+    Ok(Some(hosts))
+}
+
+/// This node's `/etc/hosts`, ending with a new line unless empty.
+fn node_hosts_lines() -> String {
     let mut hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
     if !hosts.is_empty() && !hosts.ends_with('\n') {
         hosts.push('\n');
     }
-    hosts.push_str("# the job's nodes (cadre)\n");
-    hosts.push_str(&lines);
-    std::fs::create_dir_all(run_dir).map_err(|source| WorkloadError::Write {
-        path: run_dir.to_path_buf(),
-        source,
-    })?;
-    let path = run_dir.join("hosts");
-    write(&path, &hosts, 0o644, owner)?;
-    Ok(Some(path))
+    hosts
 }
 
 /// Where a job's hosts file goes in its tasks' mount namespace.
 pub const HOSTS_TARGET: &str = NODE_HOSTS;
-
-/// Writes `text` to `path` with `mode`, owned by `owner` when given.
-fn write(
-    path: &Path,
-    text: &str,
-    mode: u32,
-    owner: Option<(u32, u32)>,
-) -> Result<(), WorkloadError> {
-    let err = |source| WorkloadError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    // A read-only leftover of an earlier launch of the run would refuse the write.
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    std::fs::write(path, text).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(err)?;
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
@@ -643,6 +648,19 @@ spec:
         }
     }
 
+    /// A new run's directory at `path`, the agent's (no other user).
+    fn fresh(path: &Path) -> RunDir {
+        RunDir::create(path, None).expect("the run's directory")
+    }
+
+    /// The bind mounts as `(source, target)` paths.
+    fn bind_paths(binds: &[(BindSource, PathBuf)]) -> Vec<(PathBuf, PathBuf)> {
+        binds
+            .iter()
+            .map(|(s, at)| (s.path().to_path_buf(), at.clone()))
+            .collect()
+    }
+
     const HOST_NO_MOUNTS: NodeMeans<'static> = NodeMeans {
         mounts: TaskMounts::None,
         runtime: None,
@@ -694,7 +712,7 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let run_dir = dir.path().join("job12345.0");
         // No mounts: no binds, files named by their place in the run's directory.
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NO_MOUNTS, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), HOST_NO_MOUNTS).unwrap();
         assert_eq!(programs.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
         let master = &programs[&1];
         assert_eq!(master.command, ["python3", "train.py", "--rank=0"]);
@@ -743,7 +761,7 @@ spec:
             ..HOST_NO_MOUNTS
         };
         // Node 2 has worker 1 and the launcher (task 1: group 0, rank 0).
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), means).unwrap();
         let launcher = &programs[&1];
         assert!(!launcher.holds);
         let env: BTreeMap<_, _> = launcher.env.iter().cloned().collect();
@@ -760,7 +778,7 @@ spec:
         assert_eq!(worker.command, ["/usr/sbin/sshd", "-De"]);
         assert!(!worker.env.iter().any(|(k, _)| k == "CADRE_SERVER"));
         // Without the agent, the launcher names none.
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, HOST_NO_MOUNTS, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), HOST_NO_MOUNTS).unwrap();
         assert!(
             !programs[&1]
                 .env
@@ -777,22 +795,20 @@ spec:
             mounts: TaskMounts::UserNamespace,
             ..HOST_NO_MOUNTS
         };
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), means).unwrap();
         let launcher = &programs[&1];
         let env: BTreeMap<_, _> = launcher.env.iter().cloned().collect();
         assert!(!env.contains_key("CADRE_HOSTS_FILE"), "{env:?}");
+        let binds = bind_paths(&launcher.binds);
         assert!(
-            launcher
-                .binds
-                .contains(&(run_dir.join("hosts"), PathBuf::from(NODE_HOSTS))),
-            "{:?}",
-            launcher.binds
+            binds.contains(&(run_dir.join("hosts"), PathBuf::from(NODE_HOSTS))),
+            "{binds:?}"
         );
         // An agent that is not root cannot create `/etc/mpi`: where the node has none, the
         // files are named in the run's directory.
         let etc_mpi = Path::new(MPI_DIR).is_dir();
         let mpi_bind = (run_dir.join("mpi"), PathBuf::from(MPI_DIR));
-        assert_eq!(launcher.binds.contains(&mpi_bind), etc_mpi);
+        assert_eq!(binds.contains(&mpi_bind), etc_mpi);
         let hostfile = if etc_mpi {
             format!("{MPI_DIR}/hostfile")
         } else {
@@ -824,7 +840,7 @@ spec:
             }),
             ..HOST_NO_MOUNTS
         };
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), means).unwrap();
         let launcher = programs[&1].container.as_ref().unwrap();
         for (from, at) in [
             ("/usr/local/bin/cadre", "/.cadre/cadre"),
@@ -875,7 +891,7 @@ spec:
         let mut o = order(&t);
         o.allocation.tasks.push(task(5, 0, 2));
         let dir = tempfile::tempdir().unwrap();
-        let err = prepare(&t, &o, NodeId(2), dir.path(), HOST_NO_MOUNTS, None).unwrap_err();
+        let err = prepare(&t, &o, NodeId(2), &fresh(dir.path()), HOST_NO_MOUNTS).unwrap_err();
         assert!(err.is_permanent());
         assert_eq!(
             err.to_string(),

@@ -3,6 +3,7 @@
 use cadre_agent::gang::{self, launch_gang};
 use cadre_agent::jobenv::{JobLaunch, LocalNode, OpenMode};
 use cadre_agent::launch::{LaunchError, RunAs, launch_task};
+use cadre_agent::rundir::BindSource;
 use cadre_agent::supervise::{PreEndSignal, SignalTarget};
 use cadre_core::alloc::{Allocation, TaskAlloc};
 use cadre_core::cluster::{NodeId, NodeShape};
@@ -576,7 +577,10 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
                 ("ROLE".into(), "first".into()),
                 ("ROLE".into(), "launcher".into()),
             ],
-            binds: vec![(hosts.clone(), "/etc/hosts".into()), (mpi, point.clone())],
+            binds: vec![
+                (BindSource::open(&hosts).unwrap(), "/etc/hosts".into()),
+                (BindSource::open(&mpi).unwrap(), point.clone()),
+            ],
             container: None,
             holds: false,
         },
@@ -598,8 +602,36 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
     assert_eq!(std::fs::read_to_string("/etc/hosts").unwrap(), node_hosts);
     assert_eq!(std::fs::read_dir(&point).unwrap().count(), 0);
 
+    // What is mounted is what the agent made: the hosts file swapped for a link to a file
+    // only root may read after the agent made it, the task is not started (a mount by
+    // path would have followed the link as root and shown the file).
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "root's secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let opened = BindSource::open(&hosts).unwrap();
+    std::fs::rename(&hosts, dir.path().join("hosts.old")).unwrap();
+    std::os::unix::fs::symlink(&secret, &hosts).unwrap();
+    j.programs.get_mut(&0).unwrap().command = vec!["/bin/cat".into(), "/etc/hosts".into()];
+    j.programs.get_mut(&0).unwrap().binds = vec![(opened, "/etc/hosts".into())];
+    let _ = std::fs::remove_file(dir.path().join("slurm-77.out"));
+    let err = launch_task(&j, &node(), 0, &nobody)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot bind-mount the job's files") && err.contains("Stale file handle"),
+        "{err}"
+    );
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap_or_default();
+    assert!(!out.contains("secret"), "{out}");
+    // Nor is a link ever opened to be mounted.
+    let err = BindSource::open(&hosts).unwrap_err();
+    assert!(err.to_string().contains("a symbolic link"), "{err}");
+
     // A mount point that does not exist: the launch fails and says what failed.
-    j.programs.get_mut(&0).unwrap().binds = vec![(hosts, dir.path().join("missing"))];
+    j.programs.get_mut(&0).unwrap().binds = vec![(
+        BindSource::open(&dir.path().join("hosts.old")).unwrap(),
+        dir.path().join("missing"),
+    )];
     let err = launch_task(&j, &node(), 0, &nobody)
         .unwrap_err()
         .to_string();

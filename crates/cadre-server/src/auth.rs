@@ -132,16 +132,24 @@ impl Authenticator {
         if let Some(token) = bearer(authorization)
             && cadre_proto::job_token::is_job_token(token)
         {
-            let Some(job) = cadre_proto::job_token::verify(&self.agent_key, token) else {
+            let Some((job, run)) = cadre_proto::job_token::verify(&self.agent_key, token) else {
                 return Err(unauthenticated("the job token is not valid"));
             };
             let found = self.tokens.with(move |s| s.job(job)).await?;
+            // The token of one run: worth nothing once that run has ended, also when the
+            // job runs again (its requeue count has moved on).
             return match found {
-                Some(j) if j.status.state.is_active() => Ok(Principal {
-                    user: j.spec.user,
-                    admin: false,
-                    via: Via::JobToken(job),
-                }),
+                Some(j) if j.status.state.is_active() && j.status.requeues == run => {
+                    Ok(Principal {
+                        user: j.spec.user,
+                        admin: false,
+                        via: Via::JobToken(job),
+                    })
+                }
+                Some(j) if j.status.state.is_active() => Err(unauthenticated(&format!(
+                    "the job token is of run {run} of job {job}, which has ended (the job runs again as run {})",
+                    j.status.requeues
+                ))),
                 _ => Err(unauthenticated(&format!(
                     "the job token is of job {job}, which is not running"
                 ))),

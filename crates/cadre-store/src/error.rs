@@ -10,6 +10,12 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("failed to make the SQLite database at `{path}` readable by its owner alone")]
+    Permissions {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("SQLite failed to {what}")]
     Sqlite {
         what: String,

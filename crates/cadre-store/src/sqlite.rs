@@ -69,6 +69,10 @@ impl SqliteStore {
             path: path.display().to_string(),
             source,
         };
+        make_private(path).map_err(|source| StoreError::Permissions {
+            path: path.display().to_string(),
+            source,
+        })?;
         let conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(open_err)?;
@@ -93,6 +97,39 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteStore { conn })
     }
+}
+
+/// Creates the database file readable and writable by its owner alone, and takes group's
+/// and others' access away from an existing one and from its WAL and shared-memory files
+/// (SQLite creates those with the database's mode): it holds every job's environment and
+/// script. Names SQLite gives a meaning of its own (`:memory:`, `file:` URIs) are left be.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let text = path.to_string_lossy();
+    if text.is_empty() || text == ":memory:" || text.starts_with("file:") {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = Path::new(&name);
+        match std::fs::metadata(file) {
+            Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                let mode = m.permissions().mode() & 0o700;
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode))?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl rusqlite::ToSql for Value {
@@ -230,6 +267,32 @@ mod tests {
     }
 
     conformance_suite!(harness);
+
+    /// The database holds every job's environment and script: a new one is its owner's
+    /// alone whatever the umask, and an existing one left open to others (and its WAL and
+    /// shared-memory files) is closed to them when opened.
+    #[test]
+    fn the_database_and_its_wal_are_readable_by_their_owner_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cadre.db");
+        let wal = dir.path().join("cadre.db-wal");
+        {
+            let mut store = SqliteStore::open(&path).unwrap();
+            store.submit_batch(&[]).unwrap();
+            assert_eq!(mode(&path), 0o600);
+            assert!(wal.exists(), "a WAL while the store is open");
+            assert_eq!(mode(&wal), 0o600);
+        }
+        // A database of an older cadre, open to everyone.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&wal, b"").unwrap();
+        std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let _store = SqliteStore::open(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&wal), 0o600);
+    }
 
     const CRASH_CHILD: &str = "CADRE_STORE_CRASH_CHILD";
 

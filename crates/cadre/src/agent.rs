@@ -58,8 +58,9 @@ pub struct AgentArgs {
     /// emulated, for trying cadre without GPUs. Real GPUs are always used instead.
     #[arg(long, default_value_t = 0, value_name = "G")]
     pub gpus_per_node: u32,
-    /// The agent's own directory (the batch scripts of running jobs); one per agent
-    /// [default: agent/NODE in the data directory].
+    /// The agent's own directory (the batch scripts and files of running jobs), which the
+    /// jobs' users must reach (mode 0755, writable by the agent's user alone); one per agent
+    /// [default: nodes/NODE in the run directory, $CADRE_RUN_DIR or DATA_DIR.run].
     #[arg(long, env = "CADRE_AGENT_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// A cgroup v2 directory to create one cgroup per task under, for memory limits and
@@ -102,7 +103,7 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     let key = read_key(args.key_file.as_deref(), data_dir.as_deref())?;
     let state_dir = match (&args.state_dir, &data_dir) {
         (Some(dir), _) => absolute(dir)?,
-        (None, Some(data)) => data.join("agent").join(&node),
+        (None, Some(data)) => crate::paths::run_dir_of(data).join("nodes").join(&node),
         (None, None) => {
             bail!("no state directory: give --state-dir, or set CADRE_DATA_DIR or HOME")
         }
@@ -163,6 +164,7 @@ fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> 
         Ok(key.to_string())
     };
     if let Some(path) = key_file {
+        crate::paths::check_secret_file(path, "the agent key file")?;
         return from_file(path);
     }
     if let Ok(key) = std::env::var(KEY_ENV)
@@ -173,6 +175,7 @@ fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> 
     if let Some(path) = data_dir.map(|d| d.join("agent.key"))
         && path.exists()
     {
+        crate::paths::check_secret_file(&path, "the agent key file")?;
         return from_file(&path);
     }
     bail!("no agent key: give --key-file FILE (the controller's agent.key), or set {KEY_ENV}")

@@ -93,10 +93,15 @@ impl DataDir {
     pub(crate) fn new(given: &Option<PathBuf>) -> Result<DataDir> {
         Ok(match given {
             Some(p) => {
-                std::fs::create_dir_all(p)?;
+                crate::paths::ensure_private_dir(p)?;
                 DataDir::Kept(p.canonicalize()?)
             }
-            None => DataDir::Temp(tempfile::Builder::new().prefix("cadre-bench").tempdir()?),
+            None => DataDir::Temp(
+                tempfile::Builder::new()
+                    .prefix("cadre-bench")
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                    .tempdir()?,
+            ),
         })
     }
     pub(crate) fn path(&self) -> &Path {

@@ -2,7 +2,8 @@
 //! (the kernel tells the controller who we are) or over TCP with a bearer token.
 //!
 //! Where the controller is: `--server`/`$CADRE_SERVER` (`unix:///path/cadre.sock` or
-//! `http://host:port`), else the socket in the data directory.
+//! `http://host:port`), else the socket in the data directory's run directory
+//! ([`crate::paths`]).
 
 use anyhow::{Context, Result};
 use cadre_proto::api::{ErrorBody, PREFIX};
@@ -43,9 +44,10 @@ impl Target {
         Ok(Target::Unix(PathBuf::from(text)))
     }
 
-    /// The controller of a data directory.
+    /// The controller of a data directory: the socket in its run directory
+    /// ([`crate::paths::run_dir_of`]).
     pub fn of_data_dir(dir: &Path) -> Target {
-        Target::Unix(dir.join("cadre.sock"))
+        Target::Unix(crate::paths::socket_in(&crate::paths::run_dir_of(dir)))
     }
 }
 

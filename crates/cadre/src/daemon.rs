@@ -9,16 +9,20 @@
 //! tasks. Jobs that were running go back to the
 //! queue (or end NODE_FAIL, by their requeue policy) when the cluster next comes up.
 //!
-//! Files in the data directory: `cadre.pid` (the controller's process id), `cadre.sock`,
-//! `cadre.db` (SQLite, unless `--database` names another store), `agent.key` (the agents'
-//! shared key, mode 0600), `cadre.log` (with `--detach`), and `agents/<node>.{pid,log}` and
-//! `agents/<node>/` (batch scripts).
+//! Files in the data directory (mode 0700, files 0600: see [`crate::paths`]): `cadre.pid`
+//! (the controller's process id), `cadre.db` (SQLite, unless `--database` names another
+//! store), `agent.key` (the agents' shared key), `cadre.log` (with `--detach`), and
+//! `agents/<node>.{pid,log}`. In the run directory (mode 0755): `cadre.sock` and the agents'
+//! state directories `nodes/<node>/` (batch scripts and the jobs' files). The controller and
+//! `cadre up` run with umask 077; the agents they start get the umask `cadre up` was
+//! started with, which their tasks inherit.
 //!
 //! After a `kill -9` of the controller, agents keep running and supervising their tasks;
 //! `cadre up` again adopts the agents that are still alive (by their pid files) and starts
 //! the missing ones, and the agents reconnect.
 
 use crate::client::{Connection, Target};
+use crate::paths::default_data_dir;
 use crate::{ClusterFileArgs, Described, PolicyArgs};
 use anyhow::{Context, Result, bail};
 use cadre_core::cluster::Cluster;
@@ -33,21 +37,18 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// `$CADRE_DATA_DIR`, else `~/.local/share/cadre`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CADRE_DATA_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".local/share/cadre")
-}
-
 /// Options shared by `cadre up` and `cadre server`.
 #[derive(Args, Debug, Clone)]
 pub struct ControllerArgs {
-    /// The data directory (database, socket, logs).
+    /// The data directory: database, agent key, logs (mode 0700; refused when open to
+    /// others).
     #[arg(long, env = "CADRE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The run directory every user of the cluster reaches: the controller's socket and
+    /// the local agents' state (mode 0755) [default: DATA_DIR.run, beside the data
+    /// directory].
+    #[arg(long, env = "CADRE_RUN_DIR")]
+    pub run_dir: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterFileArgs,
     #[command(flatten)]
@@ -89,28 +90,51 @@ pub struct DownArgs {
     /// The data directory of the cluster to stop.
     #[arg(long, env = "CADRE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Its run directory [default: DATA_DIR.run].
+    #[arg(long, env = "CADRE_RUN_DIR")]
+    pub run_dir: Option<PathBuf>,
     /// Seconds to wait for it to stop before giving up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
 }
 
 struct Layout {
+    /// The data directory (private).
     dir: PathBuf,
+    /// The run directory (public).
+    run: PathBuf,
 }
 
 impl Layout {
-    fn new(dir: Option<PathBuf>) -> Result<Layout> {
-        let dir = dir.unwrap_or_else(default_data_dir);
-        std::fs::create_dir_all(dir.join("agents"))
-            .with_context(|| format!("failed to create the data directory {}", dir.display()))?;
+    /// The directories of `data` and `run` (their defaults when `None`), without creating
+    /// or checking anything.
+    fn of(data: Option<PathBuf>, run: Option<PathBuf>) -> Layout {
+        let dir = data.unwrap_or_else(default_data_dir);
+        let run = run.unwrap_or_else(|| crate::paths::run_dir_of(&dir));
+        Layout { dir, run }
+    }
+
+    /// The directories, created where missing and checked (see [`crate::paths`]).
+    fn new(data: Option<PathBuf>, run: Option<PathBuf>) -> Result<Layout> {
+        let Layout { dir, run } = Layout::of(data, run);
+        crate::paths::ensure_private_dir(&dir)?;
+        crate::paths::ensure_public_dir(&run)?;
         let dir = dir.canonicalize()?;
-        Ok(Layout { dir })
+        let run = run.canonicalize()?;
+        for (sub, public) in [(dir.join("agents"), false), (run.join("nodes"), true)] {
+            std::fs::create_dir_all(&sub)
+                .with_context(|| format!("failed to create {}", sub.display()))?;
+            if public {
+                std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        Ok(Layout { dir, run })
     }
     fn pid(&self) -> PathBuf {
         self.dir.join("cadre.pid")
     }
     fn socket(&self) -> PathBuf {
-        self.dir.join("cadre.sock")
+        crate::paths::socket_in(&self.run)
     }
     fn log(&self) -> PathBuf {
         self.dir.join("cadre.log")
@@ -120,6 +144,10 @@ impl Layout {
     }
     fn agent(&self, node: &str, ext: &str) -> PathBuf {
         self.dir.join("agents").join(format!("{node}.{ext}"))
+    }
+    /// A local agent's state directory.
+    fn agent_state(&self, node: &str) -> PathBuf {
+        self.run.join("nodes").join(node)
     }
 }
 
@@ -149,6 +177,9 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 /// The agents' key, made on first use.
 fn agent_key(layout: &Layout) -> Result<String> {
     let path = layout.key();
+    if path.exists() {
+        crate::paths::check_secret_file(&path, "the agent key file")?;
+    }
     if let Ok(text) = std::fs::read_to_string(&path) {
         let key = text.trim().to_owned();
         anyhow::ensure!(
@@ -333,7 +364,8 @@ async fn termination() {
 /// `cadre server`: the controller alone (agents connect with `cadre agent`).
 pub fn server(args: &ControllerArgs) -> Result<ExitCode> {
     init_tracing();
-    let layout = Layout::new(args.data_dir.clone())?;
+    restrict_umask();
+    let layout = Layout::new(args.data_dir.clone(), args.run_dir.clone())?;
     let (config, _) = server_config(args, &layout)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(cadre_server::serve(config, termination(), || {}))?;
@@ -342,7 +374,11 @@ pub fn server(args: &ControllerArgs) -> Result<ExitCode> {
 
 /// `cadre up`.
 pub fn up(args: &UpArgs) -> Result<ExitCode> {
-    let layout = Layout::new(args.controller.data_dir.clone())?;
+    restrict_umask();
+    let layout = Layout::new(
+        args.controller.data_dir.clone(),
+        args.controller.run_dir.clone(),
+    )?;
     if let Some(pid) = live_pid(&layout.pid(), &["cadre"]) {
         bail!(
             "cadre is already running in {} (pid {pid}); `cadre down` stops it",
@@ -354,7 +390,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         return detach(&layout);
     }
     init_tracing();
-    write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o644)?;
+    write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o600)?;
     let result = run_up(&args.controller, &layout, args.container_runtime.as_deref());
     let _ = std::fs::remove_file(layout.pid());
     result
@@ -415,8 +451,9 @@ fn ensure_agent(
         .create(true)
         .append(true)
         .open(layout.agent(node, "log"))?;
-    let state_dir = layout.dir.join("agents").join(node);
+    let state_dir = layout.agent_state(node);
     let mut command = std::process::Command::new(exe);
+    with_original_umask(&mut command);
     command.arg("agent");
     if let Some(runtime) = runtime {
         command.arg("--container-runtime").arg(runtime);
@@ -441,7 +478,7 @@ fn ensure_agent(
         .spawn()
         .with_context(|| format!("failed to start the agent of node {node}"))?;
     let pid = i32::try_from(child.id()).context("pid out of range")?;
-    write_file(&pid_file, &format!("{pid}\n"), 0o644)?;
+    write_file(&pid_file, &format!("{pid}\n"), 0o600)?;
     // The agent outlives this process if it is killed; nothing waits for it here.
     std::mem::forget(child);
     Ok(pid)
@@ -497,9 +534,12 @@ fn detach(layout: &Layout) -> Result<ExitCode> {
         .create(true)
         .append(true)
         .open(layout.log())?;
-    let mut child = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    with_original_umask(&mut command);
+    let mut child = command
         .args(&args)
         .env("CADRE_DATA_DIR", &layout.dir)
+        .env("CADRE_RUN_DIR", &layout.run)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -509,7 +549,7 @@ fn detach(layout: &Layout) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let target = Target::of_data_dir(&layout.dir);
+    let target = Target::Unix(layout.socket());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait()? {
@@ -566,8 +606,7 @@ fn detach(layout: &Layout) -> Result<ExitCode> {
 /// `cadre down`.
 pub fn down(args: &DownArgs) -> Result<ExitCode> {
     use nix::sys::signal::{Signal, kill};
-    let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let layout = Layout { dir };
+    let layout = Layout::of(args.data_dir.clone(), args.run_dir.clone());
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     match live_pid(&layout.pid(), &["cadre"]) {
         Some(pid) => {
@@ -611,7 +650,45 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
         );
         println!("stopped {} agent(s) left running", orphans.len());
     }
+    remove_run_dir(&layout);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run directory of a stopped cluster, if nothing is left in it: the agents' state
+/// directories (each empty once its runs ended) and the directory itself. A stale socket
+/// was removed by the controller, or is by the next one.
+fn remove_run_dir(layout: &Layout) {
+    if let Ok(entries) = std::fs::read_dir(layout.run.join("nodes")) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(layout.run.join("nodes"));
+    let _ = std::fs::remove_dir(&layout.run);
+}
+
+/// The umask `cadre up` was started with, which the agents it starts get (their tasks'
+/// files are the users' business) and so does the `cadre up` that `--detach` starts.
+static ORIGINAL_UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o022);
+
+/// `command` is started with [`ORIGINAL_UMASK`].
+fn with_original_umask(command: &mut std::process::Command) {
+    let umask = ORIGINAL_UMASK.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: umask(2) is async-signal-safe and touches no memory; the closure captures
+    // a plain integer made before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            libc::umask(umask as libc::mode_t);
+            Ok(())
+        });
+    }
+}
+
+/// Umask 077 for the controller: nothing it makes is for others unless it says so (the
+/// socket and the run directory are given their modes explicitly).
+fn restrict_umask() {
+    let before = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    ORIGINAL_UMASK.store(before.bits(), std::sync::atomic::Ordering::Relaxed);
 }
 
 #[cfg(test)]

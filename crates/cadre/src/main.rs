@@ -24,6 +24,7 @@ mod client;
 mod daemon;
 mod k8s;
 mod native;
+mod paths;
 mod plan;
 mod rsh;
 mod sim;

@@ -3,7 +3,7 @@
 //! `cadre token`. Each talks to the controller's REST API ([`crate::client`]).
 
 use crate::client::{Client, Target};
-use crate::daemon::default_data_dir;
+use crate::paths::default_data_dir;
 use anyhow::{Context, Result};
 use cadre_core::job::{JobSpec, JobState, TaskGroup};
 use cadre_core::resources::TaskResources;
@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug, Clone)]
 pub struct ConnectArgs {
     /// The controller: `unix:///path/cadre.sock` or `http://host:port` (default: the socket
-    /// in the data directory).
+    /// in the data directory's run directory, DATA_DIR.run/cadre.sock, or in
+    /// $CADRE_RUN_DIR).
     #[arg(long, env = "CADRE_SERVER", global = true)]
     pub server: Option<String>,
     /// A bearer token (`cadre token create`); needed over TCP.

@@ -69,6 +69,11 @@ fn without_a_key_the_agent_says_how_to_give_one() {
 fn a_rejected_key_ends_the_agent_with_status_1() {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("agent.key"), "wrong\n").unwrap();
+    std::fs::set_permissions(
+        data.path().join("agent.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     // A controller that rejects every upgrade, as the real one rejects a bad key.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
@@ -112,8 +117,9 @@ fn a_rejected_key_ends_the_agent_with_status_1() {
 
 #[test]
 fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
-    let data = tempfile::tempdir().unwrap();
-    let socket = data.path().join("nobody-listens.sock");
+    let top = tempfile::tempdir().unwrap();
+    let data = top.path().join("data");
+    let socket = top.path().join("nobody-listens.sock");
     let controller = format!("unix://{}", socket.display());
     let mut child = agent(
         &[
@@ -124,7 +130,7 @@ fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
             "--gpus-per-node",
             "2",
         ],
-        data.path(),
+        &data,
     )
     .env("CADRE_AGENT_KEY", "k")
     .spawn()
@@ -149,9 +155,17 @@ fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
     }
     let discovered = log.last().unwrap();
     assert!(discovered.contains("gpus_emulated=true"), "{discovered}");
+    let state = top.path().join("data.run/nodes/n1");
     assert!(
-        data.path().join("agent/n1").is_dir(),
-        "the state directory defaults to agent/NODE in the data directory"
+        state.is_dir(),
+        "the state directory defaults to nodes/NODE in the run directory, DATA_DIR.run"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&state).unwrap().permissions());
+    assert_eq!(
+        mode & 0o777,
+        0o755,
+        "every user reaches their jobs' files in it"
     );
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

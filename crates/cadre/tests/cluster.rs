@@ -145,7 +145,7 @@ impl Cluster {
     /// `cadre up --detach --nodes N --gpus-per-node G EXTRA...`, ready (every agent
     /// connected) when this returns.
     fn up(nodes: u32, gpus_per_node: u32, extra: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let dir = private_tempdir();
         let mut up_args = vec![
             "--nodes".to_owned(),
             nodes.to_string(),
@@ -277,8 +277,9 @@ impl Cluster {
 
     /// One request to the API on the Unix socket (as root: an administrator).
     fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let sock = std::os::unix::net::UnixStream::connect(self.path("cadre.sock"))
-            .expect("the controller's socket answers");
+        let sock =
+            std::os::unix::net::UnixStream::connect(run_dir_of(self.dir()).join("cadre.sock"))
+                .expect("the controller's socket answers");
         http(sock, method, path, None, body)
     }
 
@@ -411,7 +412,7 @@ fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
 
     c.down();
     assert!(
-        !c.path("cadre.sock").exists(),
+        !run_dir_of(c.dir()).join("cadre.sock").exists(),
         "cadre down removes the socket"
     );
     assert!(
@@ -708,7 +709,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
-    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id));
+    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id), 0);
 
     let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&token), None);
     assert_eq!(status, 200, "{body}");
@@ -731,7 +732,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
         assert_eq!(status, 403, "{method} {path}: {body}");
         assert_eq!(body["error"]["code"], "forbidden", "{body}");
     }
-    let forged = cadre_proto::job_token::make("not the key", cadre_core::job::JobId(id));
+    let forged = cadre_proto::job_token::make("not the key", cadre_core::job::JobId(id), 0);
     let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&forged), None);
     assert_eq!(status, 401, "{body}");
 
@@ -791,6 +792,48 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
             .is_some_and(|m| m.contains("not running")),
         "{body}"
     );
+}
+
+/// A job's token is of one run: once the job is requeued and runs again, the first run's
+/// token is refused (it would otherwise outlive the run it was given to, in whatever the
+/// first run left behind), and the new run's token works.
+#[test]
+fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_again() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let id = c.submit(&["--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
+    let key = key.trim();
+    let first = cadre_proto::job_token::make(key, cadre_core::job::JobId(id), 0);
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&first), None);
+    assert_eq!(status, 200, "{body}");
+    // A token of a run that has not started is refused too.
+    let early = cadre_proto::job_token::make(key, cadre_core::job::JobId(id), 1);
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&early), None);
+    assert_eq!(status, 401, "{body}");
+
+    let (status, body) = c.api("POST", &format!("/api/v1/jobs/{id}/requeue"), None);
+    assert!(status < 300, "requeue: {status} {body}");
+    wait_until("the job runs again", || {
+        let job = c.job(id);
+        job["state"] == "RUNNING" && job["requeues"] == 1
+    });
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&first), None);
+    assert_eq!(
+        status, 401,
+        "the first run's token, after a requeue: {body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("run 0 of job") && m.contains("has ended")),
+        "{body}"
+    );
+    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&early), None);
+    assert_eq!(status, 200, "the second run's token: {body}");
+    assert_eq!(body["via"], "job-token", "{body}");
 }
 
 /// One submission attempt of the storm: the job id if the controller acknowledged it.
@@ -933,7 +976,7 @@ fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_
     for pid in task_pids {
         assert!(!running(pid), "the long job's task {pid} still runs");
     }
-    assert!(!c.path("cadre.sock").exists());
+    assert!(!run_dir_of(c.dir()).join("cadre.sock").exists());
 }
 
 /// The test PostgreSQL server's URL (`.ci/run` starts one and sets it; CI must have it).
@@ -1004,7 +1047,7 @@ fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
     let c = Cluster::up(1, 2, &[]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "30"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(c.path("cadre.sock"))
+    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
         .expect("the controller's socket answers");
     sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n\r\n")
         .expect("request sent");
@@ -1102,7 +1145,7 @@ fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
-    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id));
+    let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id), 0);
     let mut rsh = cadre_command(c.dir())
         .args(["rsh", "node002", "echo started; sleep 60"])
         .env("CADRE_SERVER", format!("http://{addr}"))
@@ -1143,4 +1186,172 @@ fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(15), "{status:?}");
     c.start();
+}
+
+/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
+/// its socket is.
+fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
+    let mut name = data.as_os_str().to_owned();
+    name.push(".run");
+    std::path::PathBuf::from(name)
+}
+
+/// A temporary data directory: the controller refuses one that others may enter.
+fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temporary directory")
+}
+
+/// The unprivileged local user the security tests attack as (`nobody`), with a home of
+/// their own under a temporary directory: the cluster runs as root, the attacker's
+/// commands find it as any user would (`CADRE_DATA_DIR`, whose socket is in the run
+/// directory beside it: they cannot read the data directory itself).
+struct Nobody {
+    home: tempfile::TempDir,
+}
+
+const NOBODY: u32 = 65534;
+
+impl Nobody {
+    /// `None` (the test is skipped, saying why) unless the tests run as root, except under
+    /// CI, which runs them as root.
+    fn new() -> Option<Nobody> {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs the tests as root: the attacks as `nobody` must run there"
+            );
+            eprintln!("skipped: the attacks as `nobody` need root to become nobody");
+            return None;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("temporary directory");
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::os::unix::fs::chown(home.path(), Some(NOBODY), Some(NOBODY)).expect("chown");
+        Some(Nobody { home })
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// `program ARGS` as `nobody`, in their home, against cluster `c`, with nothing of
+    /// the test's environment but `PATH` (their `bin` first).
+    fn run(&self, c: &Cluster, program: &str, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        let path = std::env::var("PATH").unwrap_or_default();
+        Command::new(program)
+            .args(args)
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:{path}", self.home().join("bin").display()),
+            )
+            .env("HOME", self.home())
+            .env("CADRE_DATA_DIR", c.dir())
+            .current_dir(self.home())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .expect("a command runs as nobody")
+    }
+}
+
+/// The controller's data directory holds every job's environment and script, the agent
+/// key (root on every node) and the logs: a local user reads none of it, and still
+/// reaches the controller through its socket in the run directory.
+#[test]
+fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
+    let Some(nobody) = Nobody::new() else { return };
+    let c = Cluster::up(1, 0, &[]);
+    let id = c.submit(&["--", "true"]);
+    c.wait(id);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(c.dir()), 0o700);
+    for file in [
+        "cadre.db",
+        "cadre.db-wal",
+        "agent.key",
+        "cadre.log",
+        "cadre.pid",
+    ] {
+        assert_eq!(mode(&c.path(file)), 0o600, "{file}");
+    }
+    assert_eq!(mode(&run_dir_of(c.dir())), 0o755);
+    for file in ["cadre.db", "cadre.db-wal", "agent.key", "cadre.log"] {
+        let path = c.path(file);
+        let out = nobody.run(&c, "cat", &[path.to_str().expect("utf-8 path")]);
+        assert!(!out.status.success(), "nobody read {file}");
+        assert!(
+            text(&out.stderr).contains("Permission denied"),
+            "{file}: {}",
+            text(&out.stderr)
+        );
+    }
+    // The socket stays theirs to use: they see their own jobs (none), not root's.
+    let cadre = env!("CARGO_BIN_EXE_cadre");
+    let out = nobody.run(&c, cadre, &["jobs", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let jobs: Value = serde_json::from_str(&text(&out.stdout)).expect("JSON");
+    assert_eq!(jobs["jobs"], serde_json::json!([]), "{jobs}");
+}
+
+/// A job's hosts file lives in a run directory the job's user cannot change: swapping it
+/// for a link to a file only root may read, before a step bind-mounts it over
+/// `/etc/hosts`, fails, and the step shows the job's names, never the file.
+#[test]
+fn a_user_cannot_swap_their_job_s_hosts_file_for_a_link_to_a_root_only_file() {
+    let Some(nobody) = Nobody::new() else { return };
+    let c = Cluster::up(2, 0, &[]);
+    let bin = nobody.home().join("bin");
+    c.ok(&["install-aliases", bin.to_str().expect("utf-8 path")]);
+    let secret = c.path("secret");
+    let marker = format!("root-only-{}", std::process::id());
+    std::fs::write(&secret, format!("{marker}\n")).unwrap();
+    let out = nobody.home().join("attack.out");
+    let script = nobody.home().join("attack.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n#SBATCH -N 1 -o {out}\n\
+             h=\"$CADRE_HOSTS_FILE\"\n\
+             echo \"dir $(stat -c %U:%a \"$(dirname \"$h\")\") file $(stat -c %U:%a \"$h\")\"\n\
+             rm -f \"$h\" 2>/dev/null; ln -sf {secret} \"$h\" 2>/dev/null; echo \"swap=$?\"\n\
+             srun cat /etc/hosts\n\
+             echo \"srun=$?\"\n",
+            out = out.display(),
+            secret = secret.display()
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&script, Some(NOBODY), Some(NOBODY)).unwrap();
+    let submitted = nobody.run(&c, "sbatch", &["--parsable", "attack.sh"]);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    let id: u64 = text(&submitted.stdout).trim().parse().expect("a job id");
+    c.wait(id);
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        !said.contains(&marker),
+        "the step showed root's file:\n{said}"
+    );
+    assert!(said.contains("dir root:711 file nobody:600"), "{said}");
+    assert!(said.contains("swap=1"), "{said}");
+    assert!(
+        said.contains("node001") && said.contains("srun=0"),
+        "{said}"
+    );
 }

@@ -48,7 +48,7 @@ impl Cluster {
 
     fn start(nodes: u32, more: &[&str], as_user: Option<(u32, u32)>) -> Cluster {
         let c = Cluster {
-            dir: tempfile::tempdir().expect("temporary directory"),
+            dir: private_tempdir(),
             as_user,
         };
         if let Some((uid, gid)) = as_user {
@@ -1429,4 +1429,13 @@ fn a_cluster_not_run_by_root_resolves_its_tasks_names_in_user_namespaces() {
         }
         assert!(out.contains("hosts-file none"), "rank {rank}: {out}");
     }
+}
+
+/// A temporary data directory: the controller refuses one that others may enter.
+fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temporary directory")
 }

@@ -34,7 +34,7 @@ struct Cluster {
 
 impl Cluster {
     fn up() -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let dir = private_tempdir();
         let work = dir.path().join("work");
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&work).unwrap();
@@ -132,8 +132,9 @@ impl Cluster {
     /// One API request with a JSON body on the socket.
     fn request(&self, method: &str, path: &str, body: Option<&str>) -> Value {
         use std::io::{Read, Write};
-        let mut s = std::os::unix::net::UnixStream::connect(self.data().join("cadre.sock"))
-            .expect("socket");
+        let mut s =
+            std::os::unix::net::UnixStream::connect(run_dir_of(self.data()).join("cadre.sock"))
+                .expect("socket");
         let body = body.unwrap_or("");
         write!(
             s,
@@ -723,4 +724,21 @@ fn a_running_jobs_time_limit_changes_where_it_runs_and_in_the_store() {
     let out = c.cadre(&["up", "--detach", "--nodes", "2", "--gpus-per-node", "4"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
+}
+
+/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
+/// its socket is.
+fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
+    let mut name = data.as_os_str().to_owned();
+    name.push(".run");
+    std::path::PathBuf::from(name)
+}
+
+/// A temporary data directory: the controller refuses one that others may enter.
+fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temporary directory")
 }

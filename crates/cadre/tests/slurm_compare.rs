@@ -377,7 +377,7 @@ fn start_cadre() -> (Controller, PathBuf, PathBuf) {
         .spawn()
         .expect("cadre server starts");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(data.join("cadre.sock")).is_err() {
+    while std::os::unix::net::UnixStream::connect(run_dir_of(&data).join("cadre.sock")).is_err() {
         assert!(Instant::now() < deadline, "cadre server did not come up");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -635,4 +635,12 @@ fn scontrol_hostlists_match_slurm() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
+/// its socket is.
+fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
+    let mut name = data.as_os_str().to_owned();
+    name.push(".run");
+    std::path::PathBuf::from(name)
 }

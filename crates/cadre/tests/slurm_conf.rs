@@ -63,7 +63,7 @@ impl Cluster {
     /// `cadre up --detach ARGS`, ready (every agent connected) when this returns.
     fn up(args: &[&str], nodes: usize) -> Cluster {
         let c = Cluster {
-            data: tempfile::tempdir().expect("temporary directory"),
+            data: private_tempdir(),
             stopped: false,
         };
         let out = c.run(&[&["up", "--detach"][..], args].concat());
@@ -314,7 +314,7 @@ fn nodes_bigger_than_this_machine_are_refused_before_anything_starts() {
         ("gres.conf", GRES_CONF),
         ("topology.conf", TOPOLOGY_CONF),
     ]);
-    let data = tempfile::tempdir().expect("temporary directory");
+    let data = private_tempdir();
     let path = conf.slurm_conf();
     let path = path.to_str().expect("utf-8 path");
     let out = cadre(
@@ -391,4 +391,13 @@ fn cadre_cluster_summarises_a_slurm_conf_with_its_notes() {
         Some(2),
         "--cluster and --slurm-conf conflict"
     );
+}
+
+/// A temporary data directory: the controller refuses one that others may enter.
+fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temporary directory")
 }

@@ -165,8 +165,9 @@ impl Cluster {
             dry_run: false,
         })
         .expect("JSON");
-        let mut stream = std::os::unix::net::UnixStream::connect(self.data().join("cadre.sock"))
-            .expect("the controller's socket");
+        let mut stream =
+            std::os::unix::net::UnixStream::connect(run_dir_of(&self.data()).join("cadre.sock"))
+                .expect("the controller's socket");
         let req = format!(
             "POST /api/v1/jobs HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -649,4 +650,12 @@ fn without_a_controller_the_commands_fail_as_slurms_do() {
             "{name}: {err}"
         );
     }
+}
+
+/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
+/// its socket is.
+fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
+    let mut name = data.as_os_str().to_owned();
+    name.push(".run");
+    std::path::PathBuf::from(name)
 }

@@ -22,14 +22,14 @@
 use crate::gang::{self, launch_gang};
 use crate::jobenv::{JobLaunch, LocalNode};
 use crate::launch::{LaunchError, RunAs};
+use crate::rundir::{BindSource, RunDir};
 use crate::supervise::TaskOutcome;
 use cadre_core::cluster::{NodeId, NodeShape};
 use cadre_core::job::JobState;
 use cadre_proto::agent::{LaunchOrder, OutputChunk, OutputStream, RunRef, TaskEvent};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -347,13 +347,24 @@ fn prepare(
     }
     let workload = cadre_k8s::workload_of(rs)
         .map_err(|e| PrepareError::Workload(crate::workload::WorkloadError::Contract(e)))?;
+    // The run's directory, made (anew) by the first thing that writes a file for the run;
+    // its files belong to the job's user when the agent is root and the user is not (see
+    // `crate::rundir`).
+    let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
+    let dir_path = run_dir(&ctx.state_dir, order.run);
+    let mut dir: Option<RunDir> = None;
     let (command, mut script_dir) = match &rs.script {
         Some(text) => {
-            let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
-            let (dir, path) = write_script(&ctx.state_dir, order.run, text, owner)?;
+            let made = make_run_dir(&mut dir, &dir_path, owner).map_err(|source| {
+                PrepareError::Script {
+                    path: dir_path.clone(),
+                    source,
+                }
+            })?;
+            let path = write_script(made, text)?;
             let mut command = vec![path.display().to_string()];
             command.extend(rs.command.iter().cloned());
-            (command, Some(dir))
+            (command, Some(dir_path.clone()))
         }
         None => (rs.command.clone(), None),
     };
@@ -409,10 +420,14 @@ fn prepare(
     if let Some(t) = workload {
         // A Kubernetes workload: each task runs its group's program with its rank's
         // contract; the job's files live in the run's directory, removed at its end.
-        let dir = run_dir(&ctx.state_dir, order.run);
-        let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
-        script_dir = Some(dir.clone());
-        let token = cadre_proto::job_token::make(&ctx.agent_key, order.run.job);
+        script_dir = Some(dir_path.clone());
+        let made = make_run_dir(&mut dir, &dir_path, owner).map_err(|source| {
+            crate::workload::WorkloadError::Write {
+                path: dir_path.clone(),
+                source,
+            }
+        })?;
+        let token = cadre_proto::job_token::make(&ctx.agent_key, order.run.job, order.run.run);
         let means = crate::workload::NodeMeans {
             mounts: ctx.mounts,
             runtime: ctx.container_runtime.as_deref(),
@@ -427,14 +442,12 @@ fn prepare(
                     libraries: ctx.rsh_libraries.as_ref(),
                 }),
         };
-        job.programs = crate::workload::prepare(&t, order, node_id, &dir, means, owner)
-            .inspect_err(|_| remove_script_dir(Some(&dir)))?;
+        job.programs = crate::workload::prepare(&t, order, node_id, made, means)
+            .inspect_err(|_| remove_script_dir(Some(&dir_path)))?;
     } else if !rs.allocation {
         // Node names that are not host names resolve through the job's hosts file. A step
         // sees what its job's tasks see on this node: the job's hosts file (a Kubernetes
         // workload's names, or the nodes'), and a workload's MPI and Volcano files.
-        let dir = run_dir(&ctx.state_dir, order.run);
-        let owner = (ctx.agent_uid == 0 && run_as.uid != 0).then_some((run_as.uid, run_as.gid));
         let job_dir = run_dir(
             &ctx.state_dir,
             RunRef {
@@ -443,6 +456,10 @@ fn prepare(
             },
         );
         let job_hosts = job_dir.join("hosts");
+        let mount_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| crate::workload::WorkloadError::Write { path, source }
+        };
         let hosts = if order.run.step.is_some() && job_hosts.is_file() {
             if ctx.mounts.can_bind() {
                 for (sub, at) in [
@@ -451,23 +468,38 @@ fn prepare(
                 ] {
                     let files = job_dir.join(sub);
                     if files.is_dir() && Path::new(at).is_dir() {
-                        job.binds.push((files, PathBuf::from(at)));
+                        let source = BindSource::open(&files).map_err(mount_err(&files))?;
+                        job.binds.push((source, PathBuf::from(at)));
                     }
                 }
             }
-            Some(job_hosts)
+            let source = if ctx.mounts.can_bind() {
+                Some(BindSource::open(&job_hosts).map_err(mount_err(&job_hosts))?)
+            } else {
+                None
+            };
+            Some((job_hosts, source))
+        } else if let Some(text) = crate::workload::node_hosts_text(order)? {
+            let made = make_run_dir(&mut dir, &dir_path, owner).map_err(mount_err(&dir_path))?;
+            let path = made
+                .write("hosts", text.as_bytes(), 0o644)
+                .map_err(mount_err(&dir_path.join("hosts")))?;
+            let source = if ctx.mounts.can_bind() {
+                Some(made.bind_source("hosts").map_err(mount_err(&path))?)
+            } else {
+                None
+            };
+            script_dir = Some(dir_path.clone());
+            Some((path, source))
         } else {
-            crate::workload::node_hosts_file(order, &dir, owner)?
+            None
         };
-        if let Some(hosts) = hosts {
-            if script_dir.is_none() && hosts.starts_with(&dir) {
-                script_dir = Some(dir);
-            }
+        if let Some((hosts, source)) = hosts {
             job.extra_env
                 .push(("CADRE_HOSTS_FILE".into(), hosts.display().to_string()));
-            if ctx.mounts.can_bind() {
+            if let Some(source) = source {
                 job.binds
-                    .push((hosts, PathBuf::from(crate::workload::HOSTS_TARGET)));
+                    .push((source, PathBuf::from(crate::workload::HOSTS_TARGET)));
             }
         }
     }
@@ -623,48 +655,30 @@ fn hold(
     }
 }
 
-/// Writes the batch script to `state_dir/job<ID>.<run>/script`, the directory mode 0700
-/// and both owned by `owner` when given, so that only the job's user can read it.
-fn write_script(
-    state_dir: &Path,
-    run: RunRef,
-    text: &str,
+/// The run's directory, made anew the first time it is asked for.
+fn make_run_dir<'a>(
+    dir: &'a mut Option<RunDir>,
+    path: &Path,
     owner: Option<(u32, u32)>,
-) -> Result<(PathBuf, PathBuf), PrepareError> {
-    let dir = run_dir(state_dir, run);
-    let path = dir.join("script");
-    let err = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| PrepareError::Script { path: p, source }
-    };
-    // A leftover of an earlier life of the agent: the run is not alive here now.
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(&dir)(e)),
+) -> io::Result<&'a RunDir> {
+    if dir.is_none() {
+        *dir = Some(RunDir::create(path, owner)?);
     }
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(err(&dir))?;
-    {
-        // No task may be forked while the script is open for writing: the child would
-        // hold it open too, and executing it would fail with ETXTBSY.
-        let _no_fork = crate::launch::no_fork_guard();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o700)
-            .open(&path)
-            .map_err(err(&path))?;
-        file.write_all(text.as_bytes()).map_err(err(&path))?;
-        file.sync_all().map_err(err(&path))?;
-    }
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(err(&path))?;
-        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(err(&dir))?;
-    }
-    Ok((dir, path))
+    dir.as_ref()
+        .ok_or_else(|| io::Error::other("the run's directory was not made"))
+}
+
+/// Writes the batch script to `script` in the run's directory (mode 0700, the job's user's
+/// when the agent is root: see [`crate::rundir`]).
+fn write_script(dir: &RunDir, text: &str) -> Result<PathBuf, PrepareError> {
+    // No task may be forked while the script is open for writing: the child would hold it
+    // open too, and executing it would fail with ETXTBSY.
+    let _no_fork = crate::launch::no_fork_guard();
+    dir.write("script", text.as_bytes(), 0o700)
+        .map_err(|source| PrepareError::Script {
+            path: dir.path().join("script"),
+            source,
+        })
 }
 
 fn remove_script_dir(dir: Option<&Path>) {
@@ -857,8 +871,9 @@ mod tests {
         let dir = run_dir(state.path(), run);
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("stale"), "x").unwrap();
-        let (d, path) = write_script(state.path(), run, "#!/bin/sh\necho hi\n", None).unwrap();
-        assert_eq!(d, dir);
+        let mut made = None;
+        let d = make_run_dir(&mut made, &dir, None).unwrap();
+        let path = write_script(d, "#!/bin/sh\necho hi\n").unwrap();
         assert_eq!(path, state.path().join("job12.3/script"));
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -867,9 +882,17 @@ mod tests {
         assert!(!dir.join("stale").exists());
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&dir), mode(&path)), (0o700, 0o700));
+        // Made once per launch: asked again, the same directory, the script still there.
+        make_run_dir(&mut made, &dir, None).unwrap();
+        assert!(path.exists());
         // A state directory that is not there: not permanent (the node's doing).
-        let err =
-            write_script(&state.path().join("missing"), run, "#!/bin/sh\n", None).unwrap_err();
+        let missing = state.path().join("missing").join("job12.3");
+        let err = make_run_dir(&mut None, &missing, None)
+            .map_err(|source| PrepareError::Script {
+                path: missing.clone(),
+                source,
+            })
+            .unwrap_err();
         assert!(!err.is_permanent(), "{err}");
         assert!(
             err.to_string()
