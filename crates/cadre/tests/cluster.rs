@@ -7,6 +7,9 @@
 //! down`) when the test ends, also when it panics. Nothing here asserts a duration: tests
 //! wait for states and files, and the deadlines only keep a broken build from hanging.
 
+mod common;
+use common::{private_tempdir, run_dir_of};
+
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -1186,23 +1189,6 @@ fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(15), "{status:?}");
     c.start();
-}
-
-/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
-/// its socket is.
-fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
-    let mut name = data.as_os_str().to_owned();
-    name.push(".run");
-    std::path::PathBuf::from(name)
-}
-
-/// A temporary data directory: the controller refuses one that others may enter.
-fn private_tempdir() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .expect("temporary directory")
 }
 
 /// The unprivileged local user the security tests attack as (`nobody`), with a home of

@@ -15,6 +15,9 @@
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
+mod common;
+use common::private_tempdir;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -1429,13 +1432,4 @@ fn a_cluster_not_run_by_root_resolves_its_tasks_names_in_user_namespaces() {
         }
         assert!(out.contains("hosts-file none"), "rank {rank}: {out}");
     }
-}
-
-/// A temporary data directory: the controller refuses one that others may enter.
-fn private_tempdir() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .expect("temporary directory")
 }

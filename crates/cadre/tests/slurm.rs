@@ -6,6 +6,9 @@
 //! A guard stops the cluster (`cadre down`) when a test ends, also when it panics. Tests
 //! wait for states and files; deadlines only keep a broken build from hanging.
 
+mod common;
+use common::{private_tempdir, run_dir_of};
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -724,21 +727,4 @@ fn a_running_jobs_time_limit_changes_where_it_runs_and_in_the_store() {
     let out = c.cadre(&["up", "--detach", "--nodes", "2", "--gpus-per-node", "4"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
-}
-
-/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
-/// its socket is.
-fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
-    let mut name = data.as_os_str().to_owned();
-    name.push(".run");
-    std::path::PathBuf::from(name)
-}
-
-/// A temporary data directory: the controller refuses one that others may enter.
-fn private_tempdir() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .expect("temporary directory")
 }

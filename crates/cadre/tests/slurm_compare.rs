@@ -24,6 +24,9 @@
 //! Without the reference the test is skipped with a note, except under CI (`$CI` set),
 //! where it fails.
 
+mod common;
+use common::run_dir_of;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -635,12 +638,4 @@ fn scontrol_hostlists_match_slurm() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
-/// its socket is.
-fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
-    let mut name = data.as_os_str().to_owned();
-    name.push(".run");
-    std::path::PathBuf::from(name)
 }

@@ -6,6 +6,9 @@
 //! Each cluster has its own data directory; a guard stops it (`cadre down`) when the test
 //! ends, also when it panics. Nothing here asserts a duration.
 
+mod common;
+use common::private_tempdir;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -391,13 +394,4 @@ fn cadre_cluster_summarises_a_slurm_conf_with_its_notes() {
         Some(2),
         "--cluster and --slurm-conf conflict"
     );
-}
-
-/// A temporary data directory: the controller refuses one that others may enter.
-fn private_tempdir() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .expect("temporary directory")
 }

@@ -7,6 +7,9 @@
 //! (`cadre down`) when the test ends, also when it panics. Nothing here asserts a duration:
 //! the test waits for states, and the deadline only keeps a broken build from hanging.
 
+mod common;
+use common::run_dir_of;
+
 use cadre_core::job::{ArrayIndex, JobId, JobSpec};
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
@@ -650,12 +653,4 @@ fn without_a_controller_the_commands_fail_as_slurms_do() {
             "{name}: {err}"
         );
     }
-}
-
-/// The run directory `cadre up` makes beside data directory `data` (`<data>.run`), where
-/// its socket is.
-fn run_dir_of(data: &std::path::Path) -> std::path::PathBuf {
-    let mut name = data.as_os_str().to_owned();
-    name.push(".run");
-    std::path::PathBuf::from(name)
 }
