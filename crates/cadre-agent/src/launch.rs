@@ -40,7 +40,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{Gid, Uid, User};
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +125,14 @@ pub enum LaunchError {
     NoWorkDir { job: JobId, dir: PathBuf },
     #[error("failed to create a pipe for launching job {job}: {source}")]
     Pipe { job: JobId, source: Errno },
+    /// A variable of the task that the container's environment file cannot carry.
+    #[error("job {job}: {source}")]
+    ContainerEnv {
+        job: JobId,
+        source: container::EnvFileError,
+    },
+    #[error("failed to make the environment file of job {job}'s container: {source}")]
+    EnvFile { job: JobId, source: Errno },
     #[error("failed to start task {procid} of job {job}: {step}: {source}")]
     Spawn {
         job: JobId,
@@ -299,13 +307,14 @@ enum ChildStep {
     Stderr = 8,
     Namespace = 9,
     Bind = 10,
+    Inherit = 11,
 }
 
 impl ChildStep {
     fn from_byte(b: u8) -> Option<ChildStep> {
         use ChildStep::*;
         [
-            Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr,
+            Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr, Inherit,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -338,6 +347,9 @@ struct ChildPlan {
     stderr_flags: OFlag,
     /// Write end of the step-report pipe.
     report: OwnedFd,
+    /// A descriptor the program inherits (the container's environment file): close-on-exec
+    /// in the agent, so that no other task inherits it, and cleared in the child.
+    inherit: Option<OwnedFd>,
 }
 
 impl ChildPlan {
@@ -397,8 +409,39 @@ impl ChildPlan {
             nix::unistd::setfsgid(*gid);
             nix::unistd::setgroups(groups).map_err(|e| fail(ChildStep::Groups, e))?;
         }
+        if let Some(fd) = &self.inherit {
+            nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .map_err(|e| fail(ChildStep::Inherit, e))?;
+        }
         Ok(())
     }
+}
+
+/// A close-on-exec memory file holding `text`, at a descriptor above the standard ones
+/// (which the child's own stdin, stdout and stderr replace). Nothing is on disk; only
+/// processes given the descriptor, and root, can read it.
+fn memory_file(text: &str) -> Result<OwnedFd, Errno> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let mut fd = memfd_create(c"cadre-container-env", MFdFlags::MFD_CLOEXEC)?;
+    if fd.as_raw_fd() <= 2 {
+        let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))?;
+        // SAFETY: `raw` was just returned by F_DUPFD_CLOEXEC: an open descriptor that
+        // nothing else owns.
+        fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    }
+    let mut rest = text.as_bytes();
+    while !rest.is_empty() {
+        match nix::unistd::write(&fd, rest) {
+            Ok(0) => return Err(Errno::EIO),
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(fd)
 }
 
 fn open_flags(mode: OpenMode) -> OFlag {
@@ -523,6 +566,9 @@ pub(crate) fn launch_task_with(
         Some(set)
     };
     let (stdout, stderr) = output_paths(job, node, &place);
+    // The container's variables, in a memory file the runtime inherits (never on its
+    // command line: see `crate::container`).
+    let mut env_file: Option<OwnedFd> = None;
     let argv: Vec<String> = match container {
         Some(spec) => {
             use nix::sys::resource::Resource;
@@ -536,7 +582,19 @@ pub(crate) fn launch_task_with(
                 nofile: container::own_limit(Resource::RLIMIT_NOFILE, None),
                 nproc: container::own_limit(Resource::RLIMIT_NPROC, container::pid_max()),
             };
-            container::run_command(spec, &settings)
+            let text = container::env_file(spec, &settings).map_err(|source| {
+                LaunchError::ContainerEnv {
+                    job: job.id,
+                    source,
+                }
+            })?;
+            let fd = memory_file(&text).map_err(|source| LaunchError::EnvFile {
+                job: job.id,
+                source,
+            })?;
+            let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            env_file = Some(fd);
+            container::run_command(spec, &settings, &path)
         }
         None => match &job.exec_in {
             Some(exec) => container::exec_command(exec, job.command_of(index)),
@@ -604,6 +662,7 @@ pub(crate) fn launch_task_with(
         stdout_flags: open_flags(open_modes.0),
         stderr_flags: open_flags(open_modes.1),
         report: report_write,
+        inherit: env_file,
     };
 
     let mut cmd = Command::new(OsStr::new(program));
@@ -630,7 +689,7 @@ pub(crate) fn launch_task_with(
     // fork (C strings, a CpuSet, a group list, a user namespace's id maps, file
     // descriptors) and makes direct system calls through nix (write, sched_setaffinity,
     // unshare, mount, open and write of `/proc/self`'s id maps, setgroups, setgid,
-    // setuid, chdir, open, dup2, close on drop of the opened descriptors); none of them
+    // setuid, chdir, open, dup2, fcntl(F_SETFD), close on drop of the opened descriptors); none of them
     // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
     // arguments) straight through and `io::Error::from_raw_os_error`
     // does not allocate. The closure does not touch the parent's state.
@@ -708,6 +767,9 @@ fn describe_step(
         }
         Some(ChildStep::Bind) => {
             "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
+        }
+        Some(ChildStep::Inherit) => {
+            "cannot pass the container's environment file to the runtime".into()
         }
         Some(ChildStep::Groups) => format!("cannot set the supplementary groups of {who}"),
         Some(ChildStep::Gid) => format!("cannot set the group id of {who}"),
@@ -793,11 +855,11 @@ mod tests {
 
     #[test]
     fn child_steps_round_trip_through_their_byte() {
-        for b in 0..=11u8 {
+        for b in 0..=12u8 {
             if let Some(s) = ChildStep::from_byte(b) {
                 assert_eq!(s as u8, b);
             } else {
-                assert!(b == 0 || b == 11);
+                assert!(b == 0 || b == 12);
             }
         }
     }

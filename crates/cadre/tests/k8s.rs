@@ -1187,6 +1187,115 @@ spec:
     );
 }
 
+/// The command lines of every process of the machine that names `needle` (each as its
+/// pid and words), read from `/proc/*/cmdline`, which any local user may read.
+fn command_lines_naming(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // A process may end meanwhile.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let words = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if words.contains(needle) {
+            found.push(format!("{}: {words}", name.to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// An MPIJob in the test image: a launcher that prints its job token and `API_KEY`, then
+/// waits to be deleted; one worker whose sshd waits for the daemons.
+fn secret_mpi_job(name: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: {name}}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: l
+            image: localhost/cadre-test:1
+            imagePullPolicy: Never
+            env:
+            - {{name: API_KEY, value: '{secret}'}}
+            command: [/bin/sh, -c, 'echo \"token=$CADRE_TOKEN\"; echo \"key=$API_KEY\"; sleep 600']
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: w
+            image: localhost/cadre-test:1
+            imagePullPolicy: Never
+            command: [/usr/sbin/sshd, -De]
+"
+    )
+}
+
+/// Regression: a container task's variables were `--env NAME=VALUE` words of the root
+/// runtime's command line, which every local user reads in `/proc/PID/cmdline`: the job's
+/// token (an MPIJob launcher's `CADRE_TOKEN`) and every value of the manifest.
+#[test]
+fn a_container_s_token_and_secrets_are_on_no_command_line() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let c = Cluster::up_with(2, &["--container-runtime", &runtime]);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos();
+    let secret = format!("not-on-argv-{}-{nanos}", std::process::id());
+    let job = c.apply(&secret_mpi_job("argv", &secret));
+    let deadline = Instant::now() + DEADLINE;
+    let said = loop {
+        let out = c.output("argv", job, 0);
+        if out.lines().any(|l| l.starts_with("key=")) {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the launcher never started: {} {out}\n{}",
+            c.state(job),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Both reach the task, in its container.
+    let value = |name: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let token = value("token");
+    assert!(
+        token.starts_with(&format!("cadre-job-{job}-")),
+        "token `{token}` in:\n{said}"
+    );
+    assert_eq!(value("key"), secret, "{said}");
+    // While the containers run, no process of the machine has either on its command line.
+    for needle in [&secret, &token] {
+        let found = command_lines_naming(needle);
+        assert!(
+            found.is_empty(),
+            "`{needle}` is on command lines:\n{found:#?}"
+        );
+    }
+    c.ok(&["delete", "mpijob", "argv"]);
+    assert_eq!(c.wait(job), "CANCELLED");
+}
+
 #[test]
 fn apply_in_containers_without_a_runtime_is_refused_and_says_how_to_go_on() {
     let c = Cluster::up(1);

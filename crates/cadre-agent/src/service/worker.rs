@@ -138,11 +138,13 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | RefuseRoot { .. }
         | CannotSwitchUser { .. }
         | NoTasksOnNode { .. }
-        | NoWorkDir { .. } => true,
+        | NoWorkDir { .. }
+        | ContainerEnv { .. } => true,
         GpuOutOfRange { .. }
         | CoreOutOfRange { .. }
         | UserLookup { .. }
         | Pipe { .. }
+        | EnvFile { .. }
         | Cgroup { .. }
         | Signal { .. }
         | Wait { .. } => false,
