@@ -22,6 +22,9 @@
 //! - the job's user: `--user UID:GID` from a root agent (a manifest's `runAsUser` never
 //!   changes it); `--userns keep-id` from an agent that is not root (rootless podman), so
 //!   that the user inside is the user outside;
+//! - no capabilities (`--cap-drop ALL`, a root job's too) and no way to gain any
+//!   (`--security-opt no-new-privileges`: set-user-id programs of the image do not raise
+//!   privileges);
 //! - its memory as a limit (`--memory`), its cores by inheritance (the runtime is started
 //!   with the task's CPU affinity), its real GPUs as CDI devices (`--device
 //!   nvidia.com/gpu=INDEX`, numbered from 0 inside, so `CUDA_VISIBLE_DEVICES` becomes
@@ -334,6 +337,7 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings, env_file: &str) ->
         Some((uid, gid)) => add(&["--user", &format!("{uid}:{gid}")]),
         None => add(&["--userns", "keep-id"]),
     }
+    add(&["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]);
     if let Some((soft, hard)) = task.nofile {
         add(&["--ulimit", &format!("nofile={soft}:{hard}")]);
     }
@@ -542,6 +546,7 @@ mod tests {
             line,
             "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
              --network host --log-driver none --pull missing --user 1000:100 \
+             --cap-drop ALL --security-opt no-new-privileges \
              --ulimit nofile=1024:20000 --ulimit nproc=4096:32768 --memory 2048m \
              --device nvidia.com/gpu=4 --device nvidia.com/gpu=6 \
              --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --workdir /app \
@@ -575,6 +580,27 @@ mod tests {
             text.ends_with("CADRE_TOKEN=cadre-job-12-0123abcd\nAPI_KEY=hunter2\n"),
             "{text}"
         );
+    }
+
+    /// Regression: a root agent's containers had the runtime's default capabilities (a
+    /// root job's container: `CHOWN`, `DAC_OVERRIDE`, `SETUID`, ...) and set-user-id
+    /// programs of the image could raise a user's privileges.
+    #[test]
+    fn a_container_has_no_capabilities_and_cannot_gain_any() {
+        for user in [Some((0, 0)), Some((1000, 100)), None] {
+            let t = TaskSettings { user, ..settings() };
+            let c = run_command(&spec(), &t, "/proc/self/fd/9");
+            let at = c
+                .iter()
+                .position(|w| w == "--cap-drop")
+                .expect("--cap-drop");
+            assert_eq!(
+                c[at..at + 4],
+                ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
+                "{c:?}"
+            );
+            assert!(!c.iter().any(|w| w == "--cap-add" || w == "--privileged"));
+        }
     }
 
     #[test]
@@ -645,8 +671,8 @@ mod tests {
             line,
             "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
              --network host --log-driver none --pull never --userns keep-id \
-             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro \
-             --env-file /proc/self/fd/9 -- registry.local/train:1"
+             --cap-drop ALL --security-opt no-new-privileges \
+             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --env-file /proc/self/fd/9 -- registry.local/train:1"
         );
         assert_eq!(
             env_file(&s, &t).unwrap(),

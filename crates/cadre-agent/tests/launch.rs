@@ -723,6 +723,32 @@ fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
     assert!(!container_exists(&rt, "cadre-test-run"));
 }
 
+/// Regression: a root job's container had the runtime's default capabilities, and no
+/// container was kept from gaining privileges (set-user-id programs of the image).
+#[test]
+fn a_container_task_has_no_capabilities_and_no_new_privileges_even_as_root() {
+    let Some(rt) = test_runtime() else { return };
+    let root = RunAs::lookup("root").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "root", "not run", one_task(vec![]));
+    j.programs.insert(
+        0,
+        container_program(
+            &rt,
+            dir.path(),
+            "cadre-test-caps",
+            "id -u; grep -E '^(CapPrm|CapEff|NoNewPrivs):' /proc/self/status",
+        ),
+    );
+    let o = launch_task(&j, &node(), 0, &root).unwrap().wait().unwrap();
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(o.state, JobState::Completed, "{out}");
+    assert_eq!(
+        out,
+        "0\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+    );
+}
+
 #[test]
 fn a_cancelled_container_task_that_ignores_sigterm_is_killed_with_its_container() {
     let Some(rt) = test_runtime() else { return };
