@@ -22,9 +22,10 @@
 //! - the job's user: `--user UID:GID` from a root agent (a manifest's `runAsUser` never
 //!   changes it); `--userns keep-id` from an agent that is not root (rootless podman), so
 //!   that the user inside is the user outside;
-//! - no capabilities (`--cap-drop ALL`, a root job's too) and no way to gain any
-//!   (`--security-opt no-new-privileges`: set-user-id programs of the image do not raise
-//!   privileges);
+//! - no capabilities (`--cap-drop ALL`, a root job's too) but those its manifest asks for
+//!   that the node allows (`--cap-add`, checked by [`crate::workload`]), and no way to gain
+//!   any (`--security-opt no-new-privileges`: set-user-id programs of the image do not
+//!   raise privileges);
 //! - its memory as a limit (`--memory`), its cores by inheritance (the runtime is started
 //!   with the task's CPU affinity), its real GPUs as CDI devices (`--device
 //!   nvidia.com/gpu=INDEX`, numbered from 0 inside, so `CUDA_VISIBLE_DEVICES` becomes
@@ -194,6 +195,9 @@ pub struct ContainerSpec {
     pub mounts: Vec<(PathBuf, String)>,
     /// The node's GPUs are real: allocated ones are passed as CDI devices.
     pub gpu_devices: bool,
+    /// The capabilities given back after all are dropped (the manifest's, which the node
+    /// allows).
+    pub capabilities: Vec<String>,
 }
 
 /// What the agent decided for one task's container.
@@ -338,6 +342,9 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings, env_file: &str) ->
         None => add(&["--userns", "keep-id"]),
     }
     add(&["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]);
+    for cap in &spec.capabilities {
+        add(&["--cap-add", cap]);
+    }
     if let Some((soft, hard)) = task.nofile {
         add(&["--ulimit", &format!("nofile={soft}:{hard}")]);
     }
@@ -518,6 +525,7 @@ mod tests {
                 "/etc/hosts".into(),
             )],
             gpu_devices: true,
+            capabilities: Vec::new(),
         }
     }
 
@@ -601,6 +609,19 @@ mod tests {
             );
             assert!(!c.iter().any(|w| w == "--cap-add" || w == "--privileged"));
         }
+        // What the node allowed of what the manifest asked, after all are dropped.
+        let s = ContainerSpec {
+            capabilities: vec!["IPC_LOCK".into(), "SYS_NICE".into()],
+            ..spec()
+        };
+        let line = run_command(&s, &settings(), "/proc/self/fd/9").join(" ");
+        assert!(
+            line.contains(
+                "--cap-drop ALL --security-opt no-new-privileges --cap-add IPC_LOCK \
+                 --cap-add SYS_NICE "
+            ),
+            "{line}"
+        );
     }
 
     #[test]

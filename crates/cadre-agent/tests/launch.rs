@@ -680,6 +680,7 @@ fn container_program(
             work_dir: None,
             mounts: vec![(hosts, "/etc/hosts".into())],
             gpu_devices: false,
+            capabilities: vec![],
         }),
         holds: false,
     }
@@ -747,6 +748,32 @@ fn a_container_task_has_no_capabilities_and_no_new_privileges_even_as_root() {
         out,
         "0\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
     );
+}
+
+#[test]
+fn a_container_task_gets_back_the_capabilities_it_was_given() {
+    let Some(rt) = test_runtime() else { return };
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "nobody", "not run", one_task(vec![]));
+    let mut program = container_program(
+        &rt,
+        dir.path(),
+        "cadre-test-cap-add",
+        "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status",
+    );
+    if let Some(c) = program.container.as_mut() {
+        c.capabilities = vec!["IPC_LOCK".into()];
+    }
+    j.programs.insert(0, program);
+    let o = launch_task(&j, &node(), 0, &nobody)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(o.state, JobState::Completed, "{out}");
+    // CAP_IPC_LOCK is bit 14.
+    assert_eq!(out, "CapEff:\t0000000000004000\nNoNewPrivs:\t1\n");
 }
 
 #[test]

@@ -51,6 +51,8 @@ pub(crate) struct LaunchContext {
     pub(crate) mounts: crate::mountns::TaskMounts,
     /// The node's container runtime, if it has one.
     pub(crate) container_runtime: Option<Arc<crate::container::ContainerRuntime>>,
+    /// The capabilities containers may be given back (`--container-allowed-capabilities`).
+    pub(crate) container_allowed_capabilities: Vec<String>,
     /// The node's GPUs are declared, not discovered.
     pub(crate) gpus_emulated: bool,
     /// cadre's executable, for MPI's rsh agent.
@@ -418,6 +420,7 @@ fn prepare(
         let means = crate::workload::NodeMeans {
             mounts: ctx.mounts,
             runtime: ctx.container_runtime.as_deref(),
+            allowed_capabilities: &ctx.container_allowed_capabilities,
             real_gpus: !ctx.gpus_emulated,
             rsh: ctx
                 .rsh_executable
