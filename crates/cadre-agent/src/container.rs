@@ -220,6 +220,67 @@ pub struct TaskSettings {
 /// Variables of the host that are the image's business, not the task's.
 const HOST_ONLY: [&str; 7] = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPDIR"];
 
+/// Where the runtime reads an image from, by the transport its reference names
+/// (containers/image's `TRANSPORT:REFERENCE`; a reference naming none is a registry's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A registry (`docker://`, or no transport) or the runtime's own store
+    /// (`containers-storage:IMAGE`).
+    Store,
+    /// Files or directories of the node, which the runtime reads with its own rights:
+    /// `dir:PATH`, `oci:PATH[:REF]`, `oci-archive:PATH[:REF]`,
+    /// `docker-archive:PATH[:REF]`, `sif:PATH`, `tarball:PATH[:PATH...]`.
+    Paths {
+        transport: &'static str,
+        paths: Vec<String>,
+    },
+    /// Another store of the node: `docker-daemon:`, `ostree:`, or `containers-storage:`
+    /// naming a storage location of its own (`[driver@/root...]IMAGE`).
+    NodeStore { transport: &'static str },
+}
+
+/// Where the runtime reads `image` from (see [`ImageSource`]).
+pub fn image_source(image: &str) -> ImageSource {
+    let Some((transport, reference)) = image.split_once(':') else {
+        return ImageSource::Store;
+    };
+    // The path ends at the first colon for the transports that take a reference after it.
+    let up_to_colon = || vec![reference.split(':').next().unwrap_or("").to_string()];
+    let (transport, paths) = match transport {
+        "dir" => ("dir", vec![reference.to_string()]),
+        "sif" => ("sif", vec![reference.to_string()]),
+        "oci" => ("oci", up_to_colon()),
+        "oci-archive" => ("oci-archive", up_to_colon()),
+        "docker-archive" => ("docker-archive", up_to_colon()),
+        // Several files, and `-` for the runtime's standard input (nothing to read).
+        "tarball" => (
+            "tarball",
+            reference
+                .split(':')
+                .filter(|p| *p != "-")
+                .map(str::to_string)
+                .collect(),
+        ),
+        "docker-daemon" => {
+            return ImageSource::NodeStore {
+                transport: "docker-daemon",
+            };
+        }
+        "ostree" => {
+            return ImageSource::NodeStore {
+                transport: "ostree",
+            };
+        }
+        "containers-storage" if reference.starts_with('[') => {
+            return ImageSource::NodeStore {
+                transport: "containers-storage",
+            };
+        }
+        _ => return ImageSource::Store,
+    };
+    ImageSource::Paths { transport, paths }
+}
+
 /// A container's name for task `rank` of a run (`cadre-job12.0-3`).
 pub fn container_name(job: u64, run: u32, step: Option<u32>, rank: u32) -> String {
     match step {
@@ -622,6 +683,61 @@ mod tests {
             ),
             "{line}"
         );
+    }
+
+    #[test]
+    fn image_references_that_make_the_runtime_read_the_node_s_files_are_recognised() {
+        let paths = |transport, paths: &[&str]| ImageSource::Paths {
+            transport,
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+        };
+        for (image, source) in [
+            ("registry.local:5000/train:1", ImageSource::Store),
+            ("python:3.12", ImageSource::Store),
+            ("docker://busybox:latest", ImageSource::Store),
+            ("localhost/cadre-test:1", ImageSource::Store),
+            ("containers-storage:localhost/x:1", ImageSource::Store),
+            ("dir:/root/img", paths("dir", &["/root/img"])),
+            ("dir:/a:b", paths("dir", &["/a:b"])),
+            ("oci:/root/layout:train:1", paths("oci", &["/root/layout"])),
+            (
+                "oci-archive:/root/x.tar",
+                paths("oci-archive", &["/root/x.tar"]),
+            ),
+            (
+                "oci-archive:rel/x.tar:ref",
+                paths("oci-archive", &["rel/x.tar"]),
+            ),
+            (
+                "docker-archive:/root/x.tar:@0",
+                paths("docker-archive", &["/root/x.tar"]),
+            ),
+            ("sif:/root/x.sif", paths("sif", &["/root/x.sif"])),
+            (
+                "tarball:/a.tar:-:/b.tar",
+                paths("tarball", &["/a.tar", "/b.tar"]),
+            ),
+            (
+                "docker-daemon:busybox:latest",
+                ImageSource::NodeStore {
+                    transport: "docker-daemon",
+                },
+            ),
+            (
+                "ostree:img@/ostree/repo",
+                ImageSource::NodeStore {
+                    transport: "ostree",
+                },
+            ),
+            (
+                "containers-storage:[overlay@/home/bob/storage]img",
+                ImageSource::NodeStore {
+                    transport: "containers-storage",
+                },
+            ),
+        ] {
+            assert_eq!(image_source(image), source, "{image}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -71,6 +72,17 @@ impl Cluster {
     }
 
     fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.run_in(self.dir(), args, stdin, &[])
+    }
+
+    /// `cadre ARGS` in `dir` with `stdin` and more variables (`CADRE_SERVER`, ...).
+    fn run_in(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("CADRE_") {
@@ -78,8 +90,9 @@ impl Cluster {
             }
         }
         cmd.args(args)
-            .current_dir(self.dir())
+            .current_dir(dir)
             .env("CADRE_DATA_DIR", self.dir())
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -1294,6 +1307,96 @@ fn a_container_s_token_and_secrets_are_on_no_command_line() {
     }
     c.ok(&["delete", "mpijob", "argv"]);
     assert_eq!(c.wait(job), "CANCELLED");
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Regression: a root agent's runtime read a workload's image from any path of the node
+/// the manifest named (`oci-archive:PATH`), also one its user could not read: the image
+/// is now checked as the user, and the job held with the reason.
+#[test]
+fn an_image_at_a_path_its_user_cannot_read_holds_the_job() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up_with(1, &["--container-runtime", &runtime, "--listen", &addr]);
+    // Root's alone: in a directory only root may enter.
+    let private = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let archive = private.path().join("image.tar");
+    std::fs::write(&archive, "root's").expect("archive written");
+    let token: Value =
+        serde_json::from_str(&c.ok(&["token", "create", "--user", "nobody", "--json"]))
+            .expect("token JSON");
+    let token = token["token"].as_str().expect("the secret");
+    let manifest = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: peek}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {{name: c, image: 'oci-archive:{}', command: [cat, /etc/hostname]}}
+",
+        archive.display()
+    );
+    // Applied from a directory nobody may write to: the task's output can be opened.
+    let submit = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(submit.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let server = format!("http://{addr}");
+    let out = c.run_in(
+        submit.path(),
+        &["apply", "-f", "-"],
+        Some(&manifest),
+        &[("CADRE_SERVER", &server), ("CADRE_TOKEN", token)],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{said}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: u64 = said
+        .trim()
+        .rsplit_once("(job ")
+        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
+    let deadline = Instant::now() + DEADLINE;
+    let reason = loop {
+        let jobs: Value = serde_json::from_str(&c.ok(&["jobs", "--json"])).expect("JSON");
+        let this = jobs["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["id"] == job)
+            .cloned()
+            .unwrap_or_default();
+        assert_ne!(
+            this["state"], "FAILED",
+            "the runtime tried the image: {this}"
+        );
+        let reason = this["reason"].as_str().unwrap_or_default().to_string();
+        if reason.starts_with("launch failed requeued held") {
+            break reason;
+        }
+        assert!(Instant::now() < deadline, "not held: {this}\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let want = format!(
+        "the image `oci-archive:{0}` is read from {0}, which user `nobody` cannot read: EACCES",
+        archive.display()
+    );
+    assert!(reason.contains(&want), "{reason}");
 }
 
 #[test]

@@ -141,12 +141,15 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | CannotSwitchUser { .. }
         | NoTasksOnNode { .. }
         | NoWorkDir { .. }
-        | ContainerEnv { .. } => true,
+        | ContainerEnv { .. }
+        | ImageNotReadable { .. }
+        | ImageTransport { .. } => true,
         GpuOutOfRange { .. }
         | CoreOutOfRange { .. }
         | UserLookup { .. }
         | Pipe { .. }
         | EnvFile { .. }
+        | ImageCheck { .. }
         | Cgroup { .. }
         | Signal { .. }
         | Wait { .. } => false,
