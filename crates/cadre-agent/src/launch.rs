@@ -8,6 +8,9 @@
 //!   by the task itself after it has become the user (so the files belong to the user, and
 //!   a user cannot have the agent write where they may not);
 //! - its own process group (signals reach the whole task, not the agent);
+//! - its working directory, entered by the child once it has the user's identity: a root
+//!   agent does not look at it first, since "does not exist" against "cannot enter" would
+//!   tell a user whether a path they cannot reach exists;
 //! - its CPU affinity set to exactly the allocated cores;
 //! - its cgroup, when the node has a cgroup parent ([`crate::cgroup`]);
 //! - the user's uid, primary gid and supplementary groups when the agent is root;
@@ -654,7 +657,10 @@ pub(crate) fn launch_task_with(
     if let (Some(spec), Some(s)) = (container, &switch) {
         check_image(job, &spec.image, s, run_as, work_dir)?;
     }
-    if !work_dir.is_dir() {
+    // A task that becomes another user enters its working directory as that user (the
+    // child's chdir, `ChildStep::Chdir`): looked at first by a root agent, a directory the
+    // user cannot reach would say whether it exists.
+    if switch.is_none() && !work_dir.is_dir() {
         return Err(LaunchError::NoWorkDir {
             job: job.id,
             dir: work_dir.to_path_buf(),
