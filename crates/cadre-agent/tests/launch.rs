@@ -611,14 +611,9 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
 
 /// The container runtime of the container tests (`CADRE_TEST_CONTAINER_RUNTIME`, default
 /// `podman`) with the test image made by `scripts/container-test-image.sh`; `None` (the
-/// test is skipped, saying why) where there is none, except under CI, which must have one,
-/// and where the tests do not run as root (the runtime is rootful).
+/// test is skipped, saying why) where there is none or the tests do not run as root (the
+/// runtime is rootful), except under CI, which must run them.
 fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
-    if !is_root() {
-        eprintln!("skipped: the container tests run a rootful runtime");
-        return None;
-    }
-    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
     let skip = |why: String| {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -627,6 +622,10 @@ fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
         eprintln!("skipped: {why}");
         None
     };
+    if !is_root() {
+        return skip("the container tests run a rootful runtime, as root".into());
+    }
+    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
     let rt = match cadre_agent::container::ContainerRuntime::detect(&line) {
         Ok(rt) => rt,
         Err(e) => return skip(e.to_string()),
