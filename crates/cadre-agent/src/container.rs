@@ -13,12 +13,19 @@
 //! - the node's network (`--network host`), as tasks on the host have: the job's names
 //!   resolve through the job's hosts file, mounted read-only at `/etc/hosts`, and the MPI
 //!   and Volcano files at `/etc/mpi` and `/etc/volcano`;
-//! - the task's variables (`--env NAME=VALUE`: the contract's, `SLURM_*`, `CUDA_*`), but not
+//! - the task's variables (the contract's, `SLURM_*`, `CUDA_*`, the job's token), but not
 //!   the node's `PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `PWD` or `TMPDIR`, which are
-//!   the image's business;
+//!   the image's business. They are never on the runtime's command line, which every user
+//!   of the node reads in `/proc/PID/cmdline`: they are in an environment file
+//!   ([`env_file`], `--env-file`) that only the agent's user can read (a memory file the
+//!   runtime inherits, see [`crate::launch`]);
 //! - the job's user: `--user UID:GID` from a root agent (a manifest's `runAsUser` never
 //!   changes it); `--userns keep-id` from an agent that is not root (rootless podman), so
 //!   that the user inside is the user outside;
+//! - no capabilities (`--cap-drop ALL`, a root job's too) but those its manifest asks for
+//!   that the node allows (`--cap-add`, checked by [`crate::workload`]), and no way to gain
+//!   any (`--security-opt no-new-privileges`: set-user-id programs of the image do not
+//!   raise privileges);
 //! - its memory as a limit (`--memory`), its cores by inheritance (the runtime is started
 //!   with the task's CPU affinity), its real GPUs as CDI devices (`--device
 //!   nvidia.com/gpu=INDEX`, numbered from 0 inside, so `CUDA_VISIBLE_DEVICES` becomes
@@ -70,6 +77,12 @@ pub enum RuntimeError {
         status: String,
         stderr: String,
     },
+    #[error(
+        "the container runtime `{line}` is `{version}`, whose `--env-file` reader alters \
+         values (it removes quotes and `#...`, and replaces an empty value with the \
+         runtime's own variable): use a podman other than 4.7.0"
+    )]
+    EnvFileReader { line: String, version: String },
 }
 
 /// How long `--version` may take.
@@ -119,6 +132,14 @@ impl ContainerRuntime {
             .unwrap_or("")
             .trim()
             .to_string();
+        // podman 4.7.0 read environment files as dotenv files; 4.7.1 went back to plain
+        // `NAME=VALUE` lines. With it, the job's variables would not arrive as they are.
+        if version.starts_with("podman version 4.7.0") {
+            return Err(RuntimeError::EnvFileReader {
+                line: line.to_string(),
+                version,
+            });
+        }
         Ok(ContainerRuntime { argv, version })
     }
 
@@ -174,6 +195,9 @@ pub struct ContainerSpec {
     pub mounts: Vec<(PathBuf, String)>,
     /// The node's GPUs are real: allocated ones are passed as CDI devices.
     pub gpu_devices: bool,
+    /// The capabilities given back after all are dropped (the manifest's, which the node
+    /// allows).
+    pub capabilities: Vec<String>,
 }
 
 /// What the agent decided for one task's container.
@@ -196,6 +220,67 @@ pub struct TaskSettings {
 /// Variables of the host that are the image's business, not the task's.
 const HOST_ONLY: [&str; 7] = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPDIR"];
 
+/// Where the runtime reads an image from, by the transport its reference names
+/// (containers/image's `TRANSPORT:REFERENCE`; a reference naming none is a registry's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A registry (`docker://`, or no transport) or the runtime's own store
+    /// (`containers-storage:IMAGE`).
+    Store,
+    /// Files or directories of the node, which the runtime reads with its own rights:
+    /// `dir:PATH`, `oci:PATH[:REF]`, `oci-archive:PATH[:REF]`,
+    /// `docker-archive:PATH[:REF]`, `sif:PATH`, `tarball:PATH[:PATH...]`.
+    Paths {
+        transport: &'static str,
+        paths: Vec<String>,
+    },
+    /// Another store of the node: `docker-daemon:`, `ostree:`, or `containers-storage:`
+    /// naming a storage location of its own (`[driver@/root...]IMAGE`).
+    NodeStore { transport: &'static str },
+}
+
+/// Where the runtime reads `image` from (see [`ImageSource`]).
+pub fn image_source(image: &str) -> ImageSource {
+    let Some((transport, reference)) = image.split_once(':') else {
+        return ImageSource::Store;
+    };
+    // The path ends at the first colon for the transports that take a reference after it.
+    let up_to_colon = || vec![reference.split(':').next().unwrap_or("").to_string()];
+    let (transport, paths) = match transport {
+        "dir" => ("dir", vec![reference.to_string()]),
+        "sif" => ("sif", vec![reference.to_string()]),
+        "oci" => ("oci", up_to_colon()),
+        "oci-archive" => ("oci-archive", up_to_colon()),
+        "docker-archive" => ("docker-archive", up_to_colon()),
+        // Several files, and `-` for the runtime's standard input (nothing to read).
+        "tarball" => (
+            "tarball",
+            reference
+                .split(':')
+                .filter(|p| *p != "-")
+                .map(str::to_string)
+                .collect(),
+        ),
+        "docker-daemon" => {
+            return ImageSource::NodeStore {
+                transport: "docker-daemon",
+            };
+        }
+        "ostree" => {
+            return ImageSource::NodeStore {
+                transport: "ostree",
+            };
+        }
+        "containers-storage" if reference.starts_with('[') => {
+            return ImageSource::NodeStore {
+                transport: "containers-storage",
+            };
+        }
+        _ => return ImageSource::Store,
+    };
+    ImageSource::Paths { transport, paths }
+}
+
 /// A container's name for task `rank` of a run (`cadre-job12.0-3`).
 pub fn container_name(job: u64, run: u32, step: Option<u32>, rank: u32) -> String {
     match step {
@@ -204,8 +289,105 @@ pub fn container_name(job: u64, run: u32, step: Option<u32>, rank: u32) -> Strin
     }
 }
 
-/// The command line that runs the task's container in the foreground (see the module doc).
-pub fn run_command(spec: &ContainerSpec, task: &TaskSettings) -> Vec<String> {
+/// Why the task's variables cannot be given to its container.
+///
+/// The runtime reads its environment file (podman's and docker's `--env-file`) a line at a
+/// time: leading blanks and lines starting with `#` are skipped, a line is `NAME=VALUE`
+/// with the value taken as it is up to the end of the line (a carriage return before the
+/// end dropped), and a line may have at most 65 535 bytes. What that format cannot carry
+/// exactly is refused rather than altered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvFileError {
+    #[error(
+        "variable `{name}` cannot be given to the container: its value contains a newline, \
+         which the runtime's environment file cannot carry"
+    )]
+    Newline { name: String },
+    #[error(
+        "variable `{name}` cannot be given to the container: its value ends with a carriage \
+         return, which the runtime's environment file drops"
+    )]
+    CarriageReturn { name: String },
+    #[error("variable `{name}` cannot be given to the container: its value contains a NUL byte")]
+    Nul { name: String },
+    #[error("variable name `{name}` cannot be given to the container: {why}")]
+    Name { name: String, why: &'static str },
+    #[error(
+        "variable `{name}` cannot be given to the container: `NAME=VALUE` is {len} bytes, \
+         above the {ENV_FILE_LINE_MAX} bytes a line of the runtime's environment file may have"
+    )]
+    TooLong { name: String, len: usize },
+}
+
+/// The longest line podman's environment file reader takes (Go's `bufio.Scanner`: 64 KiB
+/// with the newline).
+pub const ENV_FILE_LINE_MAX: usize = 64 * 1024 - 1;
+
+/// The variables the container gets: the task's, without the host's own (`HOST_ONLY`),
+/// with `CUDA_VISIBLE_DEVICES` renumbered from 0 when its GPUs are devices.
+fn container_env(spec: &ContainerSpec, task: &TaskSettings) -> Vec<(String, String)> {
+    let devices = spec.gpu_devices && !task.gpus.is_empty();
+    task.env
+        .iter()
+        .filter(|(k, _)| !HOST_ONLY.contains(&k.as_str()))
+        .map(|(k, v)| {
+            let v = if devices && k == "CUDA_VISIBLE_DEVICES" {
+                (0..task.gpus.len())
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// The text of the environment file that gives the container its variables (see
+/// [`EnvFileError`] for the format): one `NAME=VALUE` line each, in the task's order.
+pub fn env_file(spec: &ContainerSpec, task: &TaskSettings) -> Result<String, EnvFileError> {
+    let mut text = String::new();
+    for (name, value) in container_env(spec, task) {
+        let bad_name = |why| EnvFileError::Name {
+            name: name.clone(),
+            why,
+        };
+        if name.is_empty() {
+            return Err(bad_name("it is empty"));
+        }
+        if name.contains(['=', '\n', '\r', '\0']) {
+            return Err(bad_name(
+                "it contains `=`, a newline, a carriage return or a NUL byte",
+            ));
+        }
+        if name.starts_with([' ', '\t', '#']) {
+            return Err(bad_name("it starts with a blank or `#`"));
+        }
+        if value.contains('\n') {
+            return Err(EnvFileError::Newline { name });
+        }
+        if value.ends_with('\r') {
+            return Err(EnvFileError::CarriageReturn { name });
+        }
+        if value.contains('\0') {
+            return Err(EnvFileError::Nul { name });
+        }
+        let len = name.len() + 1 + value.len();
+        if len > ENV_FILE_LINE_MAX {
+            return Err(EnvFileError::TooLong { name, len });
+        }
+        text.push_str(&name);
+        text.push('=');
+        text.push_str(&value);
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// The command line that runs the task's container in the foreground (see the module doc),
+/// its variables read from `env_file` (a path to the text of [`env_file`]).
+pub fn run_command(spec: &ContainerSpec, task: &TaskSettings, env_file: &str) -> Vec<String> {
     let mut c: Vec<String> = spec.runtime.clone();
     let mut add = |words: &[&str]| c.extend(words.iter().map(|w| w.to_string()));
     add(&["run", "--rm", "--replace", "--name", &spec.name]);
@@ -219,6 +401,10 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings) -> Vec<String> {
     match task.user {
         Some((uid, gid)) => add(&["--user", &format!("{uid}:{gid}")]),
         None => add(&["--userns", "keep-id"]),
+    }
+    add(&["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]);
+    for cap in &spec.capabilities {
+        add(&["--cap-add", cap]);
     }
     if let Some((soft, hard)) = task.nofile {
         add(&["--ulimit", &format!("nofile={soft}:{hard}")]);
@@ -241,20 +427,8 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings) -> Vec<String> {
     if let Some(dir) = &spec.work_dir {
         add(&["--workdir", dir]);
     }
-    for (k, v) in &task.env {
-        if HOST_ONLY.contains(&k.as_str()) {
-            continue;
-        }
-        let v = if devices && k == "CUDA_VISIBLE_DEVICES" {
-            (0..task.gpus.len())
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        } else {
-            v.clone()
-        };
-        add(&["--env", &format!("{k}={v}")]);
-    }
+    // Never `--env NAME=VALUE`: the command line is every local user's to read.
+    add(&["--env-file", env_file]);
     if let Some(command) = &spec.command {
         // JSON: the one form that keeps each word whole.
         let json = serde_json::to_string(command).unwrap_or_else(|_| "[]".into());
@@ -412,6 +586,7 @@ mod tests {
                 "/etc/hosts".into(),
             )],
             gpu_devices: true,
+            capabilities: Vec::new(),
         }
     }
 
@@ -434,20 +609,185 @@ mod tests {
 
     #[test]
     fn a_task_runs_its_image_with_its_contract() {
-        let c = run_command(&spec(), &settings());
+        let c = run_command(&spec(), &settings(), "/proc/self/fd/9");
         let line = c.join(" ");
         assert_eq!(
             line,
             "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
              --network host --log-driver none --pull missing --user 1000:100 \
+             --cap-drop ALL --security-opt no-new-privileges \
              --ulimit nofile=1024:20000 --ulimit nproc=4096:32768 --memory 2048m \
              --device nvidia.com/gpu=4 --device nvidia.com/gpu=6 \
              --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --workdir /app \
-             --env RANK=3 --env CUDA_VISIBLE_DEVICES=0,1 --env MSG=two words \
+             --env-file /proc/self/fd/9 \
              --entrypoint [\"python3\",\"train.py\"] -- registry.local/train:1 --lr=0.1"
         );
-        // Each value is one word of the command line, spaces and all.
-        assert!(c.contains(&"MSG=two words".to_string()));
+        assert_eq!(
+            env_file(&spec(), &settings()).unwrap(),
+            "RANK=3\nCUDA_VISIBLE_DEVICES=0,1\nMSG=two words\n"
+        );
+    }
+
+    /// Regression: the task's variables were `--env NAME=VALUE` words of the runtime's
+    /// command line, which any user of the node reads in `/proc/PID/cmdline` (the job's
+    /// token, a manifest's secrets).
+    #[test]
+    fn no_variable_is_on_the_runtime_s_command_line() {
+        let mut t = settings();
+        t.env
+            .push(("CADRE_TOKEN".into(), "cadre-job-12-0123abcd".into()));
+        t.env.push(("API_KEY".into(), "hunter2".into()));
+        let c = run_command(&spec(), &t, "/proc/self/fd/9");
+        for word in &c {
+            assert!(
+                !word.contains("0123abcd") && !word.contains("hunter2") && word != "--env",
+                "{word} in {c:?}"
+            );
+        }
+        let text = env_file(&spec(), &t).unwrap();
+        assert!(
+            text.ends_with("CADRE_TOKEN=cadre-job-12-0123abcd\nAPI_KEY=hunter2\n"),
+            "{text}"
+        );
+    }
+
+    /// Regression: a root agent's containers had the runtime's default capabilities (a
+    /// root job's container: `CHOWN`, `DAC_OVERRIDE`, `SETUID`, ...) and set-user-id
+    /// programs of the image could raise a user's privileges.
+    #[test]
+    fn a_container_has_no_capabilities_and_cannot_gain_any() {
+        for user in [Some((0, 0)), Some((1000, 100)), None] {
+            let t = TaskSettings { user, ..settings() };
+            let c = run_command(&spec(), &t, "/proc/self/fd/9");
+            let at = c
+                .iter()
+                .position(|w| w == "--cap-drop")
+                .expect("--cap-drop");
+            assert_eq!(
+                c[at..at + 4],
+                ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
+                "{c:?}"
+            );
+            assert!(!c.iter().any(|w| w == "--cap-add" || w == "--privileged"));
+        }
+        // What the node allowed of what the manifest asked, after all are dropped.
+        let s = ContainerSpec {
+            capabilities: vec!["IPC_LOCK".into(), "SYS_NICE".into()],
+            ..spec()
+        };
+        let line = run_command(&s, &settings(), "/proc/self/fd/9").join(" ");
+        assert!(
+            line.contains(
+                "--cap-drop ALL --security-opt no-new-privileges --cap-add IPC_LOCK \
+                 --cap-add SYS_NICE "
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn image_references_that_make_the_runtime_read_the_node_s_files_are_recognised() {
+        let paths = |transport, paths: &[&str]| ImageSource::Paths {
+            transport,
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+        };
+        for (image, source) in [
+            ("registry.local:5000/train:1", ImageSource::Store),
+            ("python:3.12", ImageSource::Store),
+            ("docker://busybox:latest", ImageSource::Store),
+            ("localhost/cadre-test:1", ImageSource::Store),
+            ("containers-storage:localhost/x:1", ImageSource::Store),
+            ("dir:/root/img", paths("dir", &["/root/img"])),
+            ("dir:/a:b", paths("dir", &["/a:b"])),
+            ("oci:/root/layout:train:1", paths("oci", &["/root/layout"])),
+            (
+                "oci-archive:/root/x.tar",
+                paths("oci-archive", &["/root/x.tar"]),
+            ),
+            (
+                "oci-archive:rel/x.tar:ref",
+                paths("oci-archive", &["rel/x.tar"]),
+            ),
+            (
+                "docker-archive:/root/x.tar:@0",
+                paths("docker-archive", &["/root/x.tar"]),
+            ),
+            ("sif:/root/x.sif", paths("sif", &["/root/x.sif"])),
+            (
+                "tarball:/a.tar:-:/b.tar",
+                paths("tarball", &["/a.tar", "/b.tar"]),
+            ),
+            (
+                "docker-daemon:busybox:latest",
+                ImageSource::NodeStore {
+                    transport: "docker-daemon",
+                },
+            ),
+            (
+                "ostree:img@/ostree/repo",
+                ImageSource::NodeStore {
+                    transport: "ostree",
+                },
+            ),
+            (
+                "containers-storage:[overlay@/home/bob/storage]img",
+                ImageSource::NodeStore {
+                    transport: "containers-storage",
+                },
+            ),
+        ] {
+            assert_eq!(image_source(image), source, "{image}");
+        }
+    }
+
+    #[test]
+    fn values_the_env_file_carries_exactly_and_those_it_cannot_are_refused() {
+        let with = |name: &str, value: &str| {
+            let mut t = settings();
+            t.env = vec![(name.into(), value.into())];
+            env_file(&spec(), &t)
+        };
+        // What the runtime reads back as it was: the value is the rest of the line.
+        for value in [
+            "#not a comment",
+            "  blanks around  ",
+            "\"quoted\"",
+            "",
+            "a=b",
+            "x\ry",
+        ] {
+            assert_eq!(with("V", value).unwrap(), format!("V={value}\n"));
+        }
+        let long = "x".repeat(ENV_FILE_LINE_MAX - 2);
+        assert!(with("V", &long).is_ok());
+        let err = with("V", &format!("{long}x")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "variable `V` cannot be given to the container: `NAME=VALUE` is 65536 bytes, above \
+             the 65535 bytes a line of the runtime's environment file may have"
+        );
+        let err = with("PEM", "-----BEGIN\nKEY").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "variable `PEM` cannot be given to the container: its value contains a newline, \
+             which the runtime's environment file cannot carry"
+        );
+        assert_eq!(
+            with("W", "dos\r").unwrap_err(),
+            EnvFileError::CarriageReturn { name: "W".into() }
+        );
+        assert_eq!(
+            with("N", "a\0b").unwrap_err(),
+            EnvFileError::Nul { name: "N".into() }
+        );
+        for name in ["", "A=B", "#C", " D", "E\nF"] {
+            assert!(
+                matches!(with(name, "v"), Err(EnvFileError::Name { .. })),
+                "{name:?}"
+            );
+        }
+        // The host's own variables are not the container's: not even checked.
+        assert_eq!(with("HOME", "a\nb").unwrap(), "");
     }
 
     #[test]
@@ -463,14 +803,17 @@ mod tests {
         t.mem_mib = 0;
         t.nofile = None;
         t.nproc = None;
-        let line = run_command(&s, &t).join(" ");
+        let line = run_command(&s, &t, "/proc/self/fd/9").join(" ");
         assert_eq!(
             line,
             "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
              --network host --log-driver none --pull never --userns keep-id \
-             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro \
-             --env RANK=3 --env CUDA_VISIBLE_DEVICES=4,6 --env MSG=two words \
-             -- registry.local/train:1"
+             --cap-drop ALL --security-opt no-new-privileges \
+             --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --env-file /proc/self/fd/9 -- registry.local/train:1"
+        );
+        assert_eq!(
+            env_file(&s, &t).unwrap(),
+            "RANK=3\nCUDA_VISIBLE_DEVICES=4,6\nMSG=two words\n"
         );
         assert_eq!(container_name(7, 1, Some(2), 0), "cadre-job7.1.2-0");
     }
@@ -493,6 +836,9 @@ mod tests {
         let err = ContainerRuntime::detect("podman 'unfinished").unwrap_err();
         assert!(err.to_string().contains("unfinished quote"), "{err}");
         assert!(ContainerRuntime::detect("  ").is_err());
+        let err = ContainerRuntime::detect("sh -c 'echo podman version 4.7.0' sh").unwrap_err();
+        assert!(matches!(err, RuntimeError::EnvFileReader { .. }), "{err}");
+        assert!(ContainerRuntime::detect("sh -c 'echo podman version 4.7.1' sh").is_ok());
     }
 
     #[test]

@@ -8,12 +8,20 @@
 //!   by the task itself after it has become the user (so the files belong to the user, and
 //!   a user cannot have the agent write where they may not);
 //! - its own process group (signals reach the whole task, not the agent);
+//! - its working directory, entered by the child once it has the user's identity: a root
+//!   agent does not look at it first, since "does not exist" against "cannot enter" would
+//!   tell a user whether a path they cannot reach exists;
 //! - its CPU affinity set to exactly the allocated cores;
 //! - its cgroup, when the node has a cgroup parent ([`crate::cgroup`]);
 //! - the user's uid, primary gid and supplementary groups when the agent is root;
 //! - the job's files (hosts, MPI, Volcano) mounted over the node's in a mount namespace of
 //!   its own when the job has any ([`crate::mountns`]: in a user namespace of its own when
 //!   the agent is not root).
+//!
+//! A container task's runtime runs as the agent: a root agent first checks, as the user
+//! (a child process with the user's ids and groups), that the user could read an image
+//! the runtime would read from the node's files (`oci-archive:PATH`, ...), and refuses
+//! images of the node's other stores ([`container::ImageSource`]).
 //!
 //! Who a task may run as: an agent running as root runs each task as its submitter and
 //! refuses to run as root a task whose submitter is not `root`; an agent that is not root
@@ -40,7 +48,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{Gid, Uid, User};
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +133,39 @@ pub enum LaunchError {
     NoWorkDir { job: JobId, dir: PathBuf },
     #[error("failed to create a pipe for launching job {job}: {source}")]
     Pipe { job: JobId, source: Errno },
+    /// A variable of the task that the container's environment file cannot carry.
+    #[error("job {job}: {source}")]
+    ContainerEnv {
+        job: JobId,
+        source: container::EnvFileError,
+    },
+    #[error("failed to make the environment file of job {job}'s container: {source}")]
+    EnvFile { job: JobId, source: Errno },
+    /// The image is a path of the node that the job's user could not read (the root
+    /// runtime would read it for them). Boxed: the error stays as small as the others.
+    #[error("job {job}: {image}")]
+    ImageNotReadable {
+        job: JobId,
+        image: Box<ImageNotReadable>,
+    },
+    #[error(
+        "job {job}: the image `{image}` is read through the `{transport}` transport, from a \
+         store of the node that only root's jobs may use"
+    )]
+    ImageTransport {
+        job: JobId,
+        image: String,
+        transport: &'static str,
+    },
+    #[error(
+        "failed to check whether user `{user}` can read the image `{image}` of job {job}: {source}"
+    )]
+    ImageCheck {
+        job: JobId,
+        image: Box<str>,
+        user: Box<str>,
+        source: io::Error,
+    },
     #[error("failed to start task {procid} of job {job}: {step}: {source}")]
     Spawn {
         job: JobId,
@@ -149,6 +190,19 @@ pub enum LaunchError {
         pid: i32,
         source: io::Error,
     },
+}
+
+/// An image read from a path of the node that the job's user could not read.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the image `{image}` is read from {}, which user `{user}` cannot read: {source}",
+    path.display()
+)]
+pub struct ImageNotReadable {
+    pub image: String,
+    pub path: PathBuf,
+    pub user: String,
+    pub source: Errno,
 }
 
 /// The account a task runs as.
@@ -299,13 +353,14 @@ enum ChildStep {
     Stderr = 8,
     Namespace = 9,
     Bind = 10,
+    Inherit = 11,
 }
 
 impl ChildStep {
     fn from_byte(b: u8) -> Option<ChildStep> {
         use ChildStep::*;
         [
-            Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr,
+            Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr, Inherit,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -346,6 +401,9 @@ struct ChildPlan {
     stderr_flags: OFlag,
     /// Write end of the step-report pipe.
     report: OwnedFd,
+    /// A descriptor the program inherits (the container's environment file): close-on-exec
+    /// in the agent, so that no other task inherits it, and cleared in the child.
+    inherit: Option<OwnedFd>,
 }
 
 impl ChildPlan {
@@ -406,8 +464,138 @@ impl ChildPlan {
             nix::unistd::setfsgid(*gid);
             nix::unistd::setgroups(groups).map_err(|e| fail(ChildStep::Groups, e))?;
         }
+        if let Some(fd) = &self.inherit {
+            nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .map_err(|e| fail(ChildStep::Inherit, e))?;
+        }
         Ok(())
     }
+}
+
+/// Refuses an image that the root runtime would read from the node's files (or stores)
+/// for a user who could not read them: each path is opened by a child process that has
+/// become the user (relative paths from `work_dir`, where the runtime starts).
+fn check_image(
+    job: &JobLaunch,
+    image: &str,
+    switch: &UserSwitch,
+    run_as: &RunAs,
+    work_dir: &Path,
+) -> Result<(), LaunchError> {
+    let paths = match container::image_source(image) {
+        container::ImageSource::Store => return Ok(()),
+        container::ImageSource::NodeStore { transport } => {
+            return Err(LaunchError::ImageTransport {
+                job: job.id,
+                image: image.to_string(),
+                transport,
+            });
+        }
+        container::ImageSource::Paths { paths, .. } => paths,
+    };
+    for p in paths.iter().filter(|p| !p.is_empty()) {
+        let path = work_dir.join(p);
+        let c_path = cstring(job.id, "image path", path.as_os_str().as_bytes())?;
+        let checked = readable_as(switch, &c_path).map_err(|source| LaunchError::ImageCheck {
+            job: job.id,
+            image: image.into(),
+            user: run_as.name.as_str().into(),
+            source,
+        })?;
+        if let Err(source) = checked {
+            return Err(LaunchError::ImageNotReadable {
+                job: job.id,
+                image: Box::new(ImageNotReadable {
+                    image: image.to_string(),
+                    path,
+                    user: run_as.name.clone(),
+                    source,
+                }),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The exit status of [`readable_as`]'s child when it cannot become the user.
+const CANNOT_BECOME_USER: i32 = 255;
+
+/// Whether the user of `switch` can open `path` for reading, as a child process that has
+/// become the user finds (`Ok(Err(errno))`: it cannot). Non-blocking: a FIFO does not
+/// hold the check up.
+fn readable_as(switch: &UserSwitch, path: &std::ffi::CStr) -> io::Result<Result<(), Errno>> {
+    let switch = switch.clone();
+    let path = path.to_owned();
+    let mut cmd = Command::new("/");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: setgroups, setgid, setuid and open through
+    // nix, on a group list and a C string made before the fork, the close of the opened
+    // descriptor, and `_exit`, which ends the child without running the parent's
+    // destructors. None allocates or takes a lock. A child that exits before exec'ing
+    // reports success to `spawn`; its exit status is the answer.
+    unsafe {
+        cmd.pre_exec(move || {
+            let become_user = nix::unistd::setgroups(&switch.groups)
+                .and_then(|()| nix::unistd::setgid(switch.gid))
+                .and_then(|()| nix::unistd::setuid(switch.uid));
+            if become_user.is_err() {
+                libc::_exit(CANNOT_BECOME_USER);
+            }
+            let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+            match nix::fcntl::open(path.as_c_str(), flags, Mode::empty()) {
+                Ok(fd) => {
+                    drop(fd);
+                    libc::_exit(0)
+                }
+                Err(e) => libc::_exit(e as i32),
+            }
+        });
+    }
+    let mut child = {
+        let _no_writer = fork_guard();
+        cmd.spawn()?
+    };
+    let status = child.wait()?;
+    match status.code() {
+        Some(0) => Ok(Ok(())),
+        Some(CANNOT_BECOME_USER) => Err(io::Error::other(
+            "the checking process could not take the user's identity",
+        )),
+        Some(n) => Ok(Err(Errno::from_raw(n))),
+        None => Err(io::Error::other(format!(
+            "the checking process ended with {status}"
+        ))),
+    }
+}
+
+/// A close-on-exec memory file holding `text`, at a descriptor above the standard ones
+/// (which the child's own stdin, stdout and stderr replace). Nothing is on disk; only
+/// processes given the descriptor, and root, can read it.
+fn memory_file(text: &str) -> Result<OwnedFd, Errno> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let mut fd = memfd_create(c"cadre-container-env", MFdFlags::MFD_CLOEXEC)?;
+    if fd.as_raw_fd() <= 2 {
+        let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))?;
+        // SAFETY: `raw` was just returned by F_DUPFD_CLOEXEC: an open descriptor that
+        // nothing else owns.
+        fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    }
+    let mut rest = text.as_bytes();
+    while !rest.is_empty() {
+        match nix::unistd::write(&fd, rest) {
+            Ok(0) => return Err(Errno::EIO),
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(fd)
 }
 
 fn open_flags(mode: OpenMode) -> OFlag {
@@ -475,7 +663,13 @@ pub(crate) fn launch_task_with(
         return Err(LaunchError::EmptyCommand { job: job.id });
     }
     let work_dir = job.work_dir_of(index);
-    if !work_dir.is_dir() {
+    if let (Some(spec), Some(s)) = (container, &switch) {
+        check_image(job, &spec.image, s, run_as, work_dir)?;
+    }
+    // A task that becomes another user enters its working directory as that user (the
+    // child's chdir, `ChildStep::Chdir`): looked at first by a root agent, a directory the
+    // user cannot reach would say whether it exists.
+    if switch.is_none() && !work_dir.is_dir() {
         return Err(LaunchError::NoWorkDir {
             job: job.id,
             dir: work_dir.to_path_buf(),
@@ -525,6 +719,9 @@ pub(crate) fn launch_task_with(
         Some(set)
     };
     let (stdout, stderr) = output_paths(job, node, &place);
+    // The container's variables, in a memory file the runtime inherits (never on its
+    // command line: see `crate::container`).
+    let mut env_file: Option<OwnedFd> = None;
     let argv: Vec<String> = match container {
         Some(spec) => {
             use nix::sys::resource::Resource;
@@ -538,7 +735,19 @@ pub(crate) fn launch_task_with(
                 nofile: container::own_limit(Resource::RLIMIT_NOFILE, None),
                 nproc: container::own_limit(Resource::RLIMIT_NPROC, container::pid_max()),
             };
-            container::run_command(spec, &settings)
+            let text = container::env_file(spec, &settings).map_err(|source| {
+                LaunchError::ContainerEnv {
+                    job: job.id,
+                    source,
+                }
+            })?;
+            let fd = memory_file(&text).map_err(|source| LaunchError::EnvFile {
+                job: job.id,
+                source,
+            })?;
+            let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            env_file = Some(fd);
+            container::run_command(spec, &settings, &path)
         }
         None => match &job.exec_in {
             Some(exec) => container::exec_command(exec, job.command_of(index)),
@@ -606,6 +815,7 @@ pub(crate) fn launch_task_with(
         stdout_flags: open_flags(open_modes.0),
         stderr_flags: open_flags(open_modes.1),
         report: report_write,
+        inherit: env_file,
     };
 
     let mut cmd = Command::new(OsStr::new(program));
@@ -632,7 +842,7 @@ pub(crate) fn launch_task_with(
     // fork (C strings, a CpuSet, a group list, a user namespace's id maps, file
     // descriptors) and makes direct system calls through nix (write, sched_setaffinity,
     // unshare, mount, open and write of `/proc/self`'s id maps, setgroups, setgid,
-    // setuid, chdir, open, dup2, close on drop of the opened descriptors); none of them
+    // setuid, chdir, open, dup2, fcntl(F_SETFD), close on drop of the opened descriptors); none of them
     // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
     // arguments) straight through and `io::Error::from_raw_os_error`
     // does not allocate. The closure does not touch the parent's state.
@@ -710,6 +920,9 @@ fn describe_step(
         }
         Some(ChildStep::Bind) => {
             "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
+        }
+        Some(ChildStep::Inherit) => {
+            "cannot pass the container's environment file to the runtime".into()
         }
         Some(ChildStep::Groups) => format!("cannot set the supplementary groups of {who}"),
         Some(ChildStep::Gid) => format!("cannot set the group id of {who}"),
@@ -795,11 +1008,11 @@ mod tests {
 
     #[test]
     fn child_steps_round_trip_through_their_byte() {
-        for b in 0..=11u8 {
+        for b in 0..=12u8 {
             if let Some(s) = ChildStep::from_byte(b) {
                 assert_eq!(s as u8, b);
             } else {
-                assert!(b == 0 || b == 11);
+                assert!(b == 0 || b == 12);
             }
         }
     }

@@ -89,6 +89,10 @@ pub struct AgentConfig {
     /// [`crate::container`]). Checked with `--version` at start; `None`: no runtime, and
     /// such workloads are not placed on this node.
     pub container_runtime: Option<String>,
+    /// The capabilities a container may be given back when its manifest asks for them
+    /// (`securityContext.capabilities.add`), as [`cadre_k8s::capability`] names them; every
+    /// other one is dropped. Default: none.
+    pub container_allowed_capabilities: Vec<String>,
     /// cadre's own executable, which MPI launchers of Kubernetes workloads run as their rsh
     /// agent (`cadre-rsh`, see [`crate::workload`]); `None`: MPI's remote launch has no
     /// agent on this node.
@@ -128,6 +132,7 @@ impl AgentConfig {
             cgroup_parent: None,
             address: None,
             container_runtime: None,
+            container_allowed_capabilities: Vec::new(),
             rsh_executable: None,
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
@@ -150,6 +155,10 @@ impl fmt::Debug for AgentConfig {
             .field("state_dir", &self.state_dir)
             .field("cgroup_parent", &self.cgroup_parent)
             .field("container_runtime", &self.container_runtime)
+            .field(
+                "container_allowed_capabilities",
+                &self.container_allowed_capabilities,
+            )
             .field("address", &self.address)
             .field("reconnect_min", &self.reconnect_min)
             .field("reconnect_max", &self.reconnect_max)
@@ -495,6 +504,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         agent_uid: nix::unistd::geteuid().as_raw(),
         mounts: crate::mountns::TaskMounts::probe(),
         container_runtime: runtime,
+        container_allowed_capabilities: config.container_allowed_capabilities.clone(),
         gpus_emulated: found.gpus_emulated,
         rsh_executable: config.rsh_executable.clone(),
         controller: config.controller.clone(),

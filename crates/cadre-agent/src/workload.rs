@@ -110,12 +110,27 @@ pub enum WorkloadError {
     },
     #[error("failed to write the job's file {}: {source}", path.display())]
     Write { path: PathBuf, source: io::Error },
+    /// A container asks for a capability the node does not give.
+    #[error(
+        "task group {group} asks for capability {capability} (securityContext.capabilities.add), \
+         which node {node} does not allow: its agent allows {} (--container-allowed-capabilities)",
+        if allowed.is_empty() { "none".to_string() } else { allowed.join(",") }
+    )]
+    CapabilityNotAllowed {
+        group: usize,
+        capability: String,
+        node: String,
+        allowed: Vec<String>,
+    },
 }
 
 impl WorkloadError {
     /// Whether trying again (elsewhere) cannot help.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, WorkloadError::Contract(_))
+        matches!(
+            self,
+            WorkloadError::Contract(_) | WorkloadError::CapabilityNotAllowed { .. }
+        )
     }
 }
 
@@ -199,6 +214,9 @@ pub struct NodeMeans<'a> {
     pub mounts: TaskMounts,
     /// The node's container runtime, if any.
     pub runtime: Option<&'a ContainerRuntime>,
+    /// The capabilities a container may be given back (the agent's
+    /// `--container-allowed-capabilities`).
+    pub allowed_capabilities: &'a [String],
     /// The node's GPUs are real (containers get them as devices).
     pub real_gpus: bool,
     /// What MPI's remote launch goes through on this node, if anything.
@@ -402,6 +420,18 @@ pub fn prepare(
                 });
             };
             let run = &t.groups[group];
+            if let Some(c) = run
+                .capabilities
+                .iter()
+                .find(|c| !means.allowed_capabilities.contains(c))
+            {
+                return Err(WorkloadError::CapabilityNotAllowed {
+                    group,
+                    capability: c.clone(),
+                    node: node_name,
+                    allowed: means.allowed_capabilities.to_vec(),
+                });
+            }
             let (Program::Image { command, args }, Some(image)) = (&program, &run.image) else {
                 return Err(cadre_k8s::K8sError::Contract {
                     what: format!(
@@ -454,6 +484,7 @@ pub fn prepare(
                 work_dir: run.work_dir.clone(),
                 mounts,
                 gpu_devices: means.real_gpus,
+                capabilities: run.capabilities.clone(),
             };
             programs.insert(
                 index,
@@ -664,6 +695,7 @@ spec:
     const HOST_NO_MOUNTS: NodeMeans<'static> = NodeMeans {
         mounts: TaskMounts::None,
         runtime: None,
+        allowed_capabilities: &[],
         real_gpus: false,
         rsh: None,
     };
@@ -883,6 +915,46 @@ spec:
                 .contains(&(run_dir.join("mpi"), MPI_DIR.to_string()))
         );
         assert!(worker.mounts.iter().any(|(_, at)| at == "/.cadre/cadre"));
+    }
+
+    #[test]
+    fn a_container_gets_back_only_capabilities_its_node_allows() {
+        let mut o = TranslateOptions::new("alice", "research", "/home/alice");
+        o.container_runtime = true;
+        let mut t = translate(&parse_documents(PYTORCH, "t").unwrap()[0], &o).unwrap();
+        t.groups[1].capabilities = vec!["IPC_LOCK".into()];
+        let o = order(&t);
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("job12345.0");
+        let runtime = ContainerRuntime::detect("sh -c 'echo podman version 4' sh").unwrap();
+        let means = NodeMeans {
+            runtime: Some(&runtime),
+            ..HOST_NO_MOUNTS
+        };
+        let err = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap_err();
+        assert!(err.is_permanent());
+        assert_eq!(
+            err.to_string(),
+            "task group 1 asks for capability IPC_LOCK (securityContext.capabilities.add), \
+             which node n2 does not allow: its agent allows none (--container-allowed-capabilities)"
+        );
+        let allowed = ["SYS_NICE".to_string(), "IPC_LOCK".to_string()];
+        let means = NodeMeans {
+            allowed_capabilities: &allowed,
+            ..means
+        };
+        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        // Task 0 is a worker (group 1), task 1 the master (group 0), which asks for none.
+        let caps = |i: usize| {
+            programs[&i]
+                .container
+                .as_ref()
+                .unwrap()
+                .capabilities
+                .clone()
+        };
+        assert_eq!(caps(0), ["IPC_LOCK"]);
+        assert!(caps(1).is_empty());
     }
 
     #[test]

@@ -643,14 +643,9 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
 
 /// The container runtime of the container tests (`CADRE_TEST_CONTAINER_RUNTIME`, default
 /// `podman`) with the test image made by `scripts/container-test-image.sh`; `None` (the
-/// test is skipped, saying why) where there is none, except under CI, which must have one,
-/// and where the tests do not run as root (the runtime is rootful).
+/// test is skipped, saying why) where there is none or the tests do not run as root (the
+/// runtime is rootful), except under CI, which must run them.
 fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
-    if !is_root() {
-        eprintln!("skipped: the container tests run a rootful runtime");
-        return None;
-    }
-    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
     let skip = |why: String| {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -659,6 +654,10 @@ fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
         eprintln!("skipped: {why}");
         None
     };
+    if !is_root() {
+        return skip("the container tests run a rootful runtime, as root".into());
+    }
+    let line = std::env::var("CADRE_TEST_CONTAINER_RUNTIME").unwrap_or_else(|_| "podman".into());
     let rt = match cadre_agent::container::ContainerRuntime::detect(&line) {
         Ok(rt) => rt,
         Err(e) => return skip(e.to_string()),
@@ -712,6 +711,7 @@ fn container_program(
             work_dir: None,
             mounts: vec![(hosts, "/etc/hosts".into())],
             gpu_devices: false,
+            capabilities: vec![],
         }),
         holds: false,
     }
@@ -753,6 +753,58 @@ fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
     );
     assert_eq!(std::fs::metadata(&file).unwrap().uid(), nobody.uid);
     assert!(!container_exists(&rt, "cadre-test-run"));
+}
+
+/// Regression: a root job's container had the runtime's default capabilities, and no
+/// container was kept from gaining privileges (set-user-id programs of the image).
+#[test]
+fn a_container_task_has_no_capabilities_and_no_new_privileges_even_as_root() {
+    let Some(rt) = test_runtime() else { return };
+    let root = RunAs::lookup("root").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "root", "not run", one_task(vec![]));
+    j.programs.insert(
+        0,
+        container_program(
+            &rt,
+            dir.path(),
+            "cadre-test-caps",
+            "id -u; grep -E '^(CapPrm|CapEff|NoNewPrivs):' /proc/self/status",
+        ),
+    );
+    let o = launch_task(&j, &node(), 0, &root).unwrap().wait().unwrap();
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(o.state, JobState::Completed, "{out}");
+    assert_eq!(
+        out,
+        "0\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+    );
+}
+
+#[test]
+fn a_container_task_gets_back_the_capabilities_it_was_given() {
+    let Some(rt) = test_runtime() else { return };
+    let nobody = RunAs::lookup("nobody").unwrap();
+    let dir = open_dir();
+    let mut j = job(dir.path(), "nobody", "not run", one_task(vec![]));
+    let mut program = container_program(
+        &rt,
+        dir.path(),
+        "cadre-test-cap-add",
+        "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status",
+    );
+    if let Some(c) = program.container.as_mut() {
+        c.capabilities = vec!["IPC_LOCK".into()];
+    }
+    j.programs.insert(0, program);
+    let o = launch_task(&j, &node(), 0, &nobody)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let out = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
+    assert_eq!(o.state, JobState::Completed, "{out}");
+    // CAP_IPC_LOCK is bit 14.
+    assert_eq!(out, "CapEff:\t0000000000004000\nNoNewPrivs:\t1\n");
 }
 
 #[test]

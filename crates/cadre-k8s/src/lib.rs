@@ -89,7 +89,9 @@
 //!
 //! Refused (each with its reason): volumes and volume mounts, `envFrom` and values from
 //! ConfigMaps, Secrets or files, init, ephemeral and extra containers, probes, lifecycle
-//! hooks, `stdin`/`tty`, privileged containers and added capabilities, service accounts,
+//! hooks, `stdin`/`tty`, privileged containers, added capabilities on the host (in images
+//! they are carried, see [`GroupRun::capabilities`]; unknown names and `ALL` are refused),
+//! service accounts,
 //! `nodeName`, topology spread constraints, pod affinity, node affinity beyond one `In`
 //! value, scheduling gates and groups, resource claims, pod-level resources, DNS config,
 //! `priority` numbers, `preemptionPolicy: Never`, work-queue Jobs and `parallelism` below
@@ -124,8 +126,9 @@ pub use contract::{
 pub use document::{Object, SUPPORTED_KINDS, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem};
 pub use model::{
-    CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun, MpiImplementation, Program,
-    PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
+    CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun,
+    MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,
+    WorkloadKind, capability,
 };
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};

@@ -254,6 +254,11 @@ pub struct GroupRun {
     pub ports: Vec<Port>,
     /// `hostAliases`: extra lines for the job's hosts file, `(address, names)`.
     pub host_aliases: Vec<(String, Vec<String>)>,
+    /// `securityContext.capabilities.add` of a container that runs in its image, as
+    /// [`capability`] names them (`IPC_LOCK`): given back to the container where the node
+    /// allows them (every other one is dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
 }
 
 impl GroupRun {
@@ -269,8 +274,64 @@ impl GroupRun {
             work_dir: None,
             ports: Vec::new(),
             host_aliases: Vec::new(),
+            capabilities: Vec::new(),
         }
     }
+}
+
+/// Linux's capabilities, by the names Kubernetes and container runtimes give them (without
+/// `CAP_`), in the kernel's order.
+pub const CAPABILITIES: [&str; 41] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The capability `name` names (`IPC_LOCK`, `ipc_lock` or `CAP_IPC_LOCK`), as
+/// [`CAPABILITIES`] spells it; `None` for anything else (`ALL` included: a capability is
+/// granted by name).
+pub fn capability(name: &str) -> Option<&'static str> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+    CAPABILITIES.iter().copied().find(|c| *c == bare)
 }
 
 /// When the job has succeeded.

@@ -968,8 +968,16 @@ fn read_container(
             "per-container restart policies are not supported",
         );
     }
+    let mut capabilities = Vec::new();
     if let Some(sc) = security_context {
-        read_security_context(sc, &at("securityContext"), group, refusals, notes);
+        capabilities = read_security_context(
+            sc,
+            &at("securityContext"),
+            group,
+            opts.container_runtime,
+            refusals,
+            notes,
+        );
     }
     for (field, set) in [("stdin", stdin), ("stdinOnce", stdin_once), ("tty", tty)] {
         if *set == Some(true) {
@@ -1008,16 +1016,21 @@ fn read_container(
         work_dir: working_dir.clone(),
         ports: port_list,
         host_aliases: aliases,
+        capabilities,
     }
 }
 
+/// Reads a container's security context: the capabilities it adds, for a container run
+/// in its image (`in_image`); on the host a task is an unprivileged process and none can
+/// be added.
 fn read_security_context(
     sc: &SecurityContext,
     path: &str,
     group: &str,
+    in_image: bool,
     refusals: &mut Refusals,
     notes: &mut BTreeMap<String, String>,
-) {
+) -> Vec<String> {
     if sc.privileged == Some(true) {
         refusals.refuse(
             format!("{path}.privileged"),
@@ -1030,16 +1043,35 @@ fn read_security_context(
             "tasks run as unprivileged processes of the submitting user",
         );
     }
-    if sc
+    let mut added = Vec::new();
+    let asked = sc
         .capabilities
         .as_ref()
         .and_then(|c| c.add.as_ref())
-        .is_some_and(|a| !a.is_empty())
-    {
-        refusals.refuse(
+        .filter(|a| !a.is_empty());
+    match asked {
+        None => {}
+        Some(_) if !in_image => refusals.refuse(
             format!("{path}.capabilities.add"),
-            "capabilities cannot be granted to tasks",
-        );
+            "capabilities cannot be granted to tasks on the host (they run as unprivileged \
+             processes of the submitting user); a container run in its image can have those \
+             its node allows",
+        ),
+        Some(names) => {
+            for (i, name) in names.iter().enumerate() {
+                match crate::model::capability(name) {
+                    Some(c) if !added.iter().any(|a| a == c) => added.push(c.to_string()),
+                    Some(_) => {}
+                    None => refusals.refuse(
+                        format!("{path}.capabilities.add[{i}]"),
+                        format!(
+                            "`{name}` is not a Linux capability (name each one needed, such \
+                             as IPC_LOCK or SYS_NICE; ALL is not granted)"
+                        ),
+                    ),
+                }
+            }
+        }
     }
     if sc.proc_mount.as_deref().is_some_and(|p| p != "Default") {
         refusals.refuse(format!("{path}.procMount"), "not supported");
@@ -1050,6 +1082,7 @@ fn read_security_context(
     if let Some(u) = sc.run_as_user {
         notes.insert(format!("k8s.{group}.runAsUser"), u.to_string());
     }
+    added
 }
 
 fn read_env(

@@ -559,6 +559,41 @@ fn several_containers_and_missing_commands() {
 }
 
 #[test]
+fn added_capabilities_are_carried_for_images_and_refused_on_the_host() {
+    let container = "        securityContext: {capabilities: {add: [IPC_LOCK, cap_sys_nice, IPC_LOCK], drop: [ALL]}}\n";
+    let y = indexed("", container);
+    assert_refused(
+        &y,
+        "spec.template.spec.containers[0].securityContext.capabilities.add",
+        "cannot be granted to tasks on the host",
+    );
+    let mut o = opts();
+    o.container_runtime = true;
+    let t = translate(&parse_documents(&y, "t").unwrap()[0], &o).unwrap();
+    assert_eq!(t.groups[0].capabilities, ["IPC_LOCK", "SYS_NICE"]);
+    // Unknown names, and ALL, are refused by position.
+    let y = indexed(
+        "",
+        "        securityContext: {capabilities: {add: [IPC_LOCK, ALL, FLY]}}\n",
+    );
+    let problems = match translate(&parse_documents(&y, "t").unwrap()[0], &o) {
+        Ok(t) => panic!("accepted: {t:?}"),
+        Err(e) => e.problems().to_vec(),
+    };
+    let at = "spec.template.spec.containers[0].securityContext.capabilities.add";
+    let paths: Vec<_> = problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, [format!("{at}[1]"), format!("{at}[2]")]);
+    assert!(
+        problems[1]
+            .reason
+            .starts_with("`FLY` is not a Linux capability"),
+        "{problems:?}"
+    );
+    assert_eq!(cadre_k8s::capability("Cap_Chown"), Some("CHOWN"));
+    assert_eq!(cadre_k8s::capability("ALL"), None);
+}
+
+#[test]
 fn metadata_rules() {
     let y = indexed("", "").replace("  name: ranks\n", "  generateName: ranks-\n");
     assert_refused(&y, "metadata.generateName", "needs metadata.name");

@@ -78,6 +78,17 @@ pub struct AgentArgs {
     /// here].
     #[arg(long, env = "CADRE_CONTAINER_RUNTIME", value_name = "COMMAND")]
     pub container_runtime: Option<String>,
+    /// The capabilities a container may be given back when its manifest asks for them
+    /// (`securityContext.capabilities.add`; containers run with every other one dropped),
+    /// comma-separated: `IPC_LOCK,SYS_NICE`. A container asking for another one fails to
+    /// launch, for good [default: none].
+    #[arg(
+        long,
+        env = "CADRE_CONTAINER_ALLOWED_CAPABILITIES",
+        value_name = "CAPS",
+        value_delimiter = ','
+    )]
+    pub container_allowed_capabilities: Vec<String>,
     /// How much to log on stderr: error, warn, info, debug or trace.
     #[arg(long, env = "CADRE_LOG", default_value = "info", value_name = "LEVEL")]
     pub log_level: tracing::Level,
@@ -116,6 +127,8 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     config.cgroup_parent = args.cgroup_parent.clone();
     config.address = args.address.clone();
     config.container_runtime = args.container_runtime.clone();
+    config.container_allowed_capabilities =
+        allowed_capabilities(&args.container_allowed_capabilities)?;
     config.rsh_executable = std::env::current_exe().ok();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -135,6 +148,23 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         service::run(config, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `--container-allowed-capabilities`, each named as [`cadre_k8s::capability`] names it.
+fn allowed_capabilities(names: &[String]) -> Result<Vec<String>> {
+    let mut allowed: Vec<String> = Vec::new();
+    for name in names.iter().filter(|n| !n.trim().is_empty()) {
+        let Some(c) = cadre_k8s::capability(name) else {
+            bail!(
+                "unknown capability `{name}` in --container-allowed-capabilities: name Linux \
+                 capabilities such as IPC_LOCK or SYS_NICE (ALL is not one)"
+            );
+        };
+        if !allowed.iter().any(|a| a == c) {
+            allowed.push(c.to_string());
+        }
+    }
+    Ok(allowed)
 }
 
 /// `$CADRE_DATA_DIR`, else `~/.local/share/cadre`.
@@ -184,6 +214,21 @@ fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_capabilities_are_named_as_the_kernel_names_them() {
+        let names = |s: &[&str]| s.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            allowed_capabilities(&names(&["ipc_lock", "CAP_SYS_NICE", "IPC_LOCK", ""])).unwrap(),
+            ["IPC_LOCK", "SYS_NICE"]
+        );
+        let err = allowed_capabilities(&names(&["ALL"])).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("unknown capability `ALL` in --container-allowed-capabilities"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_key_file_is_read_without_its_newline() {

@@ -13,6 +13,7 @@ use common::{private_tempdir, run_dir_of};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -630,6 +631,67 @@ fn submit_held_over_tcp(c: &Cluster, addr: &str, token: &str) -> u64 {
 /// Regression: `cadre submit` with a token named the local login name as the job's user,
 /// and the controller refused a token holder submitting as another user (`alice` may not
 /// submit as user `root`).
+/// `None`, saying on stderr why `tests` are skipped; under CI, which must run them, a
+/// failure instead.
+fn skip_unless_ci(tests: &str, why: &str) -> Option<()> {
+    assert!(std::env::var_os("CI").is_none(), "CI runs {tests}: {why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// Regression: a root agent looked at a job's working directory (`-D`) before becoming the
+/// job's user, so that a job held for it told the user whether a path they cannot reach
+/// exists ("does not exist" or "cannot enter").
+#[test]
+fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exists_or_not() {
+    if !nix::unistd::geteuid().is_root() {
+        skip_unless_ci("the tests of other users' jobs", "they need root");
+        return;
+    }
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let (_, token) = token_for(&c, "nobody");
+    let private = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    std::fs::create_dir(private.path().join("existing")).expect("mkdir");
+    let held_reason = |dir: &Path| {
+        let out = cadre_command(c.dir())
+            .env("CADRE_SERVER", format!("http://{addr}"))
+            .env("CADRE_TOKEN", &token)
+            .arg("submit")
+            .arg("--parsable")
+            .arg("-D")
+            .arg(dir)
+            .args(["--", "true"])
+            .output()
+            .expect("the cadre binary runs");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let id: u64 = text(&out.stdout).trim().parse().expect("a job id");
+        let mut reason = String::new();
+        wait_until(&format!("job {id} held"), || {
+            reason = c.job(id)["reason"].as_str().unwrap_or_default().to_owned();
+            reason.starts_with("launch failed requeued held")
+        });
+        reason
+            .replace(&dir.display().to_string(), "DIR")
+            .replace(&format!("job {id}"), "job ID")
+    };
+    let existing = held_reason(&private.path().join("existing"));
+    let missing = held_reason(&private.path().join("missing"));
+    assert_eq!(existing, missing);
+    let nobody = nix::unistd::User::from_name("nobody")
+        .expect("user lookup")
+        .expect("a user `nobody`");
+    assert!(
+        existing.contains(&format!(
+            "cannot enter working directory DIR as uid {}: Permission denied",
+            nobody.uid
+        )),
+        "{existing}"
+    );
+}
+
 #[test]
 fn submit_with_a_token_submits_as_the_tokens_user() {
     let addr = format!("127.0.0.1:{}", free_port());

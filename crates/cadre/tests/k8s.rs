@@ -19,6 +19,7 @@ mod common;
 use common::private_tempdir;
 
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -74,6 +75,17 @@ impl Cluster {
     }
 
     fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.run_in(self.dir(), args, stdin, &[])
+    }
+
+    /// `cadre ARGS` in `dir` with `stdin` and more variables (`CADRE_SERVER`, ...).
+    fn run_in(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("CADRE_") {
@@ -81,8 +93,9 @@ impl Cluster {
             }
         }
         cmd.args(args)
-            .current_dir(self.dir())
+            .current_dir(dir)
             .env("CADRE_DATA_DIR", self.dir())
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -1188,6 +1201,205 @@ spec:
             .any(|j| n.starts_with(&format!("cadre-job{j}.")))),
         "{names}"
     );
+}
+
+/// The command lines of every process of the machine that names `needle` (each as its
+/// pid and words), read from `/proc/*/cmdline`, which any local user may read.
+fn command_lines_naming(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // A process may end meanwhile.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let words = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if words.contains(needle) {
+            found.push(format!("{}: {words}", name.to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// An MPIJob in the test image: a launcher that prints its job token and `API_KEY`, then
+/// waits to be deleted; one worker whose sshd waits for the daemons.
+fn secret_mpi_job(name: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: {name}}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: l
+            image: localhost/cadre-test:1
+            imagePullPolicy: Never
+            env:
+            - {{name: API_KEY, value: '{secret}'}}
+            command: [/bin/sh, -c, 'echo \"token=$CADRE_TOKEN\"; echo \"key=$API_KEY\"; sleep 600']
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: w
+            image: localhost/cadre-test:1
+            imagePullPolicy: Never
+            command: [/usr/sbin/sshd, -De]
+"
+    )
+}
+
+/// Regression: a container task's variables were `--env NAME=VALUE` words of the root
+/// runtime's command line, which every local user reads in `/proc/PID/cmdline`: the job's
+/// token (an MPIJob launcher's `CADRE_TOKEN`) and every value of the manifest.
+#[test]
+fn a_container_s_token_and_secrets_are_on_no_command_line() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let c = Cluster::up_with(2, &["--container-runtime", &runtime]);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos();
+    let secret = format!("not-on-argv-{}-{nanos}", std::process::id());
+    let job = c.apply(&secret_mpi_job("argv", &secret));
+    let deadline = Instant::now() + DEADLINE;
+    let said = loop {
+        let out = c.output("argv", job, 0);
+        if out.lines().any(|l| l.starts_with("key=")) {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the launcher never started: {} {out}\n{}",
+            c.state(job),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Both reach the task, in its container.
+    let value = |name: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let token = value("token");
+    assert!(
+        token.starts_with(&format!("cadre-job-{job}-")),
+        "token `{token}` in:\n{said}"
+    );
+    assert_eq!(value("key"), secret, "{said}");
+    // While the containers run, no process of the machine has either on its command line.
+    for needle in [&secret, &token] {
+        let found = command_lines_naming(needle);
+        assert!(
+            found.is_empty(),
+            "`{needle}` is on command lines:\n{found:#?}"
+        );
+    }
+    c.ok(&["delete", "mpijob", "argv"]);
+    assert_eq!(c.wait(job), "CANCELLED");
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Regression: a root agent's runtime read a workload's image from any path of the node
+/// the manifest named (`oci-archive:PATH`), also one its user could not read: the image
+/// is now checked as the user, and the job held with the reason.
+#[test]
+fn an_image_at_a_path_its_user_cannot_read_holds_the_job() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up_with(1, &["--container-runtime", &runtime, "--listen", &addr]);
+    // Root's alone: in a directory only root may enter.
+    let private = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let archive = private.path().join("image.tar");
+    std::fs::write(&archive, "root's").expect("archive written");
+    let token: Value =
+        serde_json::from_str(&c.ok(&["token", "create", "--user", "nobody", "--json"]))
+            .expect("token JSON");
+    let token = token["token"].as_str().expect("the secret");
+    let manifest = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: peek}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {{name: c, image: 'oci-archive:{}', command: [cat, /etc/hostname]}}
+",
+        archive.display()
+    );
+    // Applied from a directory nobody may write to: the task's output can be opened.
+    let submit = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(submit.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let server = format!("http://{addr}");
+    let out = c.run_in(
+        submit.path(),
+        &["apply", "-f", "-"],
+        Some(&manifest),
+        &[("CADRE_SERVER", &server), ("CADRE_TOKEN", token)],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{said}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: u64 = said
+        .trim()
+        .rsplit_once("(job ")
+        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
+    let deadline = Instant::now() + DEADLINE;
+    let reason = loop {
+        let jobs: Value = serde_json::from_str(&c.ok(&["jobs", "--json"])).expect("JSON");
+        let this = jobs["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["id"] == job)
+            .cloned()
+            .unwrap_or_default();
+        assert_ne!(
+            this["state"], "FAILED",
+            "the runtime tried the image: {this}"
+        );
+        let reason = this["reason"].as_str().unwrap_or_default().to_string();
+        if reason.starts_with("launch failed requeued held") {
+            break reason;
+        }
+        assert!(Instant::now() < deadline, "not held: {this}\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let want = format!(
+        "the image `oci-archive:{0}` is read from {0}, which user `nobody` cannot read: EACCES",
+        archive.display()
+    );
+    assert!(reason.contains(&want), "{reason}");
 }
 
 #[test]

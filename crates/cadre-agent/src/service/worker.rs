@@ -51,6 +51,8 @@ pub(crate) struct LaunchContext {
     pub(crate) mounts: crate::mountns::TaskMounts,
     /// The node's container runtime, if it has one.
     pub(crate) container_runtime: Option<Arc<crate::container::ContainerRuntime>>,
+    /// The capabilities containers may be given back (`--container-allowed-capabilities`).
+    pub(crate) container_allowed_capabilities: Vec<String>,
     /// The node's GPUs are declared, not discovered.
     pub(crate) gpus_emulated: bool,
     /// cadre's executable, for MPI's rsh agent.
@@ -138,11 +140,16 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | RefuseRoot { .. }
         | CannotSwitchUser { .. }
         | NoTasksOnNode { .. }
-        | NoWorkDir { .. } => true,
+        | NoWorkDir { .. }
+        | ContainerEnv { .. }
+        | ImageNotReadable { .. }
+        | ImageTransport { .. } => true,
         GpuOutOfRange { .. }
         | CoreOutOfRange { .. }
         | UserLookup { .. }
         | Pipe { .. }
+        | EnvFile { .. }
+        | ImageCheck { .. }
         | Cgroup { .. }
         | Signal { .. }
         | Wait { .. } => false,
@@ -431,6 +438,7 @@ fn prepare(
         let means = crate::workload::NodeMeans {
             mounts: ctx.mounts,
             runtime: ctx.container_runtime.as_deref(),
+            allowed_capabilities: &ctx.container_allowed_capabilities,
             real_gpus: !ctx.gpus_emulated,
             rsh: ctx
                 .rsh_executable
