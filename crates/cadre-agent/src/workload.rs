@@ -931,7 +931,7 @@ spec:
             runtime: Some(&runtime),
             ..HOST_NO_MOUNTS
         };
-        let err = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap_err();
+        let err = prepare(&t, &o, NodeId(2), &fresh(&run_dir), means).unwrap_err();
         assert!(err.is_permanent());
         assert_eq!(
             err.to_string(),
@@ -943,7 +943,7 @@ spec:
             allowed_capabilities: &allowed,
             ..means
         };
-        let programs = prepare(&t, &o, NodeId(2), &run_dir, means, None).unwrap();
+        let programs = prepare(&t, &o, NodeId(2), &fresh(&run_dir), means).unwrap();
         // Task 0 is a worker (group 1), task 1 the master (group 0), which asks for none.
         let caps = |i: usize| {
             programs[&i]
