@@ -250,6 +250,8 @@ async fn submit(
         }
         run.validate()
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
+        crate::limits::check_job(&spec, &run)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].{e}")))?;
         jobs.push(NewJob {
             partition: spec.partition.clone().unwrap_or_default(),
             spec,

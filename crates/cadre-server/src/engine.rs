@@ -1348,7 +1348,7 @@ impl Engine {
         }
         let spec = job.spec.clone();
         let partition = self.sched.cluster().partition(job.partition).name.clone();
-        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0 * 1000);
+        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0.saturating_mul(1000));
         self.note_change(id, now);
         self.launch_errors.remove(&id);
         let nodes = allocation.nodes();

@@ -7,7 +7,8 @@
 //!   (submissions, cancels, agent events) is a command on its channel, committed before it
 //!   is acted on or answered;
 //! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
-//!   WebSocket; [`metrics`]: the Prometheus exposition;
+//!   WebSocket; [`metrics`]: the Prometheus exposition; [`limits`]: the bounds of the
+//!   numbers a request may carry;
 //! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
 //!   the store, and runs until told to stop.
 //!
@@ -17,6 +18,7 @@ pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod engine;
+pub mod limits;
 pub mod metrics;
 pub mod queues;
 pub mod state;

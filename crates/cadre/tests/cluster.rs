@@ -1144,3 +1144,90 @@ fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     assert_eq!(status.signal(), Some(15), "{status:?}");
     c.start();
 }
+
+/// `cadre submit --server http://ADDR --token TOKEN ARGS`, which must succeed: the job id.
+fn submit_over_tcp(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
+    let server = format!("http://{addr}");
+    let out = c.run(
+        &[
+            &[
+                "submit",
+                "--server",
+                &server,
+                "--token",
+                token,
+                "--parsable",
+            ][..],
+            args,
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "submission with a token: {}{}",
+        text(&out.stderr),
+        c.log()
+    );
+    text(&out.stdout).trim().parse().expect("a job id")
+}
+
+/// Regression (issue 14): a user with a running job posted a step of 4294967295 tasks;
+/// the controller sized the step's task list by that count before any check and the
+/// allocation aborted it. Now every count of a step is checked against what the job holds
+/// (and its time limit against the bound) first: 400, and the controller goes on.
+#[test]
+fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let (_, nobody) = token_for(&c, "nobody");
+    let id = submit_over_tcp(
+        &c,
+        &addr,
+        &nobody,
+        &["-D", "/tmp", "-o", "/dev/null", "--", "sleep", "60"],
+    );
+    c.wait_for_state(id, "RUNNING");
+    let path = format!("/api/v1/jobs/{id}/steps");
+    for (field, body) in [
+        ("ntasks", r#""ntasks":4294967295"#),
+        ("ntasks_per_node", r#""ntasks_per_node":4294967295"#),
+        ("CPU(s)", r#""ntasks":1,"cpus_per_task":4294967295"#),
+        ("GPU(s)", r#""ntasks":1,"gpus_per_task":4294967295"#),
+        ("only 1 node(s)", r#""nodes":4294967295"#),
+        ("time_limit", r#""time_limit":18446744073709551615"#),
+    ] {
+        let body = format!(r#"{{"command":["true"],"work_dir":"/tmp",{body}}}"#);
+        let (status, answer) = http(tcp(), "POST", &path, Some(&nobody), Some(&body));
+        assert_eq!(status, 400, "{body}: {answer}{}", c.log());
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(field), "{body}: {message}");
+    }
+    // A submission's numbers are bounded too.
+    let mut spec = cadre_core::job::JobSpec::simple(
+        "nobody",
+        "nobody",
+        u32::MAX,
+        cadre_core::resources::TaskResources {
+            cpus: 1,
+            mem_mib: u64::MAX,
+            ..Default::default()
+        },
+        cadre_core::time::Dur(u64::MAX),
+    );
+    spec.name = "huge".into();
+    let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
+    let body = serde_json::json!({ "jobs": [{ "spec": spec, "run": run }] }).to_string();
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "jobs[0].spec.groups[0].count = 4294967295 is out of range: at most 1048576 tasks per job"
+    );
+    let (status, answer) = http(tcp(), "GET", "/api/v1/whoami", Some(&nobody), None);
+    assert_eq!(status, 200, "the controller still answers: {answer}");
+    assert_eq!(answer["user"], "nobody", "{answer}");
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    c.ok(&["cancel", &id.to_string()]);
+}
