@@ -252,6 +252,10 @@ async fn submit(
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
         crate::limits::check_job(&spec, &run)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].{e}")))?;
+        crate::authority::check_spec_change(&who, None, &spec).map_err(|e| ApiError {
+            message: format!("jobs[{i}]: {}", e.message),
+            ..e
+        })?;
         jobs.push(NewJob {
             partition: spec.partition.clone().unwrap_or_default(),
             spec,

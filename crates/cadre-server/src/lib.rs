@@ -8,7 +8,8 @@
 //!   is acted on or answered;
 //! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
 //!   WebSocket; [`metrics`]: the Prometheus exposition; [`limits`]: the bounds of the
-//!   numbers a request may carry;
+//!   numbers a request may carry; [`authority`]: what a caller may set in a job's spec,
+//!   submitted or updated;
 //! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
 //!   the store, and runs until told to stop.
 //!
@@ -17,6 +18,7 @@
 pub mod agents;
 pub mod api;
 pub mod auth;
+pub mod authority;
 pub mod engine;
 pub mod limits;
 pub mod metrics;

@@ -1231,3 +1231,63 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
     assert_eq!(c.job(id)["state"], "RUNNING");
     c.ok(&["cancel", &id.to_string()]);
 }
+
+/// A submission body of one held `true` job of `user` with this nice value.
+fn held_job_with_nice(user: &str, nice: i32) -> String {
+    let mut spec = cadre_core::job::JobSpec::simple(
+        user,
+        user,
+        1,
+        cadre_core::resources::TaskResources {
+            cpus: 1,
+            ..Default::default()
+        },
+        cadre_core::time::Dur(60),
+    );
+    spec.nice = nice;
+    spec.hold = true;
+    let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
+    serde_json::json!({ "jobs": [{ "spec": spec, "run": run }] }).to_string()
+}
+
+/// Regression (issue 14): a user's submission with `nice = -2147483648` was accepted (its
+/// priority jumped above every other job's) while `PATCH` refused the same value. Both go
+/// through one check now: the user gets PATCH's 403; an administrator may.
+#[test]
+fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let (_, nobody) = token_for(&c, "nobody");
+    let body = held_job_with_nice("nobody", i32::MIN);
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("negative nice")),
+        "{answer}"
+    );
+    // The same rule, the same answer, on an update of the user's own job.
+    let body = held_job_with_nice("nobody", 0);
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 201, "{answer}");
+    let id = answer["job_ids"][0].as_u64().expect("a job id");
+    let (status, patched) = http(
+        tcp(),
+        "PATCH",
+        &format!("/api/v1/jobs/{id}"),
+        Some(&nobody),
+        Some(r#"{"nice":-2147483648}"#),
+    );
+    assert_eq!(status, 403, "{patched}");
+    assert_eq!(patched["error"]["code"], "forbidden", "{patched}");
+    // An administrator (root on the socket) may.
+    let (status, answer) = c.api(
+        "POST",
+        "/api/v1/jobs",
+        Some(&held_job_with_nice("nobody", i32::MIN)),
+    );
+    assert_eq!(status, 201, "{answer}");
+}
