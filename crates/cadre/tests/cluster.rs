@@ -1291,3 +1291,58 @@ fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     );
     assert_eq!(status, 201, "{answer}");
 }
+
+/// `GET /metrics` on `stream`, with a bearer token or not: the whole answer.
+fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: cadre\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("request sent");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("answer read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    raw
+}
+
+/// Regression (issue 14): `/metrics` over TCP told anyone which user and job held each GPU
+/// (`cadre_gpu_job_info`). That series is for authenticated scrapers now; an anonymous
+/// scrape gets every other series.
+#[test]
+fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 2, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let info = format!("job=\"{id}\"");
+    let anonymous = scrape(tcp(), None);
+    assert!(
+        anonymous
+            .lines()
+            .any(|l| l == "cadre_gpus_allocated{partition=\"gpu\"} 1.0"),
+        "{anonymous}"
+    );
+    assert!(
+        !anonymous.contains("cadre_gpu_job_info") && !anonymous.contains(&info),
+        "an anonymous scrape shows who holds the GPUs:\n{anonymous}"
+    );
+    let (_, token) = token_for(&c, "nobody");
+    let authenticated = scrape(tcp(), Some(&token));
+    assert!(
+        authenticated
+            .lines()
+            .any(|l| l.starts_with("cadre_gpu_job_info{") && l.contains(&info)),
+        "{authenticated}"
+    );
+    let forged = scrape(tcp(), Some("not-a-token"));
+    assert!(!forged.contains("cadre_gpu_job_info"), "{forged}");
+    let local = scrape(
+        std::os::unix::net::UnixStream::connect(c.path("cadre.sock")).expect("the socket"),
+        None,
+    );
+    assert!(local.contains(&info), "{local}");
+    c.ok(&["cancel", &id.to_string()]);
+}
