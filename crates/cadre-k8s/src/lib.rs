@@ -111,6 +111,7 @@ pub mod crd;
 pub mod document;
 pub mod error;
 pub mod model;
+pub mod nesting;
 mod pod;
 pub mod quantity;
 pub mod queues;
@@ -127,6 +128,7 @@ pub use model::{
     CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun, MpiImplementation, Program,
     PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
 };
+pub use nesting::MAX_NESTING_DEPTH;
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};
 pub use translate::translate;
