@@ -1346,3 +1346,145 @@ fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
     assert!(local.contains(&info), "{local}");
     c.ok(&["cancel", &id.to_string()]);
 }
+
+/// Whether the controller closed `stream` (a read ends, or the connection is reset) before
+/// the hang guard: what it may have answered before closing is read and dropped.
+fn closed_by_server(stream: &mut std::net::TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+}
+
+/// `GET /api/v1/whoami` on a fresh TCP connection: whether it was answered 200.
+fn whoami_answers(addr: &str, token: &str) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let req = format!(
+        "GET /api/v1/whoami HTTP/1.1\r\nHost: cadre\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    let mut raw = Vec::new();
+    stream.write_all(req.as_bytes()).is_ok()
+        && stream.read_to_end(&mut raw).is_ok()
+        && raw.starts_with(b"HTTP/1.1 200")
+}
+
+/// Regression (issue 14): the TCP listener had no cap on connections (3,000 half-open
+/// ones stayed open). A peer now holds at most `--max-connections-per-peer` at once: the
+/// extra ones are closed as they are accepted, the others keep working, and the slots come
+/// back when they close.
+#[test]
+fn connections_beyond_a_peers_cap_are_closed_at_once() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(
+        1,
+        0,
+        &["--listen", &addr, "--max-connections-per-peer", "4"],
+    );
+    let (_, nobody) = token_for(&c, "nobody");
+    let connect = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let mut held: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    for _ in 0..2 {
+        assert!(
+            closed_by_server(&mut connect()),
+            "a connection beyond the cap was kept{}",
+            c.log()
+        );
+    }
+    let (status, body) = http(
+        held.pop().expect("a held connection"),
+        "GET",
+        "/api/v1/whoami",
+        Some(&nobody),
+        None,
+    );
+    assert_eq!(status, 200, "a connection within the cap works: {body}");
+    drop(held);
+    wait_until("a new connection is served once the others closed", || {
+        whoami_answers(&addr, &nobody)
+    });
+}
+
+/// Regression (issue 14): a connection that sent half a request head, or nothing, was
+/// kept forever. Now a head must be complete within `--header-timeout` of its first byte,
+/// and a connection with no request in flight is closed after `--idle-timeout`; a request
+/// being served (a step's output stream) is never cut, and agents' WebSockets stay up.
+#[test]
+fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(
+        1,
+        0,
+        &[
+            "--listen",
+            &addr,
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "2",
+        ],
+    );
+    let (_, nobody) = token_for(&c, "nobody");
+    let connect = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let mut half = connect();
+    half.write_all(b"GET /api/v1/whoami HTTP/1.1\r\nHost: cad")
+        .expect("half a head sent");
+    assert!(
+        closed_by_server(&mut half),
+        "half a head was waited for{}",
+        c.log()
+    );
+    let mut silent = connect();
+    assert!(
+        closed_by_server(&mut silent),
+        "a silent connection was kept{}",
+        c.log()
+    );
+    // A step whose output stream outlasts both timeouts, on the socket (whose
+    // connections have the same timeouts), through the agent's WebSocket.
+    let id = c.submit(&["--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let mut sock = std::os::unix::net::UnixStream::connect(c.path("cadre.sock"))
+        .expect("the controller's socket answers");
+    let body = r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#;
+    let req = format!(
+        "POST /api/v1/jobs/{id}/steps HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).expect("step request sent");
+    sock.set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    let mut raw = String::new();
+    sock.read_to_string(&mut raw)
+        .expect("the step's stream read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(
+        raw.contains("survived") && raw.contains(r#""type":"ended""#),
+        "the step's stream was cut: {raw}{}",
+        c.log()
+    );
+    assert!(
+        whoami_answers(&addr, &nobody),
+        "a normal request{}",
+        c.log()
+    );
+    c.ok(&["cancel", &id.to_string()]);
+}
