@@ -79,7 +79,14 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}"))
+        match e {
+            // A number of the request (a job id, a time) beyond what the store keeps: the
+            // request's fault, not the store's.
+            StoreError::OutOfRange { .. } => {
+                ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+            }
+            e => ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}")),
+        }
     }
 }
 

@@ -1225,6 +1225,15 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
         answer["error"]["message"],
         "jobs[0].spec.groups[0].count = 4294967295 is out of range: at most 1048576 tasks per job"
     );
+    // Ids and times beyond what the store keeps are the request's fault, not the store's.
+    for path in [
+        "/api/v1/jobs?after=18446744073709551615".to_string(),
+        "/api/v1/usage?since=18446744073709551615".to_string(),
+        "/api/v1/jobs/18446744073709551615".to_string(),
+    ] {
+        let (status, answer) = http(tcp(), "GET", &path, Some(&nobody), None);
+        assert_eq!(status, 400, "{path}: {answer}");
+    }
     let (status, answer) = http(tcp(), "GET", "/api/v1/whoami", Some(&nobody), None);
     assert_eq!(status, 200, "the controller still answers: {answer}");
     assert_eq!(answer["user"], "nobody", "{answer}");
