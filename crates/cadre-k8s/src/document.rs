@@ -7,10 +7,12 @@
 //! (through `serde_ignored`), for Kubernetes' own types as for the custom resources, so that
 //! a misspelt or unsupported field never goes unnoticed. Empty documents (a trailing `---`,
 //! a document of comments) are skipped; YAML merge keys (`<<:`) are applied as Kubernetes'
-//! YAML reader does.
+//! YAML reader does. A text that nests collections deeper than [`MAX_NESTING_DEPTH`] is
+//! refused before it is parsed ([`crate::nesting`]).
 
 use crate::crd::{jobset, kubeflow, kueue, trainer, volcano};
 use crate::error::{K8sError, Problem};
+use crate::nesting::{MAX_NESTING_DEPTH, find_too_deep};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -165,6 +167,15 @@ fn yaml_documents(text: &str, origin: &str) -> Result<Vec<(usize, yaml_serde::Va
         origin: origin.to_string(),
         source,
     };
+    // The parser's work grows with the square of the depth: refused before it starts.
+    if let (Some(at), _) = find_too_deep(text, MAX_NESTING_DEPTH) {
+        return Err(K8sError::TooDeep {
+            origin: origin.to_string(),
+            doc: at.doc,
+            line: at.line,
+            limit: MAX_NESTING_DEPTH,
+        });
+    }
     let mut out = Vec::new();
     for (i, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let mut value = yaml_serde::Value::deserialize(document).map_err(yaml)?;

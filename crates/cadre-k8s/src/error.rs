@@ -44,6 +44,17 @@ pub enum K8sError {
         #[source]
         source: yaml_serde::Error,
     },
+    /// The text nests collections deeper than cadre reads (checked before any parsing).
+    #[error(
+        "{origin}, document {doc}: collections nested deeper than {limit} levels at line {line}; \
+         cadre reads manifests nested at most {limit} levels deep"
+    )]
+    TooDeep {
+        origin: String,
+        doc: usize,
+        line: usize,
+        limit: usize,
+    },
     /// A document is YAML but not a Kubernetes object (not a mapping, no `apiVersion`...).
     #[error("{origin}, document {doc}: {what}")]
     NotAnObject {

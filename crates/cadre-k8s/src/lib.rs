@@ -113,6 +113,7 @@ pub mod crd;
 pub mod document;
 pub mod error;
 pub mod model;
+pub mod nesting;
 mod pod;
 pub mod quantity;
 pub mod queues;
@@ -130,6 +131,7 @@ pub use model::{
     MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,
     WorkloadKind, capability,
 };
+pub use nesting::MAX_NESTING_DEPTH;
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};
 pub use translate::translate;

@@ -566,3 +566,68 @@ spec: {clusterQueue: tas-cluster-queue}
         )]
     );
 }
+
+/// Regression (issue 14): a manifest of 100,000 nested `[` kept `cadre apply` parsing for
+/// minutes (the YAML parser's work grows with the square of the depth). Texts nested
+/// deeper than the bound are refused before any parsing, flow or block style, naming the
+/// file, the document, the line and the bound; the real manifests nest far less.
+#[test]
+fn deeply_nested_yaml_is_refused_before_parsing_and_real_manifests_are_far_below_the_bound() {
+    let too_deep = |text: &str, doc: usize, line: usize| {
+        let err = cadre_k8s::parse_documents(text, "deep.yaml").expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                K8sError::TooDeep { doc: d, line: l, limit, .. }
+                    if d == doc && l == line && limit == cadre_k8s::MAX_NESTING_DEPTH
+            ),
+            "{err:?}"
+        );
+        err.to_string()
+    };
+    let flow = "[".repeat(100_000);
+    assert_eq!(
+        too_deep(&flow, 1, 1),
+        "deep.yaml, document 1: collections nested deeper than 64 levels at line 1; cadre \
+         reads manifests nested at most 64 levels deep"
+    );
+    let flow_lines = format!("a: 1\n---\nkind: Job\nspec: {}\n", "[\n".repeat(100_000));
+    too_deep(&flow_lines, 2, 67);
+    let block_mapping: String = (0..1000)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect();
+    too_deep(&block_mapping, 1, 65);
+    let block_sequence = format!("items:\n{}x\n", "- ".repeat(100_000));
+    too_deep(&block_sequence, 1, 2);
+    // At the bound, a text is parsed as before.
+    let at_bound = format!("{}1{}", "[".repeat(64), "]".repeat(64));
+    let parsed = cadre_k8s::parse_documents(&at_bound, "ok.yaml");
+    assert!(
+        matches!(parsed, Err(K8sError::NotAnObject { .. })),
+        "{parsed:?}"
+    );
+    let Some(dir) = corpus_dir() else {
+        return;
+    };
+    let mut deepest = (0, String::new());
+    for (file, _) in CORPUS {
+        let text = std::fs::read_to_string(dir.join(file)).expect("corpus file");
+        let depth = cadre_k8s::nesting::nesting_depth(&text);
+        if depth > deepest.0 {
+            deepest = (depth, file.to_string());
+        }
+        if let Err(e) = cadre_k8s::parse_documents(&text, file) {
+            assert!(!matches!(e, K8sError::TooDeep { .. }), "{file}: {e}");
+        }
+    }
+    assert!(
+        deepest.0 <= cadre_k8s::MAX_NESTING_DEPTH / 2,
+        "the corpus's deepest manifest, {} ({} levels), is near the bound",
+        deepest.1,
+        deepest.0
+    );
+    eprintln!(
+        "deepest manifest of the corpus: {} ({} levels)",
+        deepest.1, deepest.0
+    );
+}

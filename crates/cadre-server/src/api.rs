@@ -250,6 +250,12 @@ async fn submit(
         }
         run.validate()
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
+        crate::limits::check_job(&spec, &run)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].{e}")))?;
+        crate::authority::check_spec_change(&who, None, &spec).map_err(|e| ApiError {
+            message: format!("jobs[{i}]: {}", e.message),
+            ..e
+        })?;
         jobs.push(NewJob {
             partition: spec.partition.clone().unwrap_or_default(),
             spec,
@@ -1351,11 +1357,22 @@ async fn revoke_token(
 
 /// `/metrics`: Prometheus text format. Unauthenticated, as scrapers expect; it shows
 /// counts and which job holds which GPU, not job contents.
-async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+/// The metrics. Which user and job hold each GPU (`cadre_gpu_job_info`) only for a
+/// caller with valid credentials (a token over TCP; the socket's peer credentials always
+/// are); every other series for anyone, as scrapers expect.
+async fn metrics(
+    State(st): State<AppState>,
+    who: Result<Principal, ApiError>,
+) -> Result<Response, ApiError> {
     let metrics = st.metrics.clone();
+    let scope = if who.is_ok() {
+        crate::metrics::Scope::WithJobs
+    } else {
+        crate::metrics::Scope::Anonymous
+    };
     let text = st
         .engine
-        .read(move |e| metrics.render(&scrape_state(e)))
+        .read(move |e| metrics.render(&scrape_state(e, scope)))
         .await?;
     Ok((
         [(

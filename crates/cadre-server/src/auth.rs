@@ -5,8 +5,6 @@
 //! `SlurmUser` is Slurm's), or the holder of an admin token. Everyone else sees and changes
 //! only their own jobs. A request with no valid credentials gets 401 and nothing else.
 
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
 use cadre_core::job::JobId;
 use cadre_proto::api::ErrorCode;
 use cadre_store::TokenHash;
@@ -25,20 +23,6 @@ pub enum Peer {
         uid: Option<u32>,
     },
     Tcp(SocketAddr),
-}
-
-impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::UnixListener>) -> Peer {
-        Peer::Unix {
-            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
-        }
-    }
-}
-
-impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Peer {
-        Peer::Tcp(*stream.remote_addr())
-    }
 }
 
 /// An authenticated caller.

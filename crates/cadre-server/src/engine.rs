@@ -28,6 +28,7 @@ pub use steps::IoHub;
 pub(crate) use steps::{StepJob, step_view};
 
 use crate::auth::Principal;
+use crate::authority::check_spec_change;
 use crate::metrics::Metrics;
 use crate::queues::{QueueObjects, route_job};
 use cadre_core::alloc::Allocation;
@@ -78,7 +79,14 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}"))
+        match e {
+            // A number of the request (a job id, a time) beyond what the store keeps: the
+            // request's fault, not the store's.
+            StoreError::OutOfRange { .. } => {
+                ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+            }
+            e => ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}")),
+        }
     }
 }
 
@@ -1064,26 +1072,11 @@ impl Engine {
             }
             JobAction::Requeue => Event::Requeue { id },
             JobAction::SetTimeLimit(limit) => {
-                let current = self.sched.job(id).map_or(Dur(0), |j| j.spec.time_limit);
-                let raises = current.0 != 0 && (limit.0 == 0 || limit > current);
-                if raises && !who.admin {
-                    return Err(ApiError::new(
-                        ErrorCode::Forbidden,
-                        format!(
-                            "only an administrator may raise job {id}'s time limit (now {} s)",
-                            current.0
-                        ),
-                    ));
-                }
+                self.check_update(who, id, |s| s.time_limit = limit)?;
                 Event::SetTimeLimit { id, limit }
             }
             JobAction::SetNice(nice) => {
-                if nice < 0 && !who.admin {
-                    return Err(ApiError::new(
-                        ErrorCode::Forbidden,
-                        "only an administrator may set a negative nice value",
-                    ));
-                }
+                self.check_update(who, id, |s| s.nice = nice)?;
                 Event::SetNice { id, nice }
             }
         };
@@ -1107,6 +1100,23 @@ impl Engine {
         self.note_change(id, now);
         self.dirty = true;
         Ok(())
+    }
+
+    /// Whether `who` may change job `id`'s spec so, by the rules a submission is held to
+    /// as well ([`check_spec_change`]). A job the scheduler no longer has is left to the
+    /// scheduler to refuse.
+    fn check_update(
+        &self,
+        who: &Principal,
+        id: JobId,
+        change: impl FnOnce(&mut cadre_core::job::JobSpec),
+    ) -> Result<(), ApiError> {
+        let Some(job) = self.sched.job(id) else {
+            return Ok(());
+        };
+        let mut wanted = job.spec.clone();
+        change(&mut wanted);
+        check_spec_change(who, Some(&job.spec), &wanted)
     }
 
     /// A running job's time limit changed: its nodes and its steps' are told (a step's
@@ -1348,7 +1358,7 @@ impl Engine {
         }
         let spec = job.spec.clone();
         let partition = self.sched.cluster().partition(job.partition).name.clone();
-        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0 * 1000);
+        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0.saturating_mul(1000));
         self.note_change(id, now);
         self.launch_errors.remove(&id);
         let nodes = allocation.nodes();

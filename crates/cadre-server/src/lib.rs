@@ -7,21 +7,27 @@
 //!   (submissions, cancels, agent events) is a command on its channel, committed before it
 //!   is acted on or answered;
 //! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
-//!   WebSocket; [`metrics`]: the Prometheus exposition;
+//!   WebSocket; [`metrics`]: the Prometheus exposition; [`limits`]: the bounds of the
+//!   numbers a request may carry; [`authority`]: what a caller may set in a job's spec,
+//!   submitted or updated;
 //! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
-//!   the store, and runs until told to stop.
+//!   the store, and runs until told to stop; [`listen`]: the connections, their timeouts
+//!   and each TCP peer's cap.
 //!
 //! Not here: starting agents, daemonizing, the command line (the `cadre` binary does that).
 
 pub mod agents;
 pub mod api;
 pub mod auth;
+pub mod authority;
 pub mod engine;
+pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod queues;
 pub mod state;
 
-use crate::auth::{Authenticator, Peer};
+use crate::auth::Authenticator;
 use crate::engine::{Command, Engine, EngineConfig, EngineHandle, RecoverError};
 use crate::metrics::Metrics;
 use crate::state::{AppState, ReadStore};
@@ -53,6 +59,8 @@ pub struct ServerConfig {
     pub sched_interval: Duration,
     /// Whether the nodes' GPUs are declared, not discovered (until each agent reports).
     pub emulated_gpus: bool,
+    /// Connections' header and idle timeouts, and each TCP peer's cap.
+    pub connections: listen::ConnectionLimits,
 }
 
 /// Why the controller could not start or stopped.
@@ -169,19 +177,19 @@ pub async fn serve(
     };
     let app = api::router(state);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let unix_server = axum::serve(
+    let unix_task = tokio::spawn(listen::serve(
         socket,
-        app.clone().into_make_service_with_connect_info::<Peer>(),
-    )
-    .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let unix_task = tokio::spawn(async move { unix_server.await });
+        app.clone(),
+        config.connections.clone(),
+        stop_rx.clone(),
+    ));
     let tcp_task = tcp.map(|listener| {
-        let server = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
-            .with_graceful_shutdown(stopped(stop_rx.clone()));
-        tokio::spawn(async move { server.await })
+        tokio::spawn(listen::serve(
+            listener,
+            app,
+            config.connections.clone(),
+            stop_rx.clone(),
+        ))
     });
     tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
     ready();

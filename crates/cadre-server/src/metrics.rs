@@ -8,6 +8,8 @@
 //!
 //! `cadre_gpu_job_info{node,gpu,job,user}` maps every allocated GPU to its job: the mapping
 //! that DCGM's HPC job mapping gives Slurm sites, from which per-job GPU usage is joined.
+//! It says who runs what where, so it is shown only to authenticated scrapers
+//! ([`Scope::WithJobs`]); anonymous ones get every other series.
 //! Utilization and memory per GPU need NVML on the node; the agent does not report them yet.
 
 use crate::engine::Engine;
@@ -129,8 +131,17 @@ struct GpuJobLabels {
     user: String,
 }
 
+/// Who scrapes, and so which series they get.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// No valid credentials: everything but which user and job hold each GPU.
+    Anonymous,
+    /// A token, or the Unix socket's peer credentials: everything.
+    WithJobs,
+}
+
 /// The state gauges, computed from the engine's live state.
-pub fn scrape_state(engine: &Engine) -> Registry {
+pub fn scrape_state(engine: &Engine, scope: Scope) -> Registry {
     let sched = &engine.sched;
     let cluster = sched.cluster();
     let mut registry = Registry::default();
@@ -182,7 +193,7 @@ pub fn scrape_state(engine: &Engine) -> Registry {
             .inc();
     }
     let gpu_jobs = Family::<GpuJobLabels, Gauge>::default();
-    for job in sched.jobs() {
+    for job in sched.jobs().filter(|_| scope == Scope::WithJobs) {
         let Some(alloc) = &job.allocation else {
             continue;
         };
@@ -221,10 +232,12 @@ pub fn scrape_state(engine: &Engine) -> Registry {
         allocated,
     );
     registry.register("cadre_nodes", "Nodes by state", nodes);
-    registry.register(
-        "cadre_gpu_job_info",
-        "Which job holds which GPU (1 per allocated GPU)",
-        gpu_jobs,
-    );
+    if scope == Scope::WithJobs {
+        registry.register(
+            "cadre_gpu_job_info",
+            "Which job holds which GPU (1 per allocated GPU)",
+            gpu_jobs,
+        );
+    }
     registry
 }

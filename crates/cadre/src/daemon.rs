@@ -67,6 +67,36 @@ pub struct ControllerArgs {
     /// change).
     #[arg(long, default_value_t = 1000)]
     pub sched_interval_ms: u64,
+    /// Seconds a connection (TCP or the socket) may take to send a request's head, from
+    /// its first byte; slower ones are closed.
+    #[arg(
+        long,
+        env = "CADRE_HEADER_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub header_timeout: u64,
+    /// Seconds a connection with no request in flight (keep-alive) stays open; requests
+    /// being served (srun's output streams) and agents' WebSockets are never timed out.
+    #[arg(
+        long,
+        env = "CADRE_IDLE_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub idle_timeout: u64,
+    /// Connections one TCP peer (IP address) may hold at once; further ones are closed
+    /// as they are accepted.
+    #[arg(
+        long,
+        env = "CADRE_MAX_CONNECTIONS_PER_PEER",
+        value_name = "N",
+        default_value_t = 1024,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections_per_peer: u32,
 }
 
 /// `cadre up`.
@@ -329,6 +359,11 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
             node_timeout: Duration::from_secs(args.node_timeout),
             sched_interval: Duration::from_millis(args.sched_interval_ms.max(1)),
             emulated_gpus,
+            connections: cadre_server::listen::ConnectionLimits {
+                header_timeout: Duration::from_secs(args.header_timeout),
+                idle_timeout: Duration::from_secs(args.idle_timeout),
+                max_per_peer: args.max_connections_per_peer as usize,
+            },
         },
         cluster,
     ))

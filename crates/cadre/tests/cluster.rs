@@ -1403,3 +1403,356 @@ fn a_user_cannot_swap_their_job_s_hosts_file_for_a_link_to_a_root_only_file() {
         "{said}"
     );
 }
+
+/// `cadre submit --server http://ADDR --token TOKEN ARGS`, which must succeed: the job id.
+fn submit_over_tcp(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
+    let server = format!("http://{addr}");
+    let out = c.run(
+        &[
+            &[
+                "submit",
+                "--server",
+                &server,
+                "--token",
+                token,
+                "--parsable",
+            ][..],
+            args,
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "submission with a token: {}{}",
+        text(&out.stderr),
+        c.log()
+    );
+    text(&out.stdout).trim().parse().expect("a job id")
+}
+
+/// Regression (issue 14): a user with a running job posted a step of 4294967295 tasks;
+/// the controller sized the step's task list by that count before any check and the
+/// allocation aborted it. Now every count of a step is checked against what the job holds
+/// (and its time limit against the bound) first: 400, and the controller goes on.
+#[test]
+fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let (_, nobody) = token_for(&c, "nobody");
+    let id = submit_over_tcp(
+        &c,
+        &addr,
+        &nobody,
+        &["-D", "/tmp", "-o", "/dev/null", "--", "sleep", "60"],
+    );
+    c.wait_for_state(id, "RUNNING");
+    let path = format!("/api/v1/jobs/{id}/steps");
+    for (field, body) in [
+        ("ntasks", r#""ntasks":4294967295"#),
+        ("ntasks_per_node", r#""ntasks_per_node":4294967295"#),
+        ("CPU(s)", r#""ntasks":1,"cpus_per_task":4294967295"#),
+        ("GPU(s)", r#""ntasks":1,"gpus_per_task":4294967295"#),
+        ("only 1 node(s)", r#""nodes":4294967295"#),
+        ("time_limit", r#""time_limit":18446744073709551615"#),
+    ] {
+        let body = format!(r#"{{"command":["true"],"work_dir":"/tmp",{body}}}"#);
+        let (status, answer) = http(tcp(), "POST", &path, Some(&nobody), Some(&body));
+        assert_eq!(status, 400, "{body}: {answer}{}", c.log());
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(field), "{body}: {message}");
+    }
+    // A submission's numbers are bounded too.
+    let mut spec = cadre_core::job::JobSpec::simple(
+        "nobody",
+        "nobody",
+        u32::MAX,
+        cadre_core::resources::TaskResources {
+            cpus: 1,
+            mem_mib: u64::MAX,
+            ..Default::default()
+        },
+        cadre_core::time::Dur(u64::MAX),
+    );
+    spec.name = "huge".into();
+    let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
+    let body = serde_json::json!({ "jobs": [{ "spec": spec, "run": run }] }).to_string();
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "jobs[0].spec.groups[0].count = 4294967295 is out of range: at most 1048576 tasks per job"
+    );
+    // Ids and times beyond what the store keeps are the request's fault, not the store's.
+    for path in [
+        "/api/v1/jobs?after=18446744073709551615".to_string(),
+        "/api/v1/usage?since=18446744073709551615".to_string(),
+        "/api/v1/jobs/18446744073709551615".to_string(),
+    ] {
+        let (status, answer) = http(tcp(), "GET", &path, Some(&nobody), None);
+        assert_eq!(status, 400, "{path}: {answer}");
+    }
+    let (status, answer) = http(tcp(), "GET", "/api/v1/whoami", Some(&nobody), None);
+    assert_eq!(status, 200, "the controller still answers: {answer}");
+    assert_eq!(answer["user"], "nobody", "{answer}");
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    c.ok(&["cancel", &id.to_string()]);
+}
+
+/// A submission body of one held `true` job of `user` with this nice value.
+fn held_job_with_nice(user: &str, nice: i32) -> String {
+    let mut spec = cadre_core::job::JobSpec::simple(
+        user,
+        user,
+        1,
+        cadre_core::resources::TaskResources {
+            cpus: 1,
+            ..Default::default()
+        },
+        cadre_core::time::Dur(60),
+    );
+    spec.nice = nice;
+    spec.hold = true;
+    let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
+    serde_json::json!({ "jobs": [{ "spec": spec, "run": run }] }).to_string()
+}
+
+/// Regression (issue 14): a user's submission with `nice = -2147483648` was accepted (its
+/// priority jumped above every other job's) while `PATCH` refused the same value. Both go
+/// through one check now: the user gets PATCH's 403; an administrator may.
+#[test]
+fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let (_, nobody) = token_for(&c, "nobody");
+    let body = held_job_with_nice("nobody", i32::MIN);
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("negative nice")),
+        "{answer}"
+    );
+    // The same rule, the same answer, on an update of the user's own job.
+    let body = held_job_with_nice("nobody", 0);
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    assert_eq!(status, 201, "{answer}");
+    let id = answer["job_ids"][0].as_u64().expect("a job id");
+    let (status, patched) = http(
+        tcp(),
+        "PATCH",
+        &format!("/api/v1/jobs/{id}"),
+        Some(&nobody),
+        Some(r#"{"nice":-2147483648}"#),
+    );
+    assert_eq!(status, 403, "{patched}");
+    assert_eq!(patched["error"]["code"], "forbidden", "{patched}");
+    // An administrator (root on the socket) may.
+    let (status, answer) = c.api(
+        "POST",
+        "/api/v1/jobs",
+        Some(&held_job_with_nice("nobody", i32::MIN)),
+    );
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// `GET /metrics` on `stream`, with a bearer token or not: the whole answer.
+fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: cadre\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("request sent");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("answer read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    raw
+}
+
+/// Regression (issue 14): `/metrics` over TCP told anyone which user and job held each GPU
+/// (`cadre_gpu_job_info`). That series is for authenticated scrapers now; an anonymous
+/// scrape gets every other series.
+#[test]
+fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 2, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let info = format!("job=\"{id}\"");
+    let anonymous = scrape(tcp(), None);
+    assert!(
+        anonymous
+            .lines()
+            .any(|l| l == "cadre_gpus_allocated{partition=\"gpu\"} 1.0"),
+        "{anonymous}"
+    );
+    assert!(
+        !anonymous.contains("cadre_gpu_job_info") && !anonymous.contains(&info),
+        "an anonymous scrape shows who holds the GPUs:\n{anonymous}"
+    );
+    let (_, token) = token_for(&c, "nobody");
+    let authenticated = scrape(tcp(), Some(&token));
+    assert!(
+        authenticated
+            .lines()
+            .any(|l| l.starts_with("cadre_gpu_job_info{") && l.contains(&info)),
+        "{authenticated}"
+    );
+    let forged = scrape(tcp(), Some("not-a-token"));
+    assert!(!forged.contains("cadre_gpu_job_info"), "{forged}");
+    let local = scrape(
+        std::os::unix::net::UnixStream::connect(c.path("cadre.sock")).expect("the socket"),
+        None,
+    );
+    assert!(local.contains(&info), "{local}");
+    c.ok(&["cancel", &id.to_string()]);
+}
+
+/// Whether the controller closed `stream` (a read ends, or the connection is reset) before
+/// the hang guard: what it may have answered before closing is read and dropped.
+fn closed_by_server(stream: &mut std::net::TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+}
+
+/// `GET /api/v1/whoami` on a fresh TCP connection: whether it was answered 200.
+fn whoami_answers(addr: &str, token: &str) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let req = format!(
+        "GET /api/v1/whoami HTTP/1.1\r\nHost: cadre\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    let mut raw = Vec::new();
+    stream.write_all(req.as_bytes()).is_ok()
+        && stream.read_to_end(&mut raw).is_ok()
+        && raw.starts_with(b"HTTP/1.1 200")
+}
+
+/// Regression (issue 14): the TCP listener had no cap on connections (3,000 half-open
+/// ones stayed open). A peer now holds at most `--max-connections-per-peer` at once: the
+/// extra ones are closed as they are accepted, the others keep working, and the slots come
+/// back when they close.
+#[test]
+fn connections_beyond_a_peers_cap_are_closed_at_once() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(
+        1,
+        0,
+        &["--listen", &addr, "--max-connections-per-peer", "4"],
+    );
+    let (_, nobody) = token_for(&c, "nobody");
+    let connect = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let mut held: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    for _ in 0..2 {
+        assert!(
+            closed_by_server(&mut connect()),
+            "a connection beyond the cap was kept{}",
+            c.log()
+        );
+    }
+    let (status, body) = http(
+        held.pop().expect("a held connection"),
+        "GET",
+        "/api/v1/whoami",
+        Some(&nobody),
+        None,
+    );
+    assert_eq!(status, 200, "a connection within the cap works: {body}");
+    drop(held);
+    wait_until("a new connection is served once the others closed", || {
+        whoami_answers(&addr, &nobody)
+    });
+}
+
+/// Regression (issue 14): a connection that sent half a request head, or nothing, was
+/// kept forever. Now a head must be complete within `--header-timeout` of its first byte,
+/// and a connection with no request in flight is closed after `--idle-timeout`; a request
+/// being served (a step's output stream) is never cut, and agents' WebSockets stay up.
+#[test]
+fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(
+        1,
+        0,
+        &[
+            "--listen",
+            &addr,
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "2",
+        ],
+    );
+    let (_, nobody) = token_for(&c, "nobody");
+    let connect = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let mut half = connect();
+    half.write_all(b"GET /api/v1/whoami HTTP/1.1\r\nHost: cad")
+        .expect("half a head sent");
+    assert!(
+        closed_by_server(&mut half),
+        "half a head was waited for{}",
+        c.log()
+    );
+    let mut silent = connect();
+    assert!(
+        closed_by_server(&mut silent),
+        "a silent connection was kept{}",
+        c.log()
+    );
+    // A step whose output stream outlasts both timeouts, on the socket (whose
+    // connections have the same timeouts), through the agent's WebSocket.
+    let id = c.submit(&["--", "sleep", "60"]);
+    c.wait_for_state(id, "RUNNING");
+    let mut sock = std::os::unix::net::UnixStream::connect(c.path("cadre.sock"))
+        .expect("the controller's socket answers");
+    let body = r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#;
+    let req = format!(
+        "POST /api/v1/jobs/{id}/steps HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).expect("step request sent");
+    sock.set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    let mut raw = String::new();
+    sock.read_to_string(&mut raw)
+        .expect("the step's stream read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(
+        raw.contains("survived") && raw.contains(r#""type":"ended""#),
+        "the step's stream was cut: {raw}{}",
+        c.log()
+    );
+    assert!(
+        whoami_answers(&addr, &nobody),
+        "a normal request{}",
+        c.log()
+    );
+    c.ok(&["cancel", &id.to_string()]);
+}

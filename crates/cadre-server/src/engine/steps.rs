@@ -18,6 +18,7 @@
 
 use super::{ApiError, Engine, RunTrack};
 use crate::auth::Principal;
+use crate::limits::{LimitError, MAX_TIME_LIMIT_SECS};
 use cadre_core::alloc::{Allocation, TaskAlloc};
 use cadre_core::cluster::NodeId;
 use cadre_core::hostlist;
@@ -148,6 +149,10 @@ fn block(n: u32, nodes: usize) -> Vec<u32> {
 /// divided among the step's tasks there (`cpus_per_task` each, default an equal share),
 /// as is its memory; its GPUs are divided `gpus_per_task` each, or else every task sees all
 /// of them.
+///
+/// Every count is checked against what the job holds before anything is sized by it: a
+/// task needs one of the job's CPUs at least, so no step has more tasks than the job has
+/// CPUs on the step's nodes; products are computed in 64 bits.
 pub(crate) fn step_layout(
     job_id: JobId,
     job: &Allocation,
@@ -198,18 +203,51 @@ pub(crate) fn step_layout(
         }
         nodes.truncate(n as usize);
     }
-    let job_tasks_on = |node: NodeId| job.tasks.iter().filter(|t| t.node == node).count() as u32;
-    let ntasks = match (req.ntasks, req.ntasks_per_node) {
-        (Some(0), _) | (_, Some(0)) => return Err("the task count must be at least 1".into()),
-        (Some(n), _) => n,
-        (None, Some(per)) => per * nodes.len() as u32,
-        (None, None) => nodes.iter().map(|&n| job_tasks_on(n)).sum::<u32>().max(1),
+    let job_tasks_on = |node: NodeId| job.tasks.iter().filter(|t| t.node == node).count() as u64;
+    let cores_on = |node: NodeId| -> Vec<u32> {
+        let mut cores: Vec<u32> = job
+            .tasks
+            .iter()
+            .filter(|t| t.node == node)
+            .flat_map(|t| t.cores.iter().copied())
+            .collect();
+        cores.sort_unstable();
+        cores.dedup();
+        cores
     };
+    let node_count = nodes.len() as u64;
+    let (ntasks, field) = match (req.ntasks, req.ntasks_per_node) {
+        (Some(0), _) | (_, Some(0)) => return Err("the task count must be at least 1".into()),
+        (Some(n), _) => (u64::from(n), "ntasks"),
+        // At most 2^32 per node times 2^20 nodes (a hostlist's most): no overflow.
+        (None, Some(per)) => (u64::from(per) * node_count, "ntasks_per_node"),
+        (None, None) => (
+            nodes.iter().map(|&n| job_tasks_on(n)).sum::<u64>().max(1),
+            "ntasks",
+        ),
+    };
+    // Each task needs one of the job's CPUs at least: what bounds every count below.
+    let cpus_held: u64 = nodes.iter().map(|&n| cores_on(n).len() as u64).sum();
+    if ntasks > cpus_held {
+        let value = match (field, req.ntasks_per_node) {
+            ("ntasks_per_node", Some(per)) => u64::from(per),
+            _ => ntasks,
+        };
+        let bound = if field == "ntasks" {
+            cpus_held
+        } else {
+            cpus_held / node_count.max(1)
+        };
+        return Err(format!(
+            "{field} = {value} is out of range: at most {bound}, as job {job_id} holds {cpus_held} CPU(s) on the step's {node_count} node(s) and each task needs one"
+        ));
+    }
+    let ntasks = u32::try_from(ntasks).map_err(|_| format!("{field}: {ntasks} tasks"))?;
     if (ntasks as usize) < nodes.len() {
         nodes.truncate(ntasks as usize);
     }
     let counts = match req.ntasks_per_node {
-        Some(per) if per * (nodes.len() as u32) < ntasks => {
+        Some(per) if u64::from(per) * (nodes.len() as u64) < u64::from(ntasks) => {
             return Err(format!(
                 "{ntasks} tasks do not fit {per} per node on {} node(s)",
                 nodes.len()
@@ -217,38 +255,44 @@ pub(crate) fn step_layout(
         }
         _ => block(ntasks, nodes.len()),
     };
-    let mut tasks = Vec::with_capacity(ntasks as usize);
-    let mut rank = 0u32;
+    if req.cpus_per_task == Some(0) {
+        return Err("--cpus-per-task must be at least 1".into());
+    }
+    // Checked on every node before any task is made.
+    let mut shares = Vec::with_capacity(nodes.len());
     for (&node, &k) in nodes.iter().zip(&counts) {
         let mine: Vec<&TaskAlloc> = job.tasks.iter().filter(|t| t.node == node).collect();
-        let mut cores: Vec<u32> = mine.iter().flat_map(|t| t.cores.iter().copied()).collect();
-        cores.sort_unstable();
-        cores.dedup();
+        let cores = cores_on(node);
         let gpus: Vec<u32> = mine.iter().flat_map(|t| t.gpus.iter().copied()).collect();
-        let nics: Vec<u32> = mine.iter().flat_map(|t| t.nics.iter().copied()).collect();
-        let mem: u64 = mine.iter().map(|t| t.mem_mib).sum();
-        let gpu_milli_each = mine.first().map_or(1000, |t| t.gpu_milli_each);
         let name = name_of(node);
         let per_task_cpus = match req.cpus_per_task {
-            Some(0) => return Err("--cpus-per-task must be at least 1".into()),
-            Some(c) => c as usize,
-            None => (cores.len() / k as usize).max(1),
+            Some(c) => u64::from(c),
+            None => (cores.len() as u64 / u64::from(k)).max(1),
         };
-        if per_task_cpus * k as usize > cores.len() {
+        if per_task_cpus * u64::from(k) > cores.len() as u64 {
             return Err(format!(
                 "{k} task(s) of {per_task_cpus} CPU(s) do not fit in job {job_id}'s {} CPU(s) on {name}",
                 cores.len()
             ));
         }
         if let Some(g) = req.gpus_per_task
-            && g as usize * k as usize > gpus.len()
+            && u64::from(g) * u64::from(k) > gpus.len() as u64
         {
             return Err(format!(
                 "{k} task(s) of {g} GPU(s) do not fit in job {job_id}'s {} GPU(s) on {name}",
                 gpus.len()
             ));
         }
-        for i in 0..k as usize {
+        // Both fit in the job's cores: no larger than a usize.
+        shares.push((node, k as usize, mine, cores, gpus, per_task_cpus as usize));
+    }
+    let mut tasks = Vec::with_capacity(ntasks as usize);
+    let mut rank = 0u32;
+    for (node, k, mine, cores, gpus, per_task_cpus) in shares {
+        let nics: Vec<u32> = mine.iter().flat_map(|t| t.nics.iter().copied()).collect();
+        let mem: u64 = mine.iter().map(|t| t.mem_mib).sum();
+        let gpu_milli_each = mine.first().map_or(1000, |t| t.gpu_milli_each);
+        for i in 0..k {
             let task_gpus = match req.gpus_per_task {
                 Some(g) => gpus[i * g as usize..(i + 1) * g as usize].to_vec(),
                 None => gpus.clone(),
@@ -261,7 +305,7 @@ pub(crate) fn step_layout(
                 gpus: task_gpus,
                 gpu_milli_each,
                 nics: nics.clone(),
-                mem_mib: mem / u64::from(k),
+                mem_mib: mem / k as u64,
                 named: Vec::new(),
             });
             rank += 1;
@@ -350,6 +394,19 @@ impl Engine {
                 ),
             ));
         }
+        if let Some(t) = req.time_limit
+            && t > MAX_TIME_LIMIT_SECS
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                LimitError::new(
+                    "time_limit",
+                    t,
+                    format!("at most {MAX_TIME_LIMIT_SECS} seconds"),
+                )
+                .to_string(),
+            ));
+        }
         let cluster = self.sched.cluster();
         let allocation = step_layout(
             id,
@@ -418,7 +475,9 @@ impl Engine {
         let partition = self.sched.cluster().partition(job.partition).name.clone();
         // What is left of the job's time, bounded by the step's own limit.
         let left_ms = (spec.time_limit.0 > 0).then(|| {
-            (start_time.0 + spec.time_limit.0)
+            start_time
+                .0
+                .saturating_add(spec.time_limit.0)
                 .saturating_sub(now.0)
                 .saturating_mul(1000)
         });
@@ -900,10 +959,11 @@ mod tests {
         );
         assert_eq!(
             err(StepRequest {
-                ntasks: Some(10),
+                ntasks: Some(4),
+                cpus_per_task: Some(3),
                 ..StepRequest::default()
             }),
-            "5 task(s) of 1 CPU(s) do not fit in job 7's 4 CPU(s) on node001"
+            "2 task(s) of 3 CPU(s) do not fit in job 7's 4 CPU(s) on node001"
         );
         assert_eq!(
             err(StepRequest {
@@ -920,5 +980,134 @@ mod tests {
             })
             .contains("at least 1")
         );
+    }
+
+    /// Regression (issue 14): `"ntasks": 4294967295` sized the step's task list before any
+    /// check, and the allocation aborted the controller; `ntasks_per_node` times the nodes
+    /// wrapped around.
+    #[test]
+    fn a_step_of_four_billion_tasks_is_refused_before_anything_is_sized_by_it() {
+        let err = |req| layout(req).unwrap_err();
+        assert_eq!(
+            err(StepRequest {
+                ntasks: Some(u32::MAX),
+                ..StepRequest::default()
+            }),
+            "ntasks = 4294967295 is out of range: at most 8, as job 7 holds 8 CPU(s) on the \
+             step's 2 node(s) and each task needs one"
+        );
+        assert_eq!(
+            err(StepRequest {
+                ntasks_per_node: Some(u32::MAX / 2 + 1),
+                ..StepRequest::default()
+            }),
+            "ntasks_per_node = 2147483648 is out of range: at most 4, as job 7 holds 8 CPU(s) \
+             on the step's 2 node(s) and each task needs one"
+        );
+        assert!(
+            err(StepRequest {
+                ntasks: Some(2),
+                cpus_per_task: Some(u32::MAX),
+                gpus_per_task: Some(u32::MAX),
+                ..StepRequest::default()
+            })
+            .contains("do not fit in job 7's 4 CPU(s) on node001")
+        );
+        assert!(
+            err(StepRequest {
+                ntasks: Some(2),
+                gpus_per_task: Some(u32::MAX),
+                ..StepRequest::default()
+            })
+            .contains("do not fit in job 7's 4 GPU(s) on node001")
+        );
+    }
+
+    use proptest::prelude::*;
+
+    fn any_count() -> impl Strategy<Value = Option<u32>> {
+        proptest::option::of(prop_oneof![
+            0u32..10,
+            Just(u32::MAX),
+            Just(u32::MAX / 2 + 1),
+            any::<u32>()
+        ])
+    }
+
+    prop_compose! {
+        /// A job of 1 to 4 nodes (ids 1..=4), each with 1 to 3 tasks of 1 to 3 cores and 0
+        /// to 2 GPUs, numbered from 0 on each node.
+        fn any_job()(per_node in proptest::collection::vec(
+            proptest::collection::vec((1u32..4, 0u32..3), 1..4), 1..5)
+        ) -> Allocation {
+            let mut tasks = Vec::new();
+            for (n, node_tasks) in per_node.iter().enumerate() {
+                let (mut core, mut gpu) = (0, 0);
+                for &(cores, gpus) in node_tasks {
+                    let rank = tasks.len() as u32;
+                    tasks.push(task(
+                        rank,
+                        n as u32 + 1,
+                        (core..core + cores).collect(),
+                        (gpu..gpu + gpus).collect(),
+                    ));
+                    core += cores;
+                    gpu += gpus;
+                }
+            }
+            Allocation { tasks, exclusive: false }
+        }
+    }
+
+    proptest! {
+        /// Whatever counts a step asks for, it is refused or laid out within its job: ranks
+        /// 0..n, the count asked, only the job's nodes, cores and GPUs, no core given twice
+        /// on a node.
+        #[test]
+        fn any_counts_in_a_step_are_refused_or_laid_out_within_the_job(
+            job in any_job(),
+            nodes in any_count(),
+            ntasks in any_count(),
+            ntasks_per_node in any_count(),
+            cpus_per_task in any_count(),
+            gpus_per_task in any_count(),
+        ) {
+            let req = StepRequest {
+                nodes,
+                ntasks,
+                ntasks_per_node,
+                cpus_per_task,
+                gpus_per_task,
+                ..StepRequest::default()
+            };
+            let result = step_layout(
+                JobId(7),
+                &job,
+                &|n| format!("node{:03}", n.0),
+                &|name| name.strip_prefix("node").and_then(|n| n.parse().ok()).map(NodeId),
+                &req,
+            );
+            let Ok(step) = result else {
+                return Ok(());
+            };
+            let ranks: Vec<u32> = step.tasks.iter().map(|t| t.rank).collect();
+            prop_assert_eq!(ranks, (0..step.tasks.len() as u32).collect::<Vec<_>>());
+            if let Some(n) = ntasks {
+                prop_assert_eq!(step.tasks.len(), n as usize);
+            }
+            let mut used = BTreeSet::new();
+            for t in &step.tasks {
+                let held: Vec<&TaskAlloc> = job.tasks.iter().filter(|j| j.node == t.node).collect();
+                prop_assert!(!held.is_empty(), "task on node {:?} outside the job", t.node);
+                prop_assert!(!t.cores.is_empty());
+                for c in &t.cores {
+                    prop_assert!(held.iter().any(|j| j.cores.contains(c)));
+                    prop_assert!(used.insert((t.node, *c)), "core {} given twice", c);
+                }
+                for g in &t.gpus {
+                    prop_assert!(held.iter().any(|j| j.gpus.contains(g)));
+                }
+            }
+        }
     }
 }
