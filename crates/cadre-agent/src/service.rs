@@ -619,11 +619,15 @@ fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
             "group or others may write to it (mode {mode:03o}); `chmod 755` it"
         )));
     }
-    if nix::unistd::geteuid().is_root() && mode & 0o001 == 0 {
+    if nix::unistd::geteuid().is_root()
+        && let Some(closed) = dir
+            .ancestors()
+            .find(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+    {
         tracing::warn!(
             dir = %dir.display(),
-            mode = format!("{mode:03o}"),
-            "other users cannot enter the state directory: their batch scripts will not run"
+            closed = %closed.display(),
+            "other users cannot pass through a directory on the way to the state directory: their batch scripts will not run (give the agent a state directory every user reaches, --state-dir or the run directory)"
         );
     }
     Ok(())

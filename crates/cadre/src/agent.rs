@@ -235,6 +235,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("agent.key");
         std::fs::write(&file, "k3y\n").unwrap();
+        // A key others may read is refused: it is root on every node.
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let err = read_key(Some(&file), None).unwrap_err();
+        assert!(err.to_string().contains("open to group or others"), "{err}");
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
         assert_eq!(read_key(Some(&file), None).unwrap(), "k3y");
         // The data directory's agent.key when no file is named (and no env key is set in
         // the test's environment).
