@@ -404,16 +404,18 @@ async fn a_root_agent_runs_a_batch_script_as_the_jobs_user() {
     let (mut c, _) = ctl.accept().await;
     c.welcome().await;
     let mut o = order(45, "nobody", dir.path(), "");
-    // The script sees its own directory: private to the job's user.
-    o.run_spec.script =
-        Some("#!/bin/sh\nid -u > out\nstat -c '%u %a' \"$(dirname \"$0\")\" >> out\n".into());
+    // The script is the user's alone, in a directory the user cannot change (the agent's:
+    // a root agent never writes where a user could place a link) and others cannot list.
+    o.run_spec.script = Some(
+        "#!/bin/sh\nid -u > out\nstat -c '%u %a' \"$(dirname \"$0\")\" \"$0\" >> out\n".into(),
+    );
     c.launch(o).await;
     let end = c.started_and_ended(run_ref(45)).await;
     assert_eq!(end, (JobState::Completed, Some(0), None));
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid;
     assert_eq!(
         std::fs::read_to_string(dir.path().join("out")).unwrap(),
-        format!("{nobody}\n{nobody} 700\n")
+        format!("{nobody}\n0 711\n{nobody} 700\n")
     );
     drop(agent);
 }

@@ -1608,7 +1608,8 @@ fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
     let forged = scrape(tcp(), Some("not-a-token"));
     assert!(!forged.contains("cadre_gpu_job_info"), "{forged}");
     let local = scrape(
-        std::os::unix::net::UnixStream::connect(c.path("cadre.sock")).expect("the socket"),
+        std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
+            .expect("the socket"),
         None,
     );
     assert!(local.contains(&info), "{local}");
@@ -1730,7 +1731,7 @@ fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
     // connections have the same timeouts), through the agent's WebSocket.
     let id = c.submit(&["--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(c.path("cadre.sock"))
+    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
         .expect("the controller's socket answers");
     let body = r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#;
     let req = format!(
