@@ -23,9 +23,11 @@ pub struct JobSubmission {
     /// administrator; `submit_time` is set by the controller.
     pub spec: JobSpec,
     pub run: RunSpec,
-    /// For a task of a job array: the position in this request of the array's first task.
-    /// The controller sets `spec.array.array_job` to that task's id (an array's id is its
-    /// first task's, as in Slurm), which the submitter cannot know before the commit.
+    /// For a task of a job array: the position in this request of the array's first task
+    /// (whose own `array_of` is itself). The controller sets `spec.array.array_job` to
+    /// that task's id (an array's id is its first task's, as in Slurm), which the submitter
+    /// cannot know before the commit. A job with `spec.array` must have it: a job is a task
+    /// only of an array submitted in the same request, never of an existing one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_of: Option<usize>,
 }

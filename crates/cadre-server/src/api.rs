@@ -215,8 +215,7 @@ async fn submit(
     if req.jobs.is_empty() {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "no jobs given"));
     }
-    let count = req.jobs.len();
-    let mut jobs = Vec::with_capacity(count);
+    let mut jobs = Vec::with_capacity(req.jobs.len());
     for (
         i,
         JobSubmission {
@@ -226,16 +225,6 @@ async fn submit(
         },
     ) in req.jobs.into_iter().enumerate()
     {
-        if let Some(p) = array_of
-            && (p >= count || spec.array.is_none())
-        {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "jobs[{i}].array_of: {p} must name a job of this request ({count} jobs), and the job must have `spec.array`"
-                ),
-            ));
-        }
         if spec.user.is_empty() || (!who.admin && spec.user != who.user) {
             if !spec.user.is_empty() && spec.user != who.user {
                 return Err(ApiError::new(
@@ -263,6 +252,7 @@ async fn submit(
             array_of,
         });
     }
+    crate::authority::check_arrays(&jobs)?;
     if req.dry_run {
         let problem = st
             .engine

@@ -8,6 +8,9 @@
 //! job of another user, never sets a negative nice value, never raises a time limit (at
 //! submission there is none to raise) nor sets one beyond [`MAX_TIME_LIMIT_SECS`].
 //!
+//! Array membership is not the caller's to set at all ([`check_arrays`]): a job is a task
+//! of an array only of one submitted in the same request, whose id the controller gives.
+//!
 //! Not here: what the scheduler checks of any spec whoever asks (the partition, QOS and
 //! priority class exist, the user has an association with the account unless associations
 //! are created on demand, the queue exists): `Scheduler::validate` at submission. No update
@@ -18,6 +21,7 @@ use crate::engine::ApiError;
 use crate::limits::{LimitError, MAX_TIME_LIMIT_SECS};
 use cadre_core::job::JobSpec;
 use cadre_proto::api::ErrorCode;
+use cadre_store::NewJob;
 
 /// Whether `who` may make a job's spec `wanted`: a new job (`current` is `None`), or a
 /// change of the job whose spec is `current`. Only what changes is judged.
@@ -66,6 +70,51 @@ pub fn check_spec_change(
     Ok(())
 }
 
+/// Whether the arrays of a submission's `jobs` (users resolved) are ones the controller
+/// assigns. A job is a task of an array only through `array_of`: the position in the same
+/// request of the array's first task, whose own `array_of` is itself and whose user is
+/// the same; the controller then sets `spec.array.array_job` to that task's id. An
+/// `array_job` the client names itself, without `array_of`, is refused: naming an existing
+/// array (another user's) would make the job a task of it, in that array's `squeue`,
+/// `scancel` and dependencies and under its `%N` limit.
+pub fn check_arrays(jobs: &[NewJob]) -> Result<(), ApiError> {
+    let count = jobs.len();
+    let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidRequest, message));
+    for (i, job) in jobs.iter().enumerate() {
+        let Some(p) = job.array_of else {
+            if let Some(a) = &job.spec.array {
+                return invalid(format!(
+                    "jobs[{i}].spec.array: names array {} without `array_of`: a job is a \
+                     task of an array only of one submitted in the same request (`array_of`: \
+                     the position of its first task), whose id the controller gives",
+                    a.array_job
+                ));
+            }
+            continue;
+        };
+        if p >= count || job.spec.array.is_none() {
+            return invalid(format!(
+                "jobs[{i}].array_of: {p} must name a job of this request ({count} jobs), and \
+                 the job must have `spec.array`"
+            ));
+        }
+        let first = &jobs[p];
+        if first.array_of != Some(p) {
+            return invalid(format!(
+                "jobs[{i}].array_of: jobs[{p}] is not the first task of an array (its own \
+                 `array_of` must be {p})"
+            ));
+        }
+        if first.spec.user != job.spec.user {
+            return invalid(format!(
+                "jobs[{i}].array_of: jobs[{p}]'s array is of user `{}`, not `{}`",
+                first.spec.user, job.spec.user
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +138,80 @@ mod tests {
 
     fn code(r: Result<(), ApiError>) -> Option<ErrorCode> {
         r.err().map(|e| e.code)
+    }
+
+    /// A job of `user`: a task (`index`) of an array when `array` is given, with `array_of`.
+    fn job(user: &str, array: Option<(u64, u32)>, array_of: Option<usize>) -> NewJob {
+        let mut spec = spec(0, 60);
+        spec.user = user.into();
+        spec.array = array.map(|(id, index)| cadre_core::job::ArrayIndex {
+            array_job: cadre_core::job::JobId(id),
+            index,
+            max_running: None,
+        });
+        NewJob {
+            spec,
+            run: cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into()),
+            partition: String::new(),
+            array_of,
+        }
+    }
+
+    fn message(r: Result<(), ApiError>) -> String {
+        r.err().map(|e| e.message).unwrap_or_default()
+    }
+
+    /// Regression (issue 14): a submission whose `spec.array.array_job` named an existing
+    /// array, without `array_of`, made the job a task of that array, another user's too.
+    #[test]
+    fn a_job_joins_only_an_array_of_its_own_request() {
+        // What `sbatch --array` sends: every task names the first, the first itself.
+        let array = [
+            job("alice", Some((0, 0)), Some(0)),
+            job("alice", Some((0, 1)), Some(0)),
+            job("alice", Some((0, 2)), Some(0)),
+        ];
+        assert_eq!(code(check_arrays(&array)), None);
+        assert_eq!(code(check_arrays(&[job("alice", None, None)])), None);
+        // An array named by its id: refused, whoever's it is.
+        let joins = [job("bob", Some((7, 3)), None)];
+        assert_eq!(
+            message(check_arrays(&joins)),
+            "jobs[0].spec.array: names array 7 without `array_of`: a job is a task of an \
+             array only of one submitted in the same request (`array_of`: the position of \
+             its first task), whose id the controller gives"
+        );
+        assert_eq!(code(check_arrays(&joins)), Some(ErrorCode::InvalidRequest));
+        // `array_of` out of the request, on a job with no `spec.array`, at a job that is
+        // not an array's first task, or at another user's.
+        for (jobs, field) in [
+            (
+                vec![job("a", Some((0, 0)), Some(1))],
+                "jobs[0].array_of: 1 must",
+            ),
+            (vec![job("a", None, Some(0))], "jobs[0].array_of: 0 must"),
+            (
+                vec![job("a", None, None), job("a", Some((0, 1)), Some(0))],
+                "jobs[1].array_of: jobs[0] is not the first task",
+            ),
+            (
+                vec![
+                    job("a", Some((0, 0)), Some(1)),
+                    job("a", Some((0, 1)), Some(0)),
+                ],
+                "jobs[0].array_of: jobs[1] is not the first task",
+            ),
+            (
+                vec![
+                    job("a", Some((0, 0)), Some(0)),
+                    job("b", Some((0, 1)), Some(0)),
+                ],
+                "jobs[1].array_of: jobs[0]'s array is of user `a`, not `b`",
+            ),
+        ] {
+            let said = message(check_arrays(&jobs));
+            assert!(said.starts_with(field), "{said}");
+        }
     }
 
     #[test]

@@ -1560,6 +1560,115 @@ fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     assert_eq!(status, 201, "{answer}");
 }
 
+/// A submission body of held `true` jobs of `user`, tasks `indices` of an array: each with
+/// `spec.array` naming `array_job` and with `array_of` (`None`: not given).
+fn held_array_tasks(
+    user: &str,
+    array_job: u64,
+    indices: &[u32],
+    array_of: Option<usize>,
+) -> String {
+    let jobs: Vec<Value> = indices
+        .iter()
+        .map(|&index| {
+            let mut spec = cadre_core::job::JobSpec::simple(
+                user,
+                user,
+                1,
+                cadre_core::resources::TaskResources {
+                    cpus: 1,
+                    ..Default::default()
+                },
+                cadre_core::time::Dur(60),
+            );
+            spec.hold = true;
+            spec.array = Some(cadre_core::job::ArrayIndex {
+                array_job: cadre_core::job::JobId(array_job),
+                index,
+                max_running: Some(1),
+            });
+            let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
+            match array_of {
+                Some(p) => serde_json::json!({ "spec": spec, "run": run, "array_of": p }),
+                None => serde_json::json!({ "spec": spec, "run": run }),
+            }
+        })
+        .collect();
+    serde_json::json!({ "jobs": jobs }).to_string()
+}
+
+/// Regression (issue 14): a submission whose `spec.array.array_job` named an existing
+/// array without `array_of` was taken as it was: bob's job became a task of alice's array
+/// (in its `squeue`, `scancel` and dependencies, and counted by its `%N` limit). Array
+/// membership is now the controller's to give: 400, and alice's array is unchanged.
+#[test]
+fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let (_, alice) = token_for(&c, "alice");
+    let (_, bob) = token_for(&c, "bob");
+    let body = held_array_tasks("alice", 0, &[0, 1, 2], Some(0));
+    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&alice), Some(&body));
+    assert_eq!(status, 201, "{answer}{}", c.log());
+    let ids: Vec<u64> = answer["job_ids"]
+        .as_array()
+        .expect("job ids")
+        .iter()
+        .map(|i| i.as_u64().expect("a job id"))
+        .collect();
+    let array = ids[0];
+    // The tasks of each array, as the controller lists them.
+    let arrays = || -> BTreeMap<u64, Vec<(u64, String)>> {
+        let mut by_array: BTreeMap<u64, Vec<(u64, String)>> = BTreeMap::new();
+        for (id, j) in c.jobs() {
+            if let Some(a) = j["array"]["array_job"].as_u64() {
+                let user = j["user"].as_str().unwrap_or_default().to_owned();
+                by_array.entry(a).or_default().push((id, user));
+            }
+        }
+        by_array
+    };
+    let before = arrays();
+    let alices: Vec<(u64, String)> = ids.iter().map(|&i| (i, "alice".to_owned())).collect();
+    assert_eq!(before.get(&array), Some(&alices), "{before:?}");
+    let jobs_before = c.jobs().len();
+
+    // Bob names alice's array by its id.
+    let (status, answer) = http(
+        tcp(),
+        "POST",
+        "/api/v1/jobs",
+        Some(&bob),
+        Some(&held_array_tasks("bob", array, &[3], None)),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "jobs[0].spec.array: names array {array} without `array_of`"
+        )),
+        "{message}"
+    );
+    // Alice's array is as it was, and bob has no job.
+    assert_eq!(arrays(), before);
+    assert_eq!(c.jobs().len(), jobs_before);
+    // An array of bob's own is his to make.
+    let (status, answer) = http(
+        tcp(),
+        "POST",
+        "/api/v1/jobs",
+        Some(&bob),
+        Some(&held_array_tasks("bob", array, &[0, 1], Some(0))),
+    );
+    assert_eq!(status, 201, "{answer}");
+    let bobs = answer["job_ids"][0].as_u64().expect("a job id");
+    assert_ne!(bobs, array);
+    assert_eq!(arrays().get(&array), Some(&alices));
+    assert_eq!(arrays()[&bobs].len(), 2);
+}
+
 /// `GET /metrics` on `stream`, with a bearer token or not: the whole answer.
 fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
