@@ -141,30 +141,18 @@ pub enum LaunchError {
     },
     #[error("failed to make the environment file of job {job}'s container: {source}")]
     EnvFile { job: JobId, source: Errno },
-    /// The image is a path of the node that the job's user could not read (the root
-    /// runtime would read it for them). Boxed: the error stays as small as the others.
-    #[error("job {job}: {image}")]
-    ImageNotReadable {
-        job: JobId,
-        image: Box<ImageNotReadable>,
-    },
+    /// The image would be read from the node's files or another store of the node, which
+    /// only root's jobs may use (see `check_image`).
     #[error(
-        "job {job}: the image `{image}` is read through the `{transport}` transport, from a \
-         store of the node that only root's jobs may use"
+        "job {job}: the image `{image}` is read through the `{transport}` transport, from the \
+         node's own files or stores, which only root's jobs may use (the root runtime would \
+         load it into the node's image store under names of its choosing); push it to a \
+         registry, or have an administrator load it on the node"
     )]
     ImageTransport {
         job: JobId,
         image: String,
         transport: &'static str,
-    },
-    #[error(
-        "failed to check whether user `{user}` can read the image `{image}` of job {job}: {source}"
-    )]
-    ImageCheck {
-        job: JobId,
-        image: Box<str>,
-        user: Box<str>,
-        source: io::Error,
     },
     #[error("failed to start task {procid} of job {job}: {step}: {source}")]
     Spawn {
@@ -190,19 +178,6 @@ pub enum LaunchError {
         pid: i32,
         source: io::Error,
     },
-}
-
-/// An image read from a path of the node that the job's user could not read.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the image `{image}` is read from {}, which user `{user}` cannot read: {source}",
-    path.display()
-)]
-pub struct ImageNotReadable {
-    pub image: String,
-    pub path: PathBuf,
-    pub user: String,
-    pub source: Errno,
 }
 
 /// The account a task runs as.
@@ -475,103 +450,24 @@ impl ChildPlan {
     }
 }
 
-/// Refuses an image that the root runtime would read from the node's files (or stores)
-/// for a user who could not read them: each path is opened by a child process that has
-/// become the user (relative paths from `work_dir`, where the runtime starts).
-fn check_image(
-    job: &JobLaunch,
-    image: &str,
-    switch: &UserSwitch,
-    run_as: &RunAs,
-    work_dir: &Path,
-) -> Result<(), LaunchError> {
-    let paths = match container::image_source(image) {
+/// Refuses, for a job not run as root, an image that the root runtime would read from the
+/// node's files or from another store of the node. Not only could the runtime read, with
+/// root's rights, a path the user cannot (and a path checked first could be swapped for a
+/// link before the runtime opens it, and a directory layout holds links the runtime
+/// follows): the runtime loads an image read from files into the node's shared image store
+/// under the names the files give it, where it would take the place of an image other
+/// users' jobs run (`imagePullPolicy: IfNotPresent`).
+fn check_image(job: &JobLaunch, image: &str) -> Result<(), LaunchError> {
+    let transport = match container::image_source(image) {
         container::ImageSource::Store => return Ok(()),
-        container::ImageSource::NodeStore { transport } => {
-            return Err(LaunchError::ImageTransport {
-                job: job.id,
-                image: image.to_string(),
-                transport,
-            });
-        }
-        container::ImageSource::Paths { paths, .. } => paths,
+        container::ImageSource::NodeStore { transport }
+        | container::ImageSource::Paths { transport, .. } => transport,
     };
-    for p in paths.iter().filter(|p| !p.is_empty()) {
-        let path = work_dir.join(p);
-        let c_path = cstring(job.id, "image path", path.as_os_str().as_bytes())?;
-        let checked = readable_as(switch, &c_path).map_err(|source| LaunchError::ImageCheck {
-            job: job.id,
-            image: image.into(),
-            user: run_as.name.as_str().into(),
-            source,
-        })?;
-        if let Err(source) = checked {
-            return Err(LaunchError::ImageNotReadable {
-                job: job.id,
-                image: Box::new(ImageNotReadable {
-                    image: image.to_string(),
-                    path,
-                    user: run_as.name.clone(),
-                    source,
-                }),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The exit status of [`readable_as`]'s child when it cannot become the user.
-const CANNOT_BECOME_USER: i32 = 255;
-
-/// Whether the user of `switch` can open `path` for reading, as a child process that has
-/// become the user finds (`Ok(Err(errno))`: it cannot). Non-blocking: a FIFO does not
-/// hold the check up.
-fn readable_as(switch: &UserSwitch, path: &std::ffi::CStr) -> io::Result<Result<(), Errno>> {
-    let switch = switch.clone();
-    let path = path.to_owned();
-    let mut cmd = Command::new("/");
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: the closure runs in the child between fork and exec, where only
-    // async-signal-safe calls are allowed: setgroups, setgid, setuid and open through
-    // nix, on a group list and a C string made before the fork, the close of the opened
-    // descriptor, and `_exit`, which ends the child without running the parent's
-    // destructors. None allocates or takes a lock. A child that exits before exec'ing
-    // reports success to `spawn`; its exit status is the answer.
-    unsafe {
-        cmd.pre_exec(move || {
-            let become_user = nix::unistd::setgroups(&switch.groups)
-                .and_then(|()| nix::unistd::setgid(switch.gid))
-                .and_then(|()| nix::unistd::setuid(switch.uid));
-            if become_user.is_err() {
-                libc::_exit(CANNOT_BECOME_USER);
-            }
-            let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
-            match nix::fcntl::open(path.as_c_str(), flags, Mode::empty()) {
-                Ok(fd) => {
-                    drop(fd);
-                    libc::_exit(0)
-                }
-                Err(e) => libc::_exit(e as i32),
-            }
-        });
-    }
-    let mut child = {
-        let _no_writer = fork_guard();
-        cmd.spawn()?
-    };
-    let status = child.wait()?;
-    match status.code() {
-        Some(0) => Ok(Ok(())),
-        Some(CANNOT_BECOME_USER) => Err(io::Error::other(
-            "the checking process could not take the user's identity",
-        )),
-        Some(n) => Ok(Err(Errno::from_raw(n))),
-        None => Err(io::Error::other(format!(
-            "the checking process ended with {status}"
-        ))),
-    }
+    Err(LaunchError::ImageTransport {
+        job: job.id,
+        image: image.to_string(),
+        transport,
+    })
 }
 
 /// A close-on-exec memory file holding `text`, at a descriptor above the standard ones
@@ -663,8 +559,8 @@ pub(crate) fn launch_task_with(
         return Err(LaunchError::EmptyCommand { job: job.id });
     }
     let work_dir = job.work_dir_of(index);
-    if let (Some(spec), Some(s)) = (container, &switch) {
-        check_image(job, &spec.image, s, run_as, work_dir)?;
+    if let (Some(spec), Some(_)) = (container, &switch) {
+        check_image(job, &spec.image)?;
     }
     // A task that becomes another user enters its working directory as that user (the
     // child's chdir, `ChildStep::Chdir`): looked at first by a root agent, a directory the

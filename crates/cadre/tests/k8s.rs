@@ -1321,21 +1321,23 @@ fn free_port() -> u16 {
 }
 
 /// Regression: a root agent's runtime read a workload's image from any path of the node
-/// the manifest named (`oci-archive:PATH`), also one its user could not read: the image
-/// is now checked as the user, and the job held with the reason.
+/// the manifest named (`oci-archive:PATH`), also one its user could not read, and loaded
+/// it into the node's shared image store under the names the file chose. A job not of
+/// root naming the node's files is now held with the reason, even for a file its user
+/// may read, and the runtime never sees it.
 #[test]
-fn an_image_at_a_path_its_user_cannot_read_holds_the_job() {
+fn an_image_from_the_node_s_files_holds_a_job_not_of_root() {
     let Some(runtime) = container_runtime() else {
         return;
     };
     let addr = format!("127.0.0.1:{}", free_port());
     let c = Cluster::up_with(1, &["--container-runtime", &runtime, "--listen", &addr]);
-    // Root's alone: in a directory only root may enter.
-    let private = tempfile::tempdir().expect("temporary directory");
-    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
-        .expect("chmod");
-    let archive = private.path().join("image.tar");
-    std::fs::write(&archive, "root's").expect("archive written");
+    // The user's own, which they may read (the runtime would load it as root).
+    let files = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(files.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let archive = files.path().join("image.tar");
+    std::fs::write(&archive, "not an archive").expect("archive written");
+    std::os::unix::fs::chown(&archive, Some(65534), Some(65534)).expect("chown");
     let token: Value =
         serde_json::from_str(&c.ok(&["token", "create", "--user", "nobody", "--json"]))
             .expect("token JSON");
@@ -1396,7 +1398,7 @@ spec:
         std::thread::sleep(Duration::from_millis(50));
     };
     let want = format!(
-        "the image `oci-archive:{0}` is read from {0}, which user `nobody` cannot read: EACCES",
+        "the image `oci-archive:{}` is read through the `oci-archive` transport, from the node's own files or stores, which only root's jobs may use",
         archive.display()
     );
     assert!(reason.contains(&want), "{reason}");

@@ -142,14 +142,12 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | NoTasksOnNode { .. }
         | NoWorkDir { .. }
         | ContainerEnv { .. }
-        | ImageNotReadable { .. }
         | ImageTransport { .. } => true,
         GpuOutOfRange { .. }
         | CoreOutOfRange { .. }
         | UserLookup { .. }
         | Pipe { .. }
         | EnvFile { .. }
-        | ImageCheck { .. }
         | Cgroup { .. }
         | Signal { .. }
         | Wait { .. } => false,
