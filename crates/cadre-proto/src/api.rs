@@ -697,5 +697,91 @@ pub struct ErrorBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     pub code: ErrorCode,
+    /// What went wrong, for programs: clients decide on this, never on the message.
+    pub reason: ErrorReason,
+    /// The one name or value the reason is about, where there is one (the partition of
+    /// `unknown_partition`, the job of `dependency_not_found`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// What went wrong, for people.
     pub message: String,
+}
+
+/// Stable, machine-readable reasons of errors: finer than [`ErrorCode`], each with one
+/// code (and so one HTTP status). The general ones (named as their codes) are for errors
+/// no client tells apart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorReason {
+    /// 400, no finer reason.
+    InvalidRequest,
+    /// 400: the body is not the request's JSON.
+    InvalidBody,
+    /// 400: a job's spec is wrong (counts, sizes, times, fields that contradict each other).
+    InvalidJobSpec,
+    /// 400: a number is beyond what it may be (the message names the field and the bound).
+    OutOfRange,
+    /// 400: the partition named does not exist (`subject`: its name).
+    UnknownPartition,
+    /// 400: no partition named, and the cluster has no default one.
+    NoDefaultPartition,
+    /// 400: the QOS named does not exist (`subject`).
+    UnknownQos,
+    /// 400: the priority class named does not exist (`subject`).
+    UnknownPriorityClass,
+    /// 400: the queue named does not exist (`subject`).
+    UnknownQueue,
+    /// 400: a dependency names a job that does not exist (`subject`: its id).
+    DependencyNotFound,
+    /// 400: the user may not charge the account named.
+    NoAssociation,
+    /// 400: the cluster or its policy cannot take the request.
+    PolicyRefused,
+    /// 401.
+    Unauthenticated,
+    /// 403, no finer reason.
+    Forbidden,
+    /// 403: a field the caller may not set to that value (a negative `nice`, a raised time
+    /// limit, by a user who is not an administrator).
+    ForbiddenField,
+    /// 404, no finer reason.
+    NotFound,
+    /// 409: the object is not in a state that allows this.
+    Conflict,
+    /// 503: the controller is stopping or its store failed.
+    Unavailable,
+    /// 500: a bug.
+    Internal,
+}
+
+impl ErrorReason {
+    /// The reason's code: the one place they are mapped.
+    pub fn code(self) -> ErrorCode {
+        use ErrorReason::*;
+        match self {
+            InvalidRequest | InvalidBody | InvalidJobSpec | OutOfRange | UnknownPartition
+            | NoDefaultPartition | UnknownQos | UnknownPriorityClass | UnknownQueue
+            | DependencyNotFound | NoAssociation | PolicyRefused => ErrorCode::InvalidRequest,
+            Unauthenticated => ErrorCode::Unauthenticated,
+            Forbidden | ForbiddenField => ErrorCode::Forbidden,
+            NotFound => ErrorCode::NotFound,
+            Conflict => ErrorCode::Conflict,
+            Unavailable => ErrorCode::Unavailable,
+            Internal => ErrorCode::Internal,
+        }
+    }
+
+    /// The general reason of a code (for errors no client tells apart).
+    pub fn of_code(code: ErrorCode) -> ErrorReason {
+        match code {
+            ErrorCode::InvalidRequest => ErrorReason::InvalidRequest,
+            ErrorCode::Unauthenticated => ErrorReason::Unauthenticated,
+            ErrorCode::Forbidden => ErrorReason::Forbidden,
+            ErrorCode::NotFound => ErrorReason::NotFound,
+            ErrorCode::Conflict => ErrorReason::Conflict,
+            ErrorCode::Unavailable => ErrorReason::Unavailable,
+            ErrorCode::Internal => ErrorReason::Internal,
+        }
+    }
 }

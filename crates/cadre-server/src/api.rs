@@ -38,6 +38,8 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
+                reason: self.reason,
+                subject: self.subject,
                 message: self.message,
             },
         };
@@ -84,7 +86,10 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Body(v)),
-            Err(e) => Err(ApiError::new(ErrorCode::InvalidRequest, rejection_text(&e))),
+            Err(e) => Err(ApiError::because(
+                ErrorReason::InvalidBody,
+                rejection_text(&e),
+            )),
         }
     }
 }
@@ -179,7 +184,7 @@ pub fn router(state: AppState) -> Router {
         list_tokens,
         revoke_token
     ),
-    components(schemas(ErrorBody, ErrorDetail, ErrorCode))
+    components(schemas(ErrorBody, ErrorDetail, ErrorCode, ErrorReason))
 )]
 struct ApiDoc;
 
@@ -239,8 +244,7 @@ async fn submit(
         }
         run.validate()
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
-        crate::limits::check_job(&spec, &run)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].{e}")))?;
+        crate::limits::check_job(&spec, &run).map_err(|e| e.answer(&format!("jobs[{i}].")))?;
         crate::authority::check_spec_change(&who, None, &spec).map_err(|e| ApiError {
             message: format!("jobs[{i}]: {}", e.message),
             ..e

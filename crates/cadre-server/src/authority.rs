@@ -20,7 +20,7 @@ use crate::auth::Principal;
 use crate::engine::ApiError;
 use crate::limits::{LimitError, MAX_TIME_LIMIT_SECS};
 use cadre_core::job::JobSpec;
-use cadre_proto::api::ErrorCode;
+use cadre_proto::api::{ErrorCode, ErrorReason};
 use cadre_store::NewJob;
 
 /// Whether `who` may make a job's spec `wanted`: a new job (`current` is `None`), or a
@@ -40,31 +40,37 @@ pub fn check_spec_change(
     if wanted.time_limit.0 > MAX_TIME_LIMIT_SECS
         && current.is_none_or(|c| c.time_limit != wanted.time_limit)
     {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            LimitError::new(
-                "time_limit",
-                wanted.time_limit.0,
-                format!("at most {MAX_TIME_LIMIT_SECS} seconds (0: none)"),
-            )
-            .to_string(),
-        ));
+        return Err(LimitError::new(
+            "time_limit",
+            wanted.time_limit.0,
+            format!("at most {MAX_TIME_LIMIT_SECS} seconds (0: none)"),
+        )
+        .answer(""));
     }
     if who.admin {
         return Ok(());
     }
+    let forbidden_field = |field: &str, message: String| {
+        Err(ApiError::because(ErrorReason::ForbiddenField, message).about(field))
+    };
     if wanted.nice < 0 && current.is_none_or(|c| c.nice != wanted.nice) {
-        return forbidden(format!(
-            "only an administrator may set a negative nice value (nice {})",
-            wanted.nice
-        ));
+        return forbidden_field(
+            "nice",
+            format!(
+                "only an administrator may set a negative nice value (nice {})",
+                wanted.nice
+            ),
+        );
     }
     if let Some(c) = current {
         let (now, asked) = (c.time_limit.0, wanted.time_limit.0);
         if now != 0 && (asked == 0 || asked > now) {
-            return forbidden(format!(
-                "only an administrator may raise job time limits (this one is {now} s, {asked} s asked)"
-            ));
+            return forbidden_field(
+                "time_limit",
+                format!(
+                    "only an administrator may raise job time limits (this one is {now} s, {asked} s asked)"
+                ),
+            );
         }
     }
     Ok(())

@@ -43,7 +43,8 @@ use cadre_proto::agent::{
     ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
 use cadre_proto::api::{
-    ErrorCode, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest, StepView,
+    ErrorCode, ErrorReason, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest,
+    StepView,
 };
 use cadre_store::{
     AssocUsage, JobChange, JobEvent, JobStatus, NewJob, NodeRecord, RunUsage, StepRecord, Store,
@@ -65,15 +66,36 @@ const USAGE_SAVE_INTERVAL: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub code: ErrorCode,
+    pub reason: ErrorReason,
+    pub subject: Option<String>,
     pub message: String,
 }
 
 impl ApiError {
+    /// An error of `code` whose reason is the code's own (no client tells it apart).
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
+            reason: ErrorReason::of_code(code),
+            subject: None,
             message: message.into(),
         }
+    }
+
+    /// An error for `reason` (its code follows from it).
+    pub fn because(reason: ErrorReason, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: reason.code(),
+            reason,
+            subject: None,
+            message: message.into(),
+        }
+    }
+
+    /// The one name or value the reason is about.
+    pub fn about(mut self, subject: impl Into<String>) -> ApiError {
+        self.subject = Some(subject.into());
+        self
     }
 }
 
@@ -83,7 +105,7 @@ impl From<StoreError> for ApiError {
             // A number of the request (a job id, a time) beyond what the store keeps: the
             // request's fault, not the store's.
             StoreError::OutOfRange { .. } => {
-                ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+                ApiError::because(ErrorReason::OutOfRange, e.to_string())
             }
             e => ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}")),
         }
@@ -357,6 +379,7 @@ pub fn wall_now() -> Time {
 }
 
 pub(crate) fn core_error(e: CoreError) -> ApiError {
+    use cadre_core::scheduler::Refusal;
     let code = match &e {
         CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
         CoreError::InvalidJob { .. } | CoreError::InvalidQuotas { .. } => ErrorCode::InvalidRequest,
@@ -365,11 +388,33 @@ pub(crate) fn core_error(e: CoreError) -> ApiError {
         }
         CoreError::DuplicateJob(_) | CoreError::Booking { .. } => ErrorCode::Internal,
     };
-    let message = match e {
-        CoreError::InvalidJob { what, .. } => what,
-        other => other.to_string(),
-    };
-    ApiError::new(code, message)
+    match e {
+        CoreError::InvalidJob { refusal, what, .. } => {
+            let (reason, subject) = match refusal {
+                Refusal::Spec => (ErrorReason::InvalidJobSpec, None),
+                Refusal::UnknownPartition { subject } => {
+                    (ErrorReason::UnknownPartition, Some(subject))
+                }
+                Refusal::NoDefaultPartition => (ErrorReason::NoDefaultPartition, None),
+                Refusal::UnknownQos { subject } => (ErrorReason::UnknownQos, Some(subject)),
+                Refusal::UnknownPriorityClass { subject } => {
+                    (ErrorReason::UnknownPriorityClass, Some(subject))
+                }
+                Refusal::UnknownQueue { subject } => (ErrorReason::UnknownQueue, Some(subject)),
+                Refusal::DependencyNotFound { subject } => {
+                    (ErrorReason::DependencyNotFound, Some(subject))
+                }
+                Refusal::NoAssociation => (ErrorReason::NoAssociation, None),
+                Refusal::Policy => (ErrorReason::PolicyRefused, None),
+            };
+            let error = ApiError::because(reason, what);
+            match subject {
+                Some(s) => error.about(s),
+                None => error,
+            }
+        }
+        other => ApiError::new(code, other.to_string()),
+    }
 }
 
 /// The milli-GPUs, CPUs and node list an allocation holds, for accounting.

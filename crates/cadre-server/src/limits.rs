@@ -65,6 +65,18 @@ impl LimitError {
     }
 }
 
+impl LimitError {
+    /// The API's error for it (`out_of_range`, about the field), its message prefixed
+    /// with `at` (the request's path to the field's parent, e.g. `jobs[2].`).
+    pub(crate) fn answer(self, at: &str) -> crate::engine::ApiError {
+        crate::engine::ApiError::because(
+            cadre_proto::api::ErrorReason::OutOfRange,
+            format!("{at}{self}"),
+        )
+        .about(format!("{at}{}", self.field))
+    }
+}
+
 fn at_most<T: PartialOrd + ToString>(
     field: impl FnOnce() -> String,
     value: T,

@@ -65,7 +65,11 @@ impl std::fmt::Display for Target {
 #[error("{message}")]
 pub struct ApiFailure {
     pub status: u16,
-    pub code: String,
+    /// The API's code and reason (`None`: the answer was not the API's error body).
+    pub code: Option<cadre_proto::api::ErrorCode>,
+    pub reason: Option<cadre_proto::api::ErrorReason>,
+    /// What the reason is about (the partition's name of `unknown_partition`).
+    pub subject: Option<String>,
     pub message: String,
 }
 
@@ -223,15 +227,16 @@ fn failure(status: StatusCode, bytes: &[u8]) -> ApiFailure {
     match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(body) => ApiFailure {
             status: status.as_u16(),
-            code: serde_json::to_value(body.error.code)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            code: Some(body.error.code),
+            reason: Some(body.error.reason),
+            subject: body.error.subject,
             message: body.error.message,
         },
         Err(_) => ApiFailure {
             status: status.as_u16(),
-            code: String::new(),
+            code: None,
+            reason: None,
+            subject: None,
             message: format!(
                 "the controller answered {status}: {}",
                 String::from_utf8_lossy(bytes).trim()

@@ -901,6 +901,91 @@ fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_ag
     assert_eq!(body["via"], "job-token", "{body}");
 }
 
+/// Every API error carries a stable reason beside its code, and what the reason is about
+/// where there is one thing: clients (sbatch's messages among them) decide on those, never
+/// on the message's words.
+#[test]
+fn errors_carry_a_reason_and_what_it_is_about() {
+    let c = Cluster::up(1, 0, &[]);
+    let submit = |edit: &dyn Fn(&mut cadre_core::job::JobSpec)| {
+        let mut spec = cadre_core::job::JobSpec::simple(
+            "root",
+            "root",
+            1,
+            cadre_core::resources::TaskResources {
+                cpus: 1,
+                ..Default::default()
+            },
+            cadre_core::time::Dur::hours(1),
+        );
+        edit(&mut spec);
+        let body = serde_json::json!({
+            "jobs": [{
+                "spec": spec,
+                "run": {"command": ["true"], "work_dir": "/tmp"},
+            }]
+        });
+        c.api("POST", "/api/v1/jobs", Some(&body.to_string()))
+    };
+    for (edit, reason, subject) in [
+        (
+            Box::new(|s: &mut cadre_core::job::JobSpec| s.partition = Some("nope".into()))
+                as Box<dyn Fn(&mut cadre_core::job::JobSpec)>,
+            "unknown_partition",
+            Some("nope"),
+        ),
+        (
+            Box::new(|s: &mut cadre_core::job::JobSpec| s.qos = Some("gold".into())),
+            "unknown_qos",
+            Some("gold"),
+        ),
+        (
+            Box::new(|s: &mut cadre_core::job::JobSpec| {
+                s.dependencies = vec![cadre_core::job::Dependency::On {
+                    kind: cadre_core::job::DependencyKind::AfterOk,
+                    job: cadre_core::job::JobId(424242),
+                }]
+            }),
+            "dependency_not_found",
+            Some("424242"),
+        ),
+        (
+            Box::new(|s: &mut cadre_core::job::JobSpec| s.groups[0].count = u32::MAX),
+            "out_of_range",
+            Some("jobs[0].spec.groups[0].count"),
+        ),
+    ] {
+        let (status, answer) = submit(&*edit);
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        assert_eq!(answer["error"]["reason"], reason, "{answer}");
+        match subject {
+            Some(s) => assert_eq!(answer["error"]["subject"], s, "{answer}"),
+            None => assert!(answer["error"].get("subject").is_none(), "{answer}"),
+        }
+    }
+    let (status, answer) = c.api("GET", "/api/v1/jobs/999999", None);
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"]["reason"], "not_found", "{answer}");
+    let (status, answer) = c.api("POST", "/api/v1/jobs", Some("{not json"));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["reason"], "invalid_body", "{answer}");
+    // The reasons are in the OpenAPI document.
+    let (_, doc) = c.api("GET", "/api/v1/openapi.json", None);
+    let reasons = &doc["components"]["schemas"]["ErrorReason"]["enum"];
+    for r in [
+        "unknown_partition",
+        "forbidden_field",
+        "out_of_range",
+        "invalid_body",
+    ] {
+        assert!(
+            reasons.as_array().is_some_and(|a| a.iter().any(|v| v == r)),
+            "{r} is not in the OpenAPI document's ErrorReason: {reasons}"
+        );
+    }
+}
+
 /// One submission attempt of the storm: the job id if the controller acknowledged it.
 fn storm_submit(c: &Cluster, ran_dir: &str) -> Option<u64> {
     let out = c.run(&[
@@ -1531,6 +1616,8 @@ fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
     assert_eq!(status, 403, "{answer}");
     assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+    assert_eq!(answer["error"]["reason"], "forbidden_field", "{answer}");
+    assert_eq!(answer["error"]["subject"], "nice", "{answer}");
     assert!(
         answer["error"]["message"]
             .as_str()
@@ -1551,6 +1638,8 @@ fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     );
     assert_eq!(status, 403, "{patched}");
     assert_eq!(patched["error"]["code"], "forbidden", "{patched}");
+    assert_eq!(patched["error"]["reason"], "forbidden_field", "{patched}");
+    assert_eq!(patched["error"]["subject"], "nice", "{patched}");
     // An administrator (root on the socket) may.
     let (status, answer) = c.api(
         "POST",

@@ -210,7 +210,13 @@ pub enum CoreError {
     #[error("node id {0} does not exist")]
     UnknownNode(u32),
     #[error("job {id} is invalid: {what}")]
-    InvalidJob { id: JobId, what: String },
+    InvalidJob {
+        id: JobId,
+        /// What kind of refusal, for callers that answer in words of their own (an API's
+        /// reasons, Slurm's messages).
+        refusal: Refusal,
+        what: String,
+    },
     #[error("job {id} is {state}; {what}")]
     WrongState {
         id: JobId,
@@ -229,6 +235,36 @@ pub enum CoreError {
     },
     #[error("the quota configuration is invalid: {what}")]
     InvalidQuotas { what: String },
+}
+
+/// Why a job is refused: the kinds a caller may tell apart (each refusal's text says the
+/// rest). `subject` names what the refusal is about where there is one thing (the
+/// partition's name, the job depended on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The spec itself is wrong (counts, sizes, times, fields that contradict each other).
+    Spec,
+    UnknownPartition {
+        subject: String,
+    },
+    NoDefaultPartition,
+    UnknownQos {
+        subject: String,
+    },
+    UnknownPriorityClass {
+        subject: String,
+    },
+    UnknownQueue {
+        subject: String,
+    },
+    DependencyNotFound {
+        subject: String,
+    },
+    /// The user may not charge the account (no association).
+    NoAssociation,
+    /// The cluster or policy cannot take it (a configuration, usage or allocation that
+    /// does not fit).
+    Policy,
 }
 
 /// Whether a job comes in new or is brought back after a restart.
@@ -421,7 +457,11 @@ impl Scheduler {
     /// A scheduler for this cluster and policy, with no jobs.
     pub fn new(cluster: Cluster, policy: Policy) -> Result<Scheduler, CoreError> {
         let mut fairshare = FairShareTree::new();
-        let invalid = |what: String| CoreError::InvalidJob { id: JobId(0), what };
+        let invalid = |what: String| CoreError::InvalidJob {
+            id: JobId(0),
+            refusal: Refusal::Policy,
+            what,
+        };
         // Parents first: accounts may be listed in any order.
         let mut remaining: Vec<&crate::policy::AccountConfig> = policy.account.iter().collect();
         while !remaining.is_empty() {
@@ -657,6 +697,7 @@ impl Scheduler {
         {
             return Err(CoreError::InvalidJob {
                 id,
+                refusal: Refusal::NoAssociation,
                 what: format!(
                     "user `{}` has no association with account `{}`",
                     spec.user, spec.account
@@ -679,23 +720,34 @@ impl Scheduler {
         if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(CoreError::DuplicateJob(id));
         }
-        let invalid = |what: String| CoreError::InvalidJob { id, what };
-        validate_spec(spec).map_err(invalid)?;
+        let refused = |refusal: Refusal, what: String| CoreError::InvalidJob { id, refusal, what };
+        validate_spec(spec).map_err(|what| refused(Refusal::Spec, what))?;
         let partition = match &spec.partition {
-            Some(name) => self
-                .cluster
-                .partition_id(name)
-                .ok_or_else(|| invalid(format!("partition `{name}` does not exist")))?,
+            Some(name) => self.cluster.partition_id(name).ok_or_else(|| {
+                refused(
+                    Refusal::UnknownPartition {
+                        subject: name.clone(),
+                    },
+                    format!("partition `{name}` does not exist"),
+                )
+            })?,
             None => self.cluster.default_partition().ok_or_else(|| {
-                invalid("no partition given and the cluster has no default partition".into())
+                refused(
+                    Refusal::NoDefaultPartition,
+                    "no partition given and the cluster has no default partition".into(),
+                )
             })?,
         };
         let qos_factor = match &spec.qos {
             Some(name) => {
-                let qos = self
-                    .policy
-                    .qos(name)
-                    .ok_or_else(|| invalid(format!("qos `{name}` does not exist")))?;
+                let qos = self.policy.qos(name).ok_or_else(|| {
+                    refused(
+                        Refusal::UnknownQos {
+                            subject: name.clone(),
+                        },
+                        format!("qos `{name}` does not exist"),
+                    )
+                })?;
                 if self.max_qos_priority == 0 {
                     0.0
                 } else {
@@ -706,10 +758,14 @@ impl Scheduler {
         };
         let (class_value, class_preempting) = match &spec.priority_class {
             Some(name) => {
-                let class = self
-                    .policy
-                    .priority_class(name)
-                    .ok_or_else(|| invalid(format!("priority class `{name}` does not exist")))?;
+                let class = self.policy.priority_class(name).ok_or_else(|| {
+                    refused(
+                        Refusal::UnknownPriorityClass {
+                            subject: name.clone(),
+                        },
+                        format!("priority class `{name}` does not exist"),
+                    )
+                })?;
                 (class.value, class.preempting)
             }
             None => (0, false),
@@ -717,16 +773,24 @@ impl Scheduler {
         for dep in &spec.dependencies {
             if let crate::job::Dependency::On { job, .. } = dep {
                 if !self.jobs.contains_key(job) && !self.ended.contains_key(job) {
-                    return Err(invalid(format!(
-                        "dependency on job {job}, which does not exist"
-                    )));
+                    return Err(refused(
+                        Refusal::DependencyNotFound {
+                            subject: job.to_string(),
+                        },
+                        format!("dependency on job {job}, which does not exist"),
+                    ));
                 }
             }
         }
         let (queue, queue_missing) = queue_of(&self.quota, spec);
         if queue_missing && how == Submission::New {
             let name = spec.queue.as_deref().unwrap_or_default();
-            return Err(invalid(format!("queue `{name}` does not exist")));
+            return Err(refused(
+                Refusal::UnknownQueue {
+                    subject: name.to_string(),
+                },
+                format!("queue `{name}` does not exist"),
+            ));
         }
         Ok(Admission {
             partition,
@@ -780,7 +844,11 @@ impl Scheduler {
             queue,
             queue_missing,
         } = self.admission(id, &spec, how)?;
-        let invalid = |what: String| CoreError::InvalidJob { id, what };
+        let invalid = |what: String| CoreError::InvalidJob {
+            id,
+            refusal: Refusal::Spec,
+            what,
+        };
         // Last, as the only change a refused job could leave behind.
         let assoc = match self.fairshare.assoc(&spec.user, &spec.account) {
             Some(a) => a,
@@ -793,10 +861,14 @@ impl Scheduler {
                 assoc
             }
             None => {
-                return Err(invalid(format!(
-                    "user `{}` has no association with account `{}`",
-                    spec.user, spec.account
-                )));
+                return Err(CoreError::InvalidJob {
+                    id,
+                    refusal: Refusal::NoAssociation,
+                    what: format!(
+                        "user `{}` has no association with account `{}`",
+                        spec.user, spec.account
+                    ),
+                });
             }
         };
         let hold = spec.hold.then_some(Hold::User);
@@ -858,7 +930,11 @@ impl Scheduler {
         if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(CoreError::DuplicateJob(id));
         }
-        let invalid = |what: String| CoreError::InvalidJob { id, what };
+        let invalid = |what: String| CoreError::InvalidJob {
+            id,
+            refusal: Refusal::Spec,
+            what,
+        };
         validate_spec(&spec).map_err(invalid)?;
         let nodes = self.cluster.nodes.len();
         if let Some(t) = alloc.tasks.iter().find(|t| t.node.0 as usize >= nodes) {
@@ -988,6 +1064,7 @@ impl Scheduler {
         if !state.is_final() {
             return Err(CoreError::InvalidJob {
                 id,
+                refusal: Refusal::Spec,
                 what: format!("{state} is not a final state"),
             });
         }
@@ -1065,6 +1142,7 @@ impl Scheduler {
         if !outcome.is_final() {
             return Err(CoreError::InvalidJob {
                 id,
+                refusal: Refusal::Spec,
                 what: format!("{outcome} is not a final state"),
             });
         }
@@ -1254,6 +1332,7 @@ impl Scheduler {
                 self.cluster.release(id, &alloc);
                 return Err(CoreError::InvalidJob {
                     id,
+                    refusal: Refusal::Policy,
                     what: format!("its quotas cannot count it: {block}"),
                 });
             }
@@ -1312,7 +1391,11 @@ impl Scheduler {
         as_of: Time,
         now: Time,
     ) -> Result<bool, CoreError> {
-        let invalid = |what: String| CoreError::InvalidJob { id: JobId(0), what };
+        let invalid = |what: String| CoreError::InvalidJob {
+            id: JobId(0),
+            refusal: Refusal::Policy,
+            what,
+        };
         let assoc = match self.fairshare.assoc(user, account) {
             Some(a) => a,
             None if self.policy.auto_associations => self

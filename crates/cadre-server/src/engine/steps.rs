@@ -397,15 +397,12 @@ impl Engine {
         if let Some(t) = req.time_limit
             && t > MAX_TIME_LIMIT_SECS
         {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                LimitError::new(
-                    "time_limit",
-                    t,
-                    format!("at most {MAX_TIME_LIMIT_SECS} seconds"),
-                )
-                .to_string(),
-            ));
+            return Err(LimitError::new(
+                "time_limit",
+                t,
+                format!("at most {MAX_TIME_LIMIT_SECS} seconds"),
+            )
+            .answer(""));
         }
         let cluster = self.sched.cluster();
         let allocation = step_layout(

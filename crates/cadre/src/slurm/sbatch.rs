@@ -192,24 +192,24 @@ pub fn submission_error(e: &anyhow::Error) -> SlurmError {
     let Some(f) = api_failure(e) else {
         return SlurmError::submission(crate::error_chain(e));
     };
+    use cadre_proto::api::{ErrorCode, ErrorReason};
     let m = &f.message;
-    if m.contains("qos `") && m.contains("does not exist") {
-        SlurmError::submission("Invalid qos specification")
-    } else if m.contains("dependency on job") {
-        SlurmError::submission("Job dependency problem")
-    } else if let Some(p) = m
-        .strip_prefix("partition `")
-        .and_then(|r| r.split_once('`'))
-        .map(|(p, _)| p)
-    {
-        SlurmError::Submission {
-            preface: Some(format!("invalid partition specified: {p}")),
-            reason: "Invalid partition name specified".into(),
+    match (f.reason, f.code) {
+        (Some(ErrorReason::UnknownQos), _) => SlurmError::submission("Invalid qos specification"),
+        (Some(ErrorReason::DependencyNotFound), _) => {
+            SlurmError::submission("Job dependency problem")
         }
-    } else if f.status == 403 {
-        SlurmError::submission(format!("Access/permission denied ({m})"))
-    } else {
-        SlurmError::submission(m.clone())
+        (Some(ErrorReason::UnknownPartition), _) => SlurmError::Submission {
+            preface: Some(format!(
+                "invalid partition specified: {}",
+                f.subject.as_deref().unwrap_or_default()
+            )),
+            reason: "Invalid partition name specified".into(),
+        },
+        (_, Some(ErrorCode::Forbidden)) => {
+            SlurmError::submission(format!("Access/permission denied ({m})"))
+        }
+        _ => SlurmError::submission(m.clone()),
     }
 }
 
