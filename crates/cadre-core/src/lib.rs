@@ -46,7 +46,8 @@
 //!
 //! # Where things live
 //! - [`cluster`], [`job`], [`resources`], [`alloc`], [`time`]: the model.
-//! - [`config`]: the cluster description (versioned TOML) and Slurm time strings;
+//! - [`config`]: the cluster description (versioned TOML); [`time`] also holds Slurm's
+//!   duration syntax, its one parser and formatter;
 //!   [`hostlist`]: Slurm hostlist expressions.
 //! - [`policy`]: every knob, as versioned TOML; [`priority`]: multifactor priority;
 //!   [`fairshare`]: the account tree, usage decay, Fair Tree and classic factors;

@@ -16,7 +16,7 @@ use crate::error::SlurmError;
 use crate::getopt::{ArgKind, OptDef};
 use crate::gres::{GpuRequest, parse_gpus, parse_gres};
 use crate::size::parse_mib;
-use crate::time::{Clock, TimeLimit, parse_begin, parse_time_limit};
+use crate::time::{Clock, TimeLimit, parse_begin, parse_slurm_duration, parse_time_limit};
 use std::collections::BTreeMap;
 
 /// Every `sbatch` option.
@@ -496,22 +496,12 @@ pub fn parse_signal(value: &str) -> Result<SignalSpec, SlurmError> {
     })
 }
 
-/// Seconds of a Slurm time string (no rounding to minutes), as `--switches` waits take it.
+/// Seconds of a Slurm duration (no rounding to minutes), as `--switches` waits take it;
+/// no limit is 0.
 fn duration_secs(text: &str) -> Option<u64> {
-    // Minutes-first forms: reuse the limit parser on whole minutes, then recover seconds.
-    let fields: Vec<&str> = text.split(':').collect();
-    if !text.contains('-') && fields.len() == 2 {
-        let m: u64 = fields[0].parse().ok()?;
-        let s: u64 = fields[1].parse().ok()?;
-        return Some(m * 60 + s);
-    }
-    if !text.contains('-') && fields.len() == 3 {
-        let h: u64 = fields[0].parse().ok()?;
-        let m: u64 = fields[1].parse().ok()?;
-        let s: u64 = fields[2].parse().ok()?;
-        return Some(h * 3600 + m * 60 + s);
-    }
-    parse_time_limit(text).map(|l| l.secs().unwrap_or(0))
+    parse_slurm_duration(text)
+        .ok()
+        .map(|d| d.map_or(0, |d| d.0))
 }
 
 const MAIL_TYPES: &[&str] = &[
@@ -677,12 +667,14 @@ impl BatchOptions {
             }
             Opt::TestOnly => self.test_only = true,
             Opt::Time => {
-                self.time =
-                    Some(parse_time_limit(v).ok_or(SlurmError::InvalidSpec { option: "time" })?);
+                self.time = Some(
+                    parse_time_limit(v).map_err(|_| SlurmError::InvalidSpec { option: "time" })?,
+                );
             }
             Opt::TimeMin => {
                 self.time_min = Some(
-                    parse_time_limit(v).ok_or(SlurmError::InvalidSpec { option: "time-min" })?,
+                    parse_time_limit(v)
+                        .map_err(|_| SlurmError::InvalidSpec { option: "time-min" })?,
                 );
             }
             Opt::Usage => self.usage = true,

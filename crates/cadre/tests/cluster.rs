@@ -481,12 +481,20 @@ fn time_limit_ends_a_job_as_timeout_and_stops_its_process() {
     let pid_file = c.path("task.pid");
     let id = c.submit(&[
         "-t",
-        "0:02",
+        "1",
         "--",
         "sh",
         "-c",
         &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
     ]);
+    // `-t` takes whole minutes, as Slurm's `--time` does; the API takes seconds, which
+    // keeps this quick.
+    let (status, answer) = c.api(
+        "PATCH",
+        &format!("/api/v1/jobs/{id}"),
+        Some(r#"{"time_limit": 2}"#),
+    );
+    assert_eq!(status, 204, "{answer}");
     assert_eq!(c.wait(id), "TIMEOUT");
     assert_eq!(c.job(id)["state"], "TIMEOUT");
     assert_eq!(c.job(id)["time_limit"], 2);

@@ -15,6 +15,7 @@
 //! Not here: which fields a command has and what they show (each command's module).
 
 use cadre_core::job::{ArrayIndex, JobState};
+use cadre_slurm::time::format_duration_short;
 
 /// One field of an output layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,34 +274,13 @@ pub(crate) fn parse_names<K>(
     (Layout { pieces }, unknown)
 }
 
-/// A duration as squeue and sinfo write it: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
-pub(crate) fn duration(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
-}
-
-/// A job's time limit as squeue writes it (`UNLIMITED` for none).
+/// A job's time limit as squeue writes it (`UNLIMITED` for none); durations themselves are
+/// written by [`format_duration_short`] and [`cadre_slurm::time::format_duration`].
 pub(crate) fn time_limit(secs: u64) -> String {
     if secs == 0 {
         "UNLIMITED".into()
     } else {
-        duration(secs)
-    }
-}
-
-/// A duration as sacct writes it: `HH:MM:SS`, `D-HH:MM:SS`.
-pub(crate) fn elapsed(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
+        format_duration_short(secs)
     }
 }
 
@@ -622,13 +602,15 @@ mod tests {
 
     #[test]
     fn durations_as_squeue_and_sacct_write_them() {
-        assert_eq!(duration(0), "0:00");
-        assert_eq!(duration(65), "1:05");
-        assert_eq!(duration(5400), "1:30:00");
-        assert_eq!(duration(365 * 86400 - 2), "364-23:59:58");
+        use cadre_slurm::time::format_duration;
+        assert_eq!(format_duration_short(0), "0:00");
+        assert_eq!(format_duration_short(65), "1:05");
+        assert_eq!(format_duration_short(5400), "1:30:00");
+        assert_eq!(format_duration_short(365 * 86400 - 2), "364-23:59:58");
         assert_eq!(time_limit(0), "UNLIMITED");
-        assert_eq!(elapsed(5), "00:00:05");
-        assert_eq!(elapsed(86400 + 61), "1-00:01:01");
+        assert_eq!(time_limit(5400), "1:30:00");
+        assert_eq!(format_duration(5), "00:00:05");
+        assert_eq!(format_duration(86400 + 61), "1-00:01:01");
     }
 
     #[test]

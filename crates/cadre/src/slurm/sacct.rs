@@ -23,6 +23,7 @@ use super::getopt::{HasArg, Opt};
 use super::query::{self, JobRef};
 use cadre_core::job::{ArrayIndex, JobState};
 use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
+use cadre_slurm::time::format_duration;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -371,10 +372,10 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
         Cluster => std::env::var("CADRE_CLUSTER_NAME").unwrap_or_else(|_| "cadre".into()),
         Comment => String::new(),
         Constraints => r.features.clone(),
-        CpuTime => format::elapsed(r.elapsed(now) * r.cpus),
+        CpuTime => format_duration(r.elapsed(now) * r.cpus),
         CpuTimeRaw => (r.elapsed(now) * r.cpus).to_string(),
         DerivedExitCode => "0:0".into(),
-        Elapsed => format::elapsed(r.elapsed(now)),
+        Elapsed => format_duration(r.elapsed(now)),
         ElapsedRaw => r.elapsed(now).to_string(),
         Eligible | Submit => format::timestamp(r.submit),
         End => r.end.map_or_else(unknown, format::timestamp),
@@ -426,7 +427,7 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
             if r.time_limit == 0 {
                 "UNLIMITED".into()
             } else {
-                format::elapsed(r.time_limit)
+                format_duration(r.time_limit)
             }
         }
         TimelimitRaw => {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// What went wrong, as `scontrol` says it; every error exits 1.
-struct Failure(String);
+pub(crate) struct Failure(String);
 
 impl<T: Into<String>> From<T> for Failure {
     fn from(s: T) -> Failure {
@@ -646,14 +646,14 @@ fn update(words: &[String]) -> Outcome {
 }
 
 /// `TimeLimit=` of an update: a limit, or `+T`/`-T` relative to the current one.
-fn time_limit_value(v: &str, ids: &[JobId], all: &[JobView]) -> Result<u64, Failure> {
+pub(crate) fn time_limit_value(v: &str, ids: &[JobId], all: &[JobView]) -> Result<u64, Failure> {
     let invalid = || Failure("scontrol: error: Invalid TimeLimit value".into());
     let (sign, text) = match v.as_bytes().first() {
         Some(b'+') => (1, &v[1..]),
         Some(b'-') if v != "-1" => (-1, &v[1..]),
         _ => (0, v),
     };
-    let secs = parse_time_limit(text).ok_or_else(invalid)?.secs();
+    let secs = parse_time_limit(text).map_err(|_| invalid())?.secs();
     if sign == 0 {
         return Ok(secs.unwrap_or(0));
     }

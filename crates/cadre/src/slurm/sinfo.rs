@@ -20,6 +20,7 @@ use super::format::{self, Layout, parse_names, parse_percent};
 use super::getopt::{HasArg, Opt};
 use super::query;
 use cadre_proto::api::{NodeList, NodeView, PartitionList, PartitionView};
+use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -392,10 +393,10 @@ pub(crate) fn value(r: &Record<'_>, f: Field) -> String {
         PrioJobFactor => "1".into(),
         TimeLimit => part
             .and_then(|p| p.max_time)
-            .map_or_else(|| "infinite".into(), format::duration),
+            .map_or_else(|| "infinite".into(), format_duration_short),
         DefaultTime => part
             .and_then(|p| p.default_time)
-            .map_or_else(|| "n/a".into(), format::duration),
+            .map_or_else(|| "n/a".into(), format_duration_short),
         Memory => first.memory_mib.to_string(),
         AllocMem => first.memory_alloc_mib.to_string(),
         PreemptMode => "OFF".into(),

@@ -14,6 +14,7 @@ use super::getopt::{HasArg, Opt};
 use super::query::{self, JobRef};
 use cadre_core::job::{JobState, RequeuePolicy};
 use cadre_proto::api::{JobList, JobView, StepList};
+use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -335,12 +336,12 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
         },
         TimeLimit => format::time_limit(j.time_limit),
         TimeLeft => match (j.state.is_active(), j.start_time, j.time_limit) {
-            (true, Some(s), 0) => format::duration((s + YEAR_SECS).saturating_sub(now)),
-            (true, Some(s), limit) => format::duration((s + limit).saturating_sub(now)),
+            (true, Some(s), 0) => format_duration_short((s + YEAR_SECS).saturating_sub(now)),
+            (true, Some(s), limit) => format_duration_short((s + limit).saturating_sub(now)),
             (_, _, limit) => format::time_limit(limit),
         },
         MinMemory => query::mem_per_node(j).map_or_else(|| "0".into(), format::mem_mib),
-        TimeUsed => format::duration(time_used(j, now)),
+        TimeUsed => format_duration_short(time_used(j, now)),
         ReqNodes | SchedNodes => match f {
             ReqNodes => String::new(),
             _ => null(),
@@ -455,7 +456,7 @@ fn list_steps(sel: &Selection, header: bool) -> ExitCode {
             cut(&st.name, 8),
             cut(&st.partition, 9),
             cut(&st.user, 8),
-            format::duration(now.saturating_sub(st.start_time)),
+            format_duration_short(now.saturating_sub(st.start_time)),
             st.nodes
         );
     }
