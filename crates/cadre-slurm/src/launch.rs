@@ -9,7 +9,7 @@
 //! same for the variables a job sets.
 
 use crate::error::SlurmError;
-use crate::getopt::{ArgKind, OptDef, parse};
+use crate::getopt::{ArgKind, OptDef, Order, parse};
 use crate::options::{BatchOptions, Opt, SBATCH_OPTIONS};
 use crate::sbatch::{CommandLine, apply_command_line};
 use crate::time::Clock;
@@ -117,7 +117,7 @@ pub static SALLOC_OPTIONS: LazyLock<Vec<OptDef<Opt>>> =
 
 /// Splits a command line by `table`: options, then the program and its arguments.
 pub fn parse_launch(table: &[OptDef<Opt>], args: &[String]) -> Result<CommandLine, SlurmError> {
-    let p = parse(table, args)?;
+    let p = parse(table, args, Order::RequireOrder)?;
     Ok(CommandLine {
         opts: p.opts,
         operands: p.operands,

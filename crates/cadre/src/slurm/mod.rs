@@ -8,16 +8,15 @@
 //!   `cadre-slurm`; here are the I/O around them (scripts, the environment, the clock and
 //!   the local time zone, users and groups, the controller's API);
 //! - the read side: [`format`] (the `-o` `%`-field and `-O` named-field engines, and how
-//!   Slurm writes times, durations, states and job ids), [`getopt`] (GNU getopt_long with
-//!   glibc's messages), [`query`] (the controller, error reporting and exit codes), and one
-//!   module per command.
+//!   Slurm writes times, durations, states and job ids), [`query`] (the controller, error
+//!   reporting and exit codes), and one module per command; every command splits its command
+//!   line with `cadre-slurm`'s one getopt ([`cadre_slurm::getopt`]).
 //!
 //! `srun` and `salloc` ([`srun`]) run job steps and allocations. Where Slurm releases differ, the
 //! commands follow current Slurm and say so in their module docs; the reference they were
 //! compared with is Slurm 22.05.
 
 pub mod format;
-pub mod getopt;
 pub mod query;
 pub mod sacct;
 pub mod sbatch;

@@ -19,10 +19,11 @@
 //! at or before the end.
 
 use super::format::{self, LocalTime, TableColumn, TableStyle};
-use super::getopt::{HasArg, Opt};
+use super::query::Opt;
 use super::query::{self, JobRef};
 use cadre_core::job::{ArrayIndex, JobState};
 use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
+use cadre_slurm::getopt::ArgKind;
 use cadre_slurm::time::format_duration;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -30,40 +31,40 @@ use std::process::ExitCode;
 const CMD: &str = "sacct";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "accounts", HasArg::Required),
-    Opt::new('L', "allclusters", HasArg::No),
-    Opt::new('X', "allocations", HasArg::No),
-    Opt::new('a', "allusers", HasArg::No),
-    Opt::new('b', "brief", HasArg::No),
-    Opt::new('M', "clusters", HasArg::Required),
-    Opt::new('c', "completion", HasArg::No),
-    Opt::long("delimiter", HasArg::Required),
-    Opt::new('D', "duplicates", HasArg::No),
-    Opt::new('E', "endtime", HasArg::Required),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::new('h', "help", HasArg::No),
-    Opt::new('e', "helpformat", HasArg::No),
-    Opt::new('j', "jobs", HasArg::Required),
-    Opt::long("json", HasArg::No),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::long("name", HasArg::Required),
-    Opt::long("noconvert", HasArg::No),
-    Opt::new('N', "nodelist", HasArg::Required),
-    Opt::new('n', "noheader", HasArg::No),
-    Opt::new('p', "parsable", HasArg::No),
-    Opt::new('P', "parsable2", HasArg::No),
-    Opt::new('r', "partition", HasArg::Required),
-    Opt::new('q', "qos", HasArg::Required),
-    Opt::new('S', "starttime", HasArg::Required),
-    Opt::new('s', "state", HasArg::Required),
-    Opt::new('T', "truncate", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::long("uid", HasArg::Required),
-    Opt::long("units", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::new('A', "accounts", ArgKind::Required),
+    Opt::new('L', "allclusters", ArgKind::None),
+    Opt::new('X', "allocations", ArgKind::None),
+    Opt::new('a', "allusers", ArgKind::None),
+    Opt::new('b', "brief", ArgKind::None),
+    Opt::new('M', "clusters", ArgKind::Required),
+    Opt::new('c', "completion", ArgKind::None),
+    Opt::long("delimiter", ArgKind::Required),
+    Opt::new('D', "duplicates", ArgKind::None),
+    Opt::new('E', "endtime", ArgKind::Required),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::new('h', "help", ArgKind::None),
+    Opt::new('e', "helpformat", ArgKind::None),
+    Opt::new('j', "jobs", ArgKind::Required),
+    Opt::long("json", ArgKind::None),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::long("name", ArgKind::Required),
+    Opt::long("noconvert", ArgKind::None),
+    Opt::new('N', "nodelist", ArgKind::Required),
+    Opt::new('n', "noheader", ArgKind::None),
+    Opt::new('p', "parsable", ArgKind::None),
+    Opt::new('P', "parsable2", ArgKind::None),
+    Opt::new('r', "partition", ArgKind::Required),
+    Opt::new('q', "qos", ArgKind::Required),
+    Opt::new('S', "starttime", ArgKind::Required),
+    Opt::new('s', "state", ArgKind::Required),
+    Opt::new('T', "truncate", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::long("uid", ArgKind::Required),
+    Opt::long("units", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 const DEFAULT_FIELDS: &str = "jobid,jobname,partition,account,alloccpus,state,exitcode";

@@ -7,6 +7,7 @@
 //! `show hostnames` without a list reads `$SLURM_JOB_NODELIST`, as current Slurm does
 //! (22.05 did not).
 
+use super::query::{self, Opt};
 use super::{api_failure, connect, ids_of, local_clock};
 use crate::client::Client;
 use cadre_core::hostlist;
@@ -16,6 +17,7 @@ use cadre_proto::api::{
 };
 use cadre_slurm::convert::keys;
 use cadre_slurm::dependency::DepEntry;
+use cadre_slurm::getopt::ArgKind;
 use cadre_slurm::show::{ArrayShow, DepJob, ShowJob, dependency_field, format_record, job_record};
 use cadre_slurm::size::format_mib;
 use cadre_slurm::time::{format_limit, parse_time_limit};
@@ -34,28 +36,43 @@ impl<T: Into<String>> From<T> for Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// scontrol's options (those cadre takes), in GNU getopt's permuting order as Slurm's
+/// scontrol takes them: `scontrol show job 5 -o` is one-line.
+const OPTIONS: &[Opt] = &[
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('d', "details", ArgKind::None),
+    Opt::new('h', "help", ArgKind::None),
+    Opt::new('o', "oneliner", ArgKind::None),
+    Opt::new('Q', "quiet", ArgKind::None),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
+];
+
 /// `scontrol ARGS...`.
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let mut one_line = false;
-    let mut words: Vec<String> = Vec::new();
-    for a in argv.iter().skip(1) {
-        match a.as_str() {
-            "-o" | "--oneliner" => one_line = true,
-            "-d" | "--details" | "-a" | "--all" | "-Q" | "--quiet" | "-v" | "--verbose" => {}
-            "-V" | "--version" => {
+    let p = match query::parse_args("scontrol", argv.get(1..).unwrap_or_default(), OPTIONS) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    for (opt, _) in &p.opts {
+        match *opt {
+            "version" => {
                 println!(
                     "cadre {} (Slurm-compatible scontrol)",
                     env!("CARGO_PKG_VERSION")
                 );
                 return ExitCode::SUCCESS;
             }
-            "-h" | "--help" | "--usage" => {
+            "help" | "usage" => {
                 println!("{HELP}");
                 return ExitCode::SUCCESS;
             }
-            _ => words.push(a.clone()),
+            _ => {}
         }
     }
+    let one_line = p.has("oneliner");
+    let words = p.operands;
     match scontrol(&words, one_line) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(m)) => {

@@ -10,10 +10,11 @@
 //! Not here: the field engine ([`super::format`]).
 
 use super::format::{self, Layout, parse_names, parse_percent};
-use super::getopt::{HasArg, Opt};
+use super::query::Opt;
 use super::query::{self, JobRef};
 use cadre_core::job::{JobState, RequeuePolicy};
 use cadre_proto::api::{JobList, JobView, StepList};
+use cadre_slurm::getopt::ArgKind;
 use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -21,36 +22,36 @@ use std::process::ExitCode;
 const CMD: &str = "squeue";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "account", HasArg::Required),
-    Opt::new('a', "all", HasArg::No),
-    Opt::new('r', "array", HasArg::No),
-    Opt::long("array-unique", HasArg::No),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::new('O', "Format", HasArg::Required),
-    Opt::long("help", HasArg::No),
-    Opt::long("hide", HasArg::No),
-    Opt::new('j', "jobs", HasArg::Optional),
-    Opt::long("json", HasArg::No),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::long("me", HasArg::No),
-    Opt::new('n', "name", HasArg::Required),
-    Opt::long("noconvert", HasArg::No),
-    Opt::new('w', "nodelist", HasArg::Required),
-    Opt::new('h', "noheader", HasArg::No),
-    Opt::new('p', "partition", HasArg::Required),
-    Opt::new('P', "priority", HasArg::No),
-    Opt::new('q', "qos", HasArg::Required),
-    Opt::new('S', "sort", HasArg::Required),
+    Opt::new('A', "account", ArgKind::Required),
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('r', "array", ArgKind::None),
+    Opt::long("array-unique", ArgKind::None),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::new('O', "Format", ArgKind::Required),
+    Opt::long("help", ArgKind::None),
+    Opt::long("hide", ArgKind::None),
+    Opt::new('j', "jobs", ArgKind::OptionalOrNext),
+    Opt::long("json", ArgKind::None),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::long("me", ArgKind::None),
+    Opt::new('n', "name", ArgKind::Required),
+    Opt::long("noconvert", ArgKind::None),
+    Opt::new('w', "nodelist", ArgKind::Required),
+    Opt::new('h', "noheader", ArgKind::None),
+    Opt::new('p', "partition", ArgKind::Required),
+    Opt::new('P', "priority", ArgKind::None),
+    Opt::new('q', "qos", ArgKind::Required),
+    Opt::new('S', "sort", ArgKind::Required),
     // In Slurm's order, which getopt's "ambiguous" message lists them in.
-    Opt::long("start", HasArg::No),
-    Opt::new('s', "steps", HasArg::Optional),
-    Opt::new('t', "states", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::long("users", HasArg::Required),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::long("start", ArgKind::None),
+    Opt::new('s', "steps", ArgKind::OptionalOrNext),
+    Opt::new('t', "states", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::long("users", ArgKind::Required),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
