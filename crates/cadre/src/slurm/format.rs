@@ -1,5 +1,5 @@
 //! The output engines shared by Slurm's read-side commands, and the ways Slurm writes
-//! times, durations, job states and job ids.
+//! times, durations and job ids (job states: [`cadre_slurm::state`]).
 //!
 //! Two field engines, re-derived from the man pages and from running Slurm 22.05:
 //! - `-o/--format`: `%[.][size]type`, where `.` right-justifies, `size` is both the
@@ -14,7 +14,7 @@
 //!
 //! Not here: which fields a command has and what they show (each command's module).
 
-use cadre_core::job::{ArrayIndex, JobState};
+use cadre_core::job::ArrayIndex;
 use cadre_slurm::time::format_duration_short;
 
 /// One field of an output layout.
@@ -398,95 +398,6 @@ pub(crate) fn ctime(secs: u64) -> String {
     }
 }
 
-/// The compact state code (`squeue %t`).
-pub(crate) fn state_compact(s: JobState) -> &'static str {
-    match s {
-        JobState::Pending => "PD",
-        JobState::Running => "R",
-        // Stopping to make room for another job: its resources are still held, as
-        // Slurm's COMPLETING.
-        JobState::Preempting => "CG",
-        JobState::Completed => "CD",
-        JobState::Failed => "F",
-        JobState::Cancelled => "CA",
-        JobState::Timeout => "TO",
-        JobState::NodeFail => "NF",
-        JobState::OutOfMemory => "OOM",
-        JobState::Preempted => "PR",
-    }
-}
-
-/// The extended state name (`squeue %T`, `sacct State`).
-pub(crate) fn state_long(s: JobState) -> &'static str {
-    match s {
-        JobState::Preempting => "COMPLETING",
-        JobState::Pending => "PENDING",
-        JobState::Running => "RUNNING",
-        JobState::Completed => "COMPLETED",
-        JobState::Failed => "FAILED",
-        JobState::Cancelled => "CANCELLED",
-        JobState::Timeout => "TIMEOUT",
-        JobState::NodeFail => "NODE_FAIL",
-        JobState::OutOfMemory => "OUT_OF_MEMORY",
-        JobState::Preempted => "PREEMPTED",
-    }
-}
-
-/// Every state, in Slurm's order (pending first, then running, then the ends).
-pub(crate) const ALL_STATES: [JobState; 10] = [
-    JobState::Pending,
-    JobState::Running,
-    JobState::Completed,
-    JobState::Cancelled,
-    JobState::Failed,
-    JobState::Timeout,
-    JobState::NodeFail,
-    JobState::Preempted,
-    JobState::OutOfMemory,
-    JobState::Preempting,
-];
-
-/// Where a state sorts (`squeue`'s order by state: Slurm's own numbering).
-pub(crate) fn state_rank(s: JobState) -> usize {
-    ALL_STATES.iter().position(|&x| x == s).unwrap_or(0)
-}
-
-/// Job states Slurm names that cadre's jobs never are in (long and compact forms): a
-/// filter on them is valid and selects nothing.
-pub(crate) const OTHER_SLURM_STATES: [(&str, &str); 14] = [
-    ("SUSPENDED", "S"),
-    ("BOOT_FAIL", "BF"),
-    ("DEADLINE", "DL"),
-    ("CONFIGURING", "CF"),
-    ("RESIZING", "RS"),
-    ("RESV_DEL_HOLD", "RD"),
-    ("REQUEUED", "RQ"),
-    ("REQUEUE_FED", "RF"),
-    ("REQUEUE_HOLD", "RH"),
-    ("REVOKED", "RV"),
-    ("SIGNALING", "SI"),
-    ("SPECIAL_EXIT", "SE"),
-    ("STAGE_OUT", "SO"),
-    ("STOPPED", "ST"),
-];
-
-/// Whether `text` names a Slurm job state that cadre's jobs are never in.
-pub(crate) fn is_other_slurm_state(text: &str) -> bool {
-    let t = text.trim().to_ascii_uppercase();
-    OTHER_SLURM_STATES
-        .iter()
-        .any(|(long, short)| *long == t || *short == t)
-}
-
-/// A state name in either form, any case (`pd`, `Running`, `CG`). `None` if unknown.
-pub(crate) fn parse_state(text: &str) -> Option<JobState> {
-    let t = text.trim().to_ascii_uppercase();
-    ALL_STATES
-        .iter()
-        .copied()
-        .find(|&s| state_compact(s) == t || state_long(s) == t)
-}
-
 /// A job's id as Slurm shows it: `ARRAYID_INDEX` for a task of an array.
 pub(crate) fn job_id(id: u64, array: Option<ArrayIndex>) -> String {
     match array {
@@ -611,19 +522,6 @@ mod tests {
         assert_eq!(time_limit(5400), "1:30:00");
         assert_eq!(format_duration(5), "00:00:05");
         assert_eq!(format_duration(86400 + 61), "1-00:01:01");
-    }
-
-    #[test]
-    fn states_parse_in_both_forms_and_any_case() {
-        assert_eq!(parse_state("pd"), Some(JobState::Pending));
-        assert_eq!(parse_state("Running"), Some(JobState::Running));
-        assert_eq!(parse_state("OOM"), Some(JobState::OutOfMemory));
-        assert_eq!(parse_state("CG"), Some(JobState::Preempting));
-        assert_eq!(parse_state("bogus"), None);
-        for s in ALL_STATES {
-            assert_eq!(parse_state(state_compact(s)), Some(s));
-            assert_eq!(parse_state(state_long(s)), Some(s));
-        }
     }
 
     #[test]

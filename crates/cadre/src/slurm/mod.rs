@@ -8,7 +8,7 @@
 //!   `cadre-slurm`; here are the I/O around them (scripts, the environment, the clock and
 //!   the local time zone, users and groups, the controller's API);
 //! - the read side: [`format`] (the `-o` `%`-field and `-O` named-field engines, and how
-//!   Slurm writes times, durations, states and job ids), [`query`] (the controller, error
+//!   Slurm writes times, durations and job ids), [`query`] (the controller, error
 //!   reporting and exit codes), and one module per command; every command splits its command
 //!   line with `cadre-slurm`'s one getopt ([`cadre_slurm::getopt`]).
 //!

@@ -24,6 +24,7 @@ use super::query::{self, JobRef};
 use cadre_core::job::{ArrayIndex, JobState};
 use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
 use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
 use cadre_slurm::time::format_duration;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -422,7 +423,7 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
         Restarts => r.restarts.to_string(),
         State => match r.state {
             JobState::Cancelled => format!("CANCELLED by {}", query::uid_of(&r.user).unwrap_or(0)),
-            s => format::state_long(s).to_string(),
+            s => state::long(s).to_string(),
         },
         Timelimit => {
             if r.time_limit == 0 {
@@ -726,7 +727,7 @@ fn json(rows: &[Row], now: u64) -> serde_json::Value {
                 "user": r.user,
                 "account": r.account,
                 "partition": r.partition,
-                "state": { "current": format::state_long(r.state), "reason": r.reason },
+                "state": { "current": state::long(r.state), "reason": r.reason },
                 "exit_code": { "return_code": r.exit_code.unwrap_or(0) },
                 "nodes": r.nodes,
                 "time": {
@@ -795,10 +796,10 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         }
     }
     for s in p.values("state").iter().flat_map(|s| query::list(s)) {
-        match format::parse_state(&s) {
+        match state::parse(&s) {
             Some(st) => sel.states.push(st),
             // A state cadre's jobs are never in selects nothing.
-            None if format::is_other_slurm_state(&s) => {}
+            None if state::is_other(&s) => {}
             None => return query::fail(CMD, format!("Invalid state: {s}")),
         }
     }

@@ -20,6 +20,7 @@ use crate::client::ApiFailure;
 use cadre_core::job::JobState;
 use cadre_proto::api::{CancelRequest, JobList, JobView};
 use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
 use hyper::Method;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -253,7 +254,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         .or_else(|| env("SCANCEL_STATE"))
     {
         for s in query::list(&t) {
-            match super::format::parse_state(&s) {
+            match state::parse(&s) {
                 Some(st @ (JobState::Pending | JobState::Running)) => sel.states.push(st),
                 // cadre does not suspend jobs: no job is SUSPENDED.
                 _ if s.eq_ignore_ascii_case("SUSPENDED") || s.eq_ignore_ascii_case("S") => {}

@@ -15,6 +15,7 @@ use super::query::{self, JobRef};
 use cadre_core::job::{JobState, RequeuePolicy};
 use cadre_proto::api::{JobList, JobView, StepList};
 use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
 use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -369,8 +370,8 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
             .start_time
             .or(j.expected_start)
             .map_or_else(|| "N/A".into(), format::timestamp),
-        StateCompact => format::state_compact(j.state).into(),
-        State => format::state_long(j.state).into(),
+        StateCompact => state::compact(j.state).into(),
+        State => state::long(j.state).into(),
         User => j.user.clone(),
         Uid => query::uid_of(&j.user).map_or_else(|| j.user.clone(), |u| u.to_string()),
         Reservation => null(),
@@ -547,7 +548,7 @@ pub(crate) fn rows(jobs: Vec<JobView>, sel: &Selection, one_per_task: bool, now:
         let (x, y) = (&a.job, &b.job);
         x.partition
             .cmp(&y.partition)
-            .then(format::state_rank(x.state).cmp(&format::state_rank(y.state)))
+            .then(state::rank(x.state).cmp(&state::rank(y.state)))
             .then(y.priority.cmp(&x.priority))
             .then(y.id.cmp(&x.id))
     });
@@ -569,7 +570,7 @@ fn sort_rows(rows: &mut [Row], keys: &str, now: u64) {
             Some(match f {
                 Field::JobId | Field::JobIdUnique => j.id.0,
                 Field::PriorityNorm | Field::Priority => j.priority.unwrap_or(0),
-                Field::StateCompact | Field::State => format::state_rank(j.state) as u64,
+                Field::StateCompact | Field::State => state::rank(j.state) as u64,
                 Field::StartTime => j.start_time.or(j.expected_start).unwrap_or(u64::MAX),
                 Field::SubmitTime => j.submit_time,
                 Field::TimeUsed => time_used(j, now),
@@ -614,7 +615,7 @@ fn json(rows: &[Row], now: u64) -> serde_json::Value {
                 "user_name": j.user,
                 "account": j.account,
                 "partition": j.partition,
-                "job_state": format::state_long(j.state),
+                "job_state": state::long(j.state),
                 "state_reason": value(r, Field::Reason, now),
                 "nodes": j.nodes,
                 "node_count": query::node_count(j),
@@ -654,13 +655,13 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         .map(str::to_owned)
         .or_else(|| env("SQUEUE_STATES"))
     {
-        Some(s) if s.eq_ignore_ascii_case("all") => sel.states = Some(format::ALL_STATES.to_vec()),
+        Some(s) if s.eq_ignore_ascii_case("all") => sel.states = Some(state::ALL.to_vec()),
         Some(s) => {
             let mut states = Vec::new();
             for name in query::list(&s) {
-                match format::parse_state(&name) {
+                match state::parse(&name) {
                     Some(st) => states.push(st),
-                    None if format::is_other_slurm_state(&name) => {}
+                    None if state::is_other(&name) => {}
                     None => {
                         eprintln!("{CMD}: error: Invalid job state specified: {name}");
                         eprintln!(
@@ -916,7 +917,7 @@ pub(crate) mod tests {
             job(5, JobState::Timeout),
         ];
         let sel = Selection {
-            states: Some(format::ALL_STATES.to_vec()),
+            states: Some(state::ALL.to_vec()),
             ..Selection::default()
         };
         let rows = rows(jobs, &sel, false, 2_200);
@@ -928,7 +929,7 @@ pub(crate) mod tests {
 
     fn rows_after(now: u64) -> Vec<Row> {
         let sel = Selection {
-            states: Some(format::ALL_STATES.to_vec()),
+            states: Some(state::ALL.to_vec()),
             ..Selection::default()
         };
         rows(vec![job(3, JobState::Failed)], &sel, false, now)
