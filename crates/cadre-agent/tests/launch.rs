@@ -15,6 +15,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{is_root, root_or_skip, skip_unless_ci};
+
 /// How long a test waits for a task before it gives up: a hang guard, not a measure.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
@@ -374,10 +377,6 @@ fn a_missing_program_is_reported_as_such() {
     );
 }
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 /// A directory anybody may write to, for tasks that run as `nobody`.
 fn open_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -387,8 +386,10 @@ fn open_dir() -> tempfile::TempDir {
 
 #[test]
 fn a_root_agent_runs_tasks_as_their_user() {
-    if !is_root() {
-        eprintln!("skipped: switching users needs root");
+    if !root_or_skip(
+        "the tests of tasks run as their user",
+        "switching users needs root",
+    ) {
         return;
     }
     let nobody = RunAs::lookup("nobody").unwrap();
@@ -577,8 +578,10 @@ fn wait_for_files(dir: &Path, names: &[&str]) {
 
 #[test]
 fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_namespace() {
-    if !is_root() {
-        eprintln!("skipped: mount namespaces need root");
+    if !root_or_skip(
+        "the tests of mount namespaces",
+        "mount namespaces need root",
+    ) {
         return;
     }
     let nobody = RunAs::lookup("nobody").unwrap();
@@ -679,14 +682,7 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
 /// test is skipped, saying why) where there is none or the tests do not run as root (the
 /// runtime is rootful), except under CI, which must run them.
 fn test_runtime() -> Option<cadre_agent::container::ContainerRuntime> {
-    let skip = |why: String| {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs the container tests: {why}"
-        );
-        eprintln!("skipped: {why}");
-        None
-    };
+    let skip = |why: String| skip_unless_ci("the container tests", &why);
     if !is_root() {
         return skip("the container tests run a rootful runtime, as root".into());
     }
