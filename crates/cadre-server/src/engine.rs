@@ -27,6 +27,7 @@ mod steps;
 pub use steps::IoHub;
 pub(crate) use steps::{StepJob, step_view};
 
+use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::authority::check_spec_change;
 use crate::metrics::Metrics;
@@ -60,35 +61,6 @@ const MAX_BATCH: usize = 4096;
 
 /// How often fair-share usage is saved (and at shutdown): what a crash can forget.
 const USAGE_SAVE_INTERVAL: Duration = Duration::from_secs(60);
-
-/// An error answered to an API caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        match e {
-            // A number of the request (a job id, a time) beyond what the store keeps: the
-            // request's fault, not the store's.
-            StoreError::OutOfRange { .. } => {
-                ApiError::new(ErrorCode::InvalidRequest, e.to_string())
-            }
-            e => ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}")),
-        }
-    }
-}
 
 type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
 
