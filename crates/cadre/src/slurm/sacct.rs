@@ -19,8 +19,7 @@
 //! at or before the end.
 
 use super::format::{self, LocalTime, TableColumn, TableStyle};
-use super::query::Opt;
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_core::job::{ArrayIndex, JobState};
 use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
 use cadre_slurm::getopt::ArgKind;

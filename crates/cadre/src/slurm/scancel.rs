@@ -14,8 +14,7 @@
 //! user (`Access/permission denied`). This is current Slurm's behaviour; Slurm 22.05 said
 //! nothing about unknown or ended jobs unless `-v` and exited 0.
 
-use super::query::Opt;
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use crate::client::ApiFailure;
 use cadre_core::job::JobState;
 use cadre_proto::api::{CancelRequest, JobList, JobView};

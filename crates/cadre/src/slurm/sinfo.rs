@@ -17,8 +17,7 @@
 //! memory `N/A`, reason time stamps and users `Unknown`, no groups restriction (`all`).
 
 use super::format::{self, Layout, parse_names, parse_percent};
-use super::query;
-use super::query::Opt;
+use super::query::{self, Opt};
 use cadre_proto::api::{NodeList, NodeView, PartitionList, PartitionView};
 use cadre_slurm::getopt::ArgKind;
 use cadre_slurm::time::format_duration_short;

@@ -8,8 +8,7 @@
 //! others are left out. `-o` takes sprio's `%` fields.
 
 use super::format::{Layout, parse_percent};
-use super::query::Opt;
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_proto::api::{PriorityList, PriorityView, PriorityWeightsView};
 use cadre_slurm::getopt::ArgKind;
 use std::ffi::OsString;

@@ -10,8 +10,7 @@
 //! Not here: the field engine ([`super::format`]).
 
 use super::format::{self, Layout, parse_names, parse_percent};
-use super::query::Opt;
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_core::job::{JobState, RequeuePolicy};
 use cadre_proto::api::{JobList, JobView, StepList};
 use cadre_slurm::getopt::ArgKind;

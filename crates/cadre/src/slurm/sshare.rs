@@ -9,8 +9,7 @@
 //! association yet: those columns are empty.
 
 use super::format::{self, TableColumn, TableStyle};
-use super::query;
-use super::query::Opt;
+use super::query::{self, Opt};
 use cadre_proto::api::{ShareList, ShareView};
 use cadre_slurm::getopt::ArgKind;
 use std::collections::BTreeMap;
