@@ -20,13 +20,14 @@
 //! given), whatever the submitter's environment said; the job's variables always win over
 //! exported ones.
 
-use crate::launch::{LaunchError, RunAs};
+use crate::launch_error::LaunchError;
 use crate::pattern::PatternValues;
-use crate::supervise::PreEndSignal;
+use crate::run_as::RunAs;
 use cadre_core::alloc::{Allocation, TaskAlloc};
 use cadre_core::cluster::{NodeId, NodeShape};
 use cadre_core::hostlist;
 use cadre_core::job::{JobId, JobSpec};
+use cadre_core::run::PreEndSignal;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;

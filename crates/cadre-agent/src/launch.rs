@@ -34,18 +34,20 @@
 //! the child writes which one to a close-on-exec pipe before it exits, so the error says
 //! what failed ("cannot open output file ... as uid 65534") rather than a bare errno.
 
-use crate::cgroup::{CgroupError, TaskCgroup};
+use crate::cgroup::TaskCgroup;
 use crate::container;
+use crate::fork::fork_guard;
 use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace};
+pub use crate::launch_error::LaunchError;
 use crate::pattern::{self, expand_output_path};
+pub use crate::run_as::RunAs;
 use crate::supervise::{Limits, RunningTask, TaskFiles};
-use cadre_core::cluster::NodeId;
 use cadre_core::job::JobId;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::CpuSet;
 use nix::sys::stat::Mode;
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Uid};
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -54,195 +56,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-/// Taken shared around every fork of a task, and exclusive while the agent holds a file
-/// it will execute open for writing (a batch script).
-///
-/// Why: a child forked by one thread inherits every descriptor of the process until it
-/// execs, close-on-exec ones included; if one is another thread's script still open for
-/// writing, executing that script meanwhile fails with ETXTBSY ("text file busy"). With
-/// this lock no fork happens while such a descriptor is open, and every forked child has
-/// exec'd (or died) by the time `spawn` returns.
-static FORK_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-pub(crate) fn fork_guard() -> std::sync::RwLockReadGuard<'static, ()> {
-    // The lock guards no data: a panic while it was held leaves nothing inconsistent.
-    FORK_LOCK.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Holds off every task fork of this process while the guard lives: take it while a file
-/// that will be executed is open for writing (see `FORK_LOCK`).
-pub(crate) fn no_fork_guard() -> std::sync::RwLockWriteGuard<'static, ()> {
-    FORK_LOCK.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What went wrong launching or supervising a task.
-#[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
-    #[error("job {job} has {tasks} tasks; there is no task {index}")]
-    NoSuchTask {
-        job: JobId,
-        index: usize,
-        tasks: usize,
-    },
-    #[error("task {index} of job {job} is not placed on node {node}")]
-    TaskNotOnNode {
-        job: JobId,
-        index: usize,
-        node: String,
-    },
-    #[error("job {job} uses node id {} but no name was given for it", node.0)]
-    UnknownNodeName { job: JobId, node: NodeId },
-    #[error("job {job} is allocated GPU position {gpu} but this node has {gpus} GPUs")]
-    GpuOutOfRange { job: JobId, gpu: u32, gpus: usize },
-    #[error("job {job} is allocated core {core} but this node has {cores} cores")]
-    CoreOutOfRange { job: JobId, core: u32, cores: usize },
-    #[error("job {job} has no command to run")]
-    EmptyCommand { job: JobId },
-    #[error("job {job}: {what} `{value}` contains a NUL byte")]
-    NulByte {
-        job: JobId,
-        what: &'static str,
-        value: String,
-    },
-    #[error("user `{user}` does not exist on this node")]
-    UnknownUser { user: String },
-    #[error("failed to look up user `{user}`: {source}")]
-    UserLookup { user: String, source: Errno },
-    #[error("job {job} was submitted by `{submitter}` but was to run as `{user}`")]
-    UserMismatch {
-        job: JobId,
-        submitter: String,
-        user: String,
-    },
-    #[error("refusing to run job {job} of user `{user}` as root (uid 0)")]
-    RefuseRoot { job: JobId, user: String },
-    #[error(
-        "cannot run job {job} as `{user}` (uid {uid}): the agent runs as uid {agent_uid}, \
-         not root, and can only run its own tasks"
-    )]
-    CannotSwitchUser {
-        job: JobId,
-        user: String,
-        uid: u32,
-        agent_uid: u32,
-    },
-    #[error("job {job} has no task on node {node}")]
-    NoTasksOnNode { job: JobId, node: String },
-    #[error("job {job}: working directory {} does not exist", dir.display())]
-    NoWorkDir { job: JobId, dir: PathBuf },
-    #[error("failed to create a pipe for launching job {job}: {source}")]
-    Pipe { job: JobId, source: Errno },
-    /// A variable of the task that the container's environment file cannot carry.
-    #[error("job {job}: {source}")]
-    ContainerEnv {
-        job: JobId,
-        source: container::EnvFileError,
-    },
-    #[error("failed to make the environment file of job {job}'s container: {source}")]
-    EnvFile { job: JobId, source: Errno },
-    /// The image would be read from the node's files or another store of the node, which
-    /// only root's jobs may use (see `check_image`).
-    #[error(
-        "job {job}: the image `{image}` is read through the `{transport}` transport, from the \
-         node's own files or stores, which only root's jobs may use (the root runtime would \
-         load it into the node's image store under names of its choosing); push it to a \
-         registry, or have an administrator load it on the node"
-    )]
-    ImageTransport {
-        job: JobId,
-        image: String,
-        transport: &'static str,
-    },
-    #[error("failed to start task {procid} of job {job}: {step}: {source}")]
-    Spawn {
-        job: JobId,
-        procid: u32,
-        step: String,
-        source: io::Error,
-    },
-    #[error("job {job}: {source}")]
-    Cgroup { job: JobId, source: CgroupError },
-    #[error("failed to send {signal} to task {procid} of job {job} (pid {pid}): {source}")]
-    Signal {
-        job: JobId,
-        procid: u32,
-        pid: i32,
-        signal: String,
-        source: Errno,
-    },
-    #[error("failed to wait for task {procid} of job {job} (pid {pid}): {source}")]
-    Wait {
-        job: JobId,
-        procid: u32,
-        pid: i32,
-        source: io::Error,
-    },
-}
-
-/// The account a task runs as.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunAs {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub home: Option<PathBuf>,
-    pub shell: Option<PathBuf>,
-}
-
-impl RunAs {
-    /// The account named `name`, from the node's user database.
-    pub fn lookup(name: &str) -> Result<RunAs, LaunchError> {
-        let user = User::from_name(name)
-            .map_err(|source| LaunchError::UserLookup {
-                user: name.to_string(),
-                source,
-            })?
-            .ok_or_else(|| LaunchError::UnknownUser {
-                user: name.to_string(),
-            })?;
-        Ok(RunAs::from_user(user))
-    }
-
-    /// The account the agent runs as.
-    pub fn current() -> Result<RunAs, LaunchError> {
-        let uid = nix::unistd::geteuid();
-        let user = User::from_uid(uid)
-            .map_err(|source| LaunchError::UserLookup {
-                user: format!("uid {uid}"),
-                source,
-            })?
-            .ok_or_else(|| LaunchError::UnknownUser {
-                user: format!("uid {uid}"),
-            })?;
-        Ok(RunAs::from_user(user))
-    }
-
-    fn from_user(user: User) -> RunAs {
-        RunAs {
-            name: user.name,
-            uid: user.uid.as_raw(),
-            gid: user.gid.as_raw(),
-            home: Some(user.dir),
-            shell: Some(user.shell),
-        }
-    }
-
-    /// `HOME`, `USER`, `LOGNAME`, `SHELL` for a task that exports nothing.
-    pub(crate) fn account_env(&self) -> Vec<(String, String)> {
-        let mut out = vec![
-            ("USER".to_string(), self.name.clone()),
-            ("LOGNAME".to_string(), self.name.clone()),
-        ];
-        if let Some(home) = &self.home {
-            out.push(("HOME".into(), home.display().to_string()));
-        }
-        if let Some(shell) = &self.shell {
-            out.push(("SHELL".into(), shell.display().to_string()));
-        }
-        out
-    }
-}
 
 /// Whether and how the child changes its identity.
 #[derive(Clone, Debug, PartialEq, Eq)]

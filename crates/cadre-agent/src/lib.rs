@@ -11,7 +11,9 @@
 //!   task sees (the Slurm job variables, `CUDA_VISIBLE_DEVICES`).
 //! - [`pattern`]: Slurm's output file name patterns (`slurm-%j.out`).
 //! - [`launch`]: starting one task: user switch, CPU pinning, working directory, output
-//!   files, process group, optional cgroup.
+//!   files, process group, optional cgroup; with [`run_as`] (the account a task runs as),
+//!   [`launch_error`] (what goes wrong launching or supervising it) and `fork` (the lock
+//!   around task forks), modules of their own since the others use them too.
 //! - [`supervise`]: a running task's time limit, `--signal` before the end, cancellation,
 //!   and its outcome as a [`cadre_core::job::JobState`].
 //! - [`gang`]: starting all of a job's tasks on this node, or none.
@@ -32,12 +34,15 @@
 pub mod cgroup;
 pub mod container;
 pub mod discovery;
+mod fork;
 pub mod gang;
 pub mod gpu;
 pub mod jobenv;
 pub mod launch;
+pub mod launch_error;
 pub mod mountns;
 pub mod pattern;
+pub mod run_as;
 pub mod rundir;
 pub mod service;
 pub mod supervise;

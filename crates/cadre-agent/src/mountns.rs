@@ -209,7 +209,7 @@ fn try_user_namespace() -> std::io::Result<()> {
         });
     }
     let status = {
-        let _fork = crate::launch::fork_guard();
+        let _fork = crate::fork::fork_guard();
         cmd.spawn()?
     }
     .wait()?;

@@ -23,7 +23,7 @@
 
 use crate::cgroup::{OomCheck, TaskCgroup};
 use crate::jobenv::TaskPlace;
-use crate::launch::LaunchError;
+use crate::launch_error::LaunchError;
 use cadre_core::job::{JobId, JobState};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;

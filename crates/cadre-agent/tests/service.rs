@@ -18,6 +18,9 @@ use cadre_proto::agent::{
 use futures_util::{SinkExt, StreamExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+mod common;
+use common::{is_root, root_or_skip};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
@@ -239,10 +242,6 @@ fn me() -> String {
         .name
 }
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 fn run_ref(job: u64) -> RunRef {
     RunRef::job_run(JobId(job), 0)
 }
@@ -393,8 +392,10 @@ async fn a_batch_script_runs_from_the_state_directory_with_its_arguments() {
 
 #[tokio::test]
 async fn a_root_agent_runs_a_batch_script_as_the_jobs_user() {
-    if !is_root() {
-        eprintln!("skipped: the agent switches users only as root");
+    if !root_or_skip(
+        "the tests of batch scripts run as their user",
+        "the agent switches users only as root",
+    ) {
         return;
     }
     let ctl = Controller::tcp().await;

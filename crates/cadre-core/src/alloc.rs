@@ -4,7 +4,7 @@
 //! its node, cores, GPU device positions (with the share of each GPU it gets), NICs, memory
 //! and named resources. The controller hands it to the agents unchanged; the store records it.
 
-use crate::cluster::NodeId;
+use crate::ids::NodeId;
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use serde::{Deserialize, Serialize};
 

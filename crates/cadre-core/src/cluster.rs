@@ -18,31 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Index of a node in [`Cluster::nodes`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(transparent)]
-pub struct NodeId(pub u32);
-
-/// Index of a switch in [`Cluster::switches`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SwitchId(pub u32);
-
-/// Index of an NVLink block in [`Cluster::blocks`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct BlockId(pub u32);
-
-/// Index of a partition in [`Cluster::partitions`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PartitionId(pub u16);
-
-/// Index of a node shape in [`Cluster::shapes`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ShapeId(pub u16);
+pub use crate::ids::{BlockId, NodeId, PartitionId, ShapeId, SwitchId};
 
 /// One GPU device of a node shape.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

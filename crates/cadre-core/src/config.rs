@@ -2,8 +2,8 @@
 //! they have, how they are grouped into partitions and how they are wired (switch tree and
 //! NVLink blocks). [`load_cluster`] turns it into a [`Cluster`].
 //!
-//! Lives here: the file format, its parsing and validation, and [`parse_slurm_duration`]
-//! (Slurm's time-limit syntax, shared with the Slurm front end). Not here: live state (node
+//! Lives here: the file format, its parsing and validation. Not here: Slurm's duration
+//! syntax ([`crate::time::parse_slurm_duration`], which partition times go through), live state (node
 //! usage, jobs), which the file never describes, and the scheduler's use of the topology.
 //!
 //! The full reference with examples is `docs/cluster.md` at the repository root; example
@@ -77,7 +77,7 @@ use crate::cluster::{
     Partition, ShapeId, Switch, SwitchId,
 };
 use crate::hostlist::{self, HostlistError};
-use crate::time::Dur;
+use crate::time::{Dur, DurationError, parse_slurm_duration};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use std::collections::{BTreeMap, BTreeSet};
@@ -337,102 +337,6 @@ pub enum ClusterProblem {
     BlockSizesWithoutBlocks,
     #[error("block_sizes {sizes:?}: {why}")]
     BadBlockSizes { sizes: Vec<u32>, why: &'static str },
-}
-
-/// Why a Slurm time string could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("failed to parse time `{input}`: {reason}")]
-pub struct DurationError {
-    pub input: String,
-    pub reason: DurationProblem,
-}
-
-/// The specific fault in a Slurm time string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DurationProblem {
-    #[error("it is empty")]
-    Empty,
-    #[error(
-        "expected minutes, minutes:seconds, hours:minutes:seconds, days-hours, \
-         days-hours:minutes, days-hours:minutes:seconds or UNLIMITED"
-    )]
-    Malformed,
-    #[error("{0} must be a number")]
-    NotANumber(&'static str),
-    #[error("hours must be below 24")]
-    Hours,
-    #[error("minutes must be below 60")]
-    Minutes,
-    #[error("seconds must be below 60")]
-    Seconds,
-    #[error("the time is too large")]
-    TooLarge,
-}
-
-/// Parses a Slurm time limit (`--time`, `MaxTime`, `DefaultTime`): `minutes`,
-/// `minutes:seconds`, `hours:minutes:seconds`, `days-hours`, `days-hours:minutes` or
-/// `days-hours:minutes:seconds`. `UNLIMITED` and `INFINITE` (any case) give `None`.
-///
-/// The leading field is unbounded (`90` is 90 minutes, `48:00:00` is 48 hours), as in
-/// Slurm; the fields after it must be below 24 (hours after days) or 60 (minutes, seconds).
-/// `0` gives `Some(Dur(0))`: what zero means (Slurm's `--time=0` is "no limit") is the
-/// caller's decision.
-///
-/// # Errors
-///
-/// A [`DurationError`] naming the input and the fault, such as "failed to parse time
-/// `1-25:00`: hours must be below 24".
-pub fn parse_slurm_duration(s: &str) -> Result<Option<Dur>, DurationError> {
-    let fail = |reason| DurationError {
-        input: s.to_string(),
-        reason,
-    };
-    let t = s.trim();
-    if t.is_empty() {
-        return Err(fail(DurationProblem::Empty));
-    }
-    if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("infinite") {
-        return Ok(None);
-    }
-    let num = |field: &str, what: &'static str| -> Result<u64, DurationError> {
-        if field.is_empty() || !field.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(fail(DurationProblem::NotANumber(what)));
-        }
-        field
-            .parse::<u64>()
-            .map_err(|_| fail(DurationProblem::TooLarge))
-    };
-    let (days, rest) = match t.split_once('-') {
-        Some((d, rest)) => (Some(num(d, "days")?), rest),
-        None => (None, t),
-    };
-    let fields: Vec<&str> = rest.split(':').collect();
-    // (days, hours, minutes, seconds); the first field present is unbounded.
-    let (d, h, m, sec) = match (days, fields.as_slice()) {
-        (None, [m]) => (0, 0, num(m, "minutes")?, 0),
-        (None, [m, s]) => (0, 0, num(m, "minutes")?, num(s, "seconds")?),
-        (None, [h, m, s]) => (0, num(h, "hours")?, num(m, "minutes")?, num(s, "seconds")?),
-        (Some(d), [h]) => (d, num(h, "hours")?, 0, 0),
-        (Some(d), [h, m]) => (d, num(h, "hours")?, num(m, "minutes")?, 0),
-        (Some(d), [h, m, s]) => (d, num(h, "hours")?, num(m, "minutes")?, num(s, "seconds")?),
-        _ => return Err(fail(DurationProblem::Malformed)),
-    };
-    if days.is_some() && h >= 24 {
-        return Err(fail(DurationProblem::Hours));
-    }
-    if fields.len() >= 2 && (days.is_some() || fields.len() == 3) && m >= 60 {
-        return Err(fail(DurationProblem::Minutes));
-    }
-    if fields.len() >= 2 && !(days.is_some() && fields.len() == 2) && sec >= 60 {
-        return Err(fail(DurationProblem::Seconds));
-    }
-    let total = d
-        .checked_mul(86_400)
-        .and_then(|x| x.checked_add(h.checked_mul(3600)?))
-        .and_then(|x| x.checked_add(m.checked_mul(60)?))
-        .and_then(|x| x.checked_add(sec))
-        .ok_or_else(|| fail(DurationProblem::TooLarge))?;
-    Ok(Some(Dur(total)))
 }
 
 /// Reads and loads a cluster description file; errors name the file by its path.
@@ -996,7 +900,8 @@ fn build(raw: RawCluster) -> Result<Cluster, Fail> {
         }
         let time = |key: &'static str, value: &Option<Spanned<String>>| match value {
             None => Ok(None),
-            Some(v) => match parse_slurm_duration(v.get_ref()) {
+            // Spaces around the value are the file's, not the duration's.
+            Some(v) => match parse_slurm_duration(v.get_ref().trim()) {
                 Ok(Some(Dur(0))) => Err((
                     at(v),
                     ClusterProblem::ZeroTime {
@@ -1625,7 +1530,7 @@ fn compress_ids(nums: &[u32]) -> String {
 mod tests {
     use super::*;
     use crate::cluster::PartitionId;
-    use proptest::prelude::*;
+    use crate::time::DurationProblem;
 
     const SMALL: &str = include_str!("../../../examples/clusters/small.toml");
     const SUPERPOD: &str = include_str!("../../../examples/clusters/superpod.toml");
@@ -1857,77 +1762,6 @@ mod tests {
     }
 
     #[test]
-    fn slurm_durations_parse_in_every_form() {
-        let cases = [
-            ("90", Some(Dur::minutes(90))),
-            ("30:00", Some(Dur::minutes(30))),
-            ("5:30", Some(Dur(5 * 60 + 30))),
-            ("48:00:00", Some(Dur::hours(48))),
-            ("1:02:03", Some(Dur(3723))),
-            ("2-00:00:00", Some(Dur::days(2))),
-            ("1-12", Some(Dur::days(1) + Dur::hours(12))),
-            ("1-12:30", Some(Dur(86_400 + 12 * 3600 + 30 * 60))),
-            ("0-0:0:1", Some(Dur(1))),
-            ("0", Some(Dur(0))),
-            ("UNLIMITED", None),
-            ("infinite", None),
-            (" 10 ", Some(Dur::minutes(10))),
-        ];
-        for (s, want) in cases {
-            assert_eq!(parse_slurm_duration(s), Ok(want), "{s}");
-        }
-    }
-
-    #[test]
-    fn bad_slurm_durations_say_what_is_wrong() {
-        let cases = [
-            "1-25:00",
-            "1-2:60",
-            "10:60",
-            "1:60:00",
-            "1:00:60",
-            "",
-            "1:2:3:4",
-            "1-",
-            "-5",
-            "x",
-            "1-2-3",
-            "5:",
-            "99999999999999999999",
-        ];
-        let report: String = cases
-            .iter()
-            .map(|s| match parse_slurm_duration(s) {
-                Ok(d) => format!("{s:?} parsed as {d:?}\n"),
-                Err(e) => format!("{e}\n"),
-            })
-            .collect();
-        insta::assert_snapshot!(report, @r#"
-            failed to parse time `1-25:00`: hours must be below 24
-            failed to parse time `1-2:60`: minutes must be below 60
-            failed to parse time `10:60`: seconds must be below 60
-            failed to parse time `1:60:00`: minutes must be below 60
-            failed to parse time `1:00:60`: seconds must be below 60
-            failed to parse time ``: it is empty
-            failed to parse time `1:2:3:4`: expected minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED
-            failed to parse time `1-`: hours must be a number
-            failed to parse time `-5`: days must be a number
-            failed to parse time `x`: minutes must be a number
-            failed to parse time `1-2-3`: hours must be a number
-            failed to parse time `5:`: seconds must be a number
-            failed to parse time `99999999999999999999`: the time is too large
-        "#);
-    }
-
-    proptest! {
-        #[test]
-        fn printed_durations_parse_back(secs in 0u64..10_000_000_000) {
-            let d = Dur(secs);
-            prop_assert_eq!(parse_slurm_duration(&d.to_string()), Ok(Some(d)));
-        }
-    }
-
-    #[test]
     fn memory_sizes_accept_binary_units_and_mib_integers() {
         assert_eq!(parse_memory_mib("512G"), Ok(512 * 1024));
         assert_eq!(parse_memory_mib("1T"), Ok(1 << 20));
@@ -1996,7 +1830,7 @@ mod tests {
                     "default = true\n[[partition]]\nname = \"q\"\nnodes = \"n1\"\ndefault = true\n",
                 ),
             ),
-            ("bad time", base("max_time = \"1-25:00\"\n")),
+            ("bad time", base("max_time = \"1:2:3:4\"\n")),
             (
                 "default time above max",
                 base("max_time = \"1:00:00\"\ndefault_time = \"2:00:00\"\n"),
@@ -2115,7 +1949,7 @@ mod tests {
             two default partitions:
               test.toml:18:8: partitions "p" and "q" are both marked default; at most one may be
             bad time:
-              test.toml:16:12: partition "p": max_time: failed to parse time `1-25:00`: hours must be below 24
+              test.toml:16:12: partition "p": max_time: failed to parse time `1:2:3:4`: expected minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED
             default time above max:
               test.toml:17:16: partition "p": default_time 02:00:00 is longer than max_time 01:00:00
             core out of range:
@@ -2154,8 +1988,18 @@ mod tests {
     }
 
     #[test]
+    fn partition_times_follow_slurm_and_ignore_surrounding_spaces() {
+        let c = load(&base("max_time = \" 1-25:00 \"\ndefault_time = \"1:60\"\n"));
+        let p = &c.partitions[0];
+        assert_eq!(p.max_time, Some(Dur::days(2) + Dur::hours(1)));
+        assert_eq!(p.default_time, Some(Dur::minutes(2)));
+        let c = load(&base("max_time = \"-1\"\n"));
+        assert_eq!(c.partitions[0].max_time, None);
+    }
+
+    #[test]
     fn error_variants_carry_structured_fields() {
-        let err = load_cluster(&base("max_time = \"1-25:00\"\n"), "x.toml").unwrap_err();
+        let err = load_cluster(&base("max_time = \"1:2:3:4\"\n"), "x.toml").unwrap_err();
         let ConfigError::Invalid {
             at: Some(at),
             problem,
@@ -2171,7 +2015,7 @@ mod tests {
             panic!("{problem}");
         };
         assert_eq!(partition, "p");
-        assert_eq!(error.reason, DurationProblem::Hours);
+        assert_eq!(error.reason, DurationProblem::Malformed);
         assert_eq!(at.line, 16);
     }
 }

@@ -45,8 +45,10 @@
 //! - the same cluster, policy, events and times give the same decisions, bit for bit.
 //!
 //! # Where things live
-//! - [`cluster`], [`job`], [`resources`], [`alloc`], [`time`]: the model.
-//! - [`config`]: the cluster description (versioned TOML) and Slurm time strings;
+//! - [`cluster`], [`job`], [`resources`], [`alloc`], [`time`]: the model; [`ids`]: the
+//!   indices of the cluster's tables, which every part of it names.
+//! - [`config`]: the cluster description (versioned TOML); [`time`] also holds Slurm's
+//!   duration syntax, its one parser and formatter;
 //!   [`hostlist`]: Slurm hostlist expressions.
 //! - [`policy`]: every knob, as versioned TOML; [`priority`]: multifactor priority;
 //!   [`fairshare`]: the account tree, usage decay, Fair Tree and classic factors;
@@ -67,6 +69,7 @@ pub mod cluster;
 pub mod config;
 pub mod fairshare;
 pub mod hostlist;
+pub mod ids;
 pub mod job;
 pub mod placement;
 pub mod policy;

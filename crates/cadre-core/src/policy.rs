@@ -7,7 +7,7 @@
 //! [`Policy::slurm`] and [`Policy::default`] (cadre's own).
 
 use crate::priority::PriorityWeights;
-use crate::time::Dur;
+use crate::time::{Dur, secs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -411,52 +411,6 @@ pub struct AccountConfig {
 
 fn one() -> u32 {
     1
-}
-
-/// Serde for durations: whole seconds, or a string `90s`, `30m`, `12h`, `7d`.
-pub mod secs {
-    use crate::time::Dur;
-    use serde::{Deserialize, Deserializer, Serializer, de};
-
-    pub fn serialize<S: Serializer>(d: &Dur, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.0)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Secs(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Secs(s) => Ok(Dur(s)),
-            Raw::Text(t) => parse(&t).map_err(de::Error::custom),
-        }
-    }
-
-    /// Parses `90s`, `30m`, `12h`, `7d` or a bare number of seconds.
-    pub fn parse(text: &str) -> Result<Dur, String> {
-        let t = text.trim();
-        let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-        let n: u64 = num.parse().map_err(|_| {
-            format!("failed to parse duration `{text}`: expected a number and s, m, h or d")
-        })?;
-        let mult = match unit {
-            "" | "s" => 1,
-            "m" => 60,
-            "h" => 3600,
-            "d" => 86_400,
-            other => {
-                return Err(format!(
-                    "failed to parse duration `{text}`: unknown unit `{other}` (use s, m, h or d)"
-                ));
-            }
-        };
-        n.checked_mul(mult)
-            .map(Dur)
-            .ok_or_else(|| format!("duration `{text}` is too large"))
-    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub struct PriorityWeights {
     pub partition: u32,
     pub qos: u32,
     /// Age at which the age factor reaches 1 (Slurm `PriorityMaxAge`, default 7 days).
-    #[serde(with = "crate::policy::secs")]
+    #[serde(with = "crate::time::secs")]
     pub max_age: Dur,
     /// Small jobs get the larger job-size factor (Slurm `PriorityFavorSmall`).
     pub favor_small: bool,

@@ -16,13 +16,6 @@ use crate::nesting::{MAX_NESTING_DEPTH, find_too_deep};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-/// The kinds cadre reads, as error messages list them.
-pub const SUPPORTED_KINDS: &str = "batch/v1 Job; jobset.x-k8s.io/v1alpha2 JobSet; \
-    kubeflow.org/v2beta1 MPIJob; kubeflow.org/v1 PyTorchJob; batch.volcano.sh/v1alpha1 Job; \
-    scheduling.volcano.sh/v1beta1 Queue; kueue.x-k8s.io/v1beta1 and v1beta2 ResourceFlavor, \
-    ClusterQueue, LocalQueue and Topology (also v1alpha1); \
-    trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime";
-
 /// One object of a supported kind.
 #[derive(Clone, Debug)]
 pub enum Object {

@@ -2,9 +2,17 @@
 //! was refused, where (file, document, object, field path) and why.
 //!
 //! A refusal of an object lists every problem found in it at once ([`Problem`]), so that a
-//! user fixes a manifest in one pass rather than one field per try.
+//! user fixes a manifest in one pass rather than one field per try. The list of the kinds
+//! cadre reads, which the refusal of any other names, is here too ([`SUPPORTED_KINDS`]).
 
 use std::fmt;
+
+/// The kinds cadre reads, as error messages list them.
+pub const SUPPORTED_KINDS: &str = "batch/v1 Job; jobset.x-k8s.io/v1alpha2 JobSet; \
+    kubeflow.org/v2beta1 MPIJob; kubeflow.org/v1 PyTorchJob; batch.volcano.sh/v1alpha1 Job; \
+    scheduling.volcano.sh/v1beta1 Queue; kueue.x-k8s.io/v1beta1 and v1beta2 ResourceFlavor, \
+    ClusterQueue, LocalQueue and Topology (also v1alpha1); \
+    trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime";
 
 /// One thing cadre cannot do with an object: the field, as a path in the manifest
 /// (`spec.template.spec.volumes[0]`), and the reason.
@@ -68,7 +76,7 @@ pub enum K8sError {
         "{origin}, document {doc}: kind `{kind}` of apiVersion `{api_version}` is not supported{}; \
          cadre reads {}",
         .hint.as_deref().map(|h| format!(" ({h})")).unwrap_or_default(),
-        crate::document::SUPPORTED_KINDS
+        SUPPORTED_KINDS
     )]
     UnsupportedKind {
         origin: String,

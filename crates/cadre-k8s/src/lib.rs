@@ -124,8 +124,8 @@ pub use contract::{
     JobFile, PlacedTask, Placement, RSH_AGENT, discover_hosts, dns_names, holds_for_rsh, hostfile,
     hosts_file, job_files, pod_name, rank_environment, rank_program, task_of_rank,
 };
-pub use document::{Object, SUPPORTED_KINDS, documents_json, parse_documents, parse_numbered};
-pub use error::{K8sError, Problem};
+pub use document::{Object, documents_json, parse_documents, parse_numbered};
+pub use error::{K8sError, Problem, SUPPORTED_KINDS};
 pub use model::{
     CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun,
     MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,

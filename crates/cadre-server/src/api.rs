@@ -6,8 +6,9 @@
 //! separate read handle of the store, overlaid with the scheduler's live view (pending
 //! reasons, priorities, expected starts) from the engine.
 
+use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::engine::{ApiError, Command, Engine, JobAction, NodeAction, wall_now};
+use crate::engine::{Command, Engine, JobAction, NodeAction, wall_now};
 use crate::metrics::scrape_state;
 use crate::state::AppState;
 use axum::extract::rejection::JsonRejection;
@@ -1366,7 +1367,7 @@ async fn metrics(
     };
     let text = st
         .engine
-        .read(move |e| metrics.render(&scrape_state(e, scope)))
+        .read(move |e| metrics.render(&scrape_state(&e.sched, e.emulated_gpus(), scope)))
         .await?;
     Ok((
         [(

@@ -11,8 +11,8 @@ use cadre_store::TokenHash;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::engine::ApiError;
-use crate::state::ReadStore;
+use crate::api_error::ApiError;
+use crate::read_store::ReadStore;
 
 /// Where a connection comes from.
 #[derive(Clone, Debug)]

@@ -16,8 +16,8 @@
 //! are created on demand, the queue exists): `Scheduler::validate` at submission. No update
 //! changes those fields today; one that does must add its rule here.
 
+use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::engine::ApiError;
 use crate::limits::{LimitError, MAX_TIME_LIMIT_SECS};
 use cadre_core::job::JobSpec;
 use cadre_proto::api::{ErrorCode, ErrorReason};

@@ -27,6 +27,7 @@ mod steps;
 pub use steps::IoHub;
 pub(crate) use steps::{StepJob, step_view};
 
+use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::authority::check_spec_change;
 use crate::metrics::Metrics;
@@ -61,56 +62,6 @@ const MAX_BATCH: usize = 4096;
 
 /// How often fair-share usage is saved (and at shutdown): what a crash can forget.
 const USAGE_SAVE_INTERVAL: Duration = Duration::from_secs(60);
-
-/// An error answered to an API caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: ErrorCode,
-    pub reason: ErrorReason,
-    pub subject: Option<String>,
-    pub message: String,
-}
-
-impl ApiError {
-    /// An error of `code` whose reason is the code's own (no client tells it apart).
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            reason: ErrorReason::of_code(code),
-            subject: None,
-            message: message.into(),
-        }
-    }
-
-    /// An error for `reason` (its code follows from it).
-    pub fn because(reason: ErrorReason, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code: reason.code(),
-            reason,
-            subject: None,
-            message: message.into(),
-        }
-    }
-
-    /// The one name or value the reason is about.
-    pub fn about(mut self, subject: impl Into<String>) -> ApiError {
-        self.subject = Some(subject.into());
-        self
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        match e {
-            // A number of the request (a job id, a time) beyond what the store keeps: the
-            // request's fault, not the store's.
-            StoreError::OutOfRange { .. } => {
-                ApiError::because(ErrorReason::OutOfRange, e.to_string())
-            }
-            e => ApiError::new(ErrorCode::Unavailable, format!("the store failed: {e}")),
-        }
-    }
-}
 
 type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
 

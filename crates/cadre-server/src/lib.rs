@@ -9,7 +9,8 @@
 //! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
 //!   WebSocket; [`metrics`]: the Prometheus exposition; [`limits`]: the bounds of the
 //!   numbers a request may carry; [`authority`]: what a caller may set in a job's spec,
-//!   submitted or updated;
+//!   submitted or updated; [`api_error`]: the error every part answers a caller with;
+//!   [`read_store`]: the store handle for reads; [`state`]: what every handler shares;
 //! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
 //!   the store, and runs until told to stop; [`listen`]: the connections, their timeouts
 //!   and each TCP peer's cap.
@@ -18,6 +19,7 @@
 
 pub mod agents;
 pub mod api;
+pub mod api_error;
 pub mod auth;
 pub mod authority;
 pub mod engine;
@@ -25,12 +27,14 @@ pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod queues;
+pub mod read_store;
 pub mod state;
 
 use crate::auth::Authenticator;
 use crate::engine::{Command, Engine, EngineConfig, EngineHandle, RecoverError};
 use crate::metrics::Metrics;
-use crate::state::{AppState, ReadStore};
+use crate::read_store::ReadStore;
+use crate::state::AppState;
 use cadre_core::cluster::Cluster;
 use cadre_core::policy::Policy;
 use cadre_core::scheduler::{CoreError, Scheduler};

@@ -68,8 +68,8 @@ impl LimitError {
 impl LimitError {
     /// The API's error for it (`out_of_range`, about the field), its message prefixed
     /// with `at` (the request's path to the field's parent, e.g. `jobs[2].`).
-    pub(crate) fn answer(self, at: &str) -> crate::engine::ApiError {
-        crate::engine::ApiError::because(
+    pub(crate) fn answer(self, at: &str) -> crate::api_error::ApiError {
+        crate::api_error::ApiError::because(
             cadre_proto::api::ErrorReason::OutOfRange,
             format!("{at}{self}"),
         )

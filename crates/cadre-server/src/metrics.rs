@@ -12,9 +12,9 @@
 //! ([`Scope::WithJobs`]); anonymous ones get every other series.
 //! Utilization and memory per GPU need NVML on the node; the agent does not report them yet.
 
-use crate::engine::Engine;
 use cadre_core::cluster::NodeState;
 use cadre_core::resources::MILLI_PER_GPU;
+use cadre_core::scheduler::Scheduler;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -140,9 +140,9 @@ pub enum Scope {
     WithJobs,
 }
 
-/// The state gauges, computed from the engine's live state.
-pub fn scrape_state(engine: &Engine, scope: Scope) -> Registry {
-    let sched = &engine.sched;
+/// The state gauges, computed from the engine's live state: its scheduler, and whether the
+/// cluster's GPUs are declared rather than discovered.
+pub fn scrape_state(sched: &Scheduler, emulated_gpus: bool, scope: Scope) -> Registry {
     let cluster = sched.cluster();
     let mut registry = Registry::default();
     let jobs = Family::<JobLabels, Gauge>::default();
@@ -174,11 +174,7 @@ pub fn scrape_state(engine: &Engine, scope: Scope) -> Registry {
         total.get_or_create(&labels).set(gpus as i64);
         emulated
             .get_or_create(&labels)
-            .set(if engine.emulated_gpus() {
-                gpus as i64
-            } else {
-                0
-            });
+            .set(if emulated_gpus { gpus as i64 } else { 0 });
         allocated
             .get_or_create(&labels)
             .set(used as f64 / MILLI_PER_GPU as f64);

@@ -381,10 +381,7 @@ pub fn build_job(
         ..TaskResources::default()
     };
 
-    let time_limit = match opts.time {
-        None | Some(TimeLimit::Unlimited) => Dur(0),
-        Some(TimeLimit::Minutes(m)) => Dur(m * 60),
-    };
+    let time_limit = opts.time.map_or(Dur(0), TimeLimit::dur);
     let account = opts
         .account
         .clone()

@@ -1,11 +1,16 @@
-//! Command-line splitting with GNU `getopt_long`'s rules, which every Slurm command uses:
-//! long options as `--name=value` or `--name value`, unique prefixes of long names
-//! (`--hol` is `--hold`), short options bundled (`-HN2`) or with attached values (`-n4`),
-//! optional values only in the attached form (`--nice=5`, never `--nice 5`), `--` ending
-//! the options, and (as Slurm's commands ask with a leading `+`) option processing ending
-//! at the first operand (the script), so that what follows it is the script's arguments.
+//! Command-line splitting with GNU `getopt_long`'s rules, the one getopt of every Slurm
+//! command cadre implements (`sbatch`, `srun`, `salloc` and the read-side commands): long
+//! options as `--name=value` or `--name value`, unique prefixes of long names (`--hol` is
+//! `--hold`), short options bundled (`-HN2`) or with attached values (`-n4`), optional
+//! values only in the attached form (`--nice=5`, never `--nice 5`), and `--` ending the
+//! options. Where option processing stops is the command's choice ([`Order`]): at the
+//! first operand (the script), as `sbatch`, `srun` and `salloc` ask with a leading `+`, so
+//! that what follows it is the script's arguments; or nowhere, options following operands,
+//! as the read-side commands take them.
 //!
 //! Errors are glibc's messages, which users of Slurm see verbatim.
+//!
+//! Not here: what the options mean (each command's table and its module).
 
 /// Whether an option takes a value.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -14,6 +19,21 @@ pub enum ArgKind {
     Required,
     /// Only in the attached form `--name=value`.
     Optional,
+    /// Attached, or else the next argument unless it starts with `-`: how squeue's `-j`
+    /// and `-s` and sprio's `-j` take theirs (Slurm's commands look at the next argument
+    /// themselves after getopt).
+    OptionalOrNext,
+}
+
+/// Where option processing stops.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// At the first operand: what follows it is operands (`sbatch`, `srun`, `salloc`, whose
+    /// optstrings begin with `+`).
+    RequireOrder,
+    /// Nowhere but at `--`: options may follow operands (GNU's default; the read-side
+    /// commands).
+    Permute,
 }
 
 /// One option of a command's table.
@@ -25,12 +45,60 @@ pub struct OptDef<K> {
     pub key: K,
 }
 
+/// Options keyed by their long name, as the read-side commands key theirs.
+impl OptDef<&'static str> {
+    pub const fn new(short: char, long: &'static str, arg: ArgKind) -> Self {
+        OptDef {
+            long,
+            short: Some(short),
+            arg,
+            key: long,
+        }
+    }
+
+    /// An option with no short form.
+    pub const fn long(long: &'static str, arg: ArgKind) -> Self {
+        OptDef {
+            long,
+            short: None,
+            arg,
+            key: long,
+        }
+    }
+}
+
 /// The options found, in order, and the operands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed<K> {
     pub opts: Vec<(K, Option<String>)>,
-    /// The first operand (a script) and everything after it.
+    /// The operands: with [`Order::RequireOrder`], the first operand (a script) and
+    /// everything after it.
     pub operands: Vec<String>,
+}
+
+impl<K: PartialEq> Parsed<K> {
+    /// Whether the option was given.
+    pub fn has(&self, key: K) -> bool {
+        self.opts.iter().any(|(k, _)| *k == key)
+    }
+
+    /// The last value given to the option (later options override earlier ones).
+    pub fn value(&self, key: K) -> Option<&str> {
+        self.opts
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// Every value given to the option, in order (`-j 1 -j 2`).
+    pub fn values(&self, key: K) -> Vec<&str> {
+        self.opts
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect()
+    }
 }
 
 /// glibc's complaints. [`std::fmt::Display`] gives the text after `prog: `.
@@ -53,9 +121,14 @@ pub enum GetoptError {
     },
 }
 
-/// Splits `args` (without the program name) by the table `defs`.
-pub fn parse<K: Copy>(defs: &[OptDef<K>], args: &[String]) -> Result<Parsed<K>, GetoptError> {
+/// Splits `args` (without the program name) by the table `defs`, stopping as `order` says.
+pub fn parse<K: Copy>(
+    defs: &[OptDef<K>],
+    args: &[String],
+    order: Order,
+) -> Result<Parsed<K>, GetoptError> {
     let mut opts = Vec::new();
+    let mut operands = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -69,62 +142,69 @@ pub fn parse<K: Copy>(defs: &[OptDef<K>], args: &[String]) -> Result<Parsed<K>, 
                 None => (body, None),
             };
             let def = find_long(defs, name, arg)?;
+            i += 1;
             let value = match (def.arg, attached) {
                 (ArgKind::None, Some(_)) => return Err(GetoptError::NoArgAllowed(def.long)),
                 (ArgKind::None, None) => None,
-                (ArgKind::Optional, v) => v,
-                (ArgKind::Required, Some(v)) => Some(v),
+                (_, Some(v)) => Some(v),
+                (ArgKind::Optional, None) => None,
+                (ArgKind::OptionalOrNext, None) => take_next_unless_option(args, &mut i),
                 (ArgKind::Required, None) => {
+                    let v = args.get(i).ok_or(GetoptError::MissingLong(def.long))?;
                     i += 1;
-                    match args.get(i) {
-                        Some(v) => Some(v.clone()),
-                        None => return Err(GetoptError::MissingLong(def.long)),
-                    }
+                    Some(v.clone())
                 }
             };
             opts.push((def.key, value));
-            i += 1;
             continue;
         }
         if arg.len() > 1 && arg.starts_with('-') {
             let chars: Vec<char> = arg[1..].chars().collect();
+            i += 1;
             let mut j = 0;
             while j < chars.len() {
                 let c = chars[j];
+                j += 1;
                 let def = defs
                     .iter()
                     .find(|d| d.short == Some(c))
                     .ok_or(GetoptError::InvalidShort(c))?;
-                match def.arg {
-                    ArgKind::None => {
-                        opts.push((def.key, None));
-                        j += 1;
+                let rest: String = chars[j..].iter().collect();
+                let value = match def.arg {
+                    ArgKind::None => None,
+                    _ if !rest.is_empty() => {
+                        j = chars.len();
+                        Some(rest)
                     }
-                    ArgKind::Optional | ArgKind::Required => {
-                        let rest: String = chars[j + 1..].iter().collect();
-                        let value = if !rest.is_empty() {
-                            Some(rest)
-                        } else if def.arg == ArgKind::Optional {
-                            None
-                        } else {
-                            i += 1;
-                            Some(args.get(i).cloned().ok_or(GetoptError::MissingShort(c))?)
-                        };
-                        opts.push((def.key, value));
-                        break;
+                    ArgKind::Optional => None,
+                    ArgKind::OptionalOrNext => take_next_unless_option(args, &mut i),
+                    ArgKind::Required => {
+                        let v = args.get(i).ok_or(GetoptError::MissingShort(c))?;
+                        i += 1;
+                        Some(v.clone())
                     }
-                }
+                };
+                opts.push((def.key, value));
             }
-            i += 1;
             continue;
         }
-        // The first operand ends the options.
-        break;
+        match order {
+            // The first operand ends the options.
+            Order::RequireOrder => break,
+            Order::Permute => {
+                operands.push(arg.clone());
+                i += 1;
+            }
+        }
     }
-    Ok(Parsed {
-        opts,
-        operands: args[i.min(args.len())..].to_vec(),
-    })
+    operands.extend_from_slice(&args[i.min(args.len())..]);
+    Ok(Parsed { opts, operands })
+}
+
+fn take_next_unless_option(args: &[String], i: &mut usize) -> Option<String> {
+    let v = args.get(*i).filter(|v| !v.starts_with('-'))?;
+    *i += 1;
+    Some(v.clone())
 }
 
 fn find_long<'a, K>(
@@ -195,7 +275,7 @@ mod tests {
 
     fn p(args: &[&str]) -> Result<Parsed<u8>, GetoptError> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        parse(DEFS, &args)
+        parse(DEFS, &args, Order::RequireOrder)
     }
 
     #[test]
@@ -278,5 +358,77 @@ mod tests {
                 operands: vec![]
             }
         );
+    }
+
+    /// A read-side command's table (squeue's shape): keyed by long name, permuted.
+    const READ_TABLE: &[OptDef<&str>] = &[
+        OptDef::new('h', "noheader", ArgKind::None),
+        OptDef::new('l', "long", ArgKind::None),
+        OptDef::new('o', "format", ArgKind::Required),
+        OptDef::new('j', "jobs", ArgKind::OptionalOrNext),
+        OptDef::long("start", ArgKind::None),
+        OptDef::new('t', "states", ArgKind::Required),
+    ];
+
+    fn read(a: &[&str]) -> Result<Parsed<&'static str>, GetoptError> {
+        let args: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        parse(READ_TABLE, &args, Order::Permute)
+    }
+
+    #[test]
+    fn options_bundle_attach_and_follow_operands() {
+        let p = read(&["-hl", "-o%i", "12", "--form", "%j", "-j5"]).unwrap();
+        assert_eq!(
+            p.opts,
+            vec![
+                ("noheader", None),
+                ("long", None),
+                ("format", Some("%i".into())),
+                ("format", Some("%j".into())),
+                ("jobs", Some("5".into())),
+            ]
+        );
+        assert_eq!(p.operands, vec!["12"]);
+        assert_eq!(p.value("format"), Some("%j"));
+    }
+
+    #[test]
+    fn optional_values_take_the_next_argument_unless_it_is_an_option() {
+        let p = read(&["-j", "7", "--jobs", "-h"]).unwrap();
+        assert_eq!(p.values("jobs"), vec!["7"]);
+        assert!(p.has("noheader"));
+    }
+
+    #[test]
+    fn errors_are_worded_as_glibc_words_them() {
+        let e = |a: &[&str]| read(a).unwrap_err().to_string();
+        assert_eq!(e(&["--bogus"]), "unrecognized option '--bogus'");
+        assert_eq!(e(&["-x"]), "invalid option -- 'x'");
+        assert_eq!(e(&["-o"]), "option requires an argument -- 'o'");
+        assert_eq!(e(&["--format"]), "option '--format' requires an argument");
+        assert_eq!(
+            e(&["--long=3"]),
+            "option '--long' doesn't allow an argument"
+        );
+        assert_eq!(
+            e(&["--st"]),
+            "option '--st' is ambiguous; possibilities: '--start' '--states'"
+        );
+        // glibc names the option as given, value and all (Slurm 22.05's squeue says
+        // "unrecognized option '--bogus=1'").
+        assert_eq!(e(&["--bogus=1"]), "unrecognized option '--bogus=1'");
+        assert_eq!(
+            e(&["--st=1"]),
+            "option '--st=1' is ambiguous; possibilities: '--start' '--states'"
+        );
+    }
+
+    #[test]
+    fn a_double_dash_ends_the_options() {
+        let p = read(&["--", "-h"]).unwrap();
+        assert_eq!(p.operands, vec!["-h"]);
+        let p = read(&["5", "-h", "--", "-l", "6"]).unwrap();
+        assert_eq!(p.opts, vec![("noheader", None)]);
+        assert_eq!(p.operands, vec!["5", "-l", "6"]);
     }
 }

@@ -1,6 +1,7 @@
 //! `srun`'s and `salloc`'s option tables. Both take most of `sbatch`'s options with the same
 //! meaning (resources, limits, placement, accounting), less those that only make sense for
-//! a batch script, plus their own ([`LAUNCH_ONLY`]); values are read into the same
+//! a batch script, plus their own ([`LAUNCH_ONLY`], whose table is with `sbatch`'s in
+//! [`crate::options`]); values are read into the same
 //! [`BatchOptions`] and checked as for `sbatch`.
 //!
 //! Sources: the command line only. Slurm's `srun` also reads `SLURM_*` input variables
@@ -9,52 +10,11 @@
 //! same for the variables a job sets.
 
 use crate::error::SlurmError;
-use crate::getopt::{ArgKind, OptDef, parse};
-use crate::options::{BatchOptions, Opt, SBATCH_OPTIONS};
+use crate::getopt::{OptDef, Order, parse};
+use crate::options::{BatchOptions, LAUNCH_ONLY, Opt, SBATCH_OPTIONS};
 use crate::sbatch::{CommandLine, apply_command_line};
 use crate::time::Clock;
 use std::sync::LazyLock;
-
-macro_rules! opts {
-    ($( $long:literal, $short:expr, $arg:ident, $key:ident; )*) => {
-        &[ $( OptDef { long: $long, short: $short, arg: ArgKind::$arg, key: Opt::$key }, )* ]
-    };
-}
-
-/// The options of `srun` and `salloc` that `sbatch` does not have, or has in another form
-/// (`srun --wait` takes seconds; `sbatch --wait` takes none).
-pub const LAUNCH_ONLY: &[OptDef<Opt>] = opts! {
-    "bcast", None, Optional, Bcast;
-    "bell", None, None, Bell;
-    "compress", None, Optional, Compress;
-    "cpu-bind", None, Required, CpuBind;
-    "disable-status", Some('X'), None, DisableStatus;
-    "epilog", None, Required, Epilog;
-    "exact", None, None, Exact;
-    "immediate", Some('I'), Optional, Immediate;
-    "jobid", None, Required, Jobid;
-    "kill-command", Some('K'), Optional, KillCommand;
-    "kill-on-bad-exit", Some('K'), Optional, KillOnBadExit;
-    "label", Some('l'), None, Label;
-    "mpi", None, Required, Mpi;
-    "multi-prog", None, None, MultiProg;
-    "no-allocate", Some('Z'), None, NoAllocate;
-    "no-bell", None, None, NoBell;
-    "no-shell", None, None, NoShell;
-    "overlap", None, None, Overlap;
-    "preserve-env", Some('E'), None, PreserveEnv;
-    "prolog", None, Required, Prolog;
-    "pty", None, None, Pty;
-    "quit-on-interrupt", None, None, QuitOnInterrupt;
-    "relative", Some('r'), Required, Relative;
-    "resv-ports", None, Optional, ResvPorts;
-    "slurmd-debug", None, Required, SlurmdDebug;
-    "task-epilog", None, Required, TaskEpilog;
-    "task-prolog", None, Required, TaskProlog;
-    "unbuffered", Some('u'), None, Unbuffered;
-    "wait", Some('W'), Required, WaitSecs;
-    "x11", None, Optional, X11;
-};
 
 /// `sbatch` options neither takes.
 const BATCH_ONLY: &[Opt] = &[
@@ -117,7 +77,7 @@ pub static SALLOC_OPTIONS: LazyLock<Vec<OptDef<Opt>>> =
 
 /// Splits a command line by `table`: options, then the program and its arguments.
 pub fn parse_launch(table: &[OptDef<Opt>], args: &[String]) -> Result<CommandLine, SlurmError> {
-    let p = parse(table, args)?;
+    let p = parse(table, args, Order::RequireOrder)?;
     Ok(CommandLine {
         opts: p.opts,
         operands: p.operands,

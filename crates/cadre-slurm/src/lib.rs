@@ -10,7 +10,8 @@
 //! - [`convert`]: options into the [`cadre_proto::api::JobSubmission`]s cadre runs (one per
 //!   array task), with the request's Slurm form recorded in the spec's annotations;
 //! - [`launch`]: `srun`'s and `salloc`'s option tables;
-//! - [`show`]: `scontrol show job`'s key=value records;
+//! - [`show`]: `scontrol show job`'s key=value records; [`state`]: job states as Slurm
+//!   names them;
 //! - [`error`]: what goes wrong, in Slurm's words, and the exit codes.
 //!
 //! Not here: reading files, the environment or the clock, and talking to the controller
@@ -33,6 +34,7 @@ pub mod sbatch;
 pub mod script;
 pub mod show;
 pub mod size;
+pub mod state;
 pub mod time;
 
 pub use error::SlurmError;

@@ -1,6 +1,7 @@
 //! `sbatch`'s options: the table (every option Slurm's `sbatch` accepts, so that prefixes
-//! are ambiguous or not exactly as there), and [`BatchOptions`], the options of one
-//! submission after every source has been applied.
+//! are ambiguous or not exactly as there), with that of the options only `srun` and
+//! `salloc` have ([`LAUNCH_ONLY`]; [`crate::launch`] makes their tables of both), and
+//! [`BatchOptions`], the options of one submission after every source has been applied.
 //!
 //! Sources and precedence are Slurm's: `#SBATCH` directives first, then the `SBATCH_*`
 //! input environment variables ([`crate::env`]), then the command line, each overriding
@@ -16,7 +17,7 @@ use crate::error::SlurmError;
 use crate::getopt::{ArgKind, OptDef};
 use crate::gres::{GpuRequest, parse_gpus, parse_gres};
 use crate::size::parse_mib;
-use crate::time::{Clock, TimeLimit, parse_begin, parse_time_limit};
+use crate::time::{Clock, TimeLimit, parse_begin, parse_slurm_duration, parse_time_limit};
 use std::collections::BTreeMap;
 
 /// Every `sbatch` option.
@@ -126,7 +127,7 @@ pub enum Opt {
     WaitAllNodes,
     Wckey,
     Wrap,
-    // `srun` and `salloc` only (see `crate::launch`).
+    // `srun` and `salloc` only ([`LAUNCH_ONLY`]).
     Bcast,
     Bell,
     Compress,
@@ -274,11 +275,46 @@ pub const SBATCH_OPTIONS: &[OptDef<Opt>] = opts! {
     "wrap", None, Required, Wrap;
 };
 
+/// The options of `srun` and `salloc` that `sbatch` does not have, or has in another form
+/// (`srun --wait` takes seconds; `sbatch --wait` takes none).
+pub const LAUNCH_ONLY: &[OptDef<Opt>] = opts! {
+    "bcast", None, Optional, Bcast;
+    "bell", None, None, Bell;
+    "compress", None, Optional, Compress;
+    "cpu-bind", None, Required, CpuBind;
+    "disable-status", Some('X'), None, DisableStatus;
+    "epilog", None, Required, Epilog;
+    "exact", None, None, Exact;
+    "immediate", Some('I'), Optional, Immediate;
+    "jobid", None, Required, Jobid;
+    "kill-command", Some('K'), Optional, KillCommand;
+    "kill-on-bad-exit", Some('K'), Optional, KillOnBadExit;
+    "label", Some('l'), None, Label;
+    "mpi", None, Required, Mpi;
+    "multi-prog", None, None, MultiProg;
+    "no-allocate", Some('Z'), None, NoAllocate;
+    "no-bell", None, None, NoBell;
+    "no-shell", None, None, NoShell;
+    "overlap", None, None, Overlap;
+    "preserve-env", Some('E'), None, PreserveEnv;
+    "prolog", None, Required, Prolog;
+    "pty", None, None, Pty;
+    "quit-on-interrupt", None, None, QuitOnInterrupt;
+    "relative", Some('r'), Required, Relative;
+    "resv-ports", None, Optional, ResvPorts;
+    "slurmd-debug", None, Required, SlurmdDebug;
+    "task-epilog", None, Required, TaskEpilog;
+    "task-prolog", None, Required, TaskProlog;
+    "unbuffered", Some('u'), None, Unbuffered;
+    "wait", Some('W'), Required, WaitSecs;
+    "x11", None, Optional, X11;
+};
+
 /// The long name of an option.
 pub fn long_name(opt: Opt) -> &'static str {
     SBATCH_OPTIONS
         .iter()
-        .chain(crate::launch::LAUNCH_ONLY)
+        .chain(LAUNCH_ONLY)
         .find(|d| d.key == opt)
         .map_or("?", |d| d.long)
 }
@@ -496,22 +532,12 @@ pub fn parse_signal(value: &str) -> Result<SignalSpec, SlurmError> {
     })
 }
 
-/// Seconds of a Slurm time string (no rounding to minutes), as `--switches` waits take it.
+/// Seconds of a Slurm duration (no rounding to minutes), as `--switches` waits take it;
+/// no limit is 0.
 fn duration_secs(text: &str) -> Option<u64> {
-    // Minutes-first forms: reuse the limit parser on whole minutes, then recover seconds.
-    let fields: Vec<&str> = text.split(':').collect();
-    if !text.contains('-') && fields.len() == 2 {
-        let m: u64 = fields[0].parse().ok()?;
-        let s: u64 = fields[1].parse().ok()?;
-        return Some(m * 60 + s);
-    }
-    if !text.contains('-') && fields.len() == 3 {
-        let h: u64 = fields[0].parse().ok()?;
-        let m: u64 = fields[1].parse().ok()?;
-        let s: u64 = fields[2].parse().ok()?;
-        return Some(h * 3600 + m * 60 + s);
-    }
-    parse_time_limit(text).map(|l| l.secs().unwrap_or(0))
+    parse_slurm_duration(text)
+        .ok()
+        .map(|d| d.map_or(0, |d| d.0))
 }
 
 const MAIL_TYPES: &[&str] = &[
@@ -677,12 +703,14 @@ impl BatchOptions {
             }
             Opt::TestOnly => self.test_only = true,
             Opt::Time => {
-                self.time =
-                    Some(parse_time_limit(v).ok_or(SlurmError::InvalidSpec { option: "time" })?);
+                self.time = Some(
+                    parse_time_limit(v).map_err(|_| SlurmError::InvalidSpec { option: "time" })?,
+                );
             }
             Opt::TimeMin => {
                 self.time_min = Some(
-                    parse_time_limit(v).ok_or(SlurmError::InvalidSpec { option: "time-min" })?,
+                    parse_time_limit(v)
+                        .map_err(|_| SlurmError::InvalidSpec { option: "time-min" })?,
                 );
             }
             Opt::Usage => self.usage = true,

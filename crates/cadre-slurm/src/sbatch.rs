@@ -6,7 +6,7 @@
 
 use crate::env::env_options;
 use crate::error::SlurmError;
-use crate::getopt::parse;
+use crate::getopt::{Order, parse};
 use crate::options::{BatchOptions, Opt, SBATCH_OPTIONS};
 use crate::script::directives;
 use crate::time::Clock;
@@ -40,7 +40,7 @@ impl CommandLine {
 
 /// Splits `sbatch`'s arguments (without the program name).
 pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SlurmError> {
-    let p = parse(SBATCH_OPTIONS, args)?;
+    let p = parse(SBATCH_OPTIONS, args, Order::RequireOrder)?;
     Ok(CommandLine {
         opts: p.opts,
         operands: p.operands,
@@ -58,7 +58,8 @@ pub fn resolve_options<'a>(
     let mut o = BatchOptions::default();
     if let Some(text) = script {
         for words in directives(text) {
-            let p = parse(SBATCH_OPTIONS, &words).map_err(SlurmError::DirectiveGetopt)?;
+            let p = parse(SBATCH_OPTIONS, &words, Order::RequireOrder)
+                .map_err(SlurmError::DirectiveGetopt)?;
             if let Some(first) = p.operands.first() {
                 if first == "hetjob" || first == "packjob" {
                     return Err(SlurmError::unsupported(

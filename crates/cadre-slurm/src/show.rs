@@ -194,22 +194,6 @@ fn shown_path(
     }
 }
 
-fn state_name(s: JobState) -> &'static str {
-    match s {
-        JobState::Pending => "PENDING",
-        JobState::Running => "RUNNING",
-        // Slurm's word for a job being stopped for another.
-        JobState::Preempting => "COMPLETING",
-        JobState::Completed => "COMPLETED",
-        JobState::Failed => "FAILED",
-        JobState::Cancelled => "CANCELLED",
-        JobState::Timeout => "TIMEOUT",
-        JobState::NodeFail => "NODE_FAIL",
-        JobState::OutOfMemory => "OUT_OF_MEMORY",
-        JobState::Preempted => "PREEMPTED",
-    }
-}
-
 /// The record of one job.
 pub fn job_record(job: &ShowJob, clock: &Clock) -> Record {
     let v = job.view;
@@ -278,7 +262,7 @@ pub fn job_record(job: &ShowJob, clock: &Clock) -> Record {
         ("QOS", spec.qos.clone().unwrap_or_else(|| "(null)".into())),
     ]);
     lines.push(vec![
-        ("JobState", state_name(v.state).into()),
+        ("JobState", crate::state::long(v.state).into()),
         ("Reason", v.reason.clone()),
         ("Dependency", job.dependency.clone()),
     ]);

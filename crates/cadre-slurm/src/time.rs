@@ -2,114 +2,17 @@
 //! `2-03:00:00`, `UNLIMITED`), begin times (`--begin`), and timestamps as `scontrol`
 //! prints them (`2026-11-21T14:01:37`, local time).
 //!
-//! Time limits, as Slurm 22.05 reads them (measured against it): `minutes`,
-//! `minutes:seconds`, `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`,
-//! `days-hours:minutes:seconds`; no field has an upper bound (`1-1:60:15` is 1 day 2 h 0 min
-//! 15 s); seconds round up to the next minute (Slurm keeps limits in minutes); `0`, `-1`,
-//! `INFINITE` and `UNLIMITED` (any case) mean no limit, as does 4294967295 minutes. Spaces,
-//! signs, empty fields, a fourth field and other characters are invalid. Slurm takes other
-//! negative numbers (`-5`) and makes a garbage limit of them; cadre refuses them.
+//! Time limits and durations are cadre-core's (re-exported here): one parser and one
+//! formatter with Slurm 22.05's rules, shared with `cadre submit` and the config files (see
+//! [`cadre_core::time`]).
 //!
 //! Local time is given by the caller as an offset from UTC (this module reads no clock and
 //! no time zone database); a `--begin` across a daylight-saving change is off by that hour.
 
-/// Slurm's "infinite" minutes.
-const INFINITE_MINUTES: u64 = 4_294_967_295;
-
-/// A time limit: minutes, or none.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum TimeLimit {
-    Unlimited,
-    Minutes(u64),
-}
-
-impl TimeLimit {
-    /// The limit in seconds; `None` for no limit.
-    pub fn secs(self) -> Option<u64> {
-        match self {
-            TimeLimit::Unlimited => None,
-            TimeLimit::Minutes(m) => Some(m * 60),
-        }
-    }
-}
-
-/// Parses a time limit; `None` if Slurm would say `Invalid --time specification`.
-pub fn parse_time_limit(text: &str) -> Option<TimeLimit> {
-    if text == "-1"
-        || text.eq_ignore_ascii_case("infinite")
-        || text.eq_ignore_ascii_case("unlimited")
-    {
-        return Some(TimeLimit::Unlimited);
-    }
-    if text.is_empty()
-        || !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b == b'-' || b == b':')
-    {
-        return None;
-    }
-    let num = |s: &str| -> Option<u64> { if s.is_empty() { None } else { s.parse().ok() } };
-    let (days, rest) = match text.split_once('-') {
-        Some((d, rest)) => (Some(num(d)?), rest),
-        None => (None, text),
-    };
-    let secs = match days {
-        Some(d) => {
-            let fields: Vec<&str> = if rest.is_empty() {
-                Vec::new()
-            } else {
-                rest.split(':').collect()
-            };
-            let (h, m, s) = match fields.as_slice() {
-                [] => (0, 0, 0),
-                [h] => (num(h)?, 0, 0),
-                [h, m] => (num(h)?, num(m)?, 0),
-                [h, m, s] => (num(h)?, num(m)?, num(s)?),
-                _ => return None,
-            };
-            d.checked_mul(86_400)?
-                .checked_add(h.checked_mul(3600)?)?
-                .checked_add(m.checked_mul(60)?)?
-                .checked_add(s)?
-        }
-        None => {
-            let fields: Vec<&str> = rest.split(':').collect();
-            match fields.as_slice() {
-                [m] => num(m)?.checked_mul(60)?,
-                [m, s] => num(m)?.checked_mul(60)?.checked_add(num(s)?)?,
-                [h, m, s] => num(h)?
-                    .checked_mul(3600)?
-                    .checked_add(num(m)?.checked_mul(60)?)?
-                    .checked_add(num(s)?)?,
-                _ => return None,
-            }
-        }
-    };
-    let minutes = secs.div_ceil(60);
-    Some(if minutes == 0 || minutes >= INFINITE_MINUTES {
-        TimeLimit::Unlimited
-    } else {
-        TimeLimit::Minutes(minutes)
-    })
-}
-
-/// A duration as Slurm prints it: `HH:MM:SS`, or `D-HH:MM:SS` from one day on.
-pub fn format_duration(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
-    }
-}
-
-/// A time limit in seconds as `scontrol` shows it (`UNLIMITED` for none).
-pub fn format_limit(secs: Option<u64>) -> String {
-    match secs {
-        None => "UNLIMITED".into(),
-        Some(s) => format_duration(s),
-    }
-}
+pub use cadre_core::time::{
+    DurationError, TimeLimit, format_duration, format_duration_short, format_limit,
+    parse_slurm_duration, parse_time_limit,
+};
 
 /// The wall clock as the caller knows it: seconds since the epoch and the local offset.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -370,63 +273,6 @@ fn days_in_month(y: i64, m: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mins(t: &str) -> Option<TimeLimit> {
-        parse_time_limit(t)
-    }
-
-    #[test]
-    fn time_limits_parse_as_slurm_22_05_measured() {
-        use TimeLimit::*;
-        assert_eq!(mins("90"), Some(Minutes(90)));
-        assert_eq!(mins("1:30"), Some(Minutes(2)), "seconds round up");
-        assert_eq!(mins("0:30"), Some(Minutes(1)));
-        assert_eq!(mins("00:00:01"), Some(Minutes(1)));
-        assert_eq!(mins("25:00:00"), Some(Minutes(25 * 60)));
-        assert_eq!(mins("2-3"), Some(Minutes((2 * 24 + 3) * 60)));
-        assert_eq!(mins("1-0"), Some(Minutes(1440)));
-        assert_eq!(mins("1-"), Some(Minutes(1440)));
-        assert_eq!(mins("1-1:60:15"), Some(Minutes(1440 + 121)));
-        assert_eq!(mins("1-00:00:61"), Some(Minutes(1440 + 2)));
-        assert_eq!(mins("99999999"), Some(Minutes(99_999_999)));
-        for unlimited in [
-            "0",
-            "0:0",
-            "-1",
-            "INFINITE",
-            "infinite",
-            "Unlimited",
-            "4294967295",
-        ] {
-            assert_eq!(mins(unlimited), Some(Unlimited), "{unlimited}");
-        }
-        for bad in [
-            "abc",
-            "1:2:3:4",
-            "1:",
-            ":5",
-            "1::2",
-            " 5",
-            "5m",
-            "1-2-3",
-            "1:2:3:",
-            "1.5",
-            "+5",
-            "1-1:1:1:1",
-            "",
-            "-5",
-        ] {
-            assert_eq!(mins(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn durations_print_as_scontrol_does() {
-        assert_eq!(format_duration(0), "00:00:00");
-        assert_eq!(format_duration(90 * 60), "01:30:00");
-        assert_eq!(format_duration(86_400 + 121 * 60), "1-02:01:00");
-        assert_eq!(format_limit(None), "UNLIMITED");
-    }
 
     const CLOCK: Clock = Clock {
         // 2026-11-21T14:01:37Z

@@ -7,8 +7,8 @@
 //! lowercase and name the key or item at fault.
 
 use crate::Location;
-use cadre_core::config::DurationError;
 use cadre_core::hostlist::HostlistError;
+use cadre_core::time::DurationError;
 use std::io;
 use std::path::PathBuf;
 

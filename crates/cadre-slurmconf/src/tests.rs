@@ -609,7 +609,7 @@ fn errors_name_file_line_and_key() {
         ("duplicate partition", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n\nPartitionName=p Nodes=n\n"))]),
         ("two defaults", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n Default=YES\nPartitionName=q Nodes=n Default=yes\n"))]),
         ("bad Default", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n Default=maybe\n"))]),
-        ("bad MaxTime", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n MaxTime=1-25:00\n"))]),
+        ("bad MaxTime", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n MaxTime=1:2:3:4\n"))]),
         ("zero MaxTime", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n MaxTime=0\n"))]),
         ("DefaultTime above MaxTime", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n MaxTime=1:00:00 DefaultTime=2:00:00\n"))]),
         ("bad partition state", vec![("slurm.conf", with("NodeName=n\nPartitionName=p Nodes=n State=OPEN\n"))]),

@@ -6,8 +6,8 @@ use crate::Note;
 use crate::error::{Item, Problem, SlurmConfError};
 use crate::keys::{self, Rule};
 use crate::syntax::Pair;
-use cadre_core::config::parse_slurm_duration;
 use cadre_core::time::Dur;
+use cadre_core::time::parse_slurm_duration;
 use std::collections::BTreeMap;
 
 /// The pairs of a line by lowercase key.
@@ -142,10 +142,7 @@ pub(crate) fn yes_no(p: &Pair, item: &Item) -> Result<bool, SlurmConfError> {
 /// A time limit in Slurm's syntax; `None` for no limit (`UNLIMITED`, `INFINITE`, `-1`).
 /// Seconds round up to whole minutes, as Slurm keeps partition limits in minutes.
 pub(crate) fn time_limit(p: &Pair, item: &Item) -> Result<Option<Dur>, SlurmConfError> {
-    if p.value.trim() == "-1" {
-        return Ok(None);
-    }
-    match parse_slurm_duration(&p.value) {
+    match parse_slurm_duration(p.value.trim()) {
         Ok(None) => Ok(None),
         Ok(Some(Dur(0))) => Err(p.at.error(Problem::ZeroTime {
             item: item.clone(),

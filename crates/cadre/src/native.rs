@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use cadre_core::job::{JobSpec, JobState, TaskGroup};
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
-use cadre_core::time::Dur;
+use cadre_core::time::{Dur, DurationError, TimeLimit, format_duration_short, parse_time_limit};
 use cadre_proto::api::*;
 use clap::{Args, Subcommand};
 use hyper::Method;
@@ -144,14 +144,18 @@ fn current_user() -> String {
     cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
 }
 
+/// `cadre submit -t`'s time limit: exactly what `sbatch -t` makes of the same text (one
+/// parser, cadre-core's); no `-t` is no limit, as `Dur(0)`.
+pub(crate) fn time_limit_arg(time: Option<&str>) -> Result<Dur, DurationError> {
+    Ok(time
+        .map(parse_time_limit)
+        .transpose()?
+        .map_or(Dur(0), TimeLimit::dur))
+}
+
 pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
-    let time_limit = match &a.time {
-        // `UNLIMITED` (None) is no limit, as no --time is.
-        Some(t) => cadre_core::config::parse_slurm_duration(t)
-            .map_err(|e| anyhow::anyhow!("failed to parse --time value `{t}`: {e}"))?
-            .unwrap_or(Dur(0)),
-        None => Dur(0),
-    };
+    let time_limit = time_limit_arg(a.time.as_deref())
+        .map_err(|e| anyhow::anyhow!("failed to parse --time value `{}`: {}", e.input, e.reason))?;
     let mut client = conn.client()?;
     // With a token, the controller takes the caller for the token's user, whoever is
     // logged in here.
@@ -228,17 +232,6 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn hms(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
-}
-
 fn now_secs() -> u64 {
     cadre_server::engine::wall_now().0
 }
@@ -286,7 +279,7 @@ pub fn jobs(conn: &ConnectArgs, a: &JobsArgs) -> Result<ExitCode> {
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             j.state.to_string(),
-            hms(time),
+            format_duration_short(time),
             j.tasks,
             j.gpus,
             where_
@@ -349,7 +342,7 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         match x.expected_start {
             Some(t) => println!(
                 "expected to start in {} (backfill reservation)",
-                hms(t.saturating_sub(now_secs()))
+                format_duration_short(t.saturating_sub(now_secs()))
             ),
             None => println!("no planned start yet"),
         }

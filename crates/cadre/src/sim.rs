@@ -3,7 +3,8 @@
 
 use crate::ClusterArgs;
 use anyhow::{Context, Result, bail};
-use cadre_core::policy::{Policy, secs};
+use cadre_core::policy::Policy;
+use cadre_core::time::secs;
 use cadre_core::time::{Dur, Time};
 use cadre_sim::engine::{SimOptions, replay};
 use cadre_sim::report::Report;

@@ -8,7 +8,7 @@
 //! wait for states and files, and the deadlines only keep a broken build from hanging.
 
 mod common;
-use common::{private_tempdir, run_dir_of};
+use common::{private_tempdir, run_dir_of, skip_unless_ci};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -481,12 +481,20 @@ fn time_limit_ends_a_job_as_timeout_and_stops_its_process() {
     let pid_file = c.path("task.pid");
     let id = c.submit(&[
         "-t",
-        "0:02",
+        "1",
         "--",
         "sh",
         "-c",
         &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
     ]);
+    // `-t` takes whole minutes, as Slurm's `--time` does; the API takes seconds, which
+    // keeps this quick.
+    let (status, answer) = c.api(
+        "PATCH",
+        &format!("/api/v1/jobs/{id}"),
+        Some(r#"{"time_limit": 2}"#),
+    );
+    assert_eq!(status, 204, "{answer}");
     assert_eq!(c.wait(id), "TIMEOUT");
     assert_eq!(c.job(id)["state"], "TIMEOUT");
     assert_eq!(c.job(id)["time_limit"], 2);
@@ -631,21 +639,13 @@ fn submit_held_over_tcp(c: &Cluster, addr: &str, token: &str) -> u64 {
 /// Regression: `cadre submit` with a token named the local login name as the job's user,
 /// and the controller refused a token holder submitting as another user (`alice` may not
 /// submit as user `root`).
-/// `None`, saying on stderr why `tests` are skipped; under CI, which must run them, a
-/// failure instead.
-fn skip_unless_ci(tests: &str, why: &str) -> Option<()> {
-    assert!(std::env::var_os("CI").is_none(), "CI runs {tests}: {why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
 /// Regression: a root agent looked at a job's working directory (`-D`) before becoming the
 /// job's user, so that a job held for it told the user whether a path they cannot reach
 /// exists ("does not exist" or "cannot enter").
 #[test]
 fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exists_or_not() {
     if !nix::unistd::geteuid().is_root() {
-        skip_unless_ci("the tests of other users' jobs", "they need root");
+        skip_unless_ci::<()>("the tests of other users' jobs", "they need root");
         return;
     }
     let addr = format!("127.0.0.1:{}", free_port());

@@ -16,7 +16,7 @@
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
 mod common;
-use common::private_tempdir;
+use common::{private_tempdir, skip_unless_ci};
 
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -1456,14 +1456,6 @@ fn mpi_program(dir: &Path) -> Option<std::path::PathBuf> {
         Err(e) => format!("no {MPI_PYTHON}: {e}"),
     };
     skip_unless_ci("the MPI test", &why)
-}
-
-/// `None`, saying on stderr why `tests` are skipped; under CI, which must run them, a
-/// failure instead.
-fn skip_unless_ci<T>(tests: &str, why: &str) -> Option<T> {
-    assert!(std::env::var_os("CI").is_none(), "CI runs {tests}: {why}");
-    eprintln!("skipped: {why}");
-    None
 }
 
 /// The node `cadre describe` says the pod `pod` runs on.

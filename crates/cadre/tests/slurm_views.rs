@@ -37,7 +37,8 @@ impl Cluster {
     fn up(nodes: u32, gpus_per_node: u32) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         std::fs::create_dir(dir.path().join("bin")).expect("bin directory");
-        for name in COMMANDS {
+        // scontrol too, for its option errors.
+        for name in COMMANDS.iter().chain(&["scontrol"]) {
             std::os::unix::fs::symlink(
                 env!("CARGO_BIN_EXE_cadre"),
                 dir.path().join("bin").join(name),
@@ -593,6 +594,8 @@ fn headers_and_errors_are_the_reference_slurms() {
         ("squeue", vec!["--format"]),
         ("squeue", vec!["--long=3"]),
         ("squeue", vec!["--st"]),
+        ("squeue", vec!["--bogus=1"]),
+        ("squeue", vec!["--st=1"]),
         ("squeue", vec!["-j", "abc"]),
         ("squeue", vec!["-j", "999999"]),
         ("squeue", vec!["-t", "bogus"]),
@@ -613,6 +616,9 @@ fn headers_and_errors_are_the_reference_slurms() {
         ("sacct", vec!["--bogus"]),
         ("sshare", vec!["--bogus"]),
         ("sprio", vec!["--bogus"]),
+        ("scontrol", vec!["-x", "show", "job"]),
+        ("scontrol", vec!["--bogus"]),
+        ("scontrol", vec!["show", "job", "--ver"]),
     ];
     for (name, args) in &error_cases {
         let (_, theirs, their_code) = reference(name, args);

@@ -679,7 +679,7 @@ fn make_run_dir<'a>(
 fn write_script(dir: &RunDir, text: &str) -> Result<PathBuf, PrepareError> {
     // No task may be forked while the script is open for writing: the child would hold it
     // open too, and executing it would fail with ETXTBSY.
-    let _no_fork = crate::launch::no_fork_guard();
+    let _no_fork = crate::fork::no_fork_guard();
     dir.write("script", text.as_bytes(), 0o700)
         .map_err(|source| PrepareError::Script {
             path: dir.path().join("script"),

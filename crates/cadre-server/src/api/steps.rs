@@ -4,8 +4,9 @@
 //! (`POST /jobs/{id}/complete`).
 
 use super::{Body, act, own_job, read_store};
+use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::engine::{ApiError, Command, EngineHandle, JobAction};
+use crate::engine::{Command, EngineHandle, JobAction};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, Query, State};

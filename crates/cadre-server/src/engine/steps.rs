@@ -16,7 +16,8 @@
 //! without going through the engine thread. It is not kept anywhere: output produced while
 //! nobody listens (the controller restarting, `srun` gone) is lost, the step's end is not.
 
-use super::{ApiError, Engine, RunTrack};
+use super::{Engine, RunTrack};
+use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::limits::{LimitError, MAX_TIME_LIMIT_SECS};
 use cadre_core::alloc::{Allocation, TaskAlloc};

@@ -1,5 +1,5 @@
 //! The output engines shared by Slurm's read-side commands, and the ways Slurm writes
-//! times, durations, job states and job ids.
+//! times, durations and job ids (job states: [`cadre_slurm::state`]).
 //!
 //! Two field engines, re-derived from the man pages and from running Slurm 22.05:
 //! - `-o/--format`: `%[.][size]type`, where `.` right-justifies, `size` is both the
@@ -14,7 +14,8 @@
 //!
 //! Not here: which fields a command has and what they show (each command's module).
 
-use cadre_core::job::{ArrayIndex, JobState};
+use cadre_core::job::ArrayIndex;
+use cadre_slurm::time::format_duration_short;
 
 /// One field of an output layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,34 +274,13 @@ pub(crate) fn parse_names<K>(
     (Layout { pieces }, unknown)
 }
 
-/// A duration as squeue and sinfo write it: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
-pub(crate) fn duration(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
-}
-
-/// A job's time limit as squeue writes it (`UNLIMITED` for none).
+/// A job's time limit as squeue writes it (`UNLIMITED` for none); durations themselves are
+/// written by [`format_duration_short`] and [`cadre_slurm::time::format_duration`].
 pub(crate) fn time_limit(secs: u64) -> String {
     if secs == 0 {
         "UNLIMITED".into()
     } else {
-        duration(secs)
-    }
-}
-
-/// A duration as sacct writes it: `HH:MM:SS`, `D-HH:MM:SS`.
-pub(crate) fn elapsed(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
+        format_duration_short(secs)
     }
 }
 
@@ -418,95 +398,6 @@ pub(crate) fn ctime(secs: u64) -> String {
     }
 }
 
-/// The compact state code (`squeue %t`).
-pub(crate) fn state_compact(s: JobState) -> &'static str {
-    match s {
-        JobState::Pending => "PD",
-        JobState::Running => "R",
-        // Stopping to make room for another job: its resources are still held, as
-        // Slurm's COMPLETING.
-        JobState::Preempting => "CG",
-        JobState::Completed => "CD",
-        JobState::Failed => "F",
-        JobState::Cancelled => "CA",
-        JobState::Timeout => "TO",
-        JobState::NodeFail => "NF",
-        JobState::OutOfMemory => "OOM",
-        JobState::Preempted => "PR",
-    }
-}
-
-/// The extended state name (`squeue %T`, `sacct State`).
-pub(crate) fn state_long(s: JobState) -> &'static str {
-    match s {
-        JobState::Preempting => "COMPLETING",
-        JobState::Pending => "PENDING",
-        JobState::Running => "RUNNING",
-        JobState::Completed => "COMPLETED",
-        JobState::Failed => "FAILED",
-        JobState::Cancelled => "CANCELLED",
-        JobState::Timeout => "TIMEOUT",
-        JobState::NodeFail => "NODE_FAIL",
-        JobState::OutOfMemory => "OUT_OF_MEMORY",
-        JobState::Preempted => "PREEMPTED",
-    }
-}
-
-/// Every state, in Slurm's order (pending first, then running, then the ends).
-pub(crate) const ALL_STATES: [JobState; 10] = [
-    JobState::Pending,
-    JobState::Running,
-    JobState::Completed,
-    JobState::Cancelled,
-    JobState::Failed,
-    JobState::Timeout,
-    JobState::NodeFail,
-    JobState::Preempted,
-    JobState::OutOfMemory,
-    JobState::Preempting,
-];
-
-/// Where a state sorts (`squeue`'s order by state: Slurm's own numbering).
-pub(crate) fn state_rank(s: JobState) -> usize {
-    ALL_STATES.iter().position(|&x| x == s).unwrap_or(0)
-}
-
-/// Job states Slurm names that cadre's jobs never are in (long and compact forms): a
-/// filter on them is valid and selects nothing.
-pub(crate) const OTHER_SLURM_STATES: [(&str, &str); 14] = [
-    ("SUSPENDED", "S"),
-    ("BOOT_FAIL", "BF"),
-    ("DEADLINE", "DL"),
-    ("CONFIGURING", "CF"),
-    ("RESIZING", "RS"),
-    ("RESV_DEL_HOLD", "RD"),
-    ("REQUEUED", "RQ"),
-    ("REQUEUE_FED", "RF"),
-    ("REQUEUE_HOLD", "RH"),
-    ("REVOKED", "RV"),
-    ("SIGNALING", "SI"),
-    ("SPECIAL_EXIT", "SE"),
-    ("STAGE_OUT", "SO"),
-    ("STOPPED", "ST"),
-];
-
-/// Whether `text` names a Slurm job state that cadre's jobs are never in.
-pub(crate) fn is_other_slurm_state(text: &str) -> bool {
-    let t = text.trim().to_ascii_uppercase();
-    OTHER_SLURM_STATES
-        .iter()
-        .any(|(long, short)| *long == t || *short == t)
-}
-
-/// A state name in either form, any case (`pd`, `Running`, `CG`). `None` if unknown.
-pub(crate) fn parse_state(text: &str) -> Option<JobState> {
-    let t = text.trim().to_ascii_uppercase();
-    ALL_STATES
-        .iter()
-        .copied()
-        .find(|&s| state_compact(s) == t || state_long(s) == t)
-}
-
 /// A job's id as Slurm shows it: `ARRAYID_INDEX` for a task of an array.
 pub(crate) fn job_id(id: u64, array: Option<ArrayIndex>) -> String {
     match array {
@@ -622,26 +513,15 @@ mod tests {
 
     #[test]
     fn durations_as_squeue_and_sacct_write_them() {
-        assert_eq!(duration(0), "0:00");
-        assert_eq!(duration(65), "1:05");
-        assert_eq!(duration(5400), "1:30:00");
-        assert_eq!(duration(365 * 86400 - 2), "364-23:59:58");
+        use cadre_slurm::time::format_duration;
+        assert_eq!(format_duration_short(0), "0:00");
+        assert_eq!(format_duration_short(65), "1:05");
+        assert_eq!(format_duration_short(5400), "1:30:00");
+        assert_eq!(format_duration_short(365 * 86400 - 2), "364-23:59:58");
         assert_eq!(time_limit(0), "UNLIMITED");
-        assert_eq!(elapsed(5), "00:00:05");
-        assert_eq!(elapsed(86400 + 61), "1-00:01:01");
-    }
-
-    #[test]
-    fn states_parse_in_both_forms_and_any_case() {
-        assert_eq!(parse_state("pd"), Some(JobState::Pending));
-        assert_eq!(parse_state("Running"), Some(JobState::Running));
-        assert_eq!(parse_state("OOM"), Some(JobState::OutOfMemory));
-        assert_eq!(parse_state("CG"), Some(JobState::Preempting));
-        assert_eq!(parse_state("bogus"), None);
-        for s in ALL_STATES {
-            assert_eq!(parse_state(state_compact(s)), Some(s));
-            assert_eq!(parse_state(state_long(s)), Some(s));
-        }
+        assert_eq!(time_limit(5400), "1:30:00");
+        assert_eq!(format_duration(5), "00:00:05");
+        assert_eq!(format_duration(86400 + 61), "1-00:01:01");
     }
 
     #[test]

@@ -8,16 +8,15 @@
 //!   `cadre-slurm`; here are the I/O around them (scripts, the environment, the clock and
 //!   the local time zone, users and groups, the controller's API);
 //! - the read side: [`format`] (the `-o` `%`-field and `-O` named-field engines, and how
-//!   Slurm writes times, durations, states and job ids), [`getopt`] (GNU getopt_long with
-//!   glibc's messages), [`query`] (the controller, error reporting and exit codes), and one
-//!   module per command.
+//!   Slurm writes times, durations and job ids), [`query`] (the controller, error
+//!   reporting and exit codes), and one module per command; every command splits its command
+//!   line with `cadre-slurm`'s one getopt ([`cadre_slurm::getopt`]).
 //!
 //! `srun` and `salloc` ([`srun`]) run job steps and allocations. Where Slurm releases differ, the
 //! commands follow current Slurm and say so in their module docs; the reference they were
 //! compared with is Slurm 22.05.
 
 pub mod format;
-pub mod getopt;
 pub mod query;
 pub mod sacct;
 pub mod sbatch;
@@ -168,5 +167,123 @@ mod tests {
         let c = local_clock();
         assert!(c.now > 1_600_000_000);
         assert!(c.utc_offset.abs() <= 14 * 3600);
+    }
+}
+
+#[cfg(test)]
+mod front_end_time_limits {
+    use crate::native::time_limit_arg;
+    use cadre_core::time::Dur;
+    use cadre_slurm::convert::{Literal, ScriptSource, SubmitContext, build_job, wrap_script};
+    use cadre_slurm::sbatch::{parse_command_line, resolve_options};
+    use cadre_slurm::time::Clock;
+
+    const CLOCK: Clock = Clock {
+        now: 1_795_269_697,
+        utc_offset: 0,
+    };
+
+    /// `sbatch` with `T` given as `-t T` (`on_command_line`) or as `#SBATCH -t T`: the job
+    /// spec's time limit, or `None` if sbatch refuses it.
+    fn sbatch_time_limit(t: &str, on_command_line: bool) -> Option<Dur> {
+        let (args, script) = if on_command_line {
+            (
+                vec!["-t".to_string(), t.to_string()],
+                "#!/bin/sh\ntrue\n".to_string(),
+            )
+        } else {
+            (Vec::new(), format!("#!/bin/sh\n#SBATCH -t {t}\ntrue\n"))
+        };
+        let cli = parse_command_line(&args).ok()?;
+        let opts = resolve_options(&cli, |_| None, Some(&script), &CLOCK).ok()?;
+        let ctx = SubmitContext {
+            user: "alice".into(),
+            default_account: "alice".into(),
+            cwd: "/home/alice".into(),
+            env: Vec::new(),
+            submit_host: None,
+            clock: CLOCK,
+            max_array_size: 1001,
+        };
+        let job = build_job(
+            &opts,
+            &wrap_script("true"),
+            &ScriptSource::Wrap,
+            &[],
+            &ctx,
+            &Literal,
+        )
+        .ok()?;
+        Some(job.submissions[0].spec.time_limit)
+    }
+
+    /// Every entry point reads a time limit with the same rules and gets the same limit:
+    /// `cadre submit -t`, `sbatch -t`, `#SBATCH -t` and `scontrol update TimeLimit=`
+    /// (regression: `cadre submit -t 1-1:60:15` was refused while sbatch took it).
+    #[test]
+    fn every_front_end_reads_time_limits_alike() {
+        const MIN: u64 = 60;
+        const DAY: u64 = 86_400;
+        // (text, the limit in seconds with 0 for none, or None for refused), as Slurm 22.05
+        // reads each (measured with `sbatch -t T` and `scontrol show job`), except where
+        // Slurm overflows (noted).
+        let table: &[(&str, Option<u64>)] = &[
+            ("1-1:60:15", Some(DAY + 121 * MIN)),
+            ("0", Some(0)),
+            ("0:0", Some(0)),
+            ("UNLIMITED", Some(0)),
+            ("unlimited", Some(0)),
+            ("infinite", Some(0)),
+            ("INFINITE", Some(0)),
+            ("-1", Some(0)),
+            ("1:2:3:4", None),
+            ("1-24:00:00", Some(2 * DAY)),
+            ("1-25:00", Some(2 * DAY + 60 * MIN)),
+            ("60", Some(60 * MIN)),
+            ("1:60", Some(2 * MIN)),
+            ("1:30", Some(2 * MIN)),
+            ("0:30", Some(MIN)),
+            ("0:0:1", Some(MIN)),
+            ("10:60", Some(11 * MIN)),
+            ("1:00:60", Some(61 * MIN)),
+            ("1-", Some(DAY)),
+            ("0-", Some(0)),
+            ("00000000000000000000005", Some(5 * MIN)),
+            // Slurm overflows its integers from 35791394 minutes on; cadre keeps the number.
+            ("99999999", Some(99_999_999 * MIN)),
+            ("4294967294", Some(4_294_967_294 * MIN)),
+            ("4294967295", Some(0)),
+            ("4294967296", Some(0)),
+            // Slurm makes garbage limits of these; cadre refuses them.
+            ("-5", None),
+            ("99999999999999999999", None),
+            ("", None),
+            (" 5", None),
+            ("5 ", None),
+            ("1-2-3", None),
+            ("1:", None),
+            (":5", None),
+            ("+5", None),
+            ("1.5", None),
+            ("5m", None),
+            ("1-1:1:1:1", None),
+        ];
+        for &(t, want) in table {
+            let submit = time_limit_arg(Some(t)).ok().map(|d| d.0);
+            let sbatch = sbatch_time_limit(t, true).map(|d| d.0);
+            let directive = sbatch_time_limit(t, false).map(|d| d.0);
+            let scontrol = super::scontrol::time_limit_value(t, &[], &[]).ok();
+            assert_eq!(submit, want, "cadre submit -t {t:?}");
+            assert_eq!(sbatch, want, "sbatch -t {t:?}");
+            if !t.starts_with(' ') && !t.ends_with(' ') && !t.is_empty() {
+                // A directive's words are split on spaces, as in Slurm.
+                assert_eq!(directive, want, "#SBATCH -t {t:?}");
+            }
+            if !t.starts_with(['+', '-']) || t == "-1" {
+                // A leading sign is relative in `scontrol update TimeLimit=`.
+                assert_eq!(scontrol, want, "scontrol update TimeLimit={t:?}");
+            }
+        }
+        assert_eq!(time_limit_arg(None), Ok(Dur(0)), "no -t is no limit");
     }
 }

@@ -6,11 +6,11 @@
 //! Exit codes, as Slurm's: 0 success, 1 any error (bad option or value, a controller that
 //! cannot be reached or refuses, an unknown job where the command says so).
 
-use super::getopt::{self, GetoptError, Opt, Parsed};
 use crate::client::Client;
 use crate::native::ConnectArgs;
 use cadre_core::job::{Dependency, DependencyKind, JobSpec};
 use cadre_proto::api::JobView;
+use cadre_slurm::getopt::{self, GetoptError, OptDef, Order, Parsed};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -40,6 +40,9 @@ pub(crate) fn strings(args: Vec<OsString>) -> Vec<String> {
         .collect()
 }
 
+/// A read-side command's option, keyed by its long name.
+pub(crate) type Opt = OptDef<&'static str>;
+
 /// The program name as invoked, which getopt's messages start with.
 fn argv0(cmd: &str) -> String {
     std::env::args_os()
@@ -48,8 +51,12 @@ fn argv0(cmd: &str) -> String {
 }
 
 /// Parses the command line, or reports the mistake as getopt does and gives exit code 1.
-pub(crate) fn parse_args(cmd: &str, args: &[String], table: &[Opt]) -> Result<Parsed, ExitCode> {
-    getopt::parse(args, table).map_err(|e: GetoptError| {
+pub(crate) fn parse_args(
+    cmd: &str,
+    args: &[String],
+    table: &[Opt],
+) -> Result<Parsed<&'static str>, ExitCode> {
+    getopt::parse(table, args, Order::Permute).map_err(|e: GetoptError| {
         eprintln!("{}: {e}", argv0(cmd));
         // sacct says only what getopt said.
         if cmd != "sacct" {
@@ -67,7 +74,7 @@ pub(crate) fn begin(
     args: Vec<OsString>,
     table: &[Opt],
     usage: fn() -> ExitCode,
-) -> Result<Parsed, ExitCode> {
+) -> Result<Parsed<&'static str>, ExitCode> {
     let args = start(args);
     let p = parse_args(cmd, &args, table)?;
     if p.has("help") || p.has("usage") {

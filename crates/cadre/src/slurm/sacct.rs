@@ -19,50 +19,52 @@
 //! at or before the end.
 
 use super::format::{self, LocalTime, TableColumn, TableStyle};
-use super::getopt::{HasArg, Opt};
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_core::job::{ArrayIndex, JobState};
 use cadre_proto::api::{BATCH_STEP, JobList, JobView, StepList, StepView, UsageList, UsageView};
+use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
+use cadre_slurm::time::format_duration;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 const CMD: &str = "sacct";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "accounts", HasArg::Required),
-    Opt::new('L', "allclusters", HasArg::No),
-    Opt::new('X', "allocations", HasArg::No),
-    Opt::new('a', "allusers", HasArg::No),
-    Opt::new('b', "brief", HasArg::No),
-    Opt::new('M', "clusters", HasArg::Required),
-    Opt::new('c', "completion", HasArg::No),
-    Opt::long("delimiter", HasArg::Required),
-    Opt::new('D', "duplicates", HasArg::No),
-    Opt::new('E', "endtime", HasArg::Required),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::new('h', "help", HasArg::No),
-    Opt::new('e', "helpformat", HasArg::No),
-    Opt::new('j', "jobs", HasArg::Required),
-    Opt::long("json", HasArg::No),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::long("name", HasArg::Required),
-    Opt::long("noconvert", HasArg::No),
-    Opt::new('N', "nodelist", HasArg::Required),
-    Opt::new('n', "noheader", HasArg::No),
-    Opt::new('p', "parsable", HasArg::No),
-    Opt::new('P', "parsable2", HasArg::No),
-    Opt::new('r', "partition", HasArg::Required),
-    Opt::new('q', "qos", HasArg::Required),
-    Opt::new('S', "starttime", HasArg::Required),
-    Opt::new('s', "state", HasArg::Required),
-    Opt::new('T', "truncate", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::long("uid", HasArg::Required),
-    Opt::long("units", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::new('A', "accounts", ArgKind::Required),
+    Opt::new('L', "allclusters", ArgKind::None),
+    Opt::new('X', "allocations", ArgKind::None),
+    Opt::new('a', "allusers", ArgKind::None),
+    Opt::new('b', "brief", ArgKind::None),
+    Opt::new('M', "clusters", ArgKind::Required),
+    Opt::new('c', "completion", ArgKind::None),
+    Opt::long("delimiter", ArgKind::Required),
+    Opt::new('D', "duplicates", ArgKind::None),
+    Opt::new('E', "endtime", ArgKind::Required),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::new('h', "help", ArgKind::None),
+    Opt::new('e', "helpformat", ArgKind::None),
+    Opt::new('j', "jobs", ArgKind::Required),
+    Opt::long("json", ArgKind::None),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::long("name", ArgKind::Required),
+    Opt::long("noconvert", ArgKind::None),
+    Opt::new('N', "nodelist", ArgKind::Required),
+    Opt::new('n', "noheader", ArgKind::None),
+    Opt::new('p', "parsable", ArgKind::None),
+    Opt::new('P', "parsable2", ArgKind::None),
+    Opt::new('r', "partition", ArgKind::Required),
+    Opt::new('q', "qos", ArgKind::Required),
+    Opt::new('S', "starttime", ArgKind::Required),
+    Opt::new('s', "state", ArgKind::Required),
+    Opt::new('T', "truncate", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::long("uid", ArgKind::Required),
+    Opt::long("units", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 const DEFAULT_FIELDS: &str = "jobid,jobname,partition,account,alloccpus,state,exitcode";
@@ -371,10 +373,10 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
         Cluster => std::env::var("CADRE_CLUSTER_NAME").unwrap_or_else(|_| "cadre".into()),
         Comment => String::new(),
         Constraints => r.features.clone(),
-        CpuTime => format::elapsed(r.elapsed(now) * r.cpus),
+        CpuTime => format_duration(r.elapsed(now) * r.cpus),
         CpuTimeRaw => (r.elapsed(now) * r.cpus).to_string(),
         DerivedExitCode => "0:0".into(),
-        Elapsed => format::elapsed(r.elapsed(now)),
+        Elapsed => format_duration(r.elapsed(now)),
         ElapsedRaw => r.elapsed(now).to_string(),
         Eligible | Submit => format::timestamp(r.submit),
         End => r.end.map_or_else(unknown, format::timestamp),
@@ -420,13 +422,13 @@ pub(crate) fn value(r: &Row, f: Field, now: u64) -> String {
         Restarts => r.restarts.to_string(),
         State => match r.state {
             JobState::Cancelled => format!("CANCELLED by {}", query::uid_of(&r.user).unwrap_or(0)),
-            s => format::state_long(s).to_string(),
+            s => state::long(s).to_string(),
         },
         Timelimit => {
             if r.time_limit == 0 {
                 "UNLIMITED".into()
             } else {
-                format::elapsed(r.time_limit)
+                format_duration(r.time_limit)
             }
         }
         TimelimitRaw => {
@@ -724,7 +726,7 @@ fn json(rows: &[Row], now: u64) -> serde_json::Value {
                 "user": r.user,
                 "account": r.account,
                 "partition": r.partition,
-                "state": { "current": format::state_long(r.state), "reason": r.reason },
+                "state": { "current": state::long(r.state), "reason": r.reason },
                 "exit_code": { "return_code": r.exit_code.unwrap_or(0) },
                 "nodes": r.nodes,
                 "time": {
@@ -793,10 +795,10 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         }
     }
     for s in p.values("state").iter().flat_map(|s| query::list(s)) {
-        match format::parse_state(&s) {
+        match state::parse(&s) {
             Some(st) => sel.states.push(st),
             // A state cadre's jobs are never in selects nothing.
-            None if format::is_other_slurm_state(&s) => {}
+            None if state::is_other(&s) => {}
             None => return query::fail(CMD, format!("Invalid state: {s}")),
         }
     }

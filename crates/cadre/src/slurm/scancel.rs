@@ -14,11 +14,12 @@
 //! user (`Access/permission denied`). This is current Slurm's behaviour; Slurm 22.05 said
 //! nothing about unknown or ended jobs unless `-v` and exited 0.
 
-use super::getopt::{HasArg, Opt};
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use crate::client::ApiFailure;
 use cadre_core::job::JobState;
 use cadre_proto::api::{CancelRequest, JobList, JobView};
+use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
 use hyper::Method;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -26,30 +27,30 @@ use std::process::ExitCode;
 const CMD: &str = "scancel";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "account", HasArg::Required),
-    Opt::new('b', "batch", HasArg::No),
-    Opt::new('M', "clusters", HasArg::Required),
-    Opt::long("ctld", HasArg::No),
-    Opt::new('f', "full", HasArg::No),
-    Opt::long("help", HasArg::No),
-    Opt::new('H', "hurry", HasArg::No),
-    Opt::new('i', "interactive", HasArg::No),
-    Opt::new('n', "jobname", HasArg::Required),
-    Opt::long("name", HasArg::Required),
-    Opt::long("me", HasArg::No),
-    Opt::new('w', "nodelist", HasArg::Required),
-    Opt::new('p', "partition", HasArg::Required),
-    Opt::new('q', "qos", HasArg::Required),
-    Opt::new('Q', "quiet", HasArg::No),
-    Opt::new('R', "reservation", HasArg::Required),
-    Opt::long("sibling", HasArg::Required),
-    Opt::new('s', "signal", HasArg::Required),
-    Opt::new('t', "state", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
-    Opt::long("wckey", HasArg::Required),
+    Opt::new('A', "account", ArgKind::Required),
+    Opt::new('b', "batch", ArgKind::None),
+    Opt::new('M', "clusters", ArgKind::Required),
+    Opt::long("ctld", ArgKind::None),
+    Opt::new('f', "full", ArgKind::None),
+    Opt::long("help", ArgKind::None),
+    Opt::new('H', "hurry", ArgKind::None),
+    Opt::new('i', "interactive", ArgKind::None),
+    Opt::new('n', "jobname", ArgKind::Required),
+    Opt::long("name", ArgKind::Required),
+    Opt::long("me", ArgKind::None),
+    Opt::new('w', "nodelist", ArgKind::Required),
+    Opt::new('p', "partition", ArgKind::Required),
+    Opt::new('q', "qos", ArgKind::Required),
+    Opt::new('Q', "quiet", ArgKind::None),
+    Opt::new('R', "reservation", ArgKind::Required),
+    Opt::long("sibling", ArgKind::Required),
+    Opt::new('s', "signal", ArgKind::Required),
+    Opt::new('t', "state", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
+    Opt::long("wckey", ArgKind::Required),
 ];
 
 /// A signal by name (`USR1`, `SIGUSR1`, any case) or number.
@@ -252,7 +253,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         .or_else(|| env("SCANCEL_STATE"))
     {
         for s in query::list(&t) {
-            match super::format::parse_state(&s) {
+            match state::parse(&s) {
                 Some(st @ (JobState::Pending | JobState::Running)) => sel.states.push(st),
                 // cadre does not suspend jobs: no job is SUSPENDED.
                 _ if s.eq_ignore_ascii_case("SUSPENDED") || s.eq_ignore_ascii_case("S") => {}

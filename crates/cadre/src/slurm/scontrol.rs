@@ -7,6 +7,7 @@
 //! `show hostnames` without a list reads `$SLURM_JOB_NODELIST`, as current Slurm does
 //! (22.05 did not).
 
+use super::query::{self, Opt};
 use super::{api_failure, connect, ids_of, local_clock};
 use crate::client::Client;
 use cadre_core::hostlist;
@@ -16,6 +17,7 @@ use cadre_proto::api::{
 };
 use cadre_slurm::convert::keys;
 use cadre_slurm::dependency::DepEntry;
+use cadre_slurm::getopt::ArgKind;
 use cadre_slurm::show::{ArrayShow, DepJob, ShowJob, dependency_field, format_record, job_record};
 use cadre_slurm::size::format_mib;
 use cadre_slurm::time::{format_limit, parse_time_limit};
@@ -24,7 +26,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// What went wrong, as `scontrol` says it; every error exits 1.
-struct Failure(String);
+pub(crate) struct Failure(String);
 
 impl<T: Into<String>> From<T> for Failure {
     fn from(s: T) -> Failure {
@@ -34,28 +36,43 @@ impl<T: Into<String>> From<T> for Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// scontrol's options (those cadre takes), in GNU getopt's permuting order as Slurm's
+/// scontrol takes them: `scontrol show job 5 -o` is one-line.
+const OPTIONS: &[Opt] = &[
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('d', "details", ArgKind::None),
+    Opt::new('h', "help", ArgKind::None),
+    Opt::new('o', "oneliner", ArgKind::None),
+    Opt::new('Q', "quiet", ArgKind::None),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
+];
+
 /// `scontrol ARGS...`.
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let mut one_line = false;
-    let mut words: Vec<String> = Vec::new();
-    for a in argv.iter().skip(1) {
-        match a.as_str() {
-            "-o" | "--oneliner" => one_line = true,
-            "-d" | "--details" | "-a" | "--all" | "-Q" | "--quiet" | "-v" | "--verbose" => {}
-            "-V" | "--version" => {
+    let p = match query::parse_args("scontrol", argv.get(1..).unwrap_or_default(), OPTIONS) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    for (opt, _) in &p.opts {
+        match *opt {
+            "version" => {
                 println!(
                     "cadre {} (Slurm-compatible scontrol)",
                     env!("CARGO_PKG_VERSION")
                 );
                 return ExitCode::SUCCESS;
             }
-            "-h" | "--help" | "--usage" => {
+            "help" | "usage" => {
                 println!("{HELP}");
                 return ExitCode::SUCCESS;
             }
-            _ => words.push(a.clone()),
+            _ => {}
         }
     }
+    let one_line = p.has("oneliner");
+    let words = p.operands;
     match scontrol(&words, one_line) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(m)) => {
@@ -646,14 +663,14 @@ fn update(words: &[String]) -> Outcome {
 }
 
 /// `TimeLimit=` of an update: a limit, or `+T`/`-T` relative to the current one.
-fn time_limit_value(v: &str, ids: &[JobId], all: &[JobView]) -> Result<u64, Failure> {
+pub(crate) fn time_limit_value(v: &str, ids: &[JobId], all: &[JobView]) -> Result<u64, Failure> {
     let invalid = || Failure("scontrol: error: Invalid TimeLimit value".into());
     let (sign, text) = match v.as_bytes().first() {
         Some(b'+') => (1, &v[1..]),
         Some(b'-') if v != "-1" => (-1, &v[1..]),
         _ => (0, v),
     };
-    let secs = parse_time_limit(text).ok_or_else(invalid)?.secs();
+    let secs = parse_time_limit(text).map_err(|_| invalid())?.secs();
     if sign == 0 {
         return Ok(secs.unwrap_or(0));
     }

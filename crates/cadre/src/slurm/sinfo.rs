@@ -17,38 +17,39 @@
 //! memory `N/A`, reason time stamps and users `Unknown`, no groups restriction (`all`).
 
 use super::format::{self, Layout, parse_names, parse_percent};
-use super::getopt::{HasArg, Opt};
-use super::query;
+use super::query::{self, Opt};
 use cadre_proto::api::{NodeList, NodeView, PartitionList, PartitionView};
+use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 const CMD: &str = "sinfo";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('a', "all", HasArg::No),
-    Opt::new('d', "dead", HasArg::No),
-    Opt::new('e', "exact", HasArg::No),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::new('O', "Format", HasArg::Required),
-    Opt::long("help", HasArg::No),
-    Opt::long("hide", HasArg::No),
-    Opt::long("json", HasArg::No),
-    Opt::new('R', "list-reasons", HasArg::No),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::long("noconvert", HasArg::No),
-    Opt::new('N', "Node", HasArg::No),
-    Opt::new('n', "nodes", HasArg::Required),
-    Opt::new('h', "noheader", HasArg::No),
-    Opt::new('p', "partition", HasArg::Required),
-    Opt::new('r', "responding", HasArg::No),
-    Opt::new('S', "sort", HasArg::Required),
-    Opt::new('t', "states", HasArg::Required),
-    Opt::new('s', "summarize", HasArg::No),
-    Opt::long("usage", HasArg::No),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('d', "dead", ArgKind::None),
+    Opt::new('e', "exact", ArgKind::None),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::new('O', "Format", ArgKind::Required),
+    Opt::long("help", ArgKind::None),
+    Opt::long("hide", ArgKind::None),
+    Opt::long("json", ArgKind::None),
+    Opt::new('R', "list-reasons", ArgKind::None),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::long("noconvert", ArgKind::None),
+    Opt::new('N', "Node", ArgKind::None),
+    Opt::new('n', "nodes", ArgKind::Required),
+    Opt::new('h', "noheader", ArgKind::None),
+    Opt::new('p', "partition", ArgKind::Required),
+    Opt::new('r', "responding", ArgKind::None),
+    Opt::new('S', "sort", ArgKind::Required),
+    Opt::new('t', "states", ArgKind::Required),
+    Opt::new('s', "summarize", ArgKind::None),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 const DEFAULT_FORMAT: &str = "%#P %.5a %.10l %.6D %.6t %N";
@@ -392,10 +393,10 @@ pub(crate) fn value(r: &Record<'_>, f: Field) -> String {
         PrioJobFactor => "1".into(),
         TimeLimit => part
             .and_then(|p| p.max_time)
-            .map_or_else(|| "infinite".into(), format::duration),
+            .map_or_else(|| "infinite".into(), format_duration_short),
         DefaultTime => part
             .and_then(|p| p.default_time)
-            .map_or_else(|| "n/a".into(), format::duration),
+            .map_or_else(|| "n/a".into(), format_duration_short),
         Memory => first.memory_mib.to_string(),
         AllocMem => first.memory_alloc_mib.to_string(),
         PreemptMode => "OFF".into(),

@@ -8,32 +8,32 @@
 //! others are left out. `-o` takes sprio's `%` fields.
 
 use super::format::{Layout, parse_percent};
-use super::getopt::{HasArg, Opt};
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_proto::api::{PriorityList, PriorityView, PriorityWeightsView};
+use cadre_slurm::getopt::ArgKind;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 const CMD: &str = "sprio";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('M', "clusters", HasArg::Required),
-    Opt::long("federation", HasArg::No),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::long("help", HasArg::No),
-    Opt::new('j', "jobs", HasArg::Optional),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::new('h', "noheader", HasArg::No),
-    Opt::new('n', "norm", HasArg::No),
-    Opt::new('p', "partition", HasArg::Required),
-    Opt::long("sibling", HasArg::No),
-    Opt::new('S', "sort", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
-    Opt::new('w', "weights", HasArg::No),
+    Opt::new('M', "clusters", ArgKind::Required),
+    Opt::long("federation", ArgKind::None),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::long("help", ArgKind::None),
+    Opt::new('j', "jobs", ArgKind::OptionalOrNext),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::new('h', "noheader", ArgKind::None),
+    Opt::new('n', "norm", ArgKind::None),
+    Opt::new('p', "partition", ArgKind::Required),
+    Opt::long("sibling", ArgKind::None),
+    Opt::new('S', "sort", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
+    Opt::new('w', "weights", ArgKind::None),
 ];
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -10,46 +10,48 @@
 //! Not here: the field engine ([`super::format`]).
 
 use super::format::{self, Layout, parse_names, parse_percent};
-use super::getopt::{HasArg, Opt};
-use super::query::{self, JobRef};
+use super::query::{self, JobRef, Opt};
 use cadre_core::job::{JobState, RequeuePolicy};
 use cadre_proto::api::{JobList, JobView, StepList};
+use cadre_slurm::getopt::ArgKind;
+use cadre_slurm::state;
+use cadre_slurm::time::format_duration_short;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 const CMD: &str = "squeue";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "account", HasArg::Required),
-    Opt::new('a', "all", HasArg::No),
-    Opt::new('r', "array", HasArg::No),
-    Opt::long("array-unique", HasArg::No),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::new('O', "Format", HasArg::Required),
-    Opt::long("help", HasArg::No),
-    Opt::long("hide", HasArg::No),
-    Opt::new('j', "jobs", HasArg::Optional),
-    Opt::long("json", HasArg::No),
-    Opt::long("local", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::long("me", HasArg::No),
-    Opt::new('n', "name", HasArg::Required),
-    Opt::long("noconvert", HasArg::No),
-    Opt::new('w', "nodelist", HasArg::Required),
-    Opt::new('h', "noheader", HasArg::No),
-    Opt::new('p', "partition", HasArg::Required),
-    Opt::new('P', "priority", HasArg::No),
-    Opt::new('q', "qos", HasArg::Required),
-    Opt::new('S', "sort", HasArg::Required),
+    Opt::new('A', "account", ArgKind::Required),
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('r', "array", ArgKind::None),
+    Opt::long("array-unique", ArgKind::None),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::new('O', "Format", ArgKind::Required),
+    Opt::long("help", ArgKind::None),
+    Opt::long("hide", ArgKind::None),
+    Opt::new('j', "jobs", ArgKind::OptionalOrNext),
+    Opt::long("json", ArgKind::None),
+    Opt::long("local", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::long("me", ArgKind::None),
+    Opt::new('n', "name", ArgKind::Required),
+    Opt::long("noconvert", ArgKind::None),
+    Opt::new('w', "nodelist", ArgKind::Required),
+    Opt::new('h', "noheader", ArgKind::None),
+    Opt::new('p', "partition", ArgKind::Required),
+    Opt::new('P', "priority", ArgKind::None),
+    Opt::new('q', "qos", ArgKind::Required),
+    Opt::new('S', "sort", ArgKind::Required),
     // In Slurm's order, which getopt's "ambiguous" message lists them in.
-    Opt::long("start", HasArg::No),
-    Opt::new('s', "steps", HasArg::Optional),
-    Opt::new('t', "states", HasArg::Required),
-    Opt::long("usage", HasArg::No),
-    Opt::new('u', "user", HasArg::Required),
-    Opt::long("users", HasArg::Required),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::long("start", ArgKind::None),
+    Opt::new('s', "steps", ArgKind::OptionalOrNext),
+    Opt::new('t', "states", ArgKind::Required),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('u', "user", ArgKind::Required),
+    Opt::long("users", ArgKind::Required),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -335,12 +337,12 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
         },
         TimeLimit => format::time_limit(j.time_limit),
         TimeLeft => match (j.state.is_active(), j.start_time, j.time_limit) {
-            (true, Some(s), 0) => format::duration((s + YEAR_SECS).saturating_sub(now)),
-            (true, Some(s), limit) => format::duration((s + limit).saturating_sub(now)),
+            (true, Some(s), 0) => format_duration_short((s + YEAR_SECS).saturating_sub(now)),
+            (true, Some(s), limit) => format_duration_short((s + limit).saturating_sub(now)),
             (_, _, limit) => format::time_limit(limit),
         },
         MinMemory => query::mem_per_node(j).map_or_else(|| "0".into(), format::mem_mib),
-        TimeUsed => format::duration(time_used(j, now)),
+        TimeUsed => format_duration_short(time_used(j, now)),
         ReqNodes | SchedNodes => match f {
             ReqNodes => String::new(),
             _ => null(),
@@ -367,8 +369,8 @@ pub(crate) fn value(row: &Row, f: Field, now: u64) -> String {
             .start_time
             .or(j.expected_start)
             .map_or_else(|| "N/A".into(), format::timestamp),
-        StateCompact => format::state_compact(j.state).into(),
-        State => format::state_long(j.state).into(),
+        StateCompact => state::compact(j.state).into(),
+        State => state::long(j.state).into(),
         User => j.user.clone(),
         Uid => query::uid_of(&j.user).map_or_else(|| j.user.clone(), |u| u.to_string()),
         Reservation => null(),
@@ -455,7 +457,7 @@ fn list_steps(sel: &Selection, header: bool) -> ExitCode {
             cut(&st.name, 8),
             cut(&st.partition, 9),
             cut(&st.user, 8),
-            format::duration(now.saturating_sub(st.start_time)),
+            format_duration_short(now.saturating_sub(st.start_time)),
             st.nodes
         );
     }
@@ -545,7 +547,7 @@ pub(crate) fn rows(jobs: Vec<JobView>, sel: &Selection, one_per_task: bool, now:
         let (x, y) = (&a.job, &b.job);
         x.partition
             .cmp(&y.partition)
-            .then(format::state_rank(x.state).cmp(&format::state_rank(y.state)))
+            .then(state::rank(x.state).cmp(&state::rank(y.state)))
             .then(y.priority.cmp(&x.priority))
             .then(y.id.cmp(&x.id))
     });
@@ -567,7 +569,7 @@ fn sort_rows(rows: &mut [Row], keys: &str, now: u64) {
             Some(match f {
                 Field::JobId | Field::JobIdUnique => j.id.0,
                 Field::PriorityNorm | Field::Priority => j.priority.unwrap_or(0),
-                Field::StateCompact | Field::State => format::state_rank(j.state) as u64,
+                Field::StateCompact | Field::State => state::rank(j.state) as u64,
                 Field::StartTime => j.start_time.or(j.expected_start).unwrap_or(u64::MAX),
                 Field::SubmitTime => j.submit_time,
                 Field::TimeUsed => time_used(j, now),
@@ -612,7 +614,7 @@ fn json(rows: &[Row], now: u64) -> serde_json::Value {
                 "user_name": j.user,
                 "account": j.account,
                 "partition": j.partition,
-                "job_state": format::state_long(j.state),
+                "job_state": state::long(j.state),
                 "state_reason": value(r, Field::Reason, now),
                 "nodes": j.nodes,
                 "node_count": query::node_count(j),
@@ -652,13 +654,13 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         .map(str::to_owned)
         .or_else(|| env("SQUEUE_STATES"))
     {
-        Some(s) if s.eq_ignore_ascii_case("all") => sel.states = Some(format::ALL_STATES.to_vec()),
+        Some(s) if s.eq_ignore_ascii_case("all") => sel.states = Some(state::ALL.to_vec()),
         Some(s) => {
             let mut states = Vec::new();
             for name in query::list(&s) {
-                match format::parse_state(&name) {
+                match state::parse(&name) {
                     Some(st) => states.push(st),
-                    None if format::is_other_slurm_state(&name) => {}
+                    None if state::is_other(&name) => {}
                     None => {
                         eprintln!("{CMD}: error: Invalid job state specified: {name}");
                         eprintln!(
@@ -914,7 +916,7 @@ pub(crate) mod tests {
             job(5, JobState::Timeout),
         ];
         let sel = Selection {
-            states: Some(format::ALL_STATES.to_vec()),
+            states: Some(state::ALL.to_vec()),
             ..Selection::default()
         };
         let rows = rows(jobs, &sel, false, 2_200);
@@ -926,7 +928,7 @@ pub(crate) mod tests {
 
     fn rows_after(now: u64) -> Vec<Row> {
         let sel = Selection {
-            states: Some(format::ALL_STATES.to_vec()),
+            states: Some(state::ALL.to_vec()),
             ..Selection::default()
         };
         rows(vec![job(3, JobState::Failed)], &sel, false, now)

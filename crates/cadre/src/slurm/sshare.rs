@@ -9,9 +9,9 @@
 //! association yet: those columns are empty.
 
 use super::format::{self, TableColumn, TableStyle};
-use super::getopt::{HasArg, Opt};
-use super::query;
+use super::query::{self, Opt};
 use cadre_proto::api::{ShareList, ShareView};
+use cadre_slurm::getopt::ArgKind;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -19,23 +19,23 @@ use std::process::ExitCode;
 const CMD: &str = "sshare";
 
 const OPTIONS: &[Opt] = &[
-    Opt::new('A', "accounts", HasArg::Required),
-    Opt::new('a', "all", HasArg::No),
-    Opt::new('M', "clusters", HasArg::Required),
-    Opt::new('o', "format", HasArg::Required),
-    Opt::long("help", HasArg::No),
-    Opt::new('e', "helpformat", HasArg::No),
-    Opt::long("json", HasArg::No),
-    Opt::new('l', "long", HasArg::No),
-    Opt::new('n', "noheader", HasArg::No),
-    Opt::new('p', "parsable", HasArg::No),
-    Opt::new('P', "parsable2", HasArg::No),
-    Opt::new('m', "partition", HasArg::No),
-    Opt::long("usage", HasArg::No),
-    Opt::new('u', "users", HasArg::Required),
-    Opt::new('U', "Users", HasArg::No),
-    Opt::new('v', "verbose", HasArg::No),
-    Opt::new('V', "version", HasArg::No),
+    Opt::new('A', "accounts", ArgKind::Required),
+    Opt::new('a', "all", ArgKind::None),
+    Opt::new('M', "clusters", ArgKind::Required),
+    Opt::new('o', "format", ArgKind::Required),
+    Opt::long("help", ArgKind::None),
+    Opt::new('e', "helpformat", ArgKind::None),
+    Opt::long("json", ArgKind::None),
+    Opt::new('l', "long", ArgKind::None),
+    Opt::new('n', "noheader", ArgKind::None),
+    Opt::new('p', "parsable", ArgKind::None),
+    Opt::new('P', "parsable2", ArgKind::None),
+    Opt::new('m', "partition", ArgKind::None),
+    Opt::long("usage", ArgKind::None),
+    Opt::new('u', "users", ArgKind::Required),
+    Opt::new('U', "Users", ArgKind::None),
+    Opt::new('v', "verbose", ArgKind::None),
+    Opt::new('V', "version", ArgKind::None),
 ];
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
