@@ -937,8 +937,18 @@ fn argv_text(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// A time as a date in local time, and how long ago (`2026-11-25T17:34:05 (20s ago)`).
 fn time_text(t: Option<u64>) -> String {
-    t.map_or_else(|| "-".into(), |s| format!("{s} ({} ago)", age(s)))
+    let clock = crate::slurm::local_clock();
+    t.map_or_else(
+        || "-".into(),
+        |s| {
+            let date = i64::try_from(s)
+                .map(|e| cadre_slurm::time::format_timestamp(e, &clock))
+                .unwrap_or_else(|_| s.to_string());
+            format!("{date} ({} ago)", age(s))
+        },
+    )
 }
 
 /// `describe`'s text: the object, the job, the translation, where each rank runs, and how.

@@ -495,6 +495,20 @@ fn workloads_run_as_gangs_with_their_names_environment_and_files() {
         assert!(listed.contains(object), "{listed}");
     }
     let described = c.ok(&["describe", "mpijob", "mpi"]);
+    // Times are dates in local time, not raw numbers of seconds.
+    let submitted = described
+        .lines()
+        .find_map(|l| l.strip_prefix("Submitted:"))
+        .unwrap_or_else(|| panic!("no Submitted line:\n{described}"))
+        .trim();
+    let date = submitted.split(' ').next().unwrap_or_default();
+    assert!(
+        date.len() == 19
+            && date.as_bytes()[4] == b'-'
+            && date.as_bytes()[10] == b'T'
+            && submitted.ends_with(" ago)"),
+        "{submitted}"
+    );
     for line in [
         format!("Job:          {mpi}"),
         "State:        COMPLETED".to_string(),
