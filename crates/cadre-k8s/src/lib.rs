@@ -95,7 +95,8 @@
 //! `nodeName`, topology spread constraints, pod affinity, node affinity beyond one `In`
 //! value, scheduling gates and groups, resource claims, pod-level resources, DNS config,
 //! `priority` numbers, `preemptionPolicy: Never`, work-queue Jobs and `parallelism` below
-//! `completions`, per-index Job policies, `generateName`, other controllers' `managedBy`,
+//! `completions`, per-index Job policies, `generateName` where the caller generates no
+//! suffix ([`TranslateOptions::generated_suffix`]), other controllers' `managedBy`,
 //! ordered starts (`dependsOn`, `startupPolicy: InOrder`), Volcano `volumes`, partition
 //! policies, other plugins and policies, `minSuccess` below the job's size, a container
 //! without `command` when no container runtime is configured (its image's entrypoint cannot

@@ -29,6 +29,11 @@ pub struct TranslateOptions {
     pub container_runtime: bool,
     /// The namespace of objects that name none (kubectl's `default`).
     pub default_namespace: String,
+    /// What follows `metadata.generateName` in the name of an object that gives no
+    /// `metadata.name` (Kubernetes: five random letters and digits). Chosen by the caller
+    /// (anew for each object), so that the translation stays a pure function; `None`: such
+    /// an object is refused.
+    pub generated_suffix: Option<String>,
 }
 
 impl TranslateOptions {
@@ -41,6 +46,7 @@ impl TranslateOptions {
             submit_dir: submit_dir.into(),
             container_runtime: false,
             default_namespace: "default".to_string(),
+            generated_suffix: None,
         }
     }
 }

@@ -137,11 +137,30 @@ impl<'a> Builder<'a> {
                 }
                 self.name = n.clone();
             }
-            (None, Some(_)) => self.refuse(
-                "metadata.generateName",
-                "`cadre apply`, like `kubectl apply`, needs metadata.name (a generated name \
-                 would leave the job's tasks without the names they use to find each other)",
-            ),
+            (None, Some(prefix)) => match self.opts.generated_suffix.clone() {
+                // As the API server does: the prefix cut to leave room for the suffix.
+                Some(suffix) => {
+                    let keep = 63usize.saturating_sub(suffix.len());
+                    let cut: String = prefix.chars().take(keep).collect();
+                    let n = format!("{cut}{suffix}");
+                    if !is_dns_label(&n) {
+                        self.refuse(
+                            "metadata.generateName",
+                            format!(
+                                "`{prefix}` makes names such as `{n}`, which cannot name the job's \
+                                 tasks: a name must be a DNS label (lowercase letters, digits \
+                                 and `-`, at most 63 characters, starting and ending with a \
+                                 letter or digit)"
+                            ),
+                        );
+                    }
+                    self.name = n;
+                }
+                None => self.refuse(
+                    "metadata.generateName",
+                    "needs metadata.name where no name is generated for it (`cadre apply` generates one)",
+                ),
+            },
             (None, None) => self.refuse("metadata.name", "missing"),
         }
         if let Some(ns) = &meta.namespace

@@ -597,6 +597,27 @@ fn added_capabilities_are_carried_for_images_and_refused_on_the_host() {
 fn metadata_rules() {
     let y = indexed("", "").replace("  name: ranks\n", "  generateName: ranks-\n");
     assert_refused(&y, "metadata.generateName", "needs metadata.name");
+    // With a suffix chosen by the caller (`cadre apply`), the name is the prefix and it; a
+    // long prefix is cut to leave room for it, as the API server does.
+    let objects = parse_documents(&y, "t.yaml").unwrap();
+    let mut o = opts();
+    o.generated_suffix = Some("x7k2q".into());
+    assert_eq!(translate(&objects[0], &o).unwrap().name, "ranks-x7k2q");
+    let long = indexed("", "").replace(
+        "  name: ranks\n",
+        &format!("  generateName: {}-\n", "r".repeat(70)),
+    );
+    let objects = parse_documents(&long, "t.yaml").unwrap();
+    let t = translate(&objects[0], &o).unwrap();
+    assert_eq!(t.name.len(), 63);
+    assert!(t.name.ends_with("rx7k2q"), "{}", t.name);
+    let bad = indexed("", "").replace("  name: ranks\n", "  generateName: Ranks-\n");
+    let objects = parse_documents(&bad, "t.yaml").unwrap();
+    let err = translate(&objects[0], &o).unwrap_err().to_string();
+    assert!(
+        err.contains("`Ranks-` makes names such as `Ranks-x7k2q`"),
+        "{err}"
+    );
     let y = indexed("", "").replace("  name: ranks\n", "  name: Ranks\n");
     assert_refused(&y, "metadata.name", "DNS label");
     let y = indexed("", "").replace("team: ml}", "team: ml, scheduling.x-k8s.io/pod-group: g}");

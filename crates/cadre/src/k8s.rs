@@ -366,7 +366,7 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                             .push(format!("{origin}, document {doc}: not found again as JSON")),
                     }
                 }
-                _ => match cadre_k8s::translate(&object, opts) {
+                _ => match cadre_k8s::translate(&object, &with_generated_suffix(opts)) {
                     Ok(t) => out.workloads.push(t),
                     Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
                 },
@@ -374,6 +374,25 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
         }
     }
     out
+}
+
+/// `opts` with a fresh suffix for an object named by `metadata.generateName`: five
+/// letters and digits, as the Kubernetes API server makes them (without its vowels and
+/// look-alikes, so that no word is spelled), drawn anew for each object.
+fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut bytes = [0u8; 5];
+    // The OS's random source does not fail on Linux once booted (were it to, the suffix
+    // would be `bbbbb`, the same for every object).
+    let _ = getrandom::fill(&mut bytes);
+    let suffix: String = bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect();
+    TranslateOptions {
+        generated_suffix: Some(suffix),
+        ..opts.clone()
+    }
 }
 
 fn whoami(conn: &ConnectArgs, client: &mut crate::client::Client) -> Result<String> {

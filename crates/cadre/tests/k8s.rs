@@ -1653,3 +1653,44 @@ fn a_cluster_not_run_by_root_resolves_its_tasks_names_in_user_namespaces() {
         assert!(out.contains("hosts-file none"), "rank {rank}: {out}");
     }
 }
+
+/// An object named by `metadata.generateName` (as many published examples are) gets a name
+/// of its own on each apply: the prefix and five letters and digits.
+#[test]
+fn generate_name_gives_each_apply_a_name_of_its_own() {
+    let c = Cluster::up(1);
+    let manifest = "apiVersion: batch/v1
+kind: Job
+metadata: {generateName: gen-}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: c, image: busybox, command: [sh, -c, 'echo job $(hostname) ok']}
+";
+    let first = c.apply(manifest);
+    let second = c.apply(manifest);
+    assert_ne!(first, second);
+    for job in [first, second] {
+        assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+    }
+    let names: Vec<String> = c
+        .workloads()
+        .iter()
+        .filter_map(|w| w["name"].as_str().map(str::to_string))
+        .filter(|n| n.starts_with("gen-"))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_ne!(names[0], names[1], "{names:?}");
+    for n in &names {
+        let suffix = n.strip_prefix("gen-").unwrap_or_default();
+        assert!(
+            suffix.len() == 5
+                && suffix
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+            "{n}"
+        );
+    }
+}
