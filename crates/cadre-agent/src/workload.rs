@@ -510,6 +510,11 @@ pub fn prepare(
                 .into());
             }
         };
+        // The program is looked up on the submitter's `PATH` (the manifest's own, later in
+        // the list, wins).
+        if let Some(path) = &t.host_path {
+            env.insert(0, ("PATH".into(), path.clone()));
+        }
         let work_dir = t.work_dir(group).unwrap_or_else(|| t.submit_dir.clone());
         // An MPI worker's sshd runs nothing: the node holds the worker's share, and the
         // launcher's `mpirun` reaches it through the rsh agent.

@@ -34,6 +34,8 @@ pub struct TranslateOptions {
     /// (anew for each object), so that the translation stays a pure function; `None`: such
     /// an object is refused.
     pub generated_suffix: Option<String>,
+    /// The submitting user's `PATH` (see [`Translated::host_path`]).
+    pub path: Option<String>,
 }
 
 impl TranslateOptions {
@@ -47,6 +49,7 @@ impl TranslateOptions {
             container_runtime: false,
             default_namespace: "default".to_string(),
             generated_suffix: None,
+            path: None,
         }
     }
 }
@@ -403,6 +406,12 @@ pub struct Translated {
     /// than their programs on the host.
     #[serde(default)]
     pub containers: bool,
+    /// For programs on the host: the submitting user's `PATH` when they applied the
+    /// manifest, where a program named without a directory (`torchrun` of a virtual
+    /// environment) is looked up, as `sbatch` exports it. A `PATH` of the manifest's own
+    /// comes over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
 }
 
 impl Translated {

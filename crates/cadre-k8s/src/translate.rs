@@ -454,6 +454,11 @@ impl<'a> Builder<'a> {
             kill_wait_secs: kill_wait,
             submit_dir: self.opts.submit_dir.clone(),
             containers: self.opts.container_runtime,
+            host_path: self
+                .opts
+                .path
+                .clone()
+                .filter(|_| !self.opts.container_runtime),
         })
     }
 }

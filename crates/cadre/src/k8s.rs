@@ -422,6 +422,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         std::env::current_dir()?,
     );
     opts.default_namespace = a.namespace.clone();
+    opts.path = std::env::var("PATH").ok().filter(|p| !p.is_empty());
     opts.container_runtime = match a.run_in {
         RunIn::Host => false,
         RunIn::Auto | RunIn::Container => {

@@ -1694,3 +1694,52 @@ spec:
         );
     }
 }
+
+/// Regression: on the host, a container's program was looked up in a fixed
+/// `/usr/local/bin:/usr/bin:/bin`, so `torchrun` of the user's virtual environment was not
+/// found and the job was held. It is looked up on the `PATH` the user applied with.
+#[test]
+fn a_program_on_the_host_is_found_on_the_path_it_was_applied_with() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::up(1);
+    let venv = tempfile::tempdir().expect("temporary directory");
+    let bin = venv.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let prog = bin.join("cadre-venv-prog");
+    std::fs::write(&prog, "#!/bin/sh\necho found in the venv\n").expect("program written");
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let manifest = "apiVersion: batch/v1
+kind: Job
+metadata: {name: venv}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: c, image: python, command: [cadre-venv-prog]}
+";
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = c.run_in(
+        c.dir(),
+        &["apply", "-f", "-"],
+        Some(manifest),
+        &[("PATH", &path)],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{said}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: u64 = said
+        .trim()
+        .rsplit_once("(job ")
+        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
+    assert_eq!(c.output("venv", job, 0), "found in the venv\n");
+}
