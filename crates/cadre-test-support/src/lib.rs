@@ -187,11 +187,12 @@ pub fn api(
 pub struct ClusterBuilder {
     cadre: PathBuf,
     nodes: u32,
-    gpus_per_node: u32,
+    gpus_per_node: Option<u32>,
     args: Vec<String>,
     data_subdir: Option<PathBuf>,
     workdir: Option<PathBuf>,
     env: Vec<(String, String)>,
+    as_user: Option<(u32, u32)>,
 }
 
 impl ClusterBuilder {
@@ -201,9 +202,16 @@ impl ClusterBuilder {
         self
     }
 
-    /// Emulated GPUs on each node (default 0).
+    /// Emulated GPUs on each node (default: `cadre up`'s).
     pub fn gpus_per_node(mut self, g: u32) -> Self {
-        self.gpus_per_node = g;
+        self.gpus_per_node = Some(g);
+        self
+    }
+
+    /// The cluster, and every command of it, runs as this user (uid, gid), whose the
+    /// data directory and the work directory are, and whose `HOME` is the data directory.
+    pub fn as_user(mut self, uid: u32, gid: u32) -> Self {
+        self.as_user = Some((uid, gid));
         self
     }
 
@@ -256,12 +264,16 @@ impl ClusterBuilder {
             }
             None => data.clone(),
         };
-        let mut up_args = vec![
-            "--nodes".to_owned(),
-            self.nodes.to_string(),
-            "--gpus-per-node".to_owned(),
-            self.gpus_per_node.to_string(),
-        ];
+        if let Some((uid, gid)) = self.as_user {
+            for dir in [&data, &workdir] {
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                    .unwrap_or_else(|e| panic!("failed to chown {}: {e}", dir.display()));
+            }
+        }
+        let mut up_args = vec!["--nodes".to_owned(), self.nodes.to_string()];
+        if let Some(g) = self.gpus_per_node {
+            up_args.extend(["--gpus-per-node".to_owned(), g.to_string()]);
+        }
         up_args.extend(self.args);
         Cluster {
             root,
@@ -271,6 +283,7 @@ impl ClusterBuilder {
             nodes: self.nodes,
             up_args,
             env: self.env,
+            as_user: self.as_user,
             started: false,
         }
     }
@@ -296,6 +309,7 @@ pub struct Cluster {
     nodes: u32,
     up_args: Vec<String>,
     env: Vec<(String, String)>,
+    as_user: Option<(u32, u32)>,
     started: bool,
 }
 
@@ -305,11 +319,12 @@ impl Cluster {
         ClusterBuilder {
             cadre: cadre.into(),
             nodes: 1,
-            gpus_per_node: 0,
+            gpus_per_node: None,
             args: Vec::new(),
             data_subdir: None,
             workdir: None,
             env: Vec::new(),
+            as_user: None,
         }
     }
 
@@ -367,6 +382,10 @@ impl Cluster {
         cmd.env("CADRE_DATA_DIR", &self.data);
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some((uid, gid)) = self.as_user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid).env("HOME", &self.data);
         }
         cmd
     }
