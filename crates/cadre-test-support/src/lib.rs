@@ -186,7 +186,8 @@ pub fn api(
 /// How to start a [`Cluster`].
 pub struct ClusterBuilder {
     cadre: PathBuf,
-    nodes: u32,
+    nodes: Option<u32>,
+    connected: Option<u32>,
     gpus_per_node: Option<u32>,
     args: Vec<String>,
     data_subdir: Option<PathBuf>,
@@ -196,9 +197,16 @@ pub struct ClusterBuilder {
 }
 
 impl ClusterBuilder {
-    /// Agents (named nodes) to run (default 1).
+    /// Agents (named nodes) to run (default: `cadre up`'s, one).
     pub fn nodes(mut self, n: u32) -> Self {
-        self.nodes = n;
+        self.nodes = Some(n);
+        self
+    }
+
+    /// How many agents `cadre up` must report connected when no `--nodes` says it (a
+    /// cluster described by a file; default 1).
+    pub fn expect_connected(mut self, n: u32) -> Self {
+        self.connected = Some(n);
         self
     }
 
@@ -270,7 +278,10 @@ impl ClusterBuilder {
                     .unwrap_or_else(|e| panic!("failed to chown {}: {e}", dir.display()));
             }
         }
-        let mut up_args = vec!["--nodes".to_owned(), self.nodes.to_string()];
+        let mut up_args = Vec::new();
+        if let Some(n) = self.nodes {
+            up_args.extend(["--nodes".to_owned(), n.to_string()]);
+        }
         if let Some(g) = self.gpus_per_node {
             up_args.extend(["--gpus-per-node".to_owned(), g.to_string()]);
         }
@@ -280,7 +291,7 @@ impl ClusterBuilder {
             data,
             workdir,
             cadre: self.cadre,
-            nodes: self.nodes,
+            nodes: self.connected.or(self.nodes).unwrap_or(1),
             up_args,
             env: self.env,
             as_user: self.as_user,
@@ -318,7 +329,8 @@ impl Cluster {
     pub fn builder(cadre: impl Into<PathBuf>) -> ClusterBuilder {
         ClusterBuilder {
             cadre: cadre.into(),
-            nodes: 1,
+            nodes: None,
+            connected: None,
             gpus_per_node: None,
             args: Vec::new(),
             data_subdir: None,
@@ -414,8 +426,7 @@ impl Cluster {
     /// `cadre up --detach` with this cluster's arguments; every agent connected when this
     /// returns.
     pub fn start(&mut self) {
-        self.started = true;
-        let out = self.run(&[&["up", "--detach"][..], &self.up_args()[..]].concat());
+        let out = self.try_start();
         assert!(
             out.status.success(),
             "cadre up failed: {}{}",
@@ -428,6 +439,13 @@ impl Cluster {
             said.contains(&format!("{nodes} node(s), {nodes} connected")),
             "not every agent connected: {said}"
         );
+    }
+
+    /// `cadre up --detach` with this cluster's arguments, whatever it answers (for a test of
+    /// a refused start); the cluster is stopped when dropped all the same.
+    pub fn try_start(&mut self) -> Output {
+        self.started = true;
+        self.run(&[&["up", "--detach"][..], &self.up_args()[..]].concat())
     }
 
     /// `cadre down`, which must succeed.
