@@ -114,7 +114,9 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     let key = read_key(args.key_file.as_deref(), data_dir.as_deref())?;
     let state_dir = match (&args.state_dir, &data_dir) {
         (Some(dir), _) => absolute(dir)?,
-        (None, Some(data)) => crate::paths::run_dir_of(data).join("nodes").join(&node),
+        (None, Some(data)) => cadre_client::locate::run_dir_of(data)
+            .join("nodes")
+            .join(&node),
         (None, None) => {
             bail!("no state directory: give --state-dir, or set CADRE_DATA_DIR or HOME")
         }

@@ -11,8 +11,8 @@
 //!   instruction writes the wall-clock time, and the latency is from just before the
 //!   submission to that time. Prints p50/p99/max.
 
-use crate::client::{Connection, Target};
 use anyhow::{Context, Result, bail};
+use cadre_client::{Connection, Target};
 use cadre_core::job::JobSpec;
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;

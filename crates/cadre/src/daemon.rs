@@ -21,10 +21,10 @@
 //! `cadre up` again adopts the agents that are still alive (by their pid files) and starts
 //! the missing ones, and the agents reconnect.
 
-use crate::client::{Connection, Target};
-use crate::paths::default_data_dir;
 use crate::{ClusterFileArgs, Described, PolicyArgs};
 use anyhow::{Context, Result, bail};
+use cadre_client::locate::default_data_dir;
+use cadre_client::{Connection, Target};
 use cadre_core::cluster::Cluster;
 use cadre_server::ServerConfig;
 use clap::Args;
@@ -140,7 +140,7 @@ impl Layout {
     /// or checking anything.
     fn of(data: Option<PathBuf>, run: Option<PathBuf>) -> Layout {
         let dir = data.unwrap_or_else(default_data_dir);
-        let run = run.unwrap_or_else(|| crate::paths::run_dir_of(&dir));
+        let run = run.unwrap_or_else(|| cadre_client::locate::run_dir_of(&dir));
         Layout { dir, run }
     }
 
@@ -164,7 +164,7 @@ impl Layout {
         self.dir.join("cadre.pid")
     }
     fn socket(&self) -> PathBuf {
-        crate::paths::socket_in(&self.run)
+        cadre_client::locate::socket_in(&self.run)
     }
     fn log(&self) -> PathBuf {
         self.dir.join("cadre.log")

@@ -395,15 +395,15 @@ fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
     }
 }
 
-fn whoami(conn: &ConnectArgs, client: &mut crate::client::Client) -> Result<String> {
+fn whoami(conn: &ConnectArgs, client: &mut cadre_client::Client) -> Result<String> {
     Ok(match &conn.token {
         Some(_) => client.get::<WhoAmI>("/whoami")?.user,
-        None => cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw()),
+        None => cadre_client::user::current(),
     })
 }
 
 /// Every job that is a workload, with its identity, in id order.
-fn workload_jobs(client: &mut crate::client::Client) -> Result<Vec<(Identity, JobView)>> {
+fn workload_jobs(client: &mut cadre_client::Client) -> Result<Vec<(Identity, JobView)>> {
     let list: JobList = client.get("/jobs?detail=true")?;
     Ok(list
         .jobs
@@ -493,7 +493,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         bail!("nothing to apply in {}", a.files.join(", "));
     }
     if !queue_objects.is_empty() {
-        let resp: Result<QueueObjectsResponse> = client.send(
+        let resp: Result<QueueObjectsResponse, _> = client.send(
             Method::POST,
             "/queue-objects",
             Some(&QueueObjectsRequest {
@@ -815,7 +815,7 @@ fn print_table(rows: &[Vec<String>]) {
 }
 
 /// The jobs of a named workload, oldest first; an error naming it when there is none.
-fn find(client: &mut crate::client::Client, a: &NamedArgs) -> Result<Vec<JobView>> {
+fn find(client: &mut cadre_client::Client, a: &NamedArgs) -> Result<Vec<JobView>> {
     let kind = kind_named(&a.kind)?;
     let jobs: Vec<JobView> = workload_jobs(client)?
         .into_iter()

@@ -20,7 +20,6 @@ mod agent;
 mod bench;
 mod bench_api;
 mod bench_openb;
-mod client;
 mod daemon;
 mod k8s;
 mod native;

@@ -1,10 +1,9 @@
 //! cadre's own client commands, for what Slurm's commands do not cover: `cadre submit`,
 //! `cadre jobs`, `cadre nodes`, `cadre explain`, `cadre cancel`, `cadre wait` and
-//! `cadre token`. Each talks to the controller's REST API ([`crate::client`]).
+//! `cadre token`. Each talks to the controller's REST API ([`cadre_client`]).
 
-use crate::client::{Client, Target};
-use crate::paths::default_data_dir;
 use anyhow::{Context, Result};
+use cadre_client::{Client, Target};
 use cadre_core::job::{JobSpec, JobState, TaskGroup};
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
@@ -34,16 +33,14 @@ pub struct ConnectArgs {
 
 impl ConnectArgs {
     pub fn target(&self) -> Result<Target> {
-        match &self.server {
-            Some(s) => Target::parse(s),
-            None => Ok(Target::of_data_dir(
-                &self.data_dir.clone().unwrap_or_else(default_data_dir),
-            )),
-        }
+        Ok(Target::resolve(
+            self.server.as_deref(),
+            self.data_dir.as_deref(),
+        )?)
     }
 
     pub fn client(&self) -> Result<Client> {
-        Client::connect(&self.target()?, self.token.clone())
+        Ok(Client::connect(&self.target()?, self.token.clone())?)
     }
 }
 
@@ -141,7 +138,7 @@ pub enum TokenCommand {
 }
 
 fn current_user() -> String {
-    cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
+    cadre_client::user::current()
 }
 
 /// `cadre submit -t`'s time limit: exactly what `sbatch -t` makes of the same text (one

@@ -1,4 +1,4 @@
-//! Where a cluster's files live on this machine, and who may reach them.
+//! Who may reach a cluster's files on this machine: the daemon's checks of its directories.
 //!
 //! Two directories, told apart by who must reach them:
 //! - the **data directory** (`--data-dir`, `$CADRE_DATA_DIR`, default
@@ -15,63 +15,12 @@
 //!   writable by group or others (anyone who could replace the socket could pose as the
 //!   controller).
 //!
-//! A client finds the socket from the same two variables, so that `CADRE_DATA_DIR` alone
-//! still names a cluster; users of a cluster they do not run set `CADRE_SERVER` (or
-//! `CADRE_RUN_DIR`), since they cannot read its data directory.
+//! Where these directories are by default, and how a client finds the socket in them, is
+//! `cadre_client::locate`'s; the checks that a daemon makes before it uses them are here.
 
 use anyhow::{Result, bail};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-
-/// `$CADRE_DATA_DIR`, else `~/.local/share/cadre` (`/tmp/.local/share/cadre` without a
-/// home).
-pub fn default_data_dir() -> PathBuf {
-    match std::env::var_os("CADRE_DATA_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => {
-            let home =
-                std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-            home.join(".local/share/cadre")
-        }
-    }
-}
-
-/// The run directory of the data directory `data`: `$CADRE_RUN_DIR`, else `data`'s
-/// sibling `<name>.run`.
-pub fn run_dir_of(data: &Path) -> PathBuf {
-    match std::env::var_os("CADRE_RUN_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => sibling_run_dir(data),
-    }
-}
-
-/// `data`'s sibling `<name>.run` (whatever `data`'s trailing slashes or dots).
-fn sibling_run_dir(data: &Path) -> PathBuf {
-    let data = std::path::absolute(data).unwrap_or_else(|_| data.to_path_buf());
-    let mut clean = PathBuf::new();
-    for c in data.components() {
-        match c {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                clean.pop();
-            }
-            other => clean.push(other),
-        }
-    }
-    match (clean.parent(), clean.file_name()) {
-        (Some(parent), Some(name)) => {
-            let mut name = name.to_os_string();
-            name.push(".run");
-            parent.join(name)
-        }
-        _ => PathBuf::from("/cadre.run"),
-    }
-}
-
-/// The controller's socket in run directory `run`.
-pub fn socket_in(run: &Path) -> PathBuf {
-    run.join("cadre.sock")
-}
+use std::path::Path;
 
 /// Creates the data directory (mode 0700) if missing, and refuses one that another user
 /// owns or that group or others may enter.
@@ -164,23 +113,6 @@ fn check_owner(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_run_directory_is_the_data_directory_s_sibling() {
-        assert_eq!(
-            sibling_run_dir(Path::new("/var/lib/cadre")),
-            Path::new("/var/lib/cadre.run")
-        );
-        assert_eq!(
-            sibling_run_dir(Path::new("/var/lib/cadre/")),
-            Path::new("/var/lib/cadre.run")
-        );
-        assert_eq!(
-            sibling_run_dir(Path::new("/var/lib/./x/../cadre/.")),
-            Path::new("/var/lib/cadre.run")
-        );
-        assert_eq!(sibling_run_dir(Path::new("/")), Path::new("/cadre.run"));
-    }
 
     #[test]
     fn a_data_directory_open_to_others_or_a_writable_run_directory_is_refused() {

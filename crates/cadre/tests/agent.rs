@@ -1,27 +1,18 @@
 //! `cadre agent` run as an administrator would: its errors, its exit statuses, and its
 //! shutdown on SIGTERM. (The protocol itself is tested in cadre-agent's tests.)
 
+use cadre_test_support::{clean_command, wait_until};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// `cadre agent ARGS` with a clean environment for the agent's variables.
+/// `cadre agent ARGS` with none of the caller's `CADRE_*` variables (the agent's among
+/// them), in this directory (the data directory may not exist yet).
 fn agent(args: &[&str], data_dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
-    cmd.arg("agent")
-        .args(args)
-        .env("CADRE_DATA_DIR", data_dir)
-        .env_remove("CADRE_AGENT_KEY")
-        .env_remove("CADRE_AGENT_KEY_FILE")
-        .env_remove("CADRE_SERVER")
-        .env_remove("CADRE_NODE")
-        .env_remove("CADRE_AGENT_STATE_DIR")
-        .env_remove("CADRE_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = clean_command(env!("CARGO_BIN_EXE_cadre"), Path::new("."));
+    cmd.arg("agent").args(args).env("CADRE_DATA_DIR", data_dir);
     cmd
 }
 
@@ -172,17 +163,16 @@ fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
+    let mut code = None;
+    wait_until("the agent stops on SIGTERM", || {
+        match child.try_wait().expect("the agent's status") {
+            Some(s) => {
+                code = s.code();
+                true
+            }
+            None => false,
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     while let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
         log.push(line);
     }

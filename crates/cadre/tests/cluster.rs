@@ -7,60 +7,24 @@
 //! down`) when the test ends, also when it panics. Nothing here asserts a duration: tests
 //! wait for states and files, and the deadlines only keep a broken build from hanging.
 
-mod common;
-use common::{private_tempdir, run_dir_of, skip_unless_ci};
+use cadre_test_support::{
+    Cluster, DEADLINE, clean_command, http, read_pid, run_dir_of, running, skip_unless_ci, text,
+    wait_until,
+};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long any one wait may take before the test gives up (a hang guard, not a measure).
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// `cadre` with none of the caller's `CADRE_*` variables (a developer's `CADRE_SERVER` or
-/// `CADRE_TOKEN` must not redirect the tests).
+/// `cadre` in `dir` with none of the caller's `CADRE_*` variables.
 fn cadre_command(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("CADRE_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Waits until `done` says yes, panicking with `what` after [`DEADLINE`].
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < deadline, "gave up waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether `pid` is a process that has not exited. A zombie has exited: orphans are
-/// reparented to this machine's pid 1, which does not reap them.
-fn running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+    clean_command(env!("CARGO_BIN_EXE_cadre"), dir)
 }
 
 /// Whether the file holds at least one whole line (a writer may be half-way).
@@ -68,161 +32,27 @@ fn has_line(path: &Path) -> bool {
     std::fs::read_to_string(path).is_ok_and(|t| t.contains('\n'))
 }
 
-fn read_pid(path: &Path) -> i32 {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{} holds `{text}`, not a pid: {e}", path.display()))
+/// `cadre up --detach --nodes N --gpus-per-node G EXTRA...`, ready (every agent
+/// connected) when this returns.
+fn up(nodes: u32, gpus_per_node: u32, extra: &[&str]) -> Cluster {
+    Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+        .nodes(nodes)
+        .gpus_per_node(gpus_per_node)
+        .args(extra)
+        .start()
 }
 
-/// One HTTP/1.1 exchange on a fresh connection: the status and the body (`null` if empty).
-fn http(
-    mut stream: impl Read + Write,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-) -> (u16, Value) {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if !body.is_empty() {
-        req.push_str("Content-Type: application/json\r\n");
-    }
-    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(req.as_bytes()).expect("request sent");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("answer read");
-    let raw = text(&raw);
-    let (head, rest) = raw
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no end of headers in the answer to {method} {path}: {raw:?}"));
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in the answer to {method} {path}: {head:?}"));
-    let chunked = head
-        .lines()
-        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_owned()
-    };
-    let value = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&body).unwrap_or_else(|e| {
-            panic!("the answer to {method} {path} ({status}) is not JSON: {e}: {body:?}")
-        })
-    };
-    (status, value)
+/// What these tests do with a cluster's jobs through `cadre`.
+trait Jobs {
+    fn submit(&self, args: &[&str]) -> u64;
+    fn wait(&self, id: u64) -> String;
+    fn jobs(&self) -> BTreeMap<u64, Value>;
+    fn job(&self, id: u64) -> Value;
+    fn wait_for_state(&self, id: u64, state: &str);
+    fn kill_controller(&self);
 }
 
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
-        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
-}
-
-/// A cluster in a temporary data directory, stopped when dropped.
-struct Cluster {
-    dir: tempfile::TempDir,
-    nodes: u32,
-    /// The arguments of `cadre up` (without `--detach`), for a restart.
-    up_args: Vec<String>,
-    stopped: bool,
-}
-
-impl Cluster {
-    /// `cadre up --detach --nodes N --gpus-per-node G EXTRA...`, ready (every agent
-    /// connected) when this returns.
-    fn up(nodes: u32, gpus_per_node: u32, extra: &[&str]) -> Cluster {
-        let dir = private_tempdir();
-        let mut up_args = vec![
-            "--nodes".to_owned(),
-            nodes.to_string(),
-            "--gpus-per-node".to_owned(),
-            gpus_per_node.to_string(),
-        ];
-        up_args.extend(extra.iter().map(|s| s.to_string()));
-        let cluster = Cluster {
-            dir,
-            nodes,
-            up_args,
-            stopped: false,
-        };
-        cluster.start();
-        cluster
-    }
-
-    /// `cadre up --detach` with this cluster's arguments.
-    fn start(&self) {
-        let out = self.run(&[&["up", "--detach"][..], &self.up_args_str()[..]].concat());
-        assert!(
-            out.status.success(),
-            "cadre up failed: {}{}",
-            text(&out.stderr),
-            self.log()
-        );
-        let said = text(&out.stdout);
-        let nodes = self.nodes;
-        assert!(
-            said.contains(&format!("{nodes} node(s), {nodes} connected")),
-            "not every agent connected: {said}"
-        );
-    }
-
-    fn up_args_str(&self) -> Vec<&str> {
-        self.up_args.iter().map(String::as_str).collect()
-    }
-
-    fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir().join(name)
-    }
-
-    /// The controller's log, for failure messages.
-    fn log(&self) -> String {
-        let log = std::fs::read_to_string(self.path("cadre.log")).unwrap_or_default();
-        format!("\n--- cadre.log ---\n{log}")
-    }
-
-    /// `cadre ARGS` against this cluster (by its data directory).
-    fn run(&self, args: &[&str]) -> Output {
-        let mut cmd = cadre_command(self.dir());
-        // By the environment: an option after `submit`'s `--` would be the command's.
-        cmd.args(args).env("CADRE_DATA_DIR", self.dir());
-        cmd.output().expect("the cadre binary runs")
-    }
-
-    /// `cadre ARGS`, which must succeed; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "cadre {args:?} failed ({}): {}{}",
-            out.status,
-            text(&out.stderr),
-            self.log()
-        );
-        text(&out.stdout)
-    }
-
+impl Jobs for Cluster {
     /// `cadre submit --parsable ARGS`: the job id.
     fn submit(&self, args: &[&str]) -> u64 {
         let out = self.ok(&[&["submit", "--parsable"][..], args].concat());
@@ -279,18 +109,6 @@ impl Cluster {
         });
     }
 
-    /// One request to the API on the Unix socket (as root: an administrator).
-    fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let sock =
-            std::os::unix::net::UnixStream::connect(run_dir_of(self.dir()).join("cadre.sock"))
-                .expect("the controller's socket answers");
-        http(sock, method, path, None, body)
-    }
-
-    fn controller_pid(&self) -> i32 {
-        read_pid(&self.path("cadre.pid"))
-    }
-
     /// `kill -9` of the controller; returns once it has exited.
     fn kill_controller(&self) {
         let pid = self.controller_pid();
@@ -300,54 +118,6 @@ impl Cluster {
         )
         .expect("the controller is killed");
         wait_until("the killed controller exits", || !running(pid));
-    }
-
-    /// The agents' pids, by node, from their pid files.
-    fn agent_pids(&self) -> BTreeMap<String, i32> {
-        let mut pids = BTreeMap::new();
-        for entry in std::fs::read_dir(self.path("agents")).expect("agents directory") {
-            let path = entry.expect("directory entry").path();
-            if path.extension().is_some_and(|x| x == "pid") {
-                let node = path.file_stem().expect("a name").to_string_lossy();
-                pids.insert(node.into_owned(), read_pid(&path));
-            }
-        }
-        pids
-    }
-
-    /// `cadre down`, which must succeed.
-    fn down(&mut self) {
-        self.stopped = true;
-        let out = self.run(&["down"]);
-        assert!(
-            out.status.success(),
-            "cadre down failed: {}{}",
-            text(&out.stderr),
-            self.log()
-        );
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if self.stopped {
-            return;
-        }
-        let agents = self.agent_pids();
-        let out = self.run(&["down"]);
-        if !out.status.success() {
-            // Nothing of this test may outlive it: kill what it started, by pid.
-            use nix::sys::signal::{Signal, kill};
-            use nix::unistd::Pid;
-            if let Ok(text) = std::fs::read_to_string(self.path("cadre.pid"))
-                && let Ok(pid) = text.trim().parse()
-            {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            for pid in agents.values() {
-                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
-            }
-        }
     }
 }
 
@@ -369,7 +139,7 @@ fn env_of(path: &Path) -> BTreeMap<String, String> {
 
 #[test]
 fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
-    let mut c = Cluster::up(4, 2, &[]);
+    let mut c = up(4, 2, &[]);
     let agents = c.agent_pids();
     assert_eq!(agents.len(), 4, "one agent per node: {agents:?}");
     let pattern = c.path("rank-%t.out");
@@ -414,9 +184,9 @@ fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
     assert_eq!(job["nodes"], "node[001-004]");
     assert_eq!(job["exit_code"], 0);
 
-    c.down();
+    c.stop();
     assert!(
-        !run_dir_of(c.dir()).join("cadre.sock").exists(),
+        !run_dir_of(c.data()).join("cadre.sock").exists(),
         "cadre down removes the socket"
     );
     assert!(
@@ -430,7 +200,7 @@ fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
 
 #[test]
 fn concurrent_jobs_on_one_node_see_disjoint_gpus() {
-    let c = Cluster::up(1, 4, &[]);
+    let c = up(1, 4, &[]);
     // Each job records its GPUs, then waits until the other has too: both COMPLETED means
     // they ran at the same time (a job that waits alone gives up and fails).
     let script = "echo \"$CUDA_VISIBLE_DEVICES\" > gpus.$SLURM_JOB_ID.tmp && \
@@ -439,7 +209,7 @@ fn concurrent_jobs_on_one_node_see_disjoint_gpus() {
                   while [ \"$(ls gpus.* | grep -cv tmp)\" -lt 2 ]; do \
                     i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.1; \
                   done";
-    let dir = c.dir().to_str().expect("utf-8 path").to_owned();
+    let dir = c.data().to_str().expect("utf-8 path").to_owned();
     let submit = || {
         c.submit(&[
             "-n",
@@ -477,7 +247,7 @@ fn concurrent_jobs_on_one_node_see_disjoint_gpus() {
 
 #[test]
 fn time_limit_ends_a_job_as_timeout_and_stops_its_process() {
-    let c = Cluster::up(1, 0, &[]);
+    let c = up(1, 0, &[]);
     let pid_file = c.path("task.pid");
     let id = c.submit(&[
         "-t",
@@ -504,7 +274,7 @@ fn time_limit_ends_a_job_as_timeout_and_stops_its_process() {
 
 #[test]
 fn cancelled_job_ends_cancelled_with_its_processes_gone() {
-    let c = Cluster::up(1, 0, &[]);
+    let c = up(1, 0, &[]);
     let (shell, child) = (c.path("shell.pid"), c.path("child.pid"));
     let id = c.submit(&[
         "--",
@@ -535,7 +305,7 @@ fn cancelled_job_ends_cancelled_with_its_processes_gone() {
 
 #[test]
 fn failing_command_ends_failed_with_its_exit_code() {
-    let c = Cluster::up(1, 0, &[]);
+    let c = up(1, 0, &[]);
     let id = c.submit(&["--", "sh", "-c", "exit 3"]);
     assert_eq!(c.wait(id), "FAILED");
     let job = c.job(id);
@@ -545,7 +315,7 @@ fn failing_command_ends_failed_with_its_exit_code() {
 
 #[test]
 fn gang_larger_than_the_cluster_stays_pending_and_never_starts() {
-    let c = Cluster::up(2, 2, &[]);
+    let c = up(2, 2, &[]);
     let marker = c.path("started");
     // Three tasks of 2 GPUs: each fits a node, the gang does not fit the 4 GPUs.
     let big = c.submit(&[
@@ -575,7 +345,7 @@ fn gang_larger_than_the_cluster_stays_pending_and_never_starts() {
 /// controller restarted after a crash released it, and it ran.
 #[test]
 fn held_job_stays_held_after_the_controller_is_killed() {
-    let c = Cluster::up(1, 0, &[]);
+    let mut c = up(1, 0, &[]);
     let marker = c.path("held-job-ran");
     let held = c.submit(&[
         "--hold",
@@ -649,14 +419,14 @@ fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exis
         return;
     }
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let (_, token) = token_for(&c, "nobody");
     let private = tempfile::tempdir().expect("temporary directory");
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
         .expect("chmod");
     std::fs::create_dir(private.path().join("existing")).expect("mkdir");
     let held_reason = |dir: &Path| {
-        let out = cadre_command(c.dir())
+        let out = cadre_command(c.data())
             .env("CADRE_SERVER", format!("http://{addr}"))
             .env("CADRE_TOKEN", &token)
             .arg("submit")
@@ -695,7 +465,7 @@ fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exis
 #[test]
 fn submit_with_a_token_submits_as_the_tokens_user() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let (_, alice) = token_for(&c, "alice");
     let id = submit_held_over_tcp(&c, &addr, &alice);
     let job = c.job(id);
@@ -706,7 +476,7 @@ fn submit_with_a_token_submits_as_the_tokens_user() {
 #[test]
 fn tokens_decide_who_sees_and_changes_what_over_tcp() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
 
     let (status, body) = http(tcp(), "GET", "/api/v1/jobs", None, None);
@@ -769,7 +539,7 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
 #[test]
 fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(2, 0, &["--listen", &addr]);
+    let c = up(2, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
@@ -802,7 +572,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     assert_eq!(status, 401, "{body}");
 
     let rsh = |host: &str| {
-        cadre_command(c.dir())
+        cadre_command(c.data())
             .args(["rsh", "-o", "ConnectionAttempts=10", host])
             .arg("echo on $SLURMD_NODENAME; exit 3")
             .env("CADRE_SERVER", format!("http://{addr}"))
@@ -818,7 +588,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     // detach themselves from their step); this one has not even left the step's process
     // group, which a step of `srun` would have killed.
     let leftover = format!("sleep 59.{id}");
-    let out = cadre_command(c.dir())
+    let out = cadre_command(c.data())
         .args(["rsh", "node002"])
         .arg(format!("{leftover} </dev/null >/dev/null 2>&1 & exit 0"))
         .env("CADRE_SERVER", format!("http://{addr}"))
@@ -865,7 +635,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
 #[test]
 fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_again() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let id = c.submit(&["--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
@@ -906,7 +676,7 @@ fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_ag
 /// on the message's words.
 #[test]
 fn errors_carry_a_reason_and_what_it_is_about() {
-    let c = Cluster::up(1, 0, &[]);
+    let c = up(1, 0, &[]);
     let submit = |edit: &dyn Fn(&mut cadre_core::job::JobSpec)| {
         let mut spec = cadre_core::job::JobSpec::simple(
             "root",
@@ -1005,8 +775,8 @@ fn storm_submit(c: &Cluster, ran_dir: &str) -> Option<u64> {
 
 #[test]
 fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_twice() {
-    let mut c = Cluster::up(2, 2, &[]);
-    let dir = c.dir().to_str().expect("utf-8 path").to_owned();
+    let mut c = up(2, 2, &[]);
+    let dir = c.data().to_str().expect("utf-8 path").to_owned();
     let long = c.submit(&[
         "-n",
         "2",
@@ -1119,14 +889,14 @@ fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_
         assert_eq!(lines(path).len(), 1, "{} started again", path.display());
     }
 
-    c.down();
+    c.stop();
     for (node, pid) in agents {
         assert!(!running(pid), "the adopted agent of {node} still runs");
     }
     for pid in task_pids {
         assert!(!running(pid), "the long job's task {pid} still runs");
     }
-    assert!(!run_dir_of(c.dir()).join("cadre.sock").exists());
+    assert!(!run_dir_of(c.data()).join("cadre.sock").exists());
 }
 
 /// The test PostgreSQL server's URL (`.ci/run` starts one and sets it; CI must have it).
@@ -1159,7 +929,7 @@ fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
         .expect("test schema");
     let sep = if url.contains('?') { '&' } else { '?' };
     let database = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-    let mut c = Cluster::up(1, 1, &["--database", &database]);
+    let mut c = up(1, 1, &["--database", &database]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "true"]);
     assert_eq!(c.wait(id), "COMPLETED");
     assert!(
@@ -1186,7 +956,7 @@ fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
     c.kill_controller();
     c.start();
     assert_eq!(c.job(id)["state"], "COMPLETED");
-    c.down();
+    c.stop();
     let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
 }
 
@@ -1194,10 +964,10 @@ fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
 /// job holds which GPU.
 #[test]
 fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
-    let c = Cluster::up(1, 2, &[]);
+    let c = up(1, 2, &[]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "30"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
+    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
         .expect("the controller's socket answers");
     sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n\r\n")
         .expect("request sent");
@@ -1235,7 +1005,7 @@ fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
 /// controller was away is the one thing lost).
 #[test]
 fn a_batch_jobs_step_survives_a_controller_crash() {
-    let c = Cluster::up(2, 2, &[]);
+    let mut c = up(2, 2, &[]);
     let bin = c.path("bin");
     c.ok(&["install-aliases", bin.to_str().expect("utf-8 path")]);
     let flag = c.path("go");
@@ -1254,8 +1024,8 @@ fn a_batch_jobs_step_survives_a_controller_crash() {
     let out = std::process::Command::new(bin.join("sbatch"))
         .args(["--parsable", "steps.sh"])
         .env("PATH", format!("{}:{path}", bin.display()))
-        .env("CADRE_DATA_DIR", c.dir())
-        .current_dir(c.dir())
+        .env("CADRE_DATA_DIR", c.data())
+        .current_dir(c.data())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -1291,12 +1061,12 @@ fn a_batch_jobs_step_survives_a_controller_crash() {
 #[test]
 fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(2, 0, &["--listen", &addr]);
+    let mut c = up(2, 0, &["--listen", &addr]);
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
     let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id), 0);
-    let mut rsh = cadre_command(c.dir())
+    let mut rsh = cadre_command(c.data())
         .args(["rsh", "node002", "echo started; sleep 60"])
         .env("CADRE_SERVER", format!("http://{addr}"))
         .env("CADRE_TOKEN", &token)
@@ -1385,7 +1155,7 @@ impl Nobody {
                 format!("{}:{path}", self.home().join("bin").display()),
             )
             .env("HOME", self.home())
-            .env("CADRE_DATA_DIR", c.dir())
+            .env("CADRE_DATA_DIR", c.data())
             .current_dir(self.home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1403,7 +1173,7 @@ impl Nobody {
 #[test]
 fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
     let Some(nobody) = Nobody::new() else { return };
-    let c = Cluster::up(1, 0, &[]);
+    let c = up(1, 0, &[]);
     let id = c.submit(&["--", "true"]);
     c.wait(id);
     use std::os::unix::fs::PermissionsExt;
@@ -1414,7 +1184,7 @@ fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
             .mode()
             & 0o777
     };
-    assert_eq!(mode(c.dir()), 0o700);
+    assert_eq!(mode(c.data()), 0o700);
     for file in [
         "cadre.db",
         "cadre.db-wal",
@@ -1424,7 +1194,7 @@ fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
     ] {
         assert_eq!(mode(&c.path(file)), 0o600, "{file}");
     }
-    assert_eq!(mode(&run_dir_of(c.dir())), 0o755);
+    assert_eq!(mode(&run_dir_of(c.data())), 0o755);
     for file in ["cadre.db", "cadre.db-wal", "agent.key", "cadre.log"] {
         let path = c.path(file);
         let out = nobody.run(&c, "cat", &[path.to_str().expect("utf-8 path")]);
@@ -1449,7 +1219,7 @@ fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
 #[test]
 fn a_user_cannot_swap_their_job_s_hosts_file_for_a_link_to_a_root_only_file() {
     let Some(nobody) = Nobody::new() else { return };
-    let c = Cluster::up(2, 0, &[]);
+    let c = up(2, 0, &[]);
     let bin = nobody.home().join("bin");
     c.ok(&["install-aliases", bin.to_str().expect("utf-8 path")]);
     let secret = c.path("secret");
@@ -1522,7 +1292,7 @@ fn submit_over_tcp(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
 #[test]
 fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let (_, nobody) = token_for(&c, "nobody");
     let id = submit_over_tcp(
@@ -1609,7 +1379,7 @@ fn held_job_with_nice(user: &str, nice: i32) -> String {
 #[test]
 fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let (_, nobody) = token_for(&c, "nobody");
     let body = held_job_with_nice("nobody", i32::MIN);
@@ -1693,7 +1463,7 @@ fn held_array_tasks(
 #[test]
 fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let (_, alice) = token_for(&c, "alice");
     let (_, bob) = token_for(&c, "bob");
@@ -1779,7 +1549,7 @@ fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
 #[test]
 fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(1, 2, &["--listen", &addr]);
+    let c = up(1, 2, &["--listen", &addr]);
     let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
     let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
@@ -1806,7 +1576,7 @@ fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
     let forged = scrape(tcp(), Some("not-a-token"));
     assert!(!forged.contains("cadre_gpu_job_info"), "{forged}");
     let local = scrape(
-        std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
+        std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
             .expect("the socket"),
         None,
     );
@@ -1861,7 +1631,7 @@ fn whoami_answers(addr: &str, token: &str) -> bool {
 #[test]
 fn connections_beyond_a_peers_cap_are_closed_at_once() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(
+    let c = up(
         1,
         0,
         &["--listen", &addr, "--max-connections-per-peer", "4"],
@@ -1897,7 +1667,7 @@ fn connections_beyond_a_peers_cap_are_closed_at_once() {
 #[test]
 fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up(
+    let c = up(
         1,
         0,
         &[
@@ -1929,7 +1699,7 @@ fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
     // connections have the same timeouts), through the agent's WebSocket.
     let id = c.submit(&["--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.dir()).join("cadre.sock"))
+    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
         .expect("the controller's socket answers");
     let body = r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#;
     let req = format!(

@@ -15,23 +15,17 @@
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
-mod common;
-use common::{private_tempdir, skip_unless_ci};
+use cadre_test_support::{running, skip_unless_ci, text, wait_until};
 
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A cluster in a temporary data directory, stopped when dropped.
+/// A cluster of cadre-test-support's harness, driven through `cadre apply` and `get`.
 struct Cluster {
-    dir: tempfile::TempDir,
-    /// Every `cadre` command (and so the cluster itself) runs as this user, not as the
-    /// test's.
-    as_user: Option<(u32, u32)>,
+    inner: cadre_test_support::Cluster,
 }
 
 impl Cluster {
@@ -51,27 +45,17 @@ impl Cluster {
     }
 
     fn start(nodes: u32, more: &[&str], as_user: Option<(u32, u32)>) -> Cluster {
-        let c = Cluster {
-            dir: private_tempdir(),
-            as_user,
-        };
+        let mut b = cadre_test_support::Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+            .nodes(nodes)
+            .args(more);
         if let Some((uid, gid)) = as_user {
-            std::os::unix::fs::chown(c.dir(), Some(uid), Some(gid)).expect("chown");
+            b = b.as_user(uid, gid);
         }
-        let nodes = nodes.to_string();
-        let mut args = vec!["up", "--detach", "--nodes", &nodes];
-        args.extend_from_slice(more);
-        let out = c.run(&args);
-        assert!(
-            out.status.success(),
-            "cadre up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        c
+        Cluster { inner: b.start() }
     }
 
     fn dir(&self) -> &Path {
-        self.dir.path()
+        self.inner.data()
     }
 
     fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
@@ -86,23 +70,11 @@ impl Cluster {
         stdin: Option<&str>,
         env: &[(&str, &str)],
     ) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("CADRE_") {
-                cmd.env_remove(name);
-            }
-        }
+        let mut cmd = self.inner.command(env!("CARGO_BIN_EXE_cadre"));
         cmd.args(args)
             .current_dir(dir)
-            .env("CADRE_DATA_DIR", self.dir())
             .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some((uid, gid)) = self.as_user {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(uid).gid(gid).env("HOME", self.dir());
-        }
+            .stdin(Stdio::piped());
         let mut child = cmd.spawn().expect("the cadre binary runs");
         {
             use std::io::Write;
@@ -119,18 +91,18 @@ impl Cluster {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir().join("cadre.log")).unwrap_or_default()
+        self.inner.log()
     }
 
     fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
-            "cadre {args:?} failed: {}\n--- cadre.log ---\n{}",
-            String::from_utf8_lossy(&out.stderr),
+            "cadre {args:?} failed: {}{}",
+            text(&out.stderr),
             self.log()
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        text(&out.stdout)
     }
 
     /// `cadre apply -f -` of `manifest`: the job id it printed.
@@ -175,31 +147,18 @@ impl Cluster {
 
     /// Waits for the job to end; its final state.
     fn wait(&self, job: u64) -> String {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let s = self.state(job);
-            if !["PENDING", "RUNNING", "PREEMPTING"].contains(&s.as_str()) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {job} still {s}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut s = String::new();
+        wait_until(&format!("job {job} ends"), || {
+            s = self.state(job);
+            !["PENDING", "RUNNING", "PREEMPTING"].contains(&s.as_str())
+        });
+        s
     }
 
     /// The output of rank `rank` of job `job` of workload `name`.
     fn output(&self, name: &str, job: u64, rank: u32) -> String {
         std::fs::read_to_string(self.dir().join(format!("{name}-{job}-{rank}.out")))
             .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.run(&["down"]);
     }
 }
 
@@ -680,23 +639,14 @@ impl Cluster {
 
     /// Waits until the job is in `state` (with `reason`, for a pending one).
     fn wait_for(&self, job: u64, state: &str, reason: Option<&str>) {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        wait_until(&format!("job {job} {state} {reason:?}"), || {
             let w = self
                 .workloads()
                 .into_iter()
                 .find(|w| w["job"] == job)
                 .unwrap_or_else(|| panic!("job {job} is not listed"));
-            if w["state"] == state && reason.is_none_or(|r| w["reason"] == r) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {job} never {state} {reason:?}: {w}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            w["state"] == state && reason.is_none_or(|r| w["reason"] == r)
+        });
     }
 
     /// The queue named `name` as `cadre get queues -o json` shows it.
@@ -875,14 +825,7 @@ fn a_restarted_controller_brings_its_queues_back_before_its_jobs() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("the controller is killed");
-    let deadline = Instant::now() + DEADLINE;
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-    }) {
-        assert!(Instant::now() < deadline, "the killed controller lives on");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the killed controller exits", || !running(pid));
     c.ok(&["up", "--detach", "--nodes", "1"]);
     // The running job counts in its queue again, so the second still waits for it.
     c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
@@ -959,11 +902,7 @@ spec:
           containers: [{name: w, image: m, command: [sh, -c, 'exec sleep 3600']}]
 ",
     );
-    let deadline = Instant::now() + DEADLINE;
-    while c.state(job) != "RUNNING" {
-        assert!(Instant::now() < deadline, "never ran\n{}", c.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("job {job} RUNNING"), || c.state(job) == "RUNNING");
     // kill -9 of the controller; `cadre up` again adopts the agents and the running job.
     let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
         .expect("cadre.pid")
@@ -975,13 +914,7 @@ spec:
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("the controller is killed");
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-    }) {
-        assert!(Instant::now() < deadline, "the killed controller lives on");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the killed controller exits", || !running(pid));
     c.ok(&["up", "--detach", "--nodes", "1"]);
     std::fs::write(c.dir().join("go"), "").expect("go");
     assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
@@ -1287,20 +1220,11 @@ fn a_container_s_token_and_secrets_are_on_no_command_line() {
         .as_nanos();
     let secret = format!("not-on-argv-{}-{nanos}", std::process::id());
     let job = c.apply(&secret_mpi_job("argv", &secret));
-    let deadline = Instant::now() + DEADLINE;
-    let said = loop {
-        let out = c.output("argv", job, 0);
-        if out.lines().any(|l| l.starts_with("key=")) {
-            break out;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the launcher never started: {} {out}\n{}",
-            c.state(job),
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut said = String::new();
+    wait_until("the launcher starts", || {
+        said = c.output("argv", job, 0);
+        said.lines().any(|l| l.starts_with("key="))
+    });
     // Both reach the task, in its container.
     let value = |name: &str| {
         said.lines()
@@ -1390,8 +1314,8 @@ spec:
         .rsplit_once("(job ")
         .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
         .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
-    let deadline = Instant::now() + DEADLINE;
-    let reason = loop {
+    let mut reason = String::new();
+    wait_until(&format!("job {job} held"), || {
         let jobs: Value = serde_json::from_str(&c.ok(&["jobs", "--json"])).expect("JSON");
         let this = jobs["jobs"]
             .as_array()
@@ -1404,13 +1328,9 @@ spec:
             this["state"], "FAILED",
             "the runtime tried the image: {this}"
         );
-        let reason = this["reason"].as_str().unwrap_or_default().to_string();
-        if reason.starts_with("launch failed requeued held") {
-            break reason;
-        }
-        assert!(Instant::now() < deadline, "not held: {this}\n{}", c.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        reason = this["reason"].as_str().unwrap_or_default().to_string();
+        reason.starts_with("launch failed requeued held")
+    });
     let want = format!(
         "the image `oci-archive:{}` is read through the `oci-archive` transport, from the node's own files or stores, which only root's jobs may use",
         archive.display()

@@ -6,44 +6,31 @@
 //! A guard stops the cluster (`cadre down`) when a test ends, also when it panics. Tests
 //! wait for states and files; deadlines only keep a broken build from hanging.
 
-mod common;
-use common::{private_tempdir, run_dir_of, skip_unless_ci};
+use cadre_test_support::{skip_unless_ci, text, wait_until};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < deadline, "gave up waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
+/// A cluster of cadre-test-support's harness with the Slurm aliases in `bin` and a work
+/// directory `work` where the commands run.
 struct Cluster {
-    dir: tempfile::TempDir,
+    inner: cadre_test_support::Cluster,
     work: PathBuf,
     bin: PathBuf,
 }
 
 impl Cluster {
     fn up() -> Cluster {
-        let dir = private_tempdir();
-        let work = dir.path().join("work");
-        let bin = dir.path().join("bin");
-        std::fs::create_dir_all(&work).unwrap();
-        let c = Cluster { dir, work, bin };
-        let out = c.cadre(&["up", "--detach", "--nodes", "2", "--gpus-per-node", "4"]);
-        assert!(out.status.success(), "cadre up: {}", text(&out.stderr));
+        let inner = cadre_test_support::Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+            .nodes(2)
+            .gpus_per_node(4)
+            .workdir("work")
+            .start();
+        let work = inner.workdir().to_path_buf();
+        let bin = inner.root().join("bin");
+        let c = Cluster { inner, work, bin };
         let out = c.cadre(&["install-aliases", c.bin.to_str().unwrap()]);
         assert!(
             out.status.success(),
@@ -54,27 +41,19 @@ impl Cluster {
     }
 
     fn data(&self) -> &Path {
-        self.dir.path()
+        self.inner.data()
     }
 
     fn cadre(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_cadre"))
-            .args(args)
-            .env_remove("CADRE_SERVER")
-            .env_remove("CADRE_TOKEN")
-            .env("CADRE_DATA_DIR", self.data())
-            .current_dir(&self.work)
-            .stdin(Stdio::null())
-            .output()
-            .expect("cadre runs")
+        self.inner.run(args)
     }
 
     /// A Slurm command by its alias, in the work directory.
     fn slurm(&self, name: &str, args: &[&str]) -> Output {
-        let mut cmd = Command::new(self.bin.join(name));
+        let mut cmd = self.inner.command(self.bin.join(name));
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy();
-            if k.starts_with("SBATCH_") || k.starts_with("SLURM_") || k.starts_with("CADRE_") {
+            if k.starts_with("SBATCH_") || k.starts_with("SLURM_") {
                 cmd.env_remove(k.as_ref());
             }
         }
@@ -83,9 +62,6 @@ impl Cluster {
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.args(args)
             .env("PATH", format!("{}:{path}", self.bin.display()))
-            .env("CADRE_DATA_DIR", self.data())
-            .current_dir(&self.work)
-            .stdin(Stdio::null())
             .output()
             .expect("the alias runs")
     }
@@ -134,31 +110,7 @@ impl Cluster {
 
     /// One API request with a JSON body on the socket.
     fn request(&self, method: &str, path: &str, body: Option<&str>) -> Value {
-        use std::io::{Read, Write};
-        let mut s =
-            std::os::unix::net::UnixStream::connect(run_dir_of(self.data()).join("cadre.sock"))
-                .expect("socket");
-        let body = body.unwrap_or("");
-        write!(
-            s,
-            "{method} /api/v1{path} HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        // The body may be chunked: take the JSON object within.
-        let (Some(start), Some(end)) = (body.find('{'), body.rfind('}')) else {
-            return Value::Null;
-        };
-        serde_json::from_str(&body[start..=end]).expect("JSON body")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.cadre(&["down"]);
+        self.inner.api(method, &format!("/api/v1{path}"), body).1
     }
 }
 

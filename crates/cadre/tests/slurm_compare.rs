@@ -24,14 +24,12 @@
 //! Without the reference the test is skipped with a note, except under CI (`$CI` set),
 //! where it fails.
 
-mod common;
-use common::run_dir_of;
+use cadre_test_support::{run_dir_of, wait_until};
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 /// The fields compared, as `scontrol show job -o` names them.
 const COMPARED: &[&str] = &[
@@ -313,7 +311,8 @@ fn replace_number(text: &str, n: u64, by: &str) -> String {
     out
 }
 
-/// The cadre controller of the comparison, stopped when dropped.
+/// The cadre controller of the comparison, stopped when dropped: `cadre server` alone (no
+/// agents, so that no job ever runs), not the `cadre up` of cadre-test-support's harness.
 struct Controller {
     child: Child,
     _dir: tempfile::TempDir,
@@ -379,11 +378,9 @@ fn start_cadre() -> (Controller, PathBuf, PathBuf) {
         .stderr(log)
         .spawn()
         .expect("cadre server starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(run_dir_of(&data).join("cadre.sock")).is_err() {
-        assert!(Instant::now() < deadline, "cadre server did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("cadre server comes up", || {
+        std::os::unix::net::UnixStream::connect(run_dir_of(&data).join("cadre.sock")).is_ok()
+    });
     let c = Controller { child, _dir: dir };
     (c, data, bin)
 }

@@ -6,33 +6,18 @@
 //! Each cluster has its own data directory; a guard stops it (`cadre down`) when the test
 //! ends, also when it panics. Nothing here asserts a duration.
 
-mod common;
-use common::private_tempdir;
+use cadre_test_support::{clean_command, text, wait_until};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use std::process::Output;
 
 /// `cadre ARGS` in `dir`, with none of the caller's `CADRE_*` variables and the data
 /// directory `data`.
 fn cadre(dir: &Path, data: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("CADRE_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.args(args)
+    clean_command(env!("CARGO_BIN_EXE_cadre"), dir)
+        .args(args)
         .env("CADRE_DATA_DIR", data)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .output()
         .expect("the cadre binary runs")
 }
@@ -56,57 +41,42 @@ impl SlurmFiles {
     }
 }
 
-/// A cluster in a temporary data directory, stopped when dropped.
+/// A cluster of cadre-test-support's harness, described by a Slurm configuration.
 struct Cluster {
-    data: tempfile::TempDir,
-    stopped: bool,
+    inner: cadre_test_support::Cluster,
 }
 
 impl Cluster {
+    /// The cluster `cadre up --detach ARGS` would start (not started).
+    fn prepare(args: &[&str], nodes: u32) -> Cluster {
+        let inner = cadre_test_support::Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+            .args(args)
+            .expect_connected(nodes)
+            .prepare();
+        Cluster { inner }
+    }
+
     /// `cadre up --detach ARGS`, ready (every agent connected) when this returns.
-    fn up(args: &[&str], nodes: usize) -> Cluster {
-        let c = Cluster {
-            data: private_tempdir(),
-            stopped: false,
-        };
-        let out = c.run(&[&["up", "--detach"][..], args].concat());
-        assert!(
-            out.status.success(),
-            "cadre up failed: {}{}",
-            text(&out.stderr),
-            c.log()
-        );
-        let said = text(&out.stdout);
-        assert!(
-            said.contains(&format!("{nodes} node(s), {nodes} connected")),
-            "not every agent connected: {said}{}",
-            c.log()
-        );
+    fn up(args: &[&str], nodes: u32) -> Cluster {
+        let mut c = Cluster::prepare(args, nodes);
+        c.inner.start();
         c
     }
 
     fn dir(&self) -> &Path {
-        self.data.path()
+        self.inner.data()
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        cadre(self.dir(), self.dir(), args)
+        self.inner.run(args)
     }
 
     fn log(&self) -> String {
-        let log = std::fs::read_to_string(self.dir().join("cadre.log")).unwrap_or_default();
-        format!("\n--- cadre.log ---\n{log}")
+        self.inner.log()
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "cadre {args:?} failed: {}{}",
-            text(&out.stderr),
-            self.log()
-        );
-        text(&out.stdout)
+        self.inner.ok(args)
     }
 
     fn json(&self, args: &[&str]) -> Value {
@@ -134,37 +104,6 @@ impl Cluster {
             self.log()
         );
         job
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if self.stopped {
-            return;
-        }
-        self.stopped = true;
-        let out = self.run(&["down"]);
-        if !out.status.success() {
-            // Nothing of this test may outlive it: kill what it started, by pid.
-            use nix::sys::signal::{Signal, kill};
-            use nix::unistd::Pid;
-            let mut pids = vec![self.dir().join("cadre.pid")];
-            if let Ok(entries) = std::fs::read_dir(self.dir().join("agents")) {
-                pids.extend(
-                    entries
-                        .flatten()
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "pid")),
-                );
-            }
-            for file in pids {
-                if let Ok(text) = std::fs::read_to_string(&file)
-                    && let Ok(pid) = text.trim().parse()
-                {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                }
-            }
-        }
     }
 }
 
@@ -258,23 +197,16 @@ fn a_cluster_from_slurm_conf_runs_jobs_on_its_named_partitions() {
 
     // Above the partition's MaxTime (10 minutes): held back, as Slurm holds it.
     let id = c.submit(&["-p", "debug", "-t", "11", "--", "true"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let mut job = Value::Null;
+    wait_until("PartitionTimeLimit", || {
         let jobs = c.json(&["jobs", "--json"]);
-        let job = jobs["jobs"]
+        job = jobs["jobs"]
             .as_array()
             .and_then(|a| a.iter().find(|j| j["id"] == id).cloned())
             .expect("the job is listed");
-        if job["reason"] == "PartitionTimeLimit" {
-            assert_eq!(job["state"], "PENDING");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up waiting for PartitionTimeLimit: {job}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        job["reason"] == "PartitionTimeLimit"
+    });
+    assert_eq!(job["state"], "PENDING");
 
     // Regression: a job without a time limit gets the partition's (MaxTime, there being no
     // DefaultTime) and runs; it used to pend forever with PartitionTimeLimit.
@@ -317,25 +249,10 @@ fn nodes_bigger_than_this_machine_are_refused_before_anything_starts() {
         ("gres.conf", GRES_CONF),
         ("topology.conf", TOPOLOGY_CONF),
     ]);
-    let data = private_tempdir();
     let path = conf.slurm_conf();
     let path = path.to_str().expect("utf-8 path");
-    let out = cadre(
-        data.path(),
-        data.path(),
-        &[
-            "up",
-            "--detach",
-            "--slurm-conf",
-            path,
-            "--gpus-per-node",
-            "2",
-        ],
-    );
-    let guard = Cluster {
-        data,
-        stopped: out.status.code() == Some(1),
-    };
+    let mut guard = Cluster::prepare(&["--slurm-conf", path, "--gpus-per-node", "2"], 2);
+    let out = guard.inner.try_start();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let err = text(&out.stderr);
     assert!(

@@ -7,77 +7,57 @@
 //! (`cadre down`) when the test ends, also when it panics. Nothing here asserts a duration:
 //! the test waits for states, and the deadline only keeps a broken build from hanging.
 
-mod common;
-use common::run_dir_of;
-
 use cadre_core::job::{ArrayIndex, JobId, JobSpec};
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
 use cadre_core::time::Dur;
 use cadre_proto::api::{JobSubmission, SubmitRequest, SubmitResponse};
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use cadre_test_support::{text, wait_until};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-const DEADLINE: Duration = Duration::from_secs(60);
 const COMMANDS: [&str; 6] = ["squeue", "sinfo", "sacct", "scancel", "sshare", "sprio"];
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A cluster in a temporary directory (data under `data/`, the command links under
-/// `bin/`), stopped when dropped.
+/// A cluster of cadre-test-support's harness (data under `data/`, the command links under
+/// `bin/`, commands run in the temporary directory).
 struct Cluster {
-    dir: tempfile::TempDir,
+    inner: cadre_test_support::Cluster,
 }
 
 impl Cluster {
     fn up(nodes: u32, gpus_per_node: u32) -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        std::fs::create_dir(dir.path().join("bin")).expect("bin directory");
+        let mut inner = cadre_test_support::Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+            .nodes(nodes)
+            .gpus_per_node(gpus_per_node)
+            .data_subdir("data")
+            .workdir(".")
+            .prepare();
+        let bin = inner.root().join("bin");
+        std::fs::create_dir(&bin).expect("bin directory");
         // scontrol too, for its option errors.
         for name in COMMANDS.iter().chain(&["scontrol"]) {
-            std::os::unix::fs::symlink(
-                env!("CARGO_BIN_EXE_cadre"),
-                dir.path().join("bin").join(name),
-            )
-            .expect("link to the cadre binary");
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cadre"), bin.join(name))
+                .expect("link to the cadre binary");
         }
-        let cluster = Cluster { dir };
-        let out = cluster
-            .command(env!("CARGO_BIN_EXE_cadre"))
-            .args(["up", "--detach", "--nodes", &nodes.to_string()])
-            .args(["--gpus-per-node", &gpus_per_node.to_string()])
-            .output()
-            .expect("cadre up runs");
-        assert!(
-            out.status.success(),
-            "cadre up failed: {}{}",
-            text(&out.stderr),
-            cluster.log()
-        );
-        cluster
+        inner.start();
+        Cluster { inner }
     }
 
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+    fn root(&self) -> &Path {
+        self.inner.root()
     }
 
     fn log(&self) -> String {
-        let log = std::fs::read_to_string(self.data().join("cadre.log")).unwrap_or_default();
-        format!("\n--- cadre.log ---\n{log}")
+        self.inner.log()
     }
 
     /// A command with none of the caller's `CADRE_*` or Slurm variables, against this
     /// cluster.
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = self.inner.command(program);
         for (name, _) in std::env::vars_os() {
             let n = name.to_string_lossy();
-            if n.starts_with("CADRE_")
-                || n.starts_with("SQUEUE_")
+            if n.starts_with("SQUEUE_")
                 || n.starts_with("SINFO_")
                 || n.starts_with("SACCT_")
                 || n.starts_with("SCANCEL_")
@@ -87,17 +67,12 @@ impl Cluster {
                 cmd.env_remove(name);
             }
         }
-        cmd.env("CADRE_DATA_DIR", self.data())
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
         cmd
     }
 
     /// A Slurm command by its link, as a user runs it.
     fn slurm(&self, name: &str, args: &[&str]) -> Output {
-        self.command(self.dir.path().join("bin").join(name))
+        self.command(self.root().join("bin").join(name))
             .args(args)
             .output()
             .expect("the command runs")
@@ -159,7 +134,7 @@ impl Cluster {
                 });
                 JobSubmission {
                     spec,
-                    run: RunSpec::command(vec!["true".into()], self.dir.path().to_owned()),
+                    run: RunSpec::command(vec!["true".into()], self.root().to_owned()),
                     array_of: Some(0),
                 }
             })
@@ -169,51 +144,10 @@ impl Cluster {
             dry_run: false,
         })
         .expect("JSON");
-        let mut stream =
-            std::os::unix::net::UnixStream::connect(run_dir_of(&self.data()).join("cadre.sock"))
-                .expect("the controller's socket");
-        let req = format!(
-            "POST /api/v1/jobs HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(req.as_bytes()).expect("request sent");
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).expect("answer read");
-        let raw = text(&raw);
-        let (_, rest) = raw.split_once("\r\n\r\n").expect("headers end");
-        let body = if raw
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            let (size, after) = rest.split_once("\r\n").expect("chunk");
-            after[..usize::from_str_radix(size.trim(), 16).expect("size")].to_owned()
-        } else {
-            rest.to_owned()
-        };
-        let resp: SubmitResponse = serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("not a submit answer: {e}: {raw}"));
+        let (status, answer) = self.inner.api("POST", "/api/v1/jobs", Some(&body));
+        let resp: SubmitResponse = serde_json::from_value(answer.clone())
+            .unwrap_or_else(|e| panic!("not a submit answer ({status}): {e}: {answer}"));
         resp.job_ids[0].0
-    }
-
-    fn wait_until(&self, what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + DEADLINE;
-        while !done() {
-            assert!(
-                Instant::now() < deadline,
-                "gave up waiting: {what}{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self
-            .command(env!("CARGO_BIN_EXE_cadre"))
-            .args(["down"])
-            .output();
     }
 }
 
@@ -253,7 +187,7 @@ fn slurm_read_side_commands_answer_as_slurm() {
         "true",
     ]);
     let array = c.submit_array(3);
-    c.wait_until("the sleeper runs and the failing job has ended", || {
+    wait_until("the sleeper runs and the failing job has ended", || {
         let out = c.ok("squeue", &["-h", "-t", "all", "-o", "%i %t"]);
         out.contains(&format!("{running} R\n")) && out.contains(&format!("{failed} F\n"))
     });
@@ -435,7 +369,7 @@ fn slurm_read_side_commands_answer_as_slurm() {
     c.ok("scancel", &[&running.to_string(), "--signal", "USR1"]);
     c.ok("scancel", &["-t", "PENDING", "-n", "big"]);
     c.ok("scancel", &[&running.to_string()]);
-    c.wait_until("every job has ended", || c.ok("squeue", &["-h"]).is_empty());
+    wait_until("every job has ended", || c.ok("squeue", &["-h"]).is_empty());
 
     // sacct: the default table and what submitit reads (JobID|State, -j repeated).
     let out = c.ok("sacct", &["-j", &failed.to_string()]);
@@ -533,7 +467,7 @@ fn headers_and_errors_are_the_reference_slurms() {
         return;
     }
     let c = Cluster::up(1, 2);
-    let bin = c.dir.path().join("bin");
+    let bin = c.root().join("bin");
     let mine = |name: &str, args: &[&str]| {
         let out = c.slurm(name, args);
         (

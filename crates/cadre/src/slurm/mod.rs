@@ -28,9 +28,9 @@ pub mod squeue;
 pub mod srun;
 pub mod sshare;
 
-use crate::client::{ApiFailure, Client};
 use crate::native::ConnectArgs;
 use anyhow::{Context, Result};
+use cadre_client::{ApiFailure, Client};
 use cadre_slurm::SlurmError;
 use cadre_slurm::time::Clock;
 use std::path::{Path, PathBuf};
@@ -93,7 +93,7 @@ pub fn connect() -> Result<Client, SlurmError> {
 
 /// The API's answer to a failed request, if that is what `e` is.
 pub fn api_failure(e: &anyhow::Error) -> Option<&ApiFailure> {
-    e.chain().find_map(|c| c.downcast_ref::<ApiFailure>())
+    cadre_client::Error::api_failure_in(e.as_ref())
 }
 
 /// The wall clock and the local time zone's offset now.
@@ -121,7 +121,7 @@ pub fn local_clock() -> Clock {
 
 /// The user running this command.
 pub fn current_user() -> String {
-    cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
+    cadre_client::user::current()
 }
 
 /// A user's uid, primary group name and gid, for `UserId=`/`GroupId=` (nobody's when the

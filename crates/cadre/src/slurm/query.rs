@@ -6,8 +6,8 @@
 //! Exit codes, as Slurm's: 0 success, 1 any error (bad option or value, a controller that
 //! cannot be reached or refuses, an unknown job where the command says so).
 
-use crate::client::Client;
 use crate::native::ConnectArgs;
+use cadre_client::Client;
 use cadre_core::job::{Dependency, DependencyKind, JobSpec};
 use cadre_proto::api::JobView;
 use cadre_slurm::getopt::{self, GetoptError, OptDef, Order, Parsed};
@@ -137,7 +137,7 @@ pub(crate) fn describe(err: &anyhow::Error) -> String {
 
 /// Who runs the command.
 pub(crate) fn current_user() -> String {
-    cadre_server::auth::user_of_uid(nix::unistd::geteuid().as_raw())
+    cadre_client::user::current()
 }
 
 /// Now, in seconds since the epoch.

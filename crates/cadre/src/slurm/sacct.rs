@@ -909,7 +909,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         for chunk in ids.chunks(200) {
             match client.get::<StepList>(&format!("/steps?job={}", chunk.join(","))) {
                 Ok(l) => steps.extend(l.steps),
-                Err(e) => return query::fail(CMD, query::describe(&e)),
+                Err(e) => return query::fail(CMD, query::describe(&e.into())),
             }
         }
     }

@@ -10,7 +10,7 @@
 //! that the job would be accepted and with how many processors.
 
 use super::{api_failure, connect, current_user, fail, local_clock};
-use crate::client::Client;
+use cadre_client::Client;
 use cadre_core::job::{JobId, JobState};
 use cadre_proto::api::{
     JobList, JobView, NodeList, PartitionList, SubmitRequest, SubmitResponse, WhoAmI,
@@ -116,7 +116,7 @@ fn sbatch(args: &[String]) -> Result<ExitCode, SlurmError> {
     let resp: SubmitResponse = client
         .borrow_mut()
         .send(Method::POST, "/jobs", Some(&req))
-        .map_err(|e| submission_error(&e))?;
+        .map_err(|e| submission_error(&e.into()))?;
     if opts.test_only {
         let cpus = first.tasks() * first.groups[0].per_task.cpus;
         eprintln!(
@@ -184,7 +184,7 @@ pub(super) fn get<T: serde::de::DeserializeOwned>(
     client
         .borrow_mut()
         .get(path)
-        .map_err(|e| submission_error(&e))
+        .map_err(|e| submission_error(&e.into()))
 }
 
 /// A failed request in Slurm's words where Slurm has words for it.

@@ -15,7 +15,6 @@
 //! nothing about unknown or ended jobs unless `-v` and exited 0.
 
 use super::query::{self, JobRef, Opt};
-use crate::client::ApiFailure;
 use cadre_core::job::JobState;
 use cadre_proto::api::{CancelRequest, JobList, JobView};
 use cadre_slurm::getopt::ArgKind;
@@ -170,7 +169,7 @@ fn usage() -> ExitCode {
 
 /// Slurm's words for why an action on a job was refused.
 fn why(e: &anyhow::Error) -> String {
-    match e.downcast_ref::<ApiFailure>() {
+    match super::api_failure(e) {
         Some(f) if f.status == 404 => "Invalid job id specified".into(),
         Some(f) if f.status == 403 => "Access/permission denied".into(),
         Some(f) if f.status == 409 => "Job/step already completing or completed".into(),
@@ -281,7 +280,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     };
     let active: JobList = match client.get("/jobs?detail=true&state=PENDING,RUNNING,PREEMPTING") {
         Ok(l) => l,
-        Err(e) => return query::fail(CMD, query::describe(&e)),
+        Err(e) => return query::fail(CMD, query::describe(&e.into())),
     };
     let mut rc = ExitCode::SUCCESS;
     for (text, r, step) in steps {
@@ -291,11 +290,13 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
                 if verbose {
                     eprintln!("{CMD}: Terminating step {text}");
                 }
-                client.send::<_, serde_json::Value>(
-                    Method::POST,
-                    &format!("/jobs/{id}/steps/{step}/cancel"),
-                    Some(&CancelRequest { signal }),
-                )
+                client
+                    .send::<_, serde_json::Value>(
+                        Method::POST,
+                        &format!("/jobs/{id}/steps/{step}/cancel"),
+                        Some(&CancelRequest { signal }),
+                    )
+                    .map_err(anyhow::Error::from)
             }
             None => Err(anyhow::anyhow!("Invalid job id specified")),
         };
@@ -342,7 +343,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
                 Some(&CancelRequest { signal: Some(s) }),
             ),
         };
-        if let Err(e) = result
+        if let Err(e) = result.map_err(anyhow::Error::from)
             && !report_kill_error(&text, &e, quiet)
         {
             rc = ExitCode::from(1);

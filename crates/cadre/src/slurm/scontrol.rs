@@ -9,7 +9,7 @@
 
 use super::query::{self, Opt};
 use super::{api_failure, connect, ids_of, local_clock};
-use crate::client::Client;
+use cadre_client::Client;
 use cadre_core::hostlist;
 use cadre_core::job::{JobId, JobState};
 use cadre_proto::api::{
@@ -186,7 +186,12 @@ fn list_all(client: &mut Client) -> Result<Vec<JobView>, Failure> {
     loop {
         let page: JobList = client
             .get(&format!("/jobs?after={after}&limit=1000"))
-            .map_err(|e| Failure(format!("slurm_load_jobs error: {}", crate::error_chain(&e))))?;
+            .map_err(|e| {
+                Failure(format!(
+                    "slurm_load_jobs error: {}",
+                    crate::error_chain(&e.into())
+                ))
+            })?;
         let n = page.jobs.len();
         if let Some(last) = page.jobs.last() {
             after = last.id.0;
@@ -248,9 +253,12 @@ fn show_jobs(which: Option<&str>, one_line: bool) -> Outcome {
         println!("No jobs in the system");
         return Ok(());
     }
-    let nodes: NodeList = client
-        .get("/nodes")
-        .map_err(|e| Failure(format!("slurm_load_jobs error: {}", crate::error_chain(&e))))?;
+    let nodes: NodeList = client.get("/nodes").map_err(|e| {
+        Failure(format!(
+            "slurm_load_jobs error: {}",
+            crate::error_chain(&e.into())
+        ))
+    })?;
     let cpus = node_cpus(&nodes.nodes);
     let clock = local_clock();
     let mut views: Vec<JobView> = Vec::new();
@@ -422,9 +430,12 @@ fn node_record(n: &NodeView) -> Vec<Vec<(&'static str, String)>> {
 
 fn show_nodes(which: Option<&str>, one_line: bool) -> Outcome {
     let mut client = client()?;
-    let list: NodeList = client
-        .get("/nodes")
-        .map_err(|e| Failure(format!("slurm_load_node error: {}", crate::error_chain(&e))))?;
+    let list: NodeList = client.get("/nodes").map_err(|e| {
+        Failure(format!(
+            "slurm_load_node error: {}",
+            crate::error_chain(&e.into())
+        ))
+    })?;
     let nodes: Vec<&NodeView> = match which {
         Some(name) => {
             let wanted = hostlist::expand(name).map_err(|e| format!("scontrol: error: {e}"))?;
@@ -520,12 +531,15 @@ fn show_partitions(which: Option<&str>, one_line: bool) -> Outcome {
     let list: PartitionList = client.get("/partitions").map_err(|e| {
         Failure(format!(
             "slurm_load_partitions error: {}",
-            crate::error_chain(&e)
+            crate::error_chain(&e.into())
         ))
     })?;
-    let nodes: NodeList = client
-        .get("/nodes")
-        .map_err(|e| Failure(format!("slurm_load_node error: {}", crate::error_chain(&e))))?;
+    let nodes: NodeList = client.get("/nodes").map_err(|e| {
+        Failure(format!(
+            "slurm_load_node error: {}",
+            crate::error_chain(&e.into())
+        ))
+    })?;
     let parts: Vec<&PartitionView> = list
         .partitions
         .iter()
@@ -599,7 +613,7 @@ fn update(words: &[String]) -> Outcome {
             for id in ids {
                 client
                     .send::<_, serde_json::Value>(Method::PATCH, &format!("/jobs/{id}"), Some(&upd))
-                    .map_err(|e| api_error(&e, "slurm_update"))?;
+                    .map_err(|e| api_error(&e.into(), "slurm_update"))?;
             }
             Ok(())
         }
@@ -646,12 +660,14 @@ fn update(words: &[String]) -> Outcome {
                         .into());
                     }
                 };
-                result.map_err(|e| match api_failure(&e) {
-                    Some(f) if f.status == 404 => {
-                        Failure(format!("Invalid node name specified: {name}"))
-                    }
-                    _ => api_error(&e, "slurm_update"),
-                })?;
+                result
+                    .map_err(anyhow::Error::from)
+                    .map_err(|e| match api_failure(&e) {
+                        Some(f) if f.status == 404 => {
+                            Failure(format!("Invalid node name specified: {name}"))
+                        }
+                        _ => api_error(&e, "slurm_update"),
+                    })?;
             }
             Ok(())
         }
@@ -711,6 +727,7 @@ fn job_action(words: &[String], action: &str) -> Outcome {
                 &format!("/jobs/{id}/{action}"),
                 None,
             ) {
+                let e = anyhow::Error::from(e);
                 let finished = all.iter().any(|j| j.id == id && j.state.is_final());
                 let f = match api_failure(&e) {
                     Some(f) if f.status == 409 && finished => {

@@ -232,7 +232,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         .iter()
         .flat_map(|x| query::list(x))
         .collect();
-    let mut list: PriorityList = match query::connect().and_then(|mut c| c.get("/priorities")) {
+    let mut list: PriorityList = match query::connect().and_then(|mut c| Ok(c.get("/priorities")?))
+    {
         Ok(l) => l,
         Err(e) => return query::fail(CMD, query::describe(&e)),
     };

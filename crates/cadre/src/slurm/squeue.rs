@@ -427,7 +427,7 @@ fn list_steps(sel: &Selection, header: bool) -> ExitCode {
     };
     let list: StepList = match client.get("/steps?running=true") {
         Ok(l) => l,
-        Err(e) => return query::fail(CMD, query::describe(&e)),
+        Err(e) => return query::fail(CMD, query::describe(&e.into())),
     };
     let now = query::now();
     if header {
@@ -781,7 +781,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     };
     let list: JobList = match client.get(&path) {
         Ok(l) => l,
-        Err(e) => return query::fail(CMD, query::describe(&e)),
+        Err(e) => return query::fail(CMD, query::describe(&e.into())),
     };
     if let [one] = sel.jobs.as_slice()
         && !list.jobs.iter().any(|j| one.matches(j))

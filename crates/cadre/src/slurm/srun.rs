@@ -23,7 +23,7 @@
 
 use super::sbatch::{get, prepare_job, submission_error};
 use super::{connect, connect_args, fail, local_clock};
-use crate::client::{Client, Connection};
+use cadre_client::{Client, Connection};
 use cadre_core::job::{JobId, JobState};
 use cadre_proto::agent::OutputStream;
 use cadre_proto::api::{
@@ -190,7 +190,7 @@ fn allocate(
                 dry_run: false,
             }),
         )
-        .map_err(|e| submission_error(&e))?;
+        .map_err(|e| submission_error(&e.into()))?;
     let Some(&id) = resp.job_ids.first() else {
         return Err(SlurmError::submission("the controller returned no job id"));
     };
@@ -373,7 +373,7 @@ pub fn run_step_request(
         let mut end: Option<(JobState, Option<i32>, Option<String>)> = None;
         let (cancel_tx, mut cancel_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
         let path = format!("/jobs/{id}/steps");
-        let streaming = conn.stream_lines(&path, &req, |line| {
+        let streaming = conn.stream_lines(&path, &req, |line| -> anyhow::Result<()> {
             let event: StepEvent = serde_json::from_slice(line)?;
             match event {
                 StepEvent::Created { step } => {
@@ -418,7 +418,7 @@ pub fn run_step_request(
             }
         };
         let cut = tokio::select! {
-            r = streaming => r.err(),
+            r = streaming => r.err().map(anyhow::Error::from),
             _ = interrupts => None,
         };
         for (err, text) in lines.borrow_mut().rest() {

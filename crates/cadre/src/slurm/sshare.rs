@@ -286,7 +286,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     } else {
         TableStyle::Table
     };
-    let list: ShareList = match query::connect().and_then(|mut c| c.get("/shares")) {
+    let list: ShareList = match query::connect().and_then(|mut c| Ok(c.get("/shares")?)) {
         Ok(l) => l,
         Err(e) => return query::fail(CMD, query::describe(&e)),
     };

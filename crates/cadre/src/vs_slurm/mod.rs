@@ -402,8 +402,8 @@ pub fn run(args: &VsSlurmArgs) -> Result<ExitCode> {
 }
 
 /// The data directory's socket, for API clients.
-fn target_of(dir: &Path) -> crate::client::Target {
-    crate::client::Target::of_data_dir(dir)
+fn target_of(dir: &Path) -> cadre_client::Target {
+    cadre_client::Target::of_data_dir(dir)
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 
 use super::reference;
 use super::replay::RunRecord;
-use crate::client::{Client, Target};
 use anyhow::{Context, Result, bail};
+use cadre_client::{Client, Target};
 use cadre_proto::api::UsageList;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
