@@ -114,17 +114,13 @@ impl Cluster {
     fn apply_with(&self, manifest: &str, more: &[&str]) -> u64 {
         let mut args = vec!["apply", "-f", "-"];
         args.extend_from_slice(more);
-        let out = self.run_with(&args, Some(manifest));
-        let said = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "cadre apply failed: {}{said}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        said.trim()
-            .rsplit_once("(job ")
-            .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
-            .unwrap_or_else(|| panic!("cadre apply printed `{said}`"))
+        applied_job(&self.run_with(&args, Some(manifest)))
+    }
+
+    /// `cadre apply -f -` of `manifest` from `dir` with more variables: the job id it
+    /// printed.
+    fn apply_in(&self, dir: &Path, manifest: &str, env: &[(&str, &str)]) -> u64 {
+        applied_job(&self.run_in(dir, &["apply", "-f", "-"], Some(manifest), env))
     }
 
     /// The workloads as `cadre get workloads -A -o json` lists them.
@@ -179,6 +175,20 @@ def connect(host, p):
 def check(cond, what):
     if not cond: sys.exit("contract broken: " + what)
 "#;
+
+/// The job id a successful `cadre apply` printed (`... (job N)`).
+fn applied_job(out: &Output) -> u64 {
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cadre apply failed: {}{said}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said.trim()
+        .rsplit_once("(job ")
+        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"))
+}
 
 fn indent(script: &str) -> String {
     format!("{PRELUDE}{script}")
@@ -1297,23 +1307,11 @@ spec:
     let submit = tempfile::tempdir().expect("temporary directory");
     std::fs::set_permissions(submit.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let server = format!("http://{addr}");
-    let out = c.run_in(
+    let job = c.apply_in(
         submit.path(),
-        &["apply", "-f", "-"],
-        Some(&manifest),
+        &manifest,
         &[("CADRE_SERVER", &server), ("CADRE_TOKEN", token)],
     );
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{said}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: u64 = said
-        .trim()
-        .rsplit_once("(job ")
-        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
     let mut reason = String::new();
     wait_until(&format!("job {job} held"), || {
         let jobs: Value = serde_json::from_str(&c.ok(&["jobs", "--json"])).expect("JSON");
@@ -1643,23 +1641,7 @@ spec:
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = c.run_in(
-        c.dir(),
-        &["apply", "-f", "-"],
-        Some(manifest),
-        &[("PATH", &path)],
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{said}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: u64 = said
-        .trim()
-        .rsplit_once("(job ")
-        .and_then(|(_, id)| id.trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("cadre apply printed `{said}`"));
+    let job = c.apply_in(c.dir(), manifest, &[("PATH", &path)]);
     assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
     assert_eq!(c.output("venv", job, 0), "found in the venv\n");
 }
