@@ -299,6 +299,9 @@ struct Ctx<'a> {
     layout: Layout,
     /// The eligible nodes, ascending, without duplicates.
     eligible: Vec<NodeId>,
+    /// The nodes scanned for the live view, ascending, when the caller knows that the
+    /// eligible nodes outside them take no task now (see [`place_scanning`]).
+    scan: Option<Vec<NodeId>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -340,6 +343,7 @@ impl<'a> Ctx<'a> {
             groups,
             layout,
             eligible,
+            scan: None,
         })
     }
 
@@ -414,7 +418,11 @@ impl<'a> Ctx<'a> {
         let ng = self.groups.len();
         let mut cands = Vec::new();
         let mut caps = Vec::new();
-        for &node in &self.eligible {
+        let nodes = match (&self.scan, view) {
+            (Some(scan), View::Now) => scan,
+            _ => &self.eligible,
+        };
+        for &node in nodes {
             if self.refusal_fast(node, view) {
                 continue;
             }
@@ -912,7 +920,7 @@ pub fn place(
     job: &JobSpec,
     eligible: &[NodeId],
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, None)
+    place_inner(cluster, job, eligible, None, None)
 }
 
 /// [`place`] with the fragmentation preference: among nodes that fit a task, the one where
@@ -926,7 +934,23 @@ pub fn place_with_profile(
     eligible: &[NodeId],
     profile: &WorkloadProfile,
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, Some(profile))
+    place_inner(cluster, job, eligible, Some(profile), None)
+}
+
+/// [`place`] (with a profile, [`place_with_profile`]) that looks for room only on the nodes
+/// of `scan` (ascending; those not eligible are ignored): the caller knows that no task of the job fits now on an eligible
+/// node outside it (say, one with fewer whole GPUs free than any task asks for). The nodes
+/// left out would not have been candidates, so the answer, failure included (judged on all
+/// of `eligible`), is that of [`place`] (or [`place_with_profile`]); only the work is less.
+pub fn place_scanning(
+    cluster: &Cluster,
+    job: &JobSpec,
+    eligible: &[NodeId],
+    profile: Option<&WorkloadProfile>,
+    scan: Vec<NodeId>,
+) -> Result<Allocation, PlacementFailure> {
+    debug_assert!(scan.windows(2).all(|w| w[0] < w[1]), "scan is ascending");
+    place_inner(cluster, job, eligible, profile, Some(scan))
 }
 
 fn place_inner(
@@ -934,8 +958,13 @@ fn place_inner(
     job: &JobSpec,
     eligible: &[NodeId],
     profile: Option<&WorkloadProfile>,
+    scan: Option<Vec<NodeId>>,
 ) -> Result<Allocation, PlacementFailure> {
-    let ctx = Ctx::new(cluster, job, eligible)?;
+    let mut ctx = Ctx::new(cluster, job, eligible)?;
+    ctx.scan = scan.map(|mut scan| {
+        scan.retain(|n| ctx.eligible.binary_search(n).is_ok());
+        scan
+    });
     let placed = ctx
         .plan(View::Now, profile)
         .and_then(|(cands, plan)| ctx.allocation(&cands, &plan));

@@ -6,7 +6,7 @@ use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareTree};
 use crate::resources::Amounts;
 use crate::time::Time;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What is free now, summarised per partition so that most jobs that cannot fit are turned
 /// away without running placement.
@@ -19,6 +19,9 @@ pub(super) struct FreeSummary {
     /// Whole GPUs free per node, as counted in `whole_gpus`.
     node_whole: Vec<u32>,
     node_free: Vec<Amounts>,
+    /// Nodes by whole GPUs free (index k: the nodes with exactly k), so that placement
+    /// scans only the nodes where a task of whole GPUs can go rather than every node.
+    by_whole: Vec<BTreeSet<NodeId>>,
 }
 
 fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
@@ -63,6 +66,10 @@ impl FreeSummary {
                 true => 0,
             })
             .collect();
+        let mut by_whole = vec![BTreeSet::new(); max_gpus + 1];
+        for (i, &k) in node_whole.iter().enumerate() {
+            by_whole[k as usize].insert(NodeId(i as u32));
+        }
         let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
         let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
         for (p, part) in cluster.partitions.iter().enumerate() {
@@ -76,7 +83,40 @@ impl FreeSummary {
             whole_gpus,
             node_whole,
             node_free,
+            by_whole,
         }
+    }
+
+    /// The nodes of partition `p` with at least `gpus` whole GPUs free now, ascending:
+    /// every node of `p` where a task of `gpus` whole GPUs can go now is among them (a node
+    /// that is not up or is held exclusively counts none). `None` when `gpus` is 0 or the
+    /// list would hold most of the partition (scanning the partition costs as much).
+    pub(super) fn nodes_with_whole(
+        &self,
+        cluster: &Cluster,
+        p: PartitionId,
+        gpus: u32,
+    ) -> Option<Vec<NodeId>> {
+        let k = gpus as usize;
+        if k == 0 {
+            return None;
+        }
+        if k >= self.by_whole.len() {
+            return Some(Vec::new());
+        }
+        let part = &cluster.partition(p).nodes;
+        let count: usize = self.by_whole[k..].iter().map(BTreeSet::len).sum();
+        if count * 2 > part.len() {
+            return None;
+        }
+        let mut out: Vec<NodeId> = self.by_whole[k..]
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&n| cluster.node(n).partitions.contains(&p))
+            .collect();
+        out.sort_unstable();
+        Some(out)
     }
 
     /// False when the job certainly cannot start now in partition `p`.
@@ -112,6 +152,10 @@ impl FreeSummary {
                 self.whole_gpus[p][whole as usize] += 1;
             }
             self.node_free[i] = free;
+            if self.node_whole[i] != whole {
+                self.by_whole[self.node_whole[i] as usize].remove(&n);
+                self.by_whole[whole as usize].insert(n);
+            }
             self.node_whole[i] = whole;
         }
     }
