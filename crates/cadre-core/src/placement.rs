@@ -422,15 +422,30 @@ impl<'a> Ctx<'a> {
             (Some(scan), View::Now) => scan,
             _ => &self.eligible,
         };
+        // Nodes with nothing on them count as idle ones of their shape: counted once per
+        // shape (most of the nodes on a cluster filling up).
+        let mut idle_caps: Vec<Option<u32>> = vec![None; self.cluster.shapes.len() * ng];
         for &node in nodes {
             if self.refusal_fast(node, view) {
                 continue;
             }
+            let n = self.cluster.node(node);
+            let idle = view != View::Now || n.usage.jobs.is_empty();
             let u = self.usage(node, view);
             let start = caps.len();
             let mut any = false;
             for gi in 0..ng {
-                let c = self.capacity(node, u, gi);
+                let c = if idle {
+                    let slot = self.shape_id(node) * ng + gi;
+                    *idle_caps[slot].get_or_insert_with(|| self.capacity(node, UsageRef::IDLE, gi))
+                } else {
+                    self.capacity(node, u, gi)
+                };
+                debug_assert_eq!(
+                    c,
+                    self.capacity(node, u, gi),
+                    "idle {node:?} counted as idle"
+                );
                 any |= c > 0;
                 caps.push(c);
             }
@@ -438,17 +453,16 @@ impl<'a> Ctx<'a> {
                 caps.truncate(start);
                 continue;
             }
-            let n = self.cluster.node(node);
             let shape = self.cluster.shape(node);
             let free = match view {
-                View::Now => shape.capacity().saturating_sub(&n.usage.amounts()),
+                View::Now if !idle => shape.capacity().saturating_sub(&n.usage.amounts()),
                 _ => shape.capacity(),
             };
             cands.push(Cand {
                 node,
                 leaf_key: slot_key(n.leaf.map(|l| l.0), self.cluster.switches.len()),
                 block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
-                idle: view != View::Now || n.usage.jobs.is_empty(),
+                idle,
                 free,
             });
         }

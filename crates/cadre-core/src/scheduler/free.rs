@@ -90,7 +90,7 @@ impl FreeSummary {
     /// The nodes of partition `p` with at least `gpus` whole GPUs free now, ascending:
     /// every node of `p` where a task of `gpus` whole GPUs can go now is among them (a node
     /// that is not up or is held exclusively counts none). `None` when `gpus` is 0 or the
-    /// list would hold most of the partition (scanning the partition costs as much).
+    /// list would hold every node of the partition.
     pub(super) fn nodes_with_whole(
         &self,
         cluster: &Cluster,
@@ -106,7 +106,7 @@ impl FreeSummary {
         }
         let part = &cluster.partition(p).nodes;
         let count: usize = self.by_whole[k..].iter().map(BTreeSet::len).sum();
-        if count * 2 > part.len() {
+        if count >= part.len() {
             return None;
         }
         let mut out: Vec<NodeId> = self.by_whole[k..]
