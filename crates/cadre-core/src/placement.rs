@@ -976,7 +976,14 @@ fn place_inner(
 ) -> Result<Allocation, PlacementFailure> {
     let mut ctx = Ctx::new(cluster, job, eligible)?;
     ctx.scan = scan.map(|mut scan| {
-        scan.retain(|n| ctx.eligible.binary_search(n).is_ok());
+        // Both ascending: one merge keeps the eligible ones (all are, when every node is).
+        if ctx.eligible.len() < cluster.nodes.len() {
+            let mut rest = ctx.eligible.iter().peekable();
+            scan.retain(|n| {
+                while rest.next_if(|e| *e < n).is_some() {}
+                rest.peek() == Some(&n)
+            });
+        }
         scan
     });
     let placed = ctx

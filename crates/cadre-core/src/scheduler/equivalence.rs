@@ -12,7 +12,7 @@ use crate::resources::TaskResources;
 use crate::time::{Dur, Time};
 use std::collections::BTreeMap;
 
-/// Two leaves, and a second partition over half the nodes, so that the scans meet nodes of
+/// Leaves of unequal sizes, and a second partition over half the nodes, so that the scans meet nodes of
 /// other partitions and spans.
 const CLUSTER: &str = r#"
 version = 1
@@ -29,7 +29,7 @@ gpus = 8
 nics = 4
 
 [[nodes]]
-names = "n[1-24]"
+names = "n[1-32]"
 shape = "g8"
 
 [[partition]]
@@ -39,19 +39,27 @@ default = true
 
 [[partition]]
 name = "half"
-nodes = "n[1-12]"
+nodes = "n[1-16]"
 
 [[switch]]
 name = "leaf1"
-nodes = "n[1-12]"
+nodes = "n[1-4]"
 
 [[switch]]
 name = "leaf2"
-nodes = "n[13-24]"
+nodes = "n[5-16]"
+
+[[switch]]
+name = "leaf3"
+nodes = "n[17-20]"
+
+[[switch]]
+name = "leaf4"
+nodes = "n[21-32]"
 
 [[switch]]
 name = "spine"
-switches = "leaf[1-2]"
+switches = "leaf[1-4]"
 "#;
 
 /// A small seeded generator (xorshift64*): the workload is the same on every run.
@@ -203,7 +211,7 @@ fn compare(policy: Policy, seed: u64, passes: u32) {
             );
         }
         if rng.below(25) == 0 {
-            let node = NodeId(rng.below(24) as u32);
+            let node = NodeId(rng.below(32) as u32);
             let avail = [NodeAvail::Drain, NodeAvail::Down, NodeAvail::Up][rng.below(3) as usize];
             both(
                 &mut fast,
@@ -279,5 +287,94 @@ fn slurm_preset_decides_as_the_reference() {
 fn fifo_preset_decides_as_the_reference() {
     for seed in 1..=4 {
         compare(Policy::fifo(), seed, 300);
+    }
+}
+
+/// Idle nodes of one shape are told apart by the idle nodes under their leaf: with a whole
+/// idle leaf of low ids and one idle node under another leaf, a 1-GPU job goes to the lone
+/// idle node (whole free leaves stay whole). Placement's own shortcut (one idle node per
+/// shape and leaf looked at) is on in both schedulers: the node is checked against what
+/// the preference order of the placement module says.
+#[test]
+fn an_idle_node_under_a_fuller_leaf_is_chosen_as_by_the_reference() {
+    let text = CLUSTER
+        .replace("n[1-32]", "n[1-6]")
+        .replace("n[1-16]", "n[1-3]")
+        .replace("n[1-4]", "n[1-3]")
+        .replace("n[5-16]", "n[4-6]")
+        .replace("leaf[1-4]", "leaf[1-2]");
+    let text = text[..text.index_of_leaf3()].to_string() + SPINE;
+    let cluster = load_cluster(&text, "leaves").unwrap();
+    let mut fast = Scheduler::new(cluster.clone(), Policy::default()).unwrap();
+    let mut reference = Scheduler::new(cluster, Policy::default()).unwrap();
+    reference.reference = true;
+    let whole = |id: u64, gpus: u32| {
+        let mut s = JobSpec::simple(
+            "u",
+            "a",
+            1,
+            TaskResources {
+                cpus: 4,
+                mem_mib: 1024,
+                gpus,
+                ..TaskResources::default()
+            },
+            Dur(3600),
+        );
+        s.submit_time = Time(id);
+        Event::Submit {
+            id: JobId(id),
+            spec: Box::new(s),
+        }
+    };
+    for s in [&mut fast, &mut reference] {
+        for id in 1..=6 {
+            s.handle(whole(id, 8), Time(0)).unwrap();
+        }
+        assert_eq!(s.schedule(Time(0)).len(), 6);
+        // Free n1-n4: leaf1 wholly idle, one idle node under leaf2.
+        let on: Vec<JobId> = s
+            .jobs()
+            .filter(|j| {
+                j.per_node
+                    .iter()
+                    .any(|(n, _)| n.0 < 4 && j.per_node.len() == 1)
+            })
+            .map(|j| j.id)
+            .collect();
+        for id in on {
+            s.handle(
+                Event::Ended {
+                    id,
+                    outcome: JobState::Completed,
+                },
+                Time(1),
+            )
+            .unwrap();
+        }
+        s.handle(whole(7, 1), Time(1)).unwrap();
+    }
+    let decided = fast.schedule(Time(2));
+    assert_eq!(decided, reference.schedule(Time(2)));
+    let Some(Decision::Start { allocation, .. }) = decided.first() else {
+        panic!("the 1-GPU job did not start: {decided:?}");
+    };
+    assert_eq!(allocation.nodes(), vec![NodeId(3)], "the lone idle node n4");
+}
+
+const SPINE: &str = r#"
+[[switch]]
+name = "spine"
+switches = "leaf[1-2]"
+"#;
+
+trait LeafCut {
+    fn index_of_leaf3(&self) -> usize;
+}
+
+impl LeafCut for String {
+    fn index_of_leaf3(&self) -> usize {
+        self.find("[[switch]]\nname = \"leaf3\"")
+            .expect("the cluster has a third leaf")
     }
 }

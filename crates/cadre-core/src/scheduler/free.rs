@@ -22,6 +22,8 @@ pub(super) struct FreeSummary {
     /// Nodes by whole GPUs free (index k: the nodes with exactly k), so that placement
     /// scans only the nodes where a task of whole GPUs can go rather than every node.
     by_whole: Vec<BTreeSet<NodeId>>,
+    /// Per partition, whether it holds every node (its members need no filtering).
+    holds_all: Vec<bool>,
 }
 
 fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
@@ -70,6 +72,15 @@ impl FreeSummary {
         for (i, &k) in node_whole.iter().enumerate() {
             by_whole[k as usize].insert(NodeId(i as u32));
         }
+        let holds_all = cluster
+            .partitions
+            .iter()
+            .map(|part| {
+                let mut member = vec![false; n];
+                part.nodes.iter().for_each(|m| member[m.0 as usize] = true);
+                member.iter().all(|&m| m)
+            })
+            .collect();
         let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
         let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
         for (p, part) in cluster.partitions.iter().enumerate() {
@@ -84,6 +95,7 @@ impl FreeSummary {
             node_whole,
             node_free,
             by_whole,
+            holds_all,
         }
     }
 
@@ -109,11 +121,12 @@ impl FreeSummary {
         if count >= part.len() {
             return None;
         }
+        let all = self.holds_all[p.0 as usize];
         let mut out: Vec<NodeId> = self.by_whole[k..]
             .iter()
             .flatten()
             .copied()
-            .filter(|&n| cluster.node(n).partitions.contains(&p))
+            .filter(|&n| all || cluster.node(n).partitions.contains(&p))
             .collect();
         out.sort_unstable();
         Some(out)
