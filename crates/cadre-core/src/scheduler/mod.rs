@@ -1498,7 +1498,7 @@ impl Scheduler {
             .unwrap_or(0);
         let scan = match self.reference {
             true => None,
-            false => self.free.nodes_with_whole(&self.cluster, part, least_whole),
+            false => self.free.nodes_with_whole(part, least_whole),
         };
         let Some(scan) = scan else {
             return self.place(spec, nodes);
