@@ -299,6 +299,9 @@ struct Ctx<'a> {
     layout: Layout,
     /// The eligible nodes, ascending, without duplicates.
     eligible: Vec<NodeId>,
+    /// The nodes scanned for the live view, ascending, when the caller knows that the
+    /// eligible nodes outside them take no task now (see [`place_scanning`]).
+    scan: Option<Vec<NodeId>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -340,6 +343,7 @@ impl<'a> Ctx<'a> {
             groups,
             layout,
             eligible,
+            scan: None,
         })
     }
 
@@ -414,15 +418,34 @@ impl<'a> Ctx<'a> {
         let ng = self.groups.len();
         let mut cands = Vec::new();
         let mut caps = Vec::new();
-        for &node in &self.eligible {
+        let nodes = match (&self.scan, view) {
+            (Some(scan), View::Now) => scan,
+            _ => &self.eligible,
+        };
+        // Nodes with nothing on them count as idle ones of their shape: counted once per
+        // shape (most of the nodes on a cluster filling up).
+        let mut idle_caps: Vec<Option<u32>> = vec![None; self.cluster.shapes.len() * ng];
+        for &node in nodes {
             if self.refusal_fast(node, view) {
                 continue;
             }
+            let n = self.cluster.node(node);
+            let idle = view != View::Now || n.usage.jobs.is_empty();
             let u = self.usage(node, view);
             let start = caps.len();
             let mut any = false;
             for gi in 0..ng {
-                let c = self.capacity(node, u, gi);
+                let c = if idle {
+                    let slot = self.shape_id(node) * ng + gi;
+                    *idle_caps[slot].get_or_insert_with(|| self.capacity(node, UsageRef::IDLE, gi))
+                } else {
+                    self.capacity(node, u, gi)
+                };
+                debug_assert_eq!(
+                    c,
+                    self.capacity(node, u, gi),
+                    "idle {node:?} counted as idle"
+                );
                 any |= c > 0;
                 caps.push(c);
             }
@@ -430,17 +453,16 @@ impl<'a> Ctx<'a> {
                 caps.truncate(start);
                 continue;
             }
-            let n = self.cluster.node(node);
             let shape = self.cluster.shape(node);
             let free = match view {
-                View::Now => shape.capacity().saturating_sub(&n.usage.amounts()),
+                View::Now if !idle => shape.capacity().saturating_sub(&n.usage.amounts()),
                 _ => shape.capacity(),
             };
             cands.push(Cand {
                 node,
                 leaf_key: slot_key(n.leaf.map(|l| l.0), self.cluster.switches.len()),
                 block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
-                idle: view != View::Now || n.usage.jobs.is_empty(),
+                idle,
                 free,
             });
         }
@@ -912,7 +934,7 @@ pub fn place(
     job: &JobSpec,
     eligible: &[NodeId],
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, None)
+    place_inner(cluster, job, eligible, None, None)
 }
 
 /// [`place`] with the fragmentation preference: among nodes that fit a task, the one where
@@ -926,7 +948,23 @@ pub fn place_with_profile(
     eligible: &[NodeId],
     profile: &WorkloadProfile,
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, Some(profile))
+    place_inner(cluster, job, eligible, Some(profile), None)
+}
+
+/// [`place`] (with a profile, [`place_with_profile`]) that looks for room only on the nodes
+/// of `scan` (ascending; those not eligible are ignored): the caller knows that no task of the job fits now on an eligible
+/// node outside it (say, one with fewer whole GPUs free than any task asks for). The nodes
+/// left out would not have been candidates, so the answer, failure included (judged on all
+/// of `eligible`), is that of [`place`] (or [`place_with_profile`]); only the work is less.
+pub fn place_scanning(
+    cluster: &Cluster,
+    job: &JobSpec,
+    eligible: &[NodeId],
+    profile: Option<&WorkloadProfile>,
+    scan: Vec<NodeId>,
+) -> Result<Allocation, PlacementFailure> {
+    debug_assert!(scan.windows(2).all(|w| w[0] < w[1]), "scan is ascending");
+    place_inner(cluster, job, eligible, profile, Some(scan))
 }
 
 fn place_inner(
@@ -934,8 +972,20 @@ fn place_inner(
     job: &JobSpec,
     eligible: &[NodeId],
     profile: Option<&WorkloadProfile>,
+    scan: Option<Vec<NodeId>>,
 ) -> Result<Allocation, PlacementFailure> {
-    let ctx = Ctx::new(cluster, job, eligible)?;
+    let mut ctx = Ctx::new(cluster, job, eligible)?;
+    ctx.scan = scan.map(|mut scan| {
+        // Both ascending: one merge keeps the eligible ones (all are, when every node is).
+        if ctx.eligible.len() < cluster.nodes.len() {
+            let mut rest = ctx.eligible.iter().peekable();
+            scan.retain(|n| {
+                while rest.next_if(|e| *e < n).is_some() {}
+                rest.peek() == Some(&n)
+            });
+        }
+        scan
+    });
     let placed = ctx
         .plan(View::Now, profile)
         .and_then(|(cands, plan)| ctx.allocation(&cands, &plan));

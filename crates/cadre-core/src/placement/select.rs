@@ -515,9 +515,25 @@ impl Engine<'_> {
     /// The best-fitting single node for `n` tasks of group `g`, not yet in this group.
     fn take_best(&self, g: usize, n: u32, opts: &[Opt], s: &Scratch, plan: &mut Plan) -> bool {
         let taken = |i: usize| plan.entries.iter().any(|e| e.0 == i && e.1 == g);
+        // Untouched idle nodes of one shape under one leaf differ in their key by their id
+        // alone (same capacity, fragmentation rise, leftovers and idle nodes under the
+        // leaf), and opts are in id order: only the first of each such class can win.
+        let shapes = self.frag.as_ref().map_or(0, |f| f.cluster.shapes.len());
+        let mut idle_seen = vec![false; if shapes > 0 { shapes * self.slots } else { 0 }];
+        let mut first_of_class = |o: &Opt| -> bool {
+            let c = &self.cands[o.i];
+            if shapes == 0 || !c.idle || s.tasks_on[o.i] > 0 {
+                return true;
+            }
+            let Some(f) = &self.frag else {
+                return true;
+            };
+            let class = f.cluster.node(c.node).shape.0 as usize * self.slots + c.leaf_key as usize;
+            !std::mem::replace(&mut idle_seen[class], true)
+        };
         let best = opts
             .iter()
-            .filter(|o| o.cap >= n && !taken(o.i))
+            .filter(|o| o.cap >= n && !taken(o.i) && first_of_class(o))
             .min_by_key(|o| self.key(o.i, g, n, s));
         match best {
             Some(o) => {

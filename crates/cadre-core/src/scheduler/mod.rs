@@ -76,6 +76,8 @@
 //! - the counts are exact after the replacement ([`QuotaBook::check_counts`]), and the
 //!   limits are an invariant again once no gang is counted above them.
 
+#[cfg(test)]
+mod equivalence;
 mod explain;
 mod free;
 mod pass;
@@ -451,6 +453,9 @@ pub struct Scheduler {
     quota_enforced: bool,
     cluster_gpus: u64,
     cluster_cpus: u64,
+    /// Decide without the shortcuts that only save work (placement scanning every node of
+    /// the partition): the straightforward scheduler the tests compare the fast one with.
+    reference: bool,
 }
 
 impl Scheduler {
@@ -539,6 +544,7 @@ impl Scheduler {
             quota_enforced,
             cluster_gpus,
             cluster_cpus,
+            reference: false,
         })
     }
 
@@ -1551,6 +1557,40 @@ impl Scheduler {
                 placement::place_with_profile(&self.cluster, spec, nodes, &self.workload)
             }
         }
+    }
+
+    /// [`Scheduler::place`] on the nodes of partition `part`, scanning only those with as
+    /// many whole GPUs free as the job's smallest task of whole GPUs needs, when every
+    /// task asks for whole GPUs: the other nodes take none of its tasks now, so the answer
+    /// is the same, for a fraction of the work on a busy cluster.
+    pub(crate) fn place_in(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+    ) -> Result<Allocation, PlacementFailure> {
+        let nodes = &self.cluster.partition(part).nodes;
+        let least_whole = spec
+            .groups
+            .iter()
+            .filter(|g| g.count > 0)
+            .map(|g| match g.per_task.gpu_share_milli {
+                Some(_) => 0,
+                None => g.per_task.gpus,
+            })
+            .min()
+            .unwrap_or(0);
+        let scan = match self.reference {
+            true => None,
+            false => self.free.nodes_with_whole(part, least_whole),
+        };
+        let Some(scan) = scan else {
+            return self.place(spec, nodes);
+        };
+        let profile = match self.policy.placement {
+            PlacementRule::BestFit => None,
+            PlacementRule::Fragmentation => Some(&self.workload),
+        };
+        placement::place_scanning(&self.cluster, spec, nodes, profile, scan)
     }
 }
 

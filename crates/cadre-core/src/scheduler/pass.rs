@@ -187,7 +187,7 @@ impl Scheduler {
                         Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     }
                 }
-                _ => self.place(spec, nodes),
+                _ => self.place_in(spec, part),
             };
             if let Err(fail) = &placed {
                 failed
