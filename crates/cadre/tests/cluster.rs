@@ -678,16 +678,7 @@ fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_ag
 fn errors_carry_a_reason_and_what_it_is_about() {
     let c = up(1, 0, &[]);
     let submit = |edit: &dyn Fn(&mut cadre_core::job::JobSpec)| {
-        let mut spec = cadre_core::job::JobSpec::simple(
-            "root",
-            "root",
-            1,
-            cadre_core::resources::TaskResources {
-                cpus: 1,
-                ..Default::default()
-            },
-            cadre_core::time::Dur::hours(1),
-        );
+        let mut spec = one_cpu_spec("root");
         edit(&mut spec);
         let body = serde_json::json!({
             "jobs": [{
@@ -1355,9 +1346,9 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
     c.ok(&["cancel", &id.to_string()]);
 }
 
-/// A submission body of one held `true` job of `user` with this nice value.
-fn held_job_with_nice(user: &str, nice: i32) -> String {
-    let mut spec = cadre_core::job::JobSpec::simple(
+/// One task of one CPU for a minute, of `user` charging the account of their name.
+fn one_cpu_spec(user: &str) -> cadre_core::job::JobSpec {
+    cadre_core::job::JobSpec::simple(
         user,
         user,
         1,
@@ -1366,7 +1357,12 @@ fn held_job_with_nice(user: &str, nice: i32) -> String {
             ..Default::default()
         },
         cadre_core::time::Dur(60),
-    );
+    )
+}
+
+/// A submission body of one held `true` job of `user` with this nice value.
+fn held_job_with_nice(user: &str, nice: i32) -> String {
+    let mut spec = one_cpu_spec(user);
     spec.nice = nice;
     spec.hold = true;
     let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
@@ -1430,16 +1426,7 @@ fn held_array_tasks(
     let jobs: Vec<Value> = indices
         .iter()
         .map(|&index| {
-            let mut spec = cadre_core::job::JobSpec::simple(
-                user,
-                user,
-                1,
-                cadre_core::resources::TaskResources {
-                    cpus: 1,
-                    ..Default::default()
-                },
-                cadre_core::time::Dur(60),
-            );
+            let mut spec = one_cpu_spec(user);
             spec.hold = true;
             spec.array = Some(cadre_core::job::ArrayIndex {
                 array_job: cadre_core::job::JobId(array_job),
