@@ -34,6 +34,7 @@
 pub mod cgroup;
 pub mod container;
 pub mod discovery;
+pub mod enrol;
 mod fork;
 pub mod gang;
 pub mod gpu;

@@ -40,6 +40,7 @@ mod session;
 mod worker;
 
 use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
+use cadre_proto::address::HostPort;
 use cadre_proto::agent::{
     AgentMessage, CONNECT_PATH, ControllerMessage, NodeReport, RunRef, TaskEvent,
 };
@@ -110,6 +111,9 @@ pub struct AgentConfig {
     pub outbox_limit: usize,
     /// On shutdown, how long to wait for the controller to acknowledge the last events.
     pub flush_timeout: Duration,
+    /// For an `https://` controller: the client's TLS configuration (the cluster's CA to
+    /// trust, the node's certificate to show; see [`crate::enrol`]).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl AgentConfig {
@@ -140,6 +144,7 @@ impl AgentConfig {
             keepalive: Duration::from_secs(10),
             outbox_limit: 100_000,
             flush_timeout: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -166,6 +171,7 @@ impl fmt::Debug for AgentConfig {
             .field("keepalive", &self.keepalive)
             .field("outbox_limit", &self.outbox_limit)
             .field("flush_timeout", &self.flush_timeout)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -212,17 +218,40 @@ pub enum AgentError {
 /// Where the controller listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Endpoint {
-    /// `host:port`, as given.
+    /// `host:port`, as given; over TLS to `host` when `tls` is set (`https://`).
     Tcp {
         authority: String,
+        tls: Option<TlsTarget>,
     },
     Unix {
         path: PathBuf,
     },
 }
 
+/// Where a TLS connection goes: the name its certificate must carry, and the client's
+/// configuration (the cluster's CA, the node's certificate).
+#[derive(Clone)]
+struct TlsTarget {
+    name: rustls::pki_types::ServerName<'static>,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl PartialEq for TlsTarget {
+    fn eq(&self, other: &TlsTarget) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.config, &other.config)
+    }
+}
+
+impl Eq for TlsTarget {}
+
+impl fmt::Debug for TlsTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TlsTarget({:?})", self.name)
+    }
+}
+
 impl Endpoint {
-    fn parse(address: &str) -> Result<Endpoint, String> {
+    fn parse(address: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Endpoint, String> {
         if let Some(path) = address.strip_prefix("unix://") {
             if !path.starts_with('/') {
                 return Err(
@@ -231,16 +260,20 @@ impl Endpoint {
             }
             return Ok(Endpoint::Unix { path: path.into() });
         }
-        if address.starts_with("https://") || address.starts_with("wss://") {
-            return Err(
-                "TLS is not supported yet: use http:// on a trusted network, or unix://".into(),
-            );
-        }
-        let Some(rest) = address
+        let (rest, secure) = if let Some(rest) = address
+            .strip_prefix("https://")
+            .or_else(|| address.strip_prefix("wss://"))
+        {
+            (rest, true)
+        } else if let Some(rest) = address
             .strip_prefix("http://")
             .or_else(|| address.strip_prefix("ws://"))
-        else {
-            return Err("expected http://host:port or unix:///path/to/socket".into());
+        {
+            (rest, false)
+        } else {
+            return Err(
+                "expected https://host:port, http://host:port or unix:///path/to/socket".into(),
+            );
         };
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         if !path.is_empty() {
@@ -248,26 +281,30 @@ impl Endpoint {
                 "the address has a path (`/{path}`); give only host and port"
             ));
         }
-        if authority.is_empty() {
-            return Err("no host".into());
-        }
-        // A port after the last colon outside an IPv6 literal's brackets; 80 when none.
-        let host_end = authority.rfind(']').map_or(0, |i| i + 1);
-        let authority = match authority[host_end..].rsplit_once(':') {
-            Some((_, port)) => {
-                port.parse::<u16>()
-                    .map_err(|_| format!("`{port}` is not a port number"))?;
-                authority.to_string()
-            }
-            None => format!("{authority}:80"),
+        let HostPort { host, authority } =
+            cadre_proto::address::host_port(authority, if secure { 443 } else { 80 })?;
+        let tls = if secure {
+            let config = tls.ok_or_else(|| {
+                "an https:// controller needs the cluster's CA and this node's certificate \
+                 (cadre agent --ca FILE, enrolled with --join-file FILE)"
+                    .to_string()
+            })?;
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| format!("`{host}` is not a host name or address: {e}"))?;
+            Some(TlsTarget {
+                name,
+                config: config.clone(),
+            })
+        } else {
+            None
         };
-        Ok(Endpoint::Tcp { authority })
+        Ok(Endpoint::Tcp { authority, tls })
     }
 
     /// The URI of the WebSocket request (over a Unix socket the host is a formality).
     fn request_uri(&self) -> String {
         match self {
-            Endpoint::Tcp { authority } => format!("ws://{authority}{CONNECT_PATH}"),
+            Endpoint::Tcp { authority, .. } => format!("ws://{authority}{CONNECT_PATH}"),
             Endpoint::Unix { .. } => format!("ws://localhost{CONNECT_PATH}"),
         }
     }
@@ -294,18 +331,27 @@ enum ConnectError {
 
 async fn connect(endpoint: Endpoint, key: String) -> Result<Box<Ws>, ConnectError> {
     let stream: Box<dyn Io> = match &endpoint {
-        Endpoint::Tcp { authority } => {
+        Endpoint::Tcp { authority, tls } => {
             let s = tokio::net::TcpStream::connect(authority.as_str()).await?;
             s.set_nodelay(true)?;
-            Box::new(s)
+            match tls {
+                None => Box::new(s),
+                Some(t) => {
+                    let connector = tokio_rustls::TlsConnector::from(t.config.clone());
+                    Box::new(connector.connect(t.name.clone(), s).await?)
+                }
+            }
         }
         Endpoint::Unix { path } => Box::new(tokio::net::UnixStream::connect(path).await?),
     };
     let mut request = endpoint.request_uri().into_client_request()?;
-    // The key was checked to be a valid header value before the first connection.
-    let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
-        .map_err(|e| ConnectError::Handshake(tungstenite::Error::HttpFormat(e.into())))?;
-    request.headers_mut().insert(AUTHORIZATION, bearer);
+    // Over TLS with the node's certificate no key is needed (nor sent, when there is none).
+    if !key.is_empty() {
+        // The key was checked to be a valid header value before the first connection.
+        let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|e| ConnectError::Handshake(tungstenite::Error::HttpFormat(e.into())))?;
+        request.headers_mut().insert(AUTHORIZATION, bearer);
+    }
     match tokio_tungstenite::client_async(request, stream).await {
         Ok((ws, _)) => Ok(Box::new(ws)),
         Err(tungstenite::Error::Http(response))
@@ -418,6 +464,14 @@ struct Service {
     key: String,
     endpoint: Endpoint,
     keepalive: Duration,
+    /// The keepalive configured, before a lease shortens it.
+    configured_keepalive: Duration,
+    /// The lease the controller gave at its welcome (fencing); `None`: none.
+    lease: Option<Duration>,
+    /// When the controller was last heard (any frame, pongs included).
+    heard_at: Instant,
+    /// Whether the lease ran out since the controller was last heard (runs stopped).
+    fenced: bool,
     connect_timeout: Duration,
     flush_timeout: Duration,
     session: Session,
@@ -436,12 +490,13 @@ struct Service {
 /// Runs the agent until `shutdown` resolves (then stops every run and returns `Ok`), or
 /// until an error that reconnecting cannot fix. See the module doc.
 pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), AgentError> {
-    let endpoint =
-        Endpoint::parse(&config.controller).map_err(|why| AgentError::InvalidController {
+    let endpoint = Endpoint::parse(&config.controller, config.tls.as_ref()).map_err(|why| {
+        AgentError::InvalidController {
             address: config.controller.clone(),
             why,
-        })?;
-    check_config(&config)?;
+        }
+    })?;
+    check_config(&config, &endpoint)?;
     let opts = config.discovery.clone();
     let found = tokio::task::spawn_blocking(move || discovery::discover(&opts))
         .await
@@ -522,6 +577,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         key: config.key,
         endpoint,
         keepalive: config.keepalive.max(Duration::from_millis(10)),
+        configured_keepalive: config.keepalive.max(Duration::from_millis(10)),
+        lease: None,
+        heard_at: Instant::now(),
+        fenced: false,
         connect_timeout: config.connect_timeout,
         flush_timeout: config.flush_timeout,
         ctx,
@@ -544,13 +603,15 @@ pub fn host_name() -> Result<String, AgentError> {
         .into_owned())
 }
 
-fn check_config(config: &AgentConfig) -> Result<(), AgentError> {
+fn check_config(config: &AgentConfig, endpoint: &Endpoint) -> Result<(), AgentError> {
     let bad = |why: &str| {
         Err(AgentError::InvalidConfig {
             why: why.to_string(),
         })
     };
-    if config.key.is_empty() {
+    // Over TLS the node's certificate is the credential; elsewhere the key is.
+    let certified = matches!(endpoint, Endpoint::Tcp { tls: Some(_), .. });
+    if config.key.is_empty() && !certified {
         return bad("the agent key is empty");
     }
     if !config.key.bytes().all(|b| b.is_ascii_graphic()) {
@@ -574,7 +635,7 @@ fn check_config(config: &AgentConfig) -> Result<(), AgentError> {
 /// and refuses one that is a symbolic link, belongs to another user or that group or
 /// others may write to: a root agent creates the jobs' files in it and mounts them into
 /// their tasks, so nobody else may place or replace anything there.
-fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
+pub fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let err = |source| AgentError::StateDir {
         path: dir.to_path_buf(),
@@ -647,6 +708,7 @@ impl Service {
                 return self.finish().await;
             }
             let flush_at = self.flush_deadline;
+            let (lease_end, lease_running) = (self.lease_end(), self.lease_running());
             tokio::select! {
                 _ = &mut shutdown, if !shutdown_seen => {
                     shutdown_seen = true;
@@ -658,9 +720,44 @@ impl Service {
                     worker::Report::Output(chunk) => self.relay(chunk).await,
                 },
                 event = next_conn_event(&mut self.conn, self.keepalive) => self.on_conn_event(event).await,
+                _ = sleep_until(lease_end), if lease_running => self.fence().await,
                 _ = sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {}
             }
         }
+    }
+
+    /// When the lease runs out, unless the controller is heard before.
+    fn lease_end(&self) -> Instant {
+        self.heard_at + self.lease.unwrap_or(Duration::MAX / 4)
+    }
+
+    /// Whether a lapse of the lease would stop anything.
+    fn lease_running(&self) -> bool {
+        self.lease.is_some() && !self.fenced && !self.runs.is_empty() && self.stopping.is_none()
+    }
+
+    /// The lease ran out: the controller may be about to declare this node lost and
+    /// requeue its runs elsewhere, so they stop here first (SIGKILL within a third of the
+    /// lease), reported NODE_FAIL.
+    async fn fence(&mut self) {
+        // Frames that arrived while the loop was busy elsewhere renew the lease first: only
+        // a real silence fences.
+        while let Conn::Open { ws, .. } = &mut self.conn {
+            match ws.next().now_or_never() {
+                Some(frame) => self.on_conn_event(ConnEvent::Received(frame)).await,
+                None => break,
+            }
+        }
+        if !self.lease_running() || Instant::now() < self.lease_end() {
+            return;
+        }
+        let lease = self.lease.unwrap_or_default();
+        tracing::warn!(node = %self.node, runs = self.runs.len(), ?lease, "nothing from the controller for a lease: stopping every run (fencing)");
+        self.fenced = true;
+        let result = self.session.handle(Input::LeaseExpired {
+            kill_wait: (lease / 3).max(Duration::from_millis(100)),
+        });
+        self.apply(result).await;
     }
 
     /// Whether the agent may leave now.
@@ -918,6 +1015,10 @@ impl Service {
                 if let Conn::Open { last_heard, .. } = &mut self.conn {
                     *last_heard = Instant::now();
                 }
+                if matches!(self.session.link(), Link::Up { .. }) {
+                    self.heard_at = Instant::now();
+                    self.fenced = false;
+                }
                 match message {
                     Message::Text(text) => match serde_json::from_str::<ControllerMessage>(&text) {
                         Ok(m) => self.on_message(m).await,
@@ -956,9 +1057,23 @@ impl Service {
 
     async fn on_message(&mut self, message: ControllerMessage) {
         match &message {
-            ControllerMessage::Welcome { node_id, .. } => {
+            ControllerMessage::Welcome {
+                node_id, lease_ms, ..
+            } => {
                 self.backoff.reset();
                 self.failures = 0;
+                self.heard_at = Instant::now();
+                self.fenced = false;
+                self.lease = lease_ms.map(Duration::from_millis);
+                // Pings every third of the lease: the lease is renewed (by the pongs) as
+                // long as the controller answers.
+                self.keepalive = match self.lease {
+                    Some(lease) => self
+                        .configured_keepalive
+                        .min(lease / 3)
+                        .max(Duration::from_millis(10)),
+                    None => self.configured_keepalive,
+                };
                 tracing::info!(
                     controller = %self.controller,
                     node = %self.node,
@@ -982,31 +1097,17 @@ mod tests {
 
     #[test]
     fn controller_addresses_are_tcp_or_unix() {
-        let p = Endpoint::parse;
-        assert_eq!(
-            p("http://ctl:6817"),
+        let p = |a: &str| Endpoint::parse(a, None);
+        let tcp = |authority: &str| {
             Ok(Endpoint::Tcp {
-                authority: "ctl:6817".into()
+                authority: authority.into(),
+                tls: None,
             })
-        );
-        assert_eq!(
-            p("http://ctl/"),
-            Ok(Endpoint::Tcp {
-                authority: "ctl:80".into()
-            })
-        );
-        assert_eq!(
-            p("ws://[::1]:9000"),
-            Ok(Endpoint::Tcp {
-                authority: "[::1]:9000".into()
-            })
-        );
-        assert_eq!(
-            p("http://[::1]"),
-            Ok(Endpoint::Tcp {
-                authority: "[::1]:80".into()
-            })
-        );
+        };
+        assert_eq!(p("http://ctl:6817"), tcp("ctl:6817"));
+        assert_eq!(p("http://ctl/"), tcp("ctl:80"));
+        assert_eq!(p("ws://[::1]:9000"), tcp("[::1]:9000"));
+        assert_eq!(p("http://[::1]"), tcp("[::1]:80"));
         assert_eq!(
             p("unix:///run/cadre.sock"),
             Ok(Endpoint::Unix {
@@ -1018,8 +1119,13 @@ mod tests {
                 .unwrap_err()
                 .contains("absolute path")
         );
-        assert!(p("https://ctl:443").unwrap_err().contains("TLS"));
-        assert!(p("ctl:6817").unwrap_err().contains("expected http://"));
+        assert!(
+            p("https://ctl:443")
+                .unwrap_err()
+                .contains("needs the cluster's CA"),
+            "https without the CA"
+        );
+        assert!(p("ctl:6817").unwrap_err().contains("expected https://"));
         assert!(
             p("http://ctl:port")
                 .unwrap_err()
@@ -1030,6 +1136,38 @@ mod tests {
             Endpoint::Unix { path: "/x".into() }.request_uri(),
             "ws://localhost/agent/v1/connect"
         );
+        // Over TLS: the certificate's name is the host, without the port or brackets.
+        let (ca, _) = cadre_tls::Ca::create(time_now()).unwrap();
+        let config =
+            cadre_tls::client_config(ca.cert_pem(), std::path::Path::new("ca"), None).unwrap();
+        for (address, authority, name) in [
+            (
+                "https://ctl.example:6817",
+                "ctl.example:6817",
+                "ctl.example",
+            ),
+            ("https://ctl.example", "ctl.example:443", "ctl.example"),
+            ("wss://[::1]:6817", "[::1]:6817", "::1"),
+            ("https://10.0.0.1:6817", "10.0.0.1:6817", "10.0.0.1"),
+        ] {
+            match Endpoint::parse(address, Some(&config)) {
+                Ok(Endpoint::Tcp {
+                    authority: a,
+                    tls: Some(t),
+                }) => {
+                    assert_eq!(a, authority);
+                    assert_eq!(
+                        t.name,
+                        rustls::pki_types::ServerName::try_from(name).unwrap()
+                    );
+                }
+                other => panic!("{address}: {other:?}"),
+            }
+        }
+    }
+
+    fn time_now() -> cadre_tls::OffsetDateTime {
+        cadre_tls::OffsetDateTime::now_utc()
     }
 
     #[test]
@@ -1052,7 +1190,8 @@ mod tests {
     #[test]
     fn a_bad_key_or_node_is_refused_before_connecting() {
         let mut c = AgentConfig::new("http://h:1", "", "n1", "/tmp/x");
-        let msg = |c: &AgentConfig| check_config(c).unwrap_err().to_string();
+        let plain = Endpoint::parse("http://h:1", None).unwrap();
+        let msg = |c: &AgentConfig| check_config(c, &plain).unwrap_err().to_string();
         assert_eq!(
             msg(&c),
             "invalid agent configuration: the agent key is empty"

@@ -681,6 +681,7 @@ spec:
             run_spec,
             time_limit_ms: None,
             step: None,
+            job_token: None,
         }
     }
 

@@ -139,6 +139,7 @@ impl Conn {
         self.send(ControllerMessage::Welcome {
             version: PROTOCOL_VERSION,
             node_id: NODE_ID,
+            lease_ms: None,
         })
         .await;
     }
@@ -279,6 +280,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         run_spec,
         time_limit_ms: None,
         step: None,
+        job_token: None,
     }
 }
 

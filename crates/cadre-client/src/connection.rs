@@ -11,6 +11,28 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// The CA a TLS client trusts: `ca`, else `$CADRE_CA`, else the `ca.crt` the controller of
+/// the default data directory puts in its run directory.
+fn tls_config(
+    target: &Target,
+    ca: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+    let path = match ca {
+        Some(p) => p.to_path_buf(),
+        None => match std::env::var_os("CADRE_CA") {
+            Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
+            _ => crate::locate::run_dir_of(&crate::locate::default_data_dir()).join("ca.crt"),
+        },
+    };
+    let trust = |why: String| Error::Trust {
+        target: target.clone(),
+        why,
+    };
+    let pem = std::fs::read_to_string(&path)
+        .map_err(|e| trust(format!("cannot read the CA {}: {e}", path.display())))?;
+    cadre_tls::client_config(&pem, &path, None).map_err(|e| trust(e.to_string()))
+}
+
 /// One HTTP/1.1 connection to the controller, kept open across requests.
 pub struct Connection {
     target: Target,
@@ -41,6 +63,34 @@ impl Connection {
                     target: target.clone(),
                     source,
                 })?;
+                handshake(stream).await?
+            }
+            Target::Https {
+                authority,
+                host,
+                ca,
+            } => {
+                let config = tls_config(target, ca.as_deref())?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    Error::Trust {
+                        target: target.clone(),
+                        why: format!("`{host}` is not a host name or address: {e}"),
+                    }
+                })?;
+                let stream = tokio::net::TcpStream::connect(authority)
+                    .await
+                    .map_err(unreachable)?;
+                stream.set_nodelay(true).map_err(|source| Error::Socket {
+                    target: target.clone(),
+                    source,
+                })?;
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, stream)
+                    .await
+                    .map_err(|source| Error::Tls {
+                        target: target.clone(),
+                        source,
+                    })?;
                 handshake(stream).await?
             }
         };

@@ -13,9 +13,19 @@ pub enum Error {
     #[error("the server address `{address}` must be `http://host:port`")]
     BadHttpAddress { address: String },
     #[error(
-        "the server address `{address}` must be `unix:///path/to/cadre.sock` or `http://host:port` (https is not supported yet)"
+        "the server address `{address}` must be `unix:///path/to/cadre.sock`, `https://host:port` or `http://host:port`"
     )]
     UnsupportedAddress { address: String },
+    #[error(
+        "cannot trust the controller at {target}: {why} (give the cluster's CA with --ca FILE or CADRE_CA; the controller keeps it as ca.crt in its data and run directories)"
+    )]
+    Trust { target: Target, why: String },
+    #[error("TLS with the controller at {target} failed: {source}")]
+    Tls {
+        target: Target,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot reach the controller at {target} (is it running? start one with `cadre up`)")]
     Unreachable {
         target: Target,

@@ -9,14 +9,17 @@
 //!   its blocking form for one command-line invocation): over the Unix socket (the kernel
 //!   tells the controller who we are) or over TCP with a bearer token. The choice of
 //!   transport is made in one place ([`Connection::open`]), where https will go;
-//! - who is asking ([`user`]: the current user's name, as the controller names it);
+//! - who is asking ([`user`]: the current user's name, as the controller names it) and
+//!   when ([`clock`]: the wall clock and the local time zone, against which commands show
+//!   the controller's times);
 //! - what can fail ([`Error`], and [`ApiFailure`]: the API's own refusal with its code,
 //!   reason and subject).
 //!
 //! What does not: the controller and the agents (`cadre-server`, `cadre-agent`, never a
-//! dependency of this crate), the checks a daemon makes on its own directories (the
-//! `cadre` binary), the wire types (`cadre-proto`), and any printing for users.
+//! dependency of this crate), the checks a daemon makes on its own directories
+//! (`cadre-cli`), the wire types (`cadre-proto`), and any printing for users.
 
+pub mod clock;
 mod connection;
 mod error;
 pub mod locate;

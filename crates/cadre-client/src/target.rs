@@ -7,14 +7,37 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     Unix(PathBuf),
+    /// `host:port` in plain TCP (an `--insecure` controller).
     Tcp(String),
+    /// `host:port` over TLS: the certificate must name `host` and chain to the CA of `ca`
+    /// (else of `$CADRE_CA`, else the `ca.crt` of the default run directory).
+    Https {
+        authority: String,
+        host: String,
+        ca: Option<PathBuf>,
+    },
 }
 
 impl Target {
-    /// `unix:///path`, `http://host:port`, or a bare socket path.
+    /// `unix:///path`, `https://host[:port]`, `http://host:port`, or a bare socket path.
     pub fn parse(text: &str) -> Result<Target> {
         if let Some(path) = text.strip_prefix("unix://") {
             return Ok(Target::Unix(PathBuf::from(path)));
+        }
+        if let Some(rest) = text.strip_prefix("https://") {
+            let authority = rest.trim_end_matches('/');
+            let bad = || Error::UnsupportedAddress {
+                address: text.to_owned(),
+            };
+            if authority.contains('/') {
+                return Err(bad());
+            }
+            let hp = cadre_proto::address::host_port(authority, 443).map_err(|_| bad())?;
+            return Ok(Target::Https {
+                authority: hp.authority,
+                host: hp.host,
+                ca: None,
+            });
         }
         if let Some(rest) = text.strip_prefix("http://") {
             let host = rest.trim_end_matches('/');
@@ -31,6 +54,23 @@ impl Target {
             });
         }
         Ok(Target::Unix(PathBuf::from(text)))
+    }
+
+    /// The same target, trusting the CA of `ca` over TLS.
+    pub fn with_ca(self, ca: Option<PathBuf>) -> Target {
+        match (self, ca) {
+            (
+                Target::Https {
+                    authority, host, ..
+                },
+                Some(ca),
+            ) => Target::Https {
+                authority,
+                host,
+                ca: Some(ca),
+            },
+            (other, _) => other,
+        }
     }
 
     /// The controller of a data directory: the socket in its run directory
@@ -57,6 +97,7 @@ impl std::fmt::Display for Target {
         match self {
             Target::Unix(p) => write!(f, "unix://{}", p.display()),
             Target::Tcp(a) => write!(f, "http://{a}"),
+            Target::Https { authority, .. } => write!(f, "https://{authority}"),
         }
     }
 }
@@ -64,6 +105,33 @@ impl std::fmt::Display for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn https_addresses_parse_with_their_host_and_default_port() {
+        let https = |authority: &str, host: &str| Target::Https {
+            authority: authority.into(),
+            host: host.into(),
+            ca: None,
+        };
+        assert_eq!(
+            Target::parse("https://ctl.example:6817").unwrap(),
+            https("ctl.example:6817", "ctl.example")
+        );
+        assert_eq!(
+            Target::parse("https://ctl/").unwrap(),
+            https("ctl:443", "ctl")
+        );
+        assert_eq!(
+            Target::parse("https://[::1]:7").unwrap(),
+            https("[::1]:7", "::1")
+        );
+        assert!(Target::parse("https://ctl:x").is_err());
+        assert!(Target::parse("https://ctl:1/api").is_err());
+        assert_eq!(
+            Target::parse("https://ctl:1").unwrap().to_string(),
+            "https://ctl:1"
+        );
+    }
 
     #[test]
     fn server_addresses_parse() {
@@ -80,7 +148,7 @@ mod tests {
             Target::Unix("/tmp/c.sock".into())
         );
         assert!(matches!(
-            Target::parse("https://x:1"),
+            Target::parse("ftp://x:1"),
             Err(Error::UnsupportedAddress { .. })
         ));
         assert!(matches!(

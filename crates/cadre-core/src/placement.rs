@@ -86,6 +86,9 @@
 //! One pass over the eligible nodes counts, per node and group, how many tasks fit (bit
 //! counts, no allocation per node); trials then work on those counts and only recount nodes
 //! that earlier groups of the same job touched. Devices are picked only for the winning plan.
+//! A caller that keeps nodes grouped by what placement sees of them ([`place_scanning`])
+//! passes only the first few nodes of each group, each standing for the ones left out: on a
+//! large cluster a placement then costs the number of distinct node states, not of nodes.
 
 mod device;
 mod frag;
@@ -102,6 +105,7 @@ use device::{Layout, Shortage, UsageRef, Work};
 use select::{Cand, Engine, Frag, Plan, Pool, slot_key};
 
 pub use frag::WorkloadProfile;
+use std::borrow::Cow;
 use std::fmt;
 
 /// Why a job cannot be placed. [`PlacementFailure::reason`] says whether it never can
@@ -297,18 +301,20 @@ struct Ctx<'a> {
     job: &'a JobSpec,
     groups: Vec<GroupReq<'a>>,
     layout: Layout,
-    /// The eligible nodes, ascending, without duplicates.
-    eligible: Vec<NodeId>,
-    /// The nodes scanned for the live view, ascending, when the caller knows that the
-    /// eligible nodes outside them take no task now (see [`place_scanning`]).
-    scan: Option<Vec<NodeId>>,
+    /// The eligible nodes, ascending, without duplicates: the caller's list when it is so
+    /// already (a partition's nodes are), so that a call on a large cluster copies nothing.
+    eligible: Cow<'a, [NodeId]>,
+    /// The nodes scanned for the live view, ascending, each with the number of eligible
+    /// nodes it stands for, when the caller knows that the eligible nodes left out take no
+    /// task now or lose to an equal node scanned (see [`place_scanning`]).
+    scan: Option<Vec<(NodeId, u32)>>,
 }
 
 impl<'a> Ctx<'a> {
     fn new(
         cluster: &'a Cluster,
         job: &'a JobSpec,
-        eligible: &[NodeId],
+        eligible: &'a [NodeId],
     ) -> Result<Ctx<'a>, PlacementFailure> {
         validate(job)?;
         let mut groups: Vec<GroupReq<'a>> = job
@@ -330,13 +336,17 @@ impl<'a> Ctx<'a> {
             )
         });
         let layout = Layout::new(&cluster.shapes, &groups);
-        let mut eligible: Vec<NodeId> = eligible
-            .iter()
-            .copied()
-            .filter(|n| (n.0 as usize) < cluster.nodes.len())
-            .collect();
-        eligible.sort_unstable();
-        eligible.dedup();
+        let in_range = |n: &NodeId| (n.0 as usize) < cluster.nodes.len();
+        let ready =
+            eligible.windows(2).all(|w| w[0] < w[1]) && eligible.last().is_none_or(in_range);
+        let eligible = if ready {
+            Cow::Borrowed(eligible)
+        } else {
+            let mut owned: Vec<NodeId> = eligible.iter().copied().filter(in_range).collect();
+            owned.sort_unstable();
+            owned.dedup();
+            Cow::Owned(owned)
+        };
         Ok(Ctx {
             cluster,
             job,
@@ -418,14 +428,14 @@ impl<'a> Ctx<'a> {
         let ng = self.groups.len();
         let mut cands = Vec::new();
         let mut caps = Vec::new();
-        let nodes = match (&self.scan, view) {
-            (Some(scan), View::Now) => scan,
-            _ => &self.eligible,
+        let nodes: Box<dyn Iterator<Item = (NodeId, u32)> + '_> = match (&self.scan, view) {
+            (Some(scan), View::Now) => Box::new(scan.iter().copied()),
+            _ => Box::new(self.eligible.iter().map(|&n| (n, 1))),
         };
         // Nodes with nothing on them count as idle ones of their shape: counted once per
         // shape (most of the nodes on a cluster filling up).
         let mut idle_caps: Vec<Option<u32>> = vec![None; self.cluster.shapes.len() * ng];
-        for &node in nodes {
+        for (node, weight) in nodes {
             if self.refusal_fast(node, view) {
                 continue;
             }
@@ -464,6 +474,7 @@ impl<'a> Ctx<'a> {
                 block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
                 idle,
                 free,
+                weight,
             });
         }
         (cands, caps)
@@ -952,18 +963,26 @@ pub fn place_with_profile(
 }
 
 /// [`place`] (with a profile, [`place_with_profile`]) that looks for room only on the nodes
-/// of `scan` (ascending; those not eligible are ignored): the caller knows that no task of the job fits now on an eligible
-/// node outside it (say, one with fewer whole GPUs free than any task asks for). The nodes
-/// left out would not have been candidates, so the answer, failure included (judged on all
-/// of `eligible`), is that of [`place`] (or [`place_with_profile`]); only the work is less.
+/// of `scan` (ascending; those not eligible are ignored), each with the number of eligible
+/// nodes it stands for (itself included). The caller knows that every eligible node left
+/// out either takes no task of the job now (say, it has fewer whole GPUs free than any task
+/// asks for), or is equal to a scanned node of a lower id that stands for it, in everything
+/// placement sees but the id, with at least as many scanned nodes of that kind as the job
+/// has tasks. Such a node would not have been chosen (equal nodes are chosen lowest id
+/// first, and a job uses at most one node per task), and the counts placement takes over
+/// whole leaves come from the weights, so the answer, failure included (judged on all of
+/// `eligible`), is that of [`place`] (or [`place_with_profile`]); only the work is less.
 pub fn place_scanning(
     cluster: &Cluster,
     job: &JobSpec,
     eligible: &[NodeId],
     profile: Option<&WorkloadProfile>,
-    scan: Vec<NodeId>,
+    scan: Vec<(NodeId, u32)>,
 ) -> Result<Allocation, PlacementFailure> {
-    debug_assert!(scan.windows(2).all(|w| w[0] < w[1]), "scan is ascending");
+    debug_assert!(
+        scan.windows(2).all(|w| w[0].0 < w[1].0),
+        "scan is ascending"
+    );
     place_inner(cluster, job, eligible, profile, Some(scan))
 }
 
@@ -972,14 +991,14 @@ fn place_inner(
     job: &JobSpec,
     eligible: &[NodeId],
     profile: Option<&WorkloadProfile>,
-    scan: Option<Vec<NodeId>>,
+    scan: Option<Vec<(NodeId, u32)>>,
 ) -> Result<Allocation, PlacementFailure> {
     let mut ctx = Ctx::new(cluster, job, eligible)?;
     ctx.scan = scan.map(|mut scan| {
         // Both ascending: one merge keeps the eligible ones (all are, when every node is).
         if ctx.eligible.len() < cluster.nodes.len() {
             let mut rest = ctx.eligible.iter().peekable();
-            scan.retain(|n| {
+            scan.retain(|(n, _)| {
                 while rest.next_if(|e| *e < n).is_some() {}
                 rest.peek() == Some(&n)
             });
@@ -1015,7 +1034,7 @@ pub fn select_nodes(
     let ng = ctx.groups.len();
     let mut cands = Vec::new();
     let mut caps = Vec::new();
-    for &node in &ctx.eligible {
+    for &node in ctx.eligible.iter() {
         if ctx.refusal_fast(node, View::IdleUp) {
             continue;
         }
@@ -1072,6 +1091,7 @@ pub fn select_nodes(
             block_key: slot_key(n.block.map(|b| b.0), cluster.blocks.len()),
             idle,
             free: f,
+            weight: 1,
         });
     }
     let engine = Engine {
@@ -1115,7 +1135,8 @@ pub fn why_not(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<NodeRef
     if node.0 as usize >= cluster.nodes.len() {
         return None;
     }
-    let ctx = match Ctx::new(cluster, job, &[node]) {
+    let one = [node];
+    let ctx = match Ctx::new(cluster, job, &one) {
         Ok(ctx) => ctx,
         Err(_) => return None,
     };
@@ -1143,7 +1164,8 @@ pub fn node_task_capacity(cluster: &Cluster, job: &JobSpec, node: NodeId, group:
     if node.0 as usize >= cluster.nodes.len() {
         return 0;
     }
-    let Ok(ctx) = Ctx::new(cluster, job, &[node]) else {
+    let one = [node];
+    let Ok(ctx) = Ctx::new(cluster, job, &one) else {
         return 0;
     };
     if ctx.refusal_fast(node, View::Now) {

@@ -196,6 +196,12 @@ pub enum ControllerMessage {
         version: u32,
         /// The node's id in the controller's cluster (what allocations name).
         node_id: NodeId,
+        /// The agent's lease, in milliseconds: an agent that hears nothing from the
+        /// controller for this long stops every run it holds (fencing), well before the
+        /// controller declares the node lost and requeues them elsewhere (at its node
+        /// timeout, twice the lease). `None` (an older controller): no lease.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
     },
     /// The connection is refused, and why; the controller closes it.
     Refused { reason: String },
@@ -240,6 +246,22 @@ pub struct LaunchOrder {
     /// step's tasks (within the job's), and the run spec the step's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepContext>,
+    /// The run's job token ([`crate::job_token`]), made by the controller: an agent that
+    /// enrolled with a certificate holds no cluster key to make one. `None` (an older
+    /// controller): the agent makes it with its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_token: Option<Secret>,
+}
+
+/// A secret in a message: serialized as itself, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
 }
 
 /// What a job step's launch order adds to a job's.
@@ -338,11 +360,13 @@ mod tests {
                 in_task: Some(3),
                 leftovers_outlive: true,
             }),
+            job_token: Some(Secret("cadre-job-7-0-00ff".into())),
         };
         for m in [
             ControllerMessage::Welcome {
                 version: PROTOCOL_VERSION,
                 node_id: NodeId(7),
+                lease_ms: None,
             },
             ControllerMessage::Refused {
                 reason: "no".into(),

@@ -619,6 +619,60 @@ pub struct TokenRequest {
     pub admin: bool,
 }
 
+/// `POST /nodes/join-tokens`: a one-time token a node enrols with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JoinTokenRequest {
+    /// The one node it enrols (a node of the cluster); any node if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Seconds it stays valid (default one hour, at most 30 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<u64>,
+}
+
+/// A join token: the secret is in this answer only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JoinTokenView {
+    pub token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub expires_at: u64,
+}
+
+/// `POST /nodes/enrol`: a node's certificate request, with its join token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EnrolRequest {
+    pub token: String,
+    pub node: String,
+    /// A PKCS #10 certificate request in PEM, made on the node (its key stays there).
+    pub csr_pem: String,
+}
+
+/// The node's certificate, and the cluster's CA to trust from now on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrolResponse {
+    pub node: String,
+    pub cert_pem: String,
+    pub ca_pem: String,
+    /// Seconds since the Unix epoch.
+    pub expires_at: u64,
+}
+
+/// `POST /nodes/{name}/revoke`: how many live certificates of the node were revoked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RevokeResponse {
+    pub node: String,
+    pub revoked: u64,
+}
+
 /// A token as listed; the secret itself is shown once, at creation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -646,8 +700,25 @@ pub struct TokenList {
 pub struct WhoAmI {
     pub user: String,
     pub admin: bool,
-    /// How the caller was identified: `peer-credentials`, `token` or `job-token`.
+    /// How the caller was identified: `peer-credentials`, `token`, `job-token` or
+    /// `session` (the dashboard's cookie).
     pub via: String,
+}
+
+/// `POST /ui/links`: a one-time login link to the dashboard for the caller (`cadre ui`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UiLinkView {
+    /// The link's path and query on the controller's TCP listener
+    /// (`/ui/login?once=...`): good for one login, until `expires`.
+    pub path: String,
+    /// When the link stops working (seconds since the epoch).
+    pub expires: u64,
+    /// The TCP address the controller serves the dashboard on (`--listen`), if any.
+    pub listen: Option<String>,
+    /// Whether that address serves TLS (the link is `https://`).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// Stable error codes. Each maps to one HTTP status.
@@ -738,6 +809,8 @@ pub enum ErrorReason {
     NoAssociation,
     /// 400: the cluster or its policy cannot take the request.
     PolicyRefused,
+    /// 400: the node named is not in the cluster (`subject`: its name).
+    UnknownNode,
     /// 401.
     Unauthenticated,
     /// 403, no finer reason.
@@ -745,6 +818,12 @@ pub enum ErrorReason {
     /// 403: a field the caller may not set to that value (a negative `nice`, a raised time
     /// limit, by a user who is not an administrator).
     ForbiddenField,
+    /// 403: the join token does not enrol the node (unknown, used, expired, or another
+    /// node's; `subject`: the node).
+    JoinRefused,
+    /// 403: the request carries a secret, and came over plain TCP: it must come over TLS
+    /// or the Unix socket.
+    TlsRequired,
     /// 404, no finer reason.
     NotFound,
     /// 409: the object is not in a state that allows this.
@@ -762,9 +841,11 @@ impl ErrorReason {
         match self {
             InvalidRequest | InvalidBody | InvalidJobSpec | OutOfRange | UnknownPartition
             | NoDefaultPartition | UnknownQos | UnknownPriorityClass | UnknownQueue
-            | DependencyNotFound | NoAssociation | PolicyRefused => ErrorCode::InvalidRequest,
+            | DependencyNotFound | NoAssociation | PolicyRefused | UnknownNode => {
+                ErrorCode::InvalidRequest
+            }
             Unauthenticated => ErrorCode::Unauthenticated,
-            Forbidden | ForbiddenField => ErrorCode::Forbidden,
+            Forbidden | ForbiddenField | JoinRefused | TlsRequired => ErrorCode::Forbidden,
             NotFound => ErrorCode::NotFound,
             Conflict => ErrorCode::Conflict,
             Unavailable => ErrorCode::Unavailable,

@@ -1,19 +1,27 @@
 //! The controller's end of the agent protocol ([`cadre_proto::agent`]): the WebSocket at
 //! `/agent/v1/connect`. This module only carries messages; what they mean is the engine's.
 //!
-//! Each connection: the upgrade request must carry the cluster key (401 otherwise); the
-//! first message must be a `Hello` (within [`HELLO_TIMEOUT`]); after it, the engine's
-//! messages for the node go out in order, and the agent's events come in. A `Refused`
-//! closes the connection once sent.
+//! Each connection is an agent's in one of two ways: over TLS with its node's certificate
+//! (mutual TLS: the certificate, issued at the node's enrolment, must be the node's live
+//! one in the store, neither revoked nor expired, and the agent may then speak only for
+//! that node), or with the cluster key as a bearer token (agents on the controller's
+//! machine; 401 otherwise). The first message must be a `Hello` (within
+//! [`HELLO_TIMEOUT`]); after it, the engine's messages for the node go out in order, and
+//! the agent's events come in. A `Refused` closes the connection once sent; so does the
+//! revocation of a certificate-identified node, and a lease (half the node timeout) without
+//! a frame from the agent, which pings every third of it.
 
 use crate::auth::{bearer, same_secret};
 use crate::engine::{Command, EngineHandle};
+use crate::listen::Transport;
 use crate::state::AppState;
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cadre_proto::agent::{AgentMessage, ControllerMessage};
+use cadre_tls::PeerCert;
 use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,26 +34,83 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// `GET /agent/v1/connect`.
 pub async fn connect(
     State(state): State<AppState>,
+    transport: Option<Extension<Transport>>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let given = bearer(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    );
-    if !given.is_some_and(|k| same_secret(k, &state.auth.agent_key)) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            "agents must send the cluster key as `Authorization: Bearer <key>`\n",
-        )
-            .into_response();
-    }
+    let cert = transport.and_then(|Extension(t)| t.cert);
+    // Before the certificate is checked: a revocation that lands in between is not missed.
+    let revoked = state.revoked.subscribe();
+    let identity = match cert {
+        Some(cert) => match node_identity(&state, &cert).await {
+            Ok(node) => Some(node),
+            Err(why) => {
+                tracing::warn!(node = %cert.name, serial = %cert.serial, %why, "agent refused");
+                return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response();
+            }
+        },
+        None => {
+            let given = bearer(
+                headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok()),
+            );
+            if !given.is_some_and(|k| same_secret(k, &state.auth.agent_key)) {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    "agents must show their node's certificate (cadre agent --join), or send the cluster key as `Authorization: Bearer <key>`\n",
+                )
+                    .into_response();
+            }
+            None
+        }
+    };
     let engine = state.engine.clone();
-    upgrade.on_upgrade(move |socket| serve_agent(socket, engine))
+    let silence = state.agent_silence;
+    upgrade.on_upgrade(move |socket| serve_agent(socket, engine, identity, revoked, silence))
 }
 
-async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
+/// The node a certificate-identified agent is: the certificate must be the node's live
+/// one as the store records it.
+async fn node_identity(state: &AppState, cert: &PeerCert) -> Result<String, String> {
+    if !cert.client_auth {
+        return Err("the certificate is not a node's (not for client authentication)".into());
+    }
+    let serial = cert.serial.clone();
+    let record = state
+        .reads
+        .with(move |s| s.node_cert(&serial))
+        .await
+        .map_err(|e| e.message)?;
+    let now = crate::engine::wall_now();
+    match record {
+        None => Err(format!(
+            "certificate {} was not issued by this controller",
+            cert.serial
+        )),
+        Some(r) if r.node != cert.name => Err(format!(
+            "certificate {} was issued to node `{}`, not `{}`",
+            cert.serial, r.node, cert.name
+        )),
+        Some(r) if r.revoked.is_some() => Err(format!(
+            "the certificate of node `{}` is revoked: enrol it again with a new join token",
+            r.node
+        )),
+        Some(r) if r.expires <= now => Err(format!(
+            "the certificate of node `{}` has expired: enrol it again with a new join token",
+            r.node
+        )),
+        Some(r) => Ok(r.node),
+    }
+}
+
+async fn serve_agent(
+    socket: WebSocket,
+    engine: EngineHandle,
+    identity: Option<String>,
+    mut revoked: tokio::sync::broadcast::Receiver<String>,
+    silence: Duration,
+) {
     let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let (mut sink, mut stream) = socket.split();
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, stream.next()).await {
@@ -69,14 +134,30 @@ async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
             return;
         }
     };
+    if let Some(node) = &identity
+        && hello.node != *node
+    {
+        tracing::warn!(conn, certificate = %node, hello = %hello.node, "agent refused: it spoke for another node");
+        let reason = format!(
+            "this connection's certificate is node `{node}`'s; it cannot speak for node `{}`",
+            hello.node
+        );
+        if let Ok(text) = serde_json::to_string(&ControllerMessage::Refused { reason }) {
+            let _ = sink.send(Message::Text(text.into())).await;
+        }
+        let _ = sink.close().await;
+        return;
+    }
+    let node_name = hello.node.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ControllerMessage>();
+    let to_agent = tx.clone();
     if engine
         .send(Command::AgentHello { conn, hello, tx })
         .is_err()
     {
         return;
     }
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
             let refused = matches!(msg, ControllerMessage::Refused { .. });
             let Ok(text) = serde_json::to_string(&msg) else {
@@ -91,7 +172,44 @@ async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
             }
         }
     });
-    while let Some(frame) = stream.next().await {
+    let mut watching = identity.is_some();
+    let mut cut = false;
+    loop {
+        let frame = tokio::select! {
+            frame = tokio::time::timeout(silence, stream.next()) => match frame {
+                Ok(frame) => frame,
+                Err(_) => {
+                    // Its agent pings every third of the lease: it is cut off (or stopped).
+                    tracing::warn!(conn, ?silence, "nothing from the agent for a lease: closing its connection");
+                    None
+                }
+            },
+            gone = revoked.recv(), if watching => {
+                match gone {
+                    Ok(node) if Some(&node) == identity.as_ref() => {
+                        tracing::warn!(conn, %node, "node certificate revoked: closing its agent's connection");
+                        let _ = to_agent.send(ControllerMessage::Refused {
+                            reason: format!("the certificate of node `{node}` was revoked"),
+                        });
+                        // Cut now, whatever the agent sends after: the writer gets a moment
+                        // to deliver the refusal, then the connection is dropped.
+                        cut = true;
+                        None
+                    }
+                    Ok(_) => continue,
+                    // Revocations were missed: this connection may be of one of them. Closed:
+                    // the agent reconnects, and its certificate is checked again.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        watching = false;
+                        continue;
+                    }
+                }
+            }
+        };
+        let Some(frame) = frame else {
+            break;
+        };
         match frame {
             Ok(Message::Text(text)) => match serde_json::from_str::<AgentMessage>(&text) {
                 Ok(AgentMessage::Event(event)) => {
@@ -99,7 +217,7 @@ async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
                         break;
                     }
                 }
-                Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk),
+                Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk, &node_name),
                 Ok(AgentMessage::Hello(_)) => {
                     tracing::warn!(conn, "agent said hello twice: dropping the connection");
                     break;
@@ -112,6 +230,10 @@ async fn serve_agent(socket: WebSocket, engine: EngineHandle) {
             Ok(Message::Close(_)) | Err(_) => break,
             Ok(_) => {}
         }
+    }
+    drop(to_agent);
+    if cut {
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
     }
     writer.abort();
     let _ = engine.send(Command::AgentGone { conn });

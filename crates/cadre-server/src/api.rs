@@ -8,7 +8,8 @@
 
 use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::engine::{Command, Engine, JobAction, NodeAction, wall_now};
+use crate::controller::{Controller, JobAction, NodeAction};
+use crate::engine::{Command, wall_now};
 use crate::metrics::scrape_state;
 use crate::state::AppState;
 use axum::extract::rejection::JsonRejection;
@@ -30,6 +31,7 @@ use cadre_store::{
 use serde::Deserialize;
 use utoipa::OpenApi;
 
+mod enrol;
 mod steps;
 
 impl IntoResponse for ApiError {
@@ -61,7 +63,18 @@ impl FromRequestParts<AppState> for Principal {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        let who = state.auth.identify(&peer, authorization).await?;
+        // The dashboard's session cookie stands for a token when no header is given.
+        let who = match authorization {
+            None => {
+                match crate::dashboard::session_principal(&state.dashboard, &state.reads, parts)
+                    .await
+                {
+                    Some(who) => who?,
+                    None => state.auth.identify(&peer, None).await?,
+                }
+            }
+            Some(_) => state.auth.identify(&peer, authorization).await?,
+        };
         if let crate::auth::Via::JobToken(job) = who.via {
             let path = parts.uri.path();
             let path = path.strip_prefix(PREFIX).unwrap_or(path);
@@ -129,12 +142,16 @@ pub fn router(state: AppState) -> Router {
         .route("/nodes/{name}", get(get_node))
         .route("/nodes/{name}/drain", post(drain))
         .route("/nodes/{name}/resume", post(resume))
+        .route("/nodes/{name}/revoke", post(enrol::revoke))
+        .route("/nodes/join-tokens", post(enrol::create_join_token))
+        .route("/nodes/enrol", post(enrol::enrol))
         .route("/partitions", get(list_partitions))
         .route("/shares", get(shares))
         .route("/usage", get(usage))
         .route("/priorities", get(priorities))
         .route("/tokens", post(create_token).get(list_tokens))
-        .route("/tokens/{id}", axum::routing::delete(revoke_token));
+        .route("/tokens/{id}", axum::routing::delete(revoke_token))
+        .route("/ui/links", post(create_ui_link));
     Router::new()
         .nest(PREFIX, api)
         .route("/metrics", get(metrics))
@@ -177,13 +194,17 @@ pub fn router(state: AppState) -> Router {
         get_node,
         drain,
         resume,
+        enrol::create_join_token,
+        enrol::enrol,
+        enrol::revoke,
         list_partitions,
         shares,
         usage,
         priorities,
         create_token,
         list_tokens,
-        revoke_token
+        revoke_token,
+        create_ui_link
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCode, ErrorReason))
 )]
@@ -251,35 +272,29 @@ async fn submit(
             ..e
         })?;
         jobs.push(NewJob {
-            partition: spec.partition.clone().unwrap_or_default(),
+            // The controller resolves it (`Controller::prepare`).
+            partition: String::new(),
             spec,
             run,
             array_of,
         });
     }
     crate::authority::check_arrays(&jobs)?;
-    if req.dry_run {
-        let problem = st
-            .engine
-            .read(move |e| {
-                jobs.iter().find_map(|j| {
-                    e.sched
-                        .validate(JobId(u64::MAX), &j.spec)
-                        .err()
-                        .map(crate::engine::core_error)
-                })
-            })
-            .await?;
-        return match problem {
-            Some(err) => Err(err),
-            None => Ok((StatusCode::OK, Json(SubmitResponse { job_ids: vec![] }))),
-        };
-    }
+    let dry_run = req.dry_run;
     let job_ids = st
         .engine
-        .ask(|reply| Command::Submit { jobs, reply })
+        .ask(|reply| Command::Submit {
+            jobs,
+            dry_run,
+            reply,
+        })
         .await?;
-    Ok((StatusCode::CREATED, Json(SubmitResponse { job_ids })))
+    let status = if dry_run {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(SubmitResponse { job_ids })))
 }
 
 /// Filters of `GET /jobs`.
@@ -312,8 +327,8 @@ struct Live {
     nice: i32,
 }
 
-fn live_of(e: &Engine, id: JobId) -> Option<Live> {
-    let job = e.sched.job(id)?;
+fn live_of(e: &Controller, id: JobId) -> Option<Live> {
+    let job = e.sched().job(id)?;
     let reason = if job.state == JobState::Pending {
         match (job.hold, e.launch_error(id)) {
             (Some(cadre_core::scheduler::Hold::Admin), Some(why)) => {
@@ -330,7 +345,7 @@ fn live_of(e: &Engine, id: JobId) -> Option<Live> {
         state: job.state,
         reason,
         priority: job.priority,
-        expected_start: e.sched.expected_start(id).map(|t| t.0),
+        expected_start: e.sched().expected_start(id).map(|t| t.0),
         held: job.hold.is_some(),
         time_limit: job.spec.time_limit,
         nice: job.spec.nice,
@@ -389,7 +404,7 @@ fn job_view(e_names: &[String], mut job: StoredJob, live: Option<Live>, full: bo
 async fn node_names(st: &AppState) -> Result<Vec<String>, ApiError> {
     st.engine
         .read(|e| {
-            e.sched
+            e.sched()
                 .cluster()
                 .nodes
                 .iter()
@@ -653,7 +668,7 @@ async fn explain(
     let view = st
         .engine
         .read(move |e| {
-            let x = e.sched.explain(JobId(id), wall_now(), true)?;
+            let x = e.sched().explain(JobId(id), wall_now(), true)?;
             let live = live_of(e, JobId(id));
             let factors = x.factors.map_or_else(Vec::new, |f| {
                 vec![
@@ -673,7 +688,7 @@ async fn explain(
                 factors,
                 expected_start: x.expected_start.map(|t| t.0),
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
-                detail: e.sched.reason_detail(JobId(id)),
+                detail: e.sched().reason_detail(JobId(id)),
             })
         })
         .await?;
@@ -724,13 +739,13 @@ async fn job_events(
     let now = st
         .engine
         .read(move |e| {
-            let j = e.sched.job(JobId(id))?;
+            let j = e.sched().job(JobId(id))?;
             if j.state != JobState::Pending {
                 return None;
             }
             let live = live_of(e, JobId(id))?;
             let detail = e
-                .sched
+                .sched()
                 .reason_detail(JobId(id))
                 .map_or_else(String::new, |d| format!(": {d}"));
             Some(JobEventView {
@@ -785,7 +800,7 @@ async fn list_queues(
     let list = st
         .engine
         .read(|e| {
-            let sched = &e.sched;
+            let sched = &e.sched();
             let book = sched.quota();
             let objects = e.queue_objects();
             let set = objects.set();
@@ -934,8 +949,8 @@ async fn change_queue_objects(
     Ok(Json(response))
 }
 
-fn node_view(e: &Engine, id: NodeId) -> NodeView {
-    let cluster = e.sched.cluster();
+fn node_view(e: &Controller, id: NodeId) -> NodeView {
+    let cluster = e.sched().cluster();
     let node = cluster.node(id);
     let shape = cluster.shape(id);
     let cap = shape.capacity();
@@ -973,7 +988,7 @@ async fn list_nodes(
     let nodes = st
         .engine
         .read(|e| {
-            (0..e.sched.cluster().nodes.len())
+            (0..e.sched().cluster().nodes.len())
                 .map(|n| node_view(e, NodeId(n as u32)))
                 .collect()
         })
@@ -991,7 +1006,12 @@ async fn get_node(
 ) -> Result<Json<NodeView>, ApiError> {
     let missing = format!("node `{name}` does not exist");
     st.engine
-        .read(move |e| e.sched.cluster().node_id(&name).map(|id| node_view(e, id)))
+        .read(move |e| {
+            e.sched()
+                .cluster()
+                .node_id(&name)
+                .map(|id| node_view(e, id))
+        })
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, missing))
@@ -1053,7 +1073,7 @@ async fn list_partitions(
     let partitions = st
         .engine
         .read(|e| {
-            let c = e.sched.cluster();
+            let c = e.sched().cluster();
             c.partitions
                 .iter()
                 .map(|p| {
@@ -1088,8 +1108,8 @@ async fn shares(State(st): State<AppState>, _who: Principal) -> Result<Json<Shar
     let shares = st
         .engine
         .read(|e| {
-            let tree = e.sched.fairshare();
-            tree.rows(e.sched.fairshare_algorithm())
+            let tree = e.sched().fairshare();
+            tree.rows(e.sched().fairshare_algorithm())
                 .into_iter()
                 .map(|r| {
                     let parent = tree
@@ -1227,7 +1247,7 @@ async fn priorities(
         .engine
         .read(move |e| {
             let now = wall_now();
-            let w = &e.sched.policy().priority;
+            let w = &e.sched().policy().priority;
             let weights = PriorityWeightsView {
                 age: w.age,
                 fairshare: w.fairshare,
@@ -1235,9 +1255,9 @@ async fn priorities(
                 partition: w.partition,
                 qos: w.qos,
             };
-            let cluster = e.sched.cluster();
+            let cluster = e.sched().cluster();
             let mut jobs: Vec<PriorityView> = e
-                .sched
+                .sched()
                 .jobs()
                 .filter(|j| j.state == JobState::Pending)
                 .filter(|j| user.as_ref().is_none_or(|u| &j.spec.user == u))
@@ -1246,7 +1266,7 @@ async fn priorities(
                     if q.partition.as_ref().is_some_and(|p| p != &partition) {
                         return None;
                     }
-                    let f = e.sched.factors(j.id, now)?;
+                    let f = e.sched().factors(j.id, now)?;
                     Some(PriorityView {
                         id: j.id,
                         user: j.spec.user.clone(),
@@ -1350,6 +1370,18 @@ async fn revoke_token(
     }
 }
 
+/// A one-time login link to the dashboard for the caller (`cadre ui`): good for one
+/// login within five minutes. Made with the socket's peer credentials or a token.
+#[utoipa::path(post, path = "/ui/links",
+    responses((status = 201, body = UiLinkView), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn create_ui_link(
+    State(st): State<AppState>,
+    who: Principal,
+) -> Result<(StatusCode, Json<UiLinkView>), ApiError> {
+    let link = crate::dashboard::create_link(&st.dashboard, &who)?;
+    Ok((StatusCode::CREATED, Json(link)))
+}
+
 /// `/metrics`: Prometheus text format. Unauthenticated, as scrapers expect; it shows
 /// counts and which job holds which GPU, not job contents.
 /// The metrics. Which user and job hold each GPU (`cadre_gpu_job_info`) only for a
@@ -1367,7 +1399,7 @@ async fn metrics(
     };
     let text = st
         .engine
-        .read(move |e| metrics.render(&scrape_state(&e.sched, e.emulated_gpus(), scope)))
+        .read(move |e| metrics.render(&scrape_state(e.sched(), e.emulated_gpus(), scope)))
         .await?;
     Ok((
         [(

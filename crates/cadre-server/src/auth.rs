@@ -40,6 +40,8 @@ pub enum Via {
     /// A job's token ([`cadre_proto::job_token`]): its tasks act as its user while it runs,
     /// on that job only ([`job_token_reaches`]).
     JobToken(JobId),
+    /// The dashboard's session cookie ([`crate::ui`]): the user it was opened for.
+    Session,
 }
 
 impl Via {
@@ -48,6 +50,7 @@ impl Via {
             Via::PeerCredentials => "peer-credentials",
             Via::Token => "token",
             Via::JobToken(_) => "job-token",
+            Via::Session => "session",
         }
     }
 }
@@ -83,14 +86,6 @@ pub fn job_token_reaches(job: JobId, method: &axum::http::Method, path: &str) ->
 
 fn unauthenticated(message: &str) -> ApiError {
     ApiError::new(ErrorCode::Unauthenticated, message)
-}
-
-/// The user name of a uid, or `uid<N>` when the user database has none.
-pub fn user_of_uid(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid{uid}"), |u| u.name)
 }
 
 /// The bearer token of an `Authorization` header value.
@@ -155,7 +150,7 @@ impl Authenticator {
         }
         match peer {
             Peer::Unix { uid: Some(uid) } => Ok(Principal {
-                user: user_of_uid(*uid),
+                user: cadre_proto::user::name_of_uid(*uid),
                 admin: *uid == 0 || *uid == self.owner_uid,
                 via: Via::PeerCredentials,
             }),
@@ -167,6 +162,20 @@ impl Authenticator {
             )),
         }
     }
+}
+
+/// A fresh random secret: `prefix` and 64 hexadecimal digits (256 bits from the OS).
+pub fn random_secret(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    // The OS's random source does not fail on Linux once booted; a failure here would make
+    // every secret predictable, so it must not be ignored.
+    getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -217,11 +226,5 @@ mod tests {
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "abcd"));
-    }
-
-    #[test]
-    fn root_has_a_name() {
-        assert_eq!(user_of_uid(0), "root");
-        assert_eq!(user_of_uid(4_000_000_000), "uid4000000000");
     }
 }

@@ -3,13 +3,16 @@
 //! the agent protocol, and metrics at `/metrics`.
 //!
 //! The parts:
-//! - [`engine`]: one thread owns the scheduler and the store's writer handle; every write
-//!   (submissions, cancels, agent events) is a command on its channel, committed before it
-//!   is acted on or answered;
+//! - [`controller`]: the controller's logic, a synchronous state machine without I/O or
+//!   clock: inputs (API commands, agent messages, the end of each batch) in, effects out
+//!   through [`controller::Comm`], every change committed before it is acted on or
+//!   answered; [`engine`]: the I/O shell, one thread that owns the controller, the store's
+//!   writer handle and the agents' connections, and feeds it the commands on its channel;
 //! - [`api`]: the HTTP handlers; [`auth`]: who is calling; [`agents`]: the agents'
-//!   WebSocket; [`metrics`]: the Prometheus exposition; [`limits`]: the bounds of the
-//!   numbers a request may carry; [`authority`]: what a caller may set in a job's spec,
-//!   submitted or updated; [`api_error`]: the error every part answers a caller with;
+//!   WebSocket; [`ui`]: the web dashboard's pages under `/ui/`; [`dashboard`]: its
+//!   sessions, which the API shares; [`metrics`]: the Prometheus exposition; [`limits`]:
+//!   the bounds of the numbers a request may carry; [`authority`]: what a caller may set
+//!   in a job's spec, submitted or updated; [`api_error`]: the error every part answers a caller with;
 //!   [`read_store`]: the store handle for reads; [`state`]: what every handler shares;
 //! - [`serve`]: binds the Unix socket (and a TCP address if asked), rebuilds the engine from
 //!   the store, and runs until told to stop; [`listen`]: the connections, their timeouts
@@ -22,6 +25,8 @@ pub mod api;
 pub mod api_error;
 pub mod auth;
 pub mod authority;
+pub mod controller;
+pub mod dashboard;
 pub mod engine;
 pub mod limits;
 pub mod listen;
@@ -29,9 +34,11 @@ pub mod metrics;
 pub mod queues;
 pub mod read_store;
 pub mod state;
+pub mod ui;
 
 use crate::auth::Authenticator;
-use crate::engine::{Command, Engine, EngineConfig, EngineHandle, RecoverError};
+use crate::controller::{RecoverError, StoreFailed};
+use crate::engine::{Command, Engine, EngineConfig, EngineHandle};
 use crate::metrics::Metrics;
 use crate::read_store::ReadStore;
 use crate::state::AppState;
@@ -65,6 +72,32 @@ pub struct ServerConfig {
     pub emulated_gpus: bool,
     /// Connections' header and idle timeouts, and each TCP peer's cap.
     pub connections: listen::ConnectionLimits,
+    /// TLS on the TCP address (the cluster's CA and the controller's certificate); `None`:
+    /// plain TCP, which `cadre server` allows only with `--insecure`.
+    pub tls: Option<Arc<TlsSetup>>,
+}
+
+/// The controller's TLS: the cluster's CA (which signs nodes' certificates at enrolment)
+/// and the rustls configuration of its TCP listener.
+pub struct TlsSetup {
+    pub ca: cadre_tls::Ca,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for TlsSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsSetup { .. }")
+    }
+}
+
+impl TlsSetup {
+    /// The CA (the site's, or the one in `data_dir`, made there on first use) and a
+    /// certificate for `names` (host names and addresses clients reach the controller by).
+    pub fn new(ca: cadre_tls::Ca, names: &[String]) -> Result<TlsSetup, cadre_tls::TlsError> {
+        let identity = ca.server_identity(names)?;
+        let server = cadre_tls::server_config(&ca, identity)?;
+        Ok(TlsSetup { ca, server })
+    }
 }
 
 /// Why the controller could not start or stopped.
@@ -87,7 +120,7 @@ pub enum ServerError {
         source: std::io::Error,
     },
     #[error("the engine stopped: {0}")]
-    Engine(StoreError),
+    Engine(StoreFailed),
     #[error("the engine thread panicked")]
     EnginePanicked,
 }
@@ -131,6 +164,7 @@ pub async fn serve(
         node_timeout: config.node_timeout,
         sched_interval: config.sched_interval,
         emulated_gpus: config.emulated_gpus,
+        job_token_key: config.agent_key.clone(),
     };
     // Stores block (PostgreSQL's client on a runtime of its own): open them and rebuild
     // the engine off the async threads.
@@ -178,21 +212,39 @@ pub async fn serve(
         }),
         reads: reads.clone(),
         metrics,
+        // The session cookie is `Secure` when the TCP address serves TLS.
+        dashboard: Arc::new(dashboard::Dashboard::new(
+            config.listen,
+            config.tls.is_some(),
+        )),
+        tls: config.tls.clone(),
+        revoked: tokio::sync::broadcast::channel(64).0,
+        agent_silence: crate::controller::lease_of(config.node_timeout),
     };
-    let app = api::router(state);
+    let watcher = tokio::spawn(ui::live::watch_changes(
+        handle.clone(),
+        state.dashboard.clone(),
+    ));
+    let app = api::router(state.clone()).merge(ui::router(state));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let unix_task = tokio::spawn(listen::serve(
         socket,
         app.clone(),
         config.connections.clone(),
         stop_rx.clone(),
+        None,
     ));
+    let acceptor = config
+        .tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
     let tcp_task = tcp.map(|listener| {
         tokio::spawn(listen::serve(
             listener,
             app,
             config.connections.clone(),
             stop_rx.clone(),
+            acceptor,
         ))
     });
     tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
@@ -214,6 +266,7 @@ pub async fn serve(
         () = engine_gone => {}
     }
     let _ = stop_tx.send(true);
+    watcher.abort();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     if handle.send(Command::Shutdown { reply: done_tx }).is_ok() {
         let _ = done_rx.await;

@@ -10,7 +10,7 @@
 //!
 //! The bounds are absolute, not the cluster's: a job larger than today's cluster is still
 //! accepted and waits, as before. A step's counts are bounded by its job's allocation
-//! instead, in `engine::steps::step_layout`; a step's time limit by [`MAX_TIME_LIMIT_SECS`].
+//! instead, in `controller::steps::step_layout`; a step's time limit by [`MAX_TIME_LIMIT_SECS`].
 //! The README's "Limits of a request" lists these constants.
 
 use cadre_core::job::JobSpec;

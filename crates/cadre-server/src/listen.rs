@@ -14,6 +14,10 @@
 //!   ones included; the Unix socket has no cap (its peers are local and authenticated by
 //!   the kernel).
 //!
+//! - on a TLS listener, a connection's handshake must end within the header timeout; what
+//!   its peer's certificate says (verified against the cluster's CA by rustls) goes with
+//!   each of its requests as a [`Transport`].
+//!
 //! Each connection's watch is an explicit [`Phase`] with one transition function,
 //! [`Phase::on`]; its deadline is a pure function of the phase and the limits.
 
@@ -285,6 +289,14 @@ impl HttpBody for TrackedBody {
     }
 }
 
+/// How a request's connection came: over TLS or not, and what its peer's certificate says
+/// (an agent's node certificate; users show none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transport {
+    pub tls: bool,
+    pub cert: Option<cadre_tls::PeerCert>,
+}
+
 /// A listener of connections: the TCP address or the Unix socket.
 pub(crate) trait Accept: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
@@ -315,6 +327,7 @@ pub(crate) async fn serve(
     app: Router,
     limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let peers = PeerCounts::default();
     let mut conns = tokio::task::JoinSet::new();
@@ -341,7 +354,36 @@ pub(crate) async fn serve(
                     },
                     Peer::Unix { .. } => None,
                 };
-                conns.spawn(serve_connection(io, peer, counted, app.clone(), limits.clone(), for_conns.clone()));
+                let (app, limits, stop) = (app.clone(), limits.clone(), for_conns.clone());
+                match tls.clone() {
+                    None => {
+                        conns.spawn(serve_connection(io, peer, Transport::default(), counted, app, limits, stop));
+                    }
+                    Some(acceptor) => {
+                        conns.spawn(async move {
+                            let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(io));
+                            let stream = match handshake.await {
+                                Ok(Ok(stream)) => stream,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(?peer, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::debug!(?peer, "TLS handshake took too long");
+                                    return;
+                                }
+                            };
+                            let cert = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .and_then(cadre_tls::peer_cert);
+                            let transport = Transport { tls: true, cert };
+                            serve_connection(stream, peer, transport, counted, app, limits, stop).await;
+                        });
+                    }
+                }
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             () = stopped(&mut stop) => break,
@@ -366,6 +408,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     io: S,
     peer: Peer,
+    transport: Transport,
     counted: Option<PeerGuard>,
     app: Router,
     limits: ConnectionLimits,
@@ -381,6 +424,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         let watch = watch.clone();
         hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer.clone()));
+            req.extensions_mut().insert(transport.clone());
             watch.apply(ConnEvent::RequestStarted);
             let done = AnswerDone(watch.clone());
             let mut app = app.clone();

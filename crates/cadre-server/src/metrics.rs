@@ -11,6 +11,9 @@
 //! It says who runs what where, so it is shown only to authenticated scrapers
 //! ([`Scope::WithJobs`]); anonymous ones get every other series.
 //! Utilization and memory per GPU need NVML on the node; the agent does not report them yet.
+//!
+//! Beside cadre's own series, the ones of Slurm's OpenMetrics endpoints whose meaning cadre
+//! has, under Slurm's names ([`slurm`]), for dashboards built for Slurm.
 
 use cadre_core::cluster::NodeState;
 use cadre_core::resources::MILLI_PER_GPU;
@@ -24,12 +27,15 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+pub mod slurm;
+
 /// Metrics updated as events happen.
 pub struct Metrics {
     registry: Registry,
     cycle: Histogram,
     wait: Histogram,
     submitted: Counter,
+    cycles: slurm::CycleStats,
 }
 
 impl Default for Metrics {
@@ -76,8 +82,11 @@ impl Metrics {
             "Jobs submitted and committed",
             submitted.clone(),
         );
+        let cycles = slurm::CycleStats::default();
+        cycles.register(&mut registry);
         Metrics {
             registry,
+            cycles,
             cycle,
             wait,
             submitted,
@@ -86,10 +95,21 @@ impl Metrics {
 
     pub fn observe_cycle(&self, took: Duration) {
         self.cycle.observe(took.as_secs_f64());
+        self.cycles.observe(took);
     }
 
     pub fn observe_wait(&self, waited: Duration) {
         self.wait.observe(waited.as_secs_f64());
+    }
+
+    /// Scheduling passes as [`slurm::CycleStats::summary`] gives them.
+    pub fn cycle_summary(&self) -> (i64, i64, i64, i64) {
+        self.cycles.summary()
+    }
+
+    /// Jobs submitted since the controller started.
+    pub fn submitted_total(&self) -> u64 {
+        self.submitted.get()
     }
 
     pub fn submitted(&self, n: u64) {
@@ -235,5 +255,6 @@ pub fn scrape_state(sched: &Scheduler, emulated_gpus: bool, scope: Scope) -> Reg
             gpu_jobs,
         );
     }
+    slurm::register_state(sched, &mut registry);
     registry
 }

@@ -14,18 +14,14 @@ pub struct AppState {
     /// engine's writer so that long lists never stall scheduling.
     pub reads: ReadStore,
     pub metrics: Arc<Metrics>,
+    /// The dashboard's sessions and live updates.
+    pub dashboard: Arc<crate::dashboard::Dashboard>,
+    /// TLS on the TCP address, whose CA signs nodes' certificates at enrolment.
+    pub tls: Option<Arc<crate::TlsSetup>>,
+    /// Nodes whose certificates were just revoked: their agents' connections close.
+    pub revoked: tokio::sync::broadcast::Sender<String>,
+    /// How long an agent's connection may stay silent (the agents' lease).
+    pub agent_silence: std::time::Duration,
 }
 
-/// A fresh random secret: `prefix` and 64 hexadecimal digits (256 bits from the OS).
-pub fn random_secret(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    // The OS's random source does not fail on Linux once booted; a failure here would make
-    // every secret predictable, so it must not be ignored.
-    getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-    let mut out = String::with_capacity(prefix.len() + 64);
-    out.push_str(prefix);
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
+pub use crate::auth::random_secret;

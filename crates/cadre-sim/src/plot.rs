@@ -238,3 +238,133 @@ fn draw<DB: DrawingBackend>(
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// One run of `cadre bench scheduler --json`: the figures [`plot_pass_times`] draws.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct PassBench {
+    pub nodes: u32,
+    pub pending: u32,
+    pub cycle_ms_p50: f64,
+    pub cycle_ms_p99: f64,
+    pub fill_cycle_ms: f64,
+}
+
+/// Draws scheduling pass times against cluster size, one line per queue depth: the steady
+/// pass (p50, p99 dashed) and the fill pass, on log scales, into `path` (.svg or .png).
+pub fn plot_pass_times(runs: &[PassBench], path: &Path) -> Result<(), PlotError> {
+    let shown = path.display().to_string();
+    if runs.is_empty() {
+        return Err(PlotError::Empty { path: shown });
+    }
+    if !ensure_font() {
+        return Err(PlotError::NoFont { path: shown });
+    }
+    let size = (1200, 520);
+    let draw_err = |e: String| PlotError::Draw {
+        path: shown.clone(),
+        what: e,
+    };
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => {
+            draw_pass_times(SVGBackend::new(path, size).into_drawing_area(), runs).map_err(draw_err)
+        }
+        Some("png") => draw_pass_times(BitMapBackend::new(path, size).into_drawing_area(), runs)
+            .map_err(draw_err),
+        _ => Err(PlotError::Format { path: shown }),
+    }
+}
+
+fn draw_pass_times<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    runs: &[PassBench],
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let root = root
+        .titled(
+            "cadre bench scheduler: pass time by cluster size and queue depth",
+            ("sans-serif", 24),
+        )
+        .map_err(e)?;
+    let (steady_area, fill_area) = root.split_horizontally(600);
+    let mut depths: Vec<u32> = runs.iter().map(|r| r.pending).collect();
+    depths.sort_unstable();
+    depths.dedup();
+    let nodes_max = runs.iter().map(|r| r.nodes).max().unwrap_or(1) as f64;
+    let nodes_min = runs.iter().map(|r| r.nodes).min().unwrap_or(1) as f64;
+    let x_range = (nodes_min * 0.8..nodes_max * 1.25).log_scale();
+    let panels: [(&DrawingArea<DB, Shift>, &str, bool); 2] = [
+        (
+            &steady_area,
+            "steady pass, ms (p50 solid, p99 dashed)",
+            true,
+        ),
+        (&fill_area, "fill pass (half the cluster idle), ms", false),
+    ];
+    for (area, caption, steady) in panels {
+        let ys = runs.iter().flat_map(|r| match steady {
+            true => [r.cycle_ms_p50, r.cycle_ms_p99],
+            false => [r.fill_cycle_ms, r.fill_cycle_ms],
+        });
+        let y_max = ys.clone().fold(1.0f64, f64::max) * 1.5;
+        let y_min = ys.fold(f64::INFINITY, f64::min).max(0.1) * 0.5;
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x_range.clone(), (y_min..y_max).log_scale())
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("nodes (8 GPUs each)")
+            .y_desc("ms")
+            .x_labels(6)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(e)?;
+        for (i, &depth) in depths.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let mut line: Vec<&PassBench> = runs.iter().filter(|r| r.pending == depth).collect();
+            line.sort_by_key(|r| r.nodes);
+            let main = |r: &&PassBench| match steady {
+                true => (f64::from(r.nodes), r.cycle_ms_p50),
+                false => (f64::from(r.nodes), r.fill_cycle_ms),
+            };
+            chart
+                .draw_series(LineSeries::new(
+                    line.iter().map(main),
+                    color.stroke_width(2),
+                ))
+                .map_err(e)?
+                .label(format!("{depth} pending"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+                });
+            chart
+                .draw_series(line.iter().map(|r| Circle::new(main(r), 4, color.filled())))
+                .map_err(e)?;
+            if steady {
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        line.iter().map(|r| (f64::from(r.nodes), r.cycle_ms_p99)),
+                        6,
+                        4,
+                        color.stroke_width(1),
+                    ))
+                    .map_err(e)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

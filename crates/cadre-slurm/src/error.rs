@@ -4,15 +4,12 @@
 //! script may grep for), not cadre's usual lowercase style: compatibility wins here. Where
 //! cadre refuses something Slurm would take, the message says so in cadre's words
 //! ([`SlurmError::Unsupported`]). [`SlurmError::exit_code`] is the one place errors map to
-//! exit codes; the codes are the ones Slurm 22.05 returns (measured, see the tests).
+//! exit codes; the codes are the ones Slurm 22.05 returns (measured, see the tests). The
+//! controller's refusals are put in Slurm's words by [`crate::refusal`].
 
 use crate::getopt::GetoptError;
-
-/// Exit code of option errors that Slurm reports through `exit(-1)`.
-pub const EXIT_USAGE: u8 = 255;
-/// Exit code of everything else (`exit(1)`), unless `SLURM_EXIT_ERROR` says otherwise for
-/// submission failures.
-pub const EXIT_ERROR: u8 = 1;
+use crate::refusal::Request;
+use cadre_proto::exit::{ERROR as EXIT_ERROR, SLURM_USAGE as EXIT_USAGE};
 
 /// An error of a Slurm command, rendered as Slurm renders it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -133,7 +130,7 @@ impl SlurmError {
             | SlurmError::InvalidNodeCount(_)
             | SlurmError::NodeRange { .. }
             | SlurmError::InvalidDirective(_) => EXIT_USAGE,
-            SlurmError::Submission { .. } => exit_error.unwrap_or(EXIT_ERROR),
+            SlurmError::Submission { .. } => Request::Submit.exit_code(exit_error),
             SlurmError::InvalidNumber { .. }
             | SlurmError::Refused(_)
             | SlurmError::Fatal(_)

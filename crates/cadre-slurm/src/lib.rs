@@ -12,10 +12,11 @@
 //! - [`launch`]: `srun`'s and `salloc`'s option tables;
 //! - [`show`]: `scontrol show job`'s key=value records; [`state`]: job states as Slurm
 //!   names them;
-//! - [`error`]: what goes wrong, in Slurm's words, and the exit codes.
+//! - [`error`]: what goes wrong, in Slurm's words, and the exit codes; [`refusal`]: the
+//!   controller's refusals (by the API's reason) as Slurm's errors, in one table.
 //!
 //! Not here: reading files, the environment or the clock, and talking to the controller
-//! (the `cadre` binary does those).
+//! (`cadre-slurm-commands`, beside this crate, does those).
 //!
 //! Behaviour is re-derived from Slurm's documentation and from running Slurm 22.05; where
 //! current Slurm differs (TRES strings `gres/gpu:2`, `scontrol show hostnames` reading
@@ -30,6 +31,7 @@ pub mod getopt;
 pub mod gres;
 pub mod launch;
 pub mod options;
+pub mod refusal;
 pub mod sbatch;
 pub mod script;
 pub mod show;

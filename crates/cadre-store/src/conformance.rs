@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
             queue_objects_replace_in_place_delete_and_survive_reopen,
             a_failed_queue_object_change_commits_nothing,
             job_events_read_back_in_order_and_need_their_job,
+            join_tokens_enrol_once_and_a_node_has_one_live_certificate,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -1302,4 +1303,88 @@ pub(crate) fn job_events_read_back_in_order_and_need_their_job<H: Harness>(h: &H
         "{err:?}"
     );
     assert_eq!(ok(s.job_events(ids[1])).len(), 1);
+}
+
+pub(crate) fn join_tokens_enrol_once_and_a_node_has_one_live_certificate<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let token = |secret: &str, node: Option<&str>, expires: u64| NewJoinToken {
+        hash: TokenHash::of(secret),
+        node: node.map(str::to_owned),
+        created: Time(100),
+        expires: Time(expires),
+    };
+    let cert = |serial: &str, node: &str, at: u64| NodeCertRecord {
+        serial: serial.into(),
+        node: node.into(),
+        issued: Time(at),
+        expires: Time(at + 1000),
+        revoked: None,
+    };
+    ok(s.create_join_token(&token("any", None, 500)));
+    ok(s.create_join_token(&token("for-b", Some("b"), 500)));
+    ok(s.create_join_token(&token("late", None, 150)));
+    ok(s.create_join_token(&token("again", Some("a"), 500)));
+    ok(s.create_join_token(&token("any-2", None, 500)));
+    let dup = s.create_join_token(&token("any", None, 900));
+    assert!(matches!(dup, Err(StoreError::DuplicateToken)), "{dup:?}");
+    let enrol = |s: &mut H::Store, secret: &str, c: &NodeCertRecord| {
+        ok(s.enrol_node(&TokenHash::of(secret), c))
+    };
+    assert_eq!(
+        enrol(&mut s, "nope", &cert("01", "a", 200)),
+        Err(JoinRefused::Unknown)
+    );
+    assert_eq!(
+        enrol(&mut s, "late", &cert("01", "a", 200)),
+        Err(JoinRefused::Expired)
+    );
+    assert_eq!(
+        enrol(&mut s, "for-b", &cert("01", "a", 200)),
+        Err(JoinRefused::OtherNode("b".into()))
+    );
+    assert_eq!(ok(s.node_certs()), Vec::new(), "a refusal writes nothing");
+    assert_eq!(enrol(&mut s, "any", &cert("01", "a", 200)), Ok(()));
+    assert_eq!(
+        enrol(&mut s, "any", &cert("02", "a", 201)),
+        Err(JoinRefused::Used),
+        "a token enrols once"
+    );
+    assert_eq!(enrol(&mut s, "for-b", &cert("03", "b", 202)), Ok(()));
+    // A token for any node does not take over an enrolled one; one made for it does, and
+    // revokes the node's earlier certificate.
+    assert_eq!(
+        enrol(&mut s, "any-2", &cert("05", "a", 250)),
+        Err(JoinRefused::Enrolled("a".into()))
+    );
+    drop(s);
+    let mut s = open(h);
+    assert_eq!(enrol(&mut s, "again", &cert("04", "a", 300)), Ok(()));
+    assert_eq!(
+        ok(s.node_cert("01")).and_then(|c| c.revoked),
+        Some(Time(300))
+    );
+    assert_eq!(ok(s.node_cert("04")).map(|c| c.revoked), Some(None));
+    assert_eq!(ok(s.node_cert("ff")), None);
+    assert_eq!(ok(s.revoke_node_certs("b", Time(400))), 1);
+    assert_eq!(ok(s.revoke_node_certs("b", Time(401))), 0);
+    let live: Vec<String> = ok(s.node_certs())
+        .into_iter()
+        .filter(|c| c.revoked.is_none())
+        .map(|c| c.serial)
+        .collect();
+    assert_eq!(live, ["04"]);
+    // Only hashes are kept.
+    let rows = ok(s.transact(Mode::Read, &mut |tx| {
+        tx.query("SELECT * FROM join_tokens", &[])
+    }));
+    for row in &rows {
+        for v in &row.0 {
+            if let Value::Text(text) = v {
+                assert!(
+                    text != "any" && text != "for-b",
+                    "join token stored in clear"
+                );
+            }
+        }
+    }
 }

@@ -40,8 +40,8 @@ pub use error::StoreError;
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
-    NewJob, NewToken, NodeRecord, QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter,
-    StepRecord, StoredJob, TokenHash, TokenRecord,
+    JoinRefused, NewJob, NewJoinToken, NewToken, NodeCertRecord, NodeRecord, QueueObjectKey,
+    QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
@@ -148,6 +148,27 @@ pub trait Store: Send {
 
     /// A job's events, oldest first.
     fn job_events(&mut self, id: JobId) -> Result<Vec<JobEvent>, StoreError>;
+
+    /// Keeps a new join token (its hash).
+    fn create_join_token(&mut self, token: &NewJoinToken) -> Result<(), StoreError>;
+
+    /// Takes the join token of `hash` for `cert`'s node and records `cert` as the node's
+    /// one live certificate, in one transaction; or says why the token does not enrol it
+    /// (nothing is written then).
+    fn enrol_node(
+        &mut self,
+        hash: &TokenHash,
+        cert: &NodeCertRecord,
+    ) -> Result<Result<(), JoinRefused>, StoreError>;
+
+    /// The node certificate of serial `serial`, if the controller issued it.
+    fn node_cert(&mut self, serial: &str) -> Result<Option<NodeCertRecord>, StoreError>;
+
+    /// Every node certificate issued, by node.
+    fn node_certs(&mut self) -> Result<Vec<NodeCertRecord>, StoreError>;
+
+    /// Revokes the node's live certificates; how many.
+    fn revoke_node_certs(&mut self, node: &str, at: Time) -> Result<u64, StoreError>;
 }
 
 impl<B: Transact> Store for B {
@@ -293,6 +314,30 @@ impl<B: Transact> Store for B {
 
     fn job_events(&mut self, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
         self.transact(Mode::Read, &mut |tx| ops::job_events(tx, id))
+    }
+
+    fn create_join_token(&mut self, token: &NewJoinToken) -> Result<(), StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::create_join_token(tx, token))
+    }
+
+    fn enrol_node(
+        &mut self,
+        hash: &TokenHash,
+        cert: &NodeCertRecord,
+    ) -> Result<Result<(), JoinRefused>, StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::enrol_node(tx, hash, cert))
+    }
+
+    fn node_cert(&mut self, serial: &str) -> Result<Option<NodeCertRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::node_cert(tx, serial))
+    }
+
+    fn node_certs(&mut self) -> Result<Vec<NodeCertRecord>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::node_certs(tx))
+    }
+
+    fn revoke_node_certs(&mut self, node: &str, at: Time) -> Result<u64, StoreError> {
+        self.transact(Mode::Write, &mut |tx| ops::revoke_node_certs(tx, node, at))
     }
 }
 

@@ -4,8 +4,8 @@
 use crate::error::StoreError;
 use crate::records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
-    NewJob, NewToken, NodeRecord, QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter,
-    StepRecord, StoredJob, TokenHash, TokenRecord,
+    JoinRefused, NewJob, NewJoinToken, NewToken, NodeCertRecord, NodeRecord, QueueObjectKey,
+    QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
 };
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
@@ -770,6 +770,135 @@ pub(crate) fn job_events(tx: &mut dyn Tx, id: JobId) -> Result<Vec<JobEvent>, St
             })
         })
         .collect()
+}
+
+pub(crate) fn create_join_token(tx: &mut dyn Tx, token: &NewJoinToken) -> Result<(), StoreError> {
+    let hash = token.hash.to_hex();
+    let existing = tx.query(
+        "SELECT hash FROM join_tokens WHERE hash = $1",
+        &[Value::from(hash.as_str())],
+    )?;
+    if !existing.is_empty() {
+        return Err(StoreError::DuplicateToken);
+    }
+    tx.execute(
+        "INSERT INTO join_tokens (hash, node, created_at, expires_at, used_at, used_by) \
+         VALUES ($1, $2, $3, $4, NULL, NULL)",
+        &[
+            Value::Text(hash),
+            Value::from(token.node.as_deref()),
+            time("join token creation time", token.created)?,
+            time("join token expiry", token.expires)?,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Takes a join token for `cert`'s node (once, before it expires, for the node it names)
+/// and records the certificate as the node's one live certificate: the node's earlier
+/// ones are revoked in the same transaction.
+pub(crate) fn enrol_node(
+    tx: &mut dyn Tx,
+    hash: &TokenHash,
+    cert: &NodeCertRecord,
+) -> Result<Result<(), JoinRefused>, StoreError> {
+    let at = cert.issued;
+    let rows = tx.query(
+        "SELECT node, expires_at, used_at FROM join_tokens WHERE hash = $1",
+        &[Value::Text(hash.to_hex())],
+    )?;
+    let Some(row) = rows.first() else {
+        return Ok(Err(JoinRefused::Unknown));
+    };
+    let row_name = "join token";
+    if row.opt_int(2)?.is_some() {
+        return Ok(Err(JoinRefused::Used));
+    }
+    if read_time("join token expiry", row_name, row.int(1)?)? <= at {
+        return Ok(Err(JoinRefused::Expired));
+    }
+    match row.opt_text(0)? {
+        Some(node) if node != cert.node => {
+            return Ok(Err(JoinRefused::OtherNode(node.to_owned())));
+        }
+        Some(_) => {}
+        None => {
+            let live = tx.query(
+                "SELECT serial FROM node_certs WHERE node = $1 AND revoked_at IS NULL AND expires_at > $2",
+                &[Value::from(cert.node.as_str()), time("enrolment time", at)?],
+            )?;
+            if !live.is_empty() {
+                return Ok(Err(JoinRefused::Enrolled(cert.node.clone())));
+            }
+        }
+    }
+    let taken = tx.execute(
+        "UPDATE join_tokens SET used_at = $2, used_by = $3 WHERE hash = $1 AND used_at IS NULL",
+        &[
+            Value::Text(hash.to_hex()),
+            time("join token use", at)?,
+            Value::from(cert.node.as_str()),
+        ],
+    )?;
+    if taken == 0 {
+        return Ok(Err(JoinRefused::Used));
+    }
+    tx.execute(
+        "UPDATE node_certs SET revoked_at = $2 WHERE node = $1 AND revoked_at IS NULL",
+        &[
+            Value::from(cert.node.as_str()),
+            time("revocation time", at)?,
+        ],
+    )?;
+    tx.execute(
+        "INSERT INTO node_certs (serial, node, issued_at, expires_at, revoked_at) \
+         VALUES ($1, $2, $3, $4, NULL)",
+        &[
+            Value::from(cert.serial.as_str()),
+            Value::from(cert.node.as_str()),
+            time("certificate issue time", cert.issued)?,
+            time("certificate expiry", cert.expires)?,
+        ],
+    )?;
+    Ok(Ok(()))
+}
+
+const NODE_CERT_COLUMNS: &str = "serial, node, issued_at, expires_at, revoked_at";
+
+fn node_cert_from_row(row: &Row) -> Result<NodeCertRecord, StoreError> {
+    let serial = row.text(0)?.to_owned();
+    let at = format!("node certificate {serial}");
+    Ok(NodeCertRecord {
+        node: row.text(1)?.to_owned(),
+        issued: read_time("issue time", &at, row.int(2)?)?,
+        expires: read_time("expiry", &at, row.int(3)?)?,
+        revoked: read_opt_time("revocation time", &at, row.opt_int(4)?)?,
+        serial,
+    })
+}
+
+pub(crate) fn node_cert(
+    tx: &mut dyn Tx,
+    serial: &str,
+) -> Result<Option<NodeCertRecord>, StoreError> {
+    let sql = format!("SELECT {NODE_CERT_COLUMNS} FROM node_certs WHERE serial = $1");
+    let rows = tx.query(&sql, &[Value::from(serial)])?;
+    rows.first().map(node_cert_from_row).transpose()
+}
+
+pub(crate) fn node_certs(tx: &mut dyn Tx) -> Result<Vec<NodeCertRecord>, StoreError> {
+    let sql = format!("SELECT {NODE_CERT_COLUMNS} FROM node_certs ORDER BY node, issued_at");
+    tx.query(&sql, &[])?
+        .iter()
+        .map(node_cert_from_row)
+        .collect()
+}
+
+pub(crate) fn revoke_node_certs(tx: &mut dyn Tx, node: &str, at: Time) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE node_certs SET revoked_at = $2 WHERE node = $1 AND revoked_at IS NULL",
+        &[Value::from(node), time("revocation time", at)?],
+    )
 }
 
 #[cfg(test)]

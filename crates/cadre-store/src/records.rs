@@ -319,6 +319,47 @@ pub struct NewToken {
     pub created: Time,
 }
 
+/// A one-time token a node enrols with (`cadre node token create`); only its hash is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewJoinToken {
+    pub hash: TokenHash,
+    /// The one node it enrols; `None`: any node of the cluster.
+    pub node: Option<String>,
+    pub created: Time,
+    pub expires: Time,
+}
+
+/// A node's certificate as the store records it (never the certificate's key, which
+/// stays on the node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCertRecord {
+    /// The certificate's serial number, in hexadecimal.
+    pub serial: String,
+    pub node: String,
+    pub issued: Time,
+    pub expires: Time,
+    pub revoked: Option<Time>,
+}
+
+/// Why a join token does not enrol a node.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JoinRefused {
+    #[error("the join token is not known")]
+    Unknown,
+    #[error("the join token was used already")]
+    Used,
+    #[error("the join token expired")]
+    Expired,
+    #[error("the join token is for node `{0}`")]
+    OtherNode(String),
+    /// A token for any node does not replace a node's live certificate: enrolling an
+    /// enrolled node again takes a token made for it.
+    #[error(
+        "node `{0}` is enrolled already: enrolling it again takes a join token made for it (cadre node token create --node {0})"
+    )]
+    Enrolled(String),
+}
+
 /// A token as the store keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenRecord {

@@ -162,6 +162,30 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_by_job ON job_events (job_id, id);
 ",
     },
+    // Self-contained, as version 4: two new tables.
+    Migration {
+        version: 5,
+        name: "join tokens, node certificates",
+        sql: "
+CREATE TABLE join_tokens (
+    hash TEXT PRIMARY KEY,
+    node TEXT,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    used_at BIGINT,
+    used_by TEXT
+);
+
+CREATE TABLE node_certs (
+    serial TEXT PRIMARY KEY,
+    node TEXT NOT NULL,
+    issued_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+CREATE INDEX node_certs_by_node ON node_certs (node);
+",
+    },
 ];
 
 /// The schema version this build writes.

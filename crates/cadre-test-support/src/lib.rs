@@ -2,7 +2,8 @@
 //! user starts it ([`Cluster`]: `cadre up --detach` in a temporary private data directory,
 //! stopped with `cadre down` when dropped), the one wait ([`wait_until`]), and requests to
 //! the API ([`Cluster::api`] through `cadre-client`; [`http`] by hand on any stream, for the
-//! checks that are about the connection itself).
+//! checks that are about the connection itself), and a real browser for the dashboard
+//! ([`browser`]: Debian's chromium through chromedriver).
 //!
 //! What does not live here: what a single test file needs alone (a Slurm alias directory,
 //! a `nobody` attacker, a real Slurm to compare with) stays in that file, built on this.
@@ -10,6 +11,8 @@
 //!
 //! Nothing here asserts a duration: the tests wait for states and files, and [`DEADLINE`]
 //! only keeps a broken build from hanging.
+
+pub mod browser;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -138,7 +141,8 @@ pub fn http(
     (status, json_of(method, path, status, body.as_bytes()))
 }
 
-fn dechunk(mut rest: &str) -> String {
+/// The body of a chunked HTTP/1.1 answer, whole.
+pub fn dechunk(mut rest: &str) -> String {
     let mut out = String::new();
     loop {
         let (size, after) = rest.split_once("\r\n").expect("chunk size line");

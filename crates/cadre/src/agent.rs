@@ -39,11 +39,14 @@ On SIGTERM or SIGINT the agent stops every running job (SIGTERM, then SIGKILL af
 KillWait), reports them NODE_FAIL so that the controller can requeue them, and exits with \
 status 0. Exit status 1: the agent could not start, or the controller rejected or refused it.",
     after_help = "Examples:
-  cadre agent --controller http://ctl.example:6817 --key-file /etc/cadre/agent.key
+  cadre agent --controller https://ctl.example:6817 --ca /etc/cadre/ca.crt --join-file /etc/cadre/join.token
+  cadre agent --controller http://ctl.example:6817 --key-file /etc/cadre/agent.key   (an --insecure controller)
   cadre agent --controller unix:///run/cadre/cadre.sock --node node001 --gpus-per-node 8"
 )]
 pub struct AgentArgs {
-    /// The controller: http://HOST:PORT, or unix:///PATH/TO/SOCKET on the same machine.
+    /// The controller: https://HOST:PORT (with --ca; enrolled with --join-file on the first
+    /// start), http://HOST:PORT (an --insecure controller), or unix:///PATH/TO/SOCKET on
+    /// the same machine.
     #[arg(long, env = "CADRE_SERVER", value_name = "URL")]
     pub controller: String,
     /// This node's name in the controller's cluster [default: this machine's host name, up
@@ -51,9 +54,20 @@ pub struct AgentArgs {
     #[arg(long, env = "CADRE_NODE", value_name = "NAME")]
     pub node: Option<String>,
     /// A file holding the cluster's agent key (the controller's agent.key). Without it, the
-    /// key is taken from CADRE_AGENT_KEY, else from agent.key in the data directory.
+    /// key is taken from CADRE_AGENT_KEY, else from agent.key in the data directory. Not
+    /// needed with an https:// controller: the node's certificate is its credential.
     #[arg(long, env = "CADRE_AGENT_KEY_FILE", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// For an https:// controller: the cluster's CA certificate (the controller's ca.crt),
+    /// the only authority the agent trusts to enrol.
+    #[arg(long, env = "CADRE_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// For an https:// controller, on the first start: a file holding a one-time join token
+    /// (`cadre node token create`), traded for this node's certificate, which is kept in
+    /// tls/ of the state directory from then on. Also $CADRE_JOIN_TOKEN. A token is a
+    /// secret: never on a command line.
+    #[arg(long, env = "CADRE_JOIN_TOKEN_FILE", value_name = "FILE")]
+    pub join_file: Option<PathBuf>,
     /// Declare G emulated GPUs when the machine has none: reported to the controller as
     /// emulated, for trying cadre without GPUs. Real GPUs are always used instead.
     #[arg(long, default_value_t = 0, value_name = "G")]
@@ -111,7 +125,13 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         }
     };
     let data_dir = data_dir();
-    let key = read_key(args.key_file.as_deref(), data_dir.as_deref())?;
+    let secure = args.controller.starts_with("https://") || args.controller.starts_with("wss://");
+    let key = match read_key(args.key_file.as_deref(), data_dir.as_deref()) {
+        Ok(key) => key,
+        // Over TLS the node's certificate is the credential.
+        Err(_) if secure && args.key_file.is_none() => String::new(),
+        Err(e) => return Err(e),
+    };
     let state_dir = match (&args.state_dir, &data_dir) {
         (Some(dir), _) => absolute(dir)?,
         (None, Some(data)) => cadre_client::locate::run_dir_of(data)
@@ -121,7 +141,13 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
             bail!("no state directory: give --state-dir, or set CADRE_DATA_DIR or HOME")
         }
     };
+    let tls = if secure {
+        Some(node_tls(args, &node, &state_dir)?)
+    } else {
+        None
+    };
     let mut config = AgentConfig::new(&args.controller, key, node, state_dir);
+    config.tls = tls;
     config.discovery = DiscoveryOptions {
         emulate_gpus: args.gpus_per_node,
         ..DiscoveryOptions::default()
@@ -150,6 +176,78 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         service::run(config, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The node's TLS for an https:// controller: its identity kept in the state directory, or
+/// one enrolled now with the join token (`--join-file`, `$CADRE_JOIN_TOKEN`) and the CA of
+/// `--ca`.
+fn node_tls(
+    args: &AgentArgs,
+    node: &str,
+    state_dir: &Path,
+) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+    use cadre_agent::enrol::{NodeIdentity, enrol};
+    service::prepare_state_dir(state_dir)?;
+    let identity = match NodeIdentity::load(state_dir)? {
+        Some(identity) => identity,
+        None => {
+            let token = match (&args.join_file, std::env::var("CADRE_JOIN_TOKEN")) {
+                (Some(file), _) => {
+                    // Others must not have read it first (and enrolled before this agent).
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = std::fs::metadata(file)
+                        .with_context(|| {
+                            format!("failed to read the join token {}", file.display())
+                        })?
+                        .permissions()
+                        .mode();
+                    if mode & 0o077 != 0 {
+                        bail!(
+                            "the join token {} may be read by others (mode {:o}); it must be readable by its owner alone (chmod 600)",
+                            file.display(),
+                            mode & 0o777
+                        );
+                    }
+                    std::fs::read_to_string(file)
+                        .with_context(|| {
+                            format!("failed to read the join token {}", file.display())
+                        })?
+                        .trim()
+                        .to_string()
+                }
+                (None, Ok(token)) if !token.trim().is_empty() => token.trim().to_string(),
+                _ => bail!(
+                    "node `{node}` has not enrolled with this controller yet: give a join token \
+                     (`cadre node token create` on the controller) in --join-file FILE or \
+                     CADRE_JOIN_TOKEN, and the cluster's CA in --ca FILE"
+                ),
+            };
+            let ca_path = args.ca.as_deref().context(
+                "--ca FILE (the controller's ca.crt) is needed to enrol: it is the only authority trusted",
+            )?;
+            let ca_pem = std::fs::read_to_string(ca_path)
+                .with_context(|| format!("failed to read the CA {}", ca_path.display()))?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("failed to start the enrolment's runtime")?;
+            let identity = rt.block_on(enrol(
+                &args.controller,
+                node,
+                &token,
+                &ca_pem,
+                ca_path,
+                std::time::Duration::from_secs(30),
+            ))?;
+            identity.save(state_dir)?;
+            eprintln!(
+                "cadre agent: node `{node}` enrolled; its certificate is kept in {}",
+                state_dir.join(cadre_agent::enrol::IDENTITY_DIR).display()
+            );
+            identity
+        }
+    };
+    Ok(identity.client_config(state_dir)?)
 }
 
 /// `--container-allowed-capabilities`, each named as [`cadre_k8s::capability`] names it.
@@ -196,7 +294,7 @@ fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> 
         Ok(key.to_string())
     };
     if let Some(path) = key_file {
-        crate::paths::check_secret_file(path, "the agent key file")?;
+        cadre_cli::paths::check_secret_file(path, "the agent key file")?;
         return from_file(path);
     }
     if let Ok(key) = std::env::var(KEY_ENV)
@@ -207,7 +305,7 @@ fn read_key(key_file: Option<&Path>, data_dir: Option<&Path>) -> Result<String> 
     if let Some(path) = data_dir.map(|d| d.join("agent.key"))
         && path.exists()
     {
-        crate::paths::check_secret_file(&path, "the agent key file")?;
+        cadre_cli::paths::check_secret_file(&path, "the agent key file")?;
         return from_file(&path);
     }
     bail!("no agent key: give --key-file FILE (the controller's agent.key), or set {KEY_ENV}")

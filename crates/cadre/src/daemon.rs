@@ -21,12 +21,13 @@
 //! `cadre up` again adopts the agents that are still alive (by their pid files) and starts
 //! the missing ones, and the agents reconnect.
 
-use crate::{ClusterFileArgs, Described, PolicyArgs};
+use crate::{ClusterFileArgs, Described};
 use anyhow::{Context, Result, bail};
+use cadre_cli::PolicyArgs;
 use cadre_client::locate::default_data_dir;
 use cadre_client::{Connection, Target};
 use cadre_core::cluster::Cluster;
-use cadre_server::ServerConfig;
+use cadre_server::{ServerConfig, TlsSetup};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,6 +36,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Options shared by `cadre up` and `cadre server`.
@@ -56,9 +58,34 @@ pub struct ControllerArgs {
     /// The store: a `postgres://` URL, or an SQLite file (default: DATA_DIR/cadre.db).
     #[arg(long, env = "CADRE_DATABASE")]
     pub database: Option<String>,
-    /// Also listen on this TCP address (remote clients with tokens, remote agents).
+    /// Also listen on this TCP address (remote clients with tokens, remote agents), over
+    /// TLS: the cluster's CA signs the controller's certificate and, at their enrolment,
+    /// the nodes' (see --ca-cert, --tls-name, `cadre node token create`).
     #[arg(long, env = "CADRE_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Listen on --listen in plain TCP, without TLS: tokens, launch orders and job
+    /// environments cross the network readable by anyone on it. For a trusted, isolated
+    /// network only; a warning is logged at start.
+    #[arg(long, env = "CADRE_INSECURE")]
+    pub insecure: bool,
+    /// A name (host name or address) clients and agents reach the controller by, for its
+    /// certificate; repeatable [default: this machine's host name, localhost, 127.0.0.1,
+    /// ::1 and the --listen address when it is a specific one].
+    #[arg(
+        long = "tls-name",
+        env = "CADRE_TLS_NAMES",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub tls_names: Vec<String>,
+    /// The site's CA certificate (PEM) to sign the controller's and nodes' certificates
+    /// with, instead of the cluster CA the controller makes in its data directory on first
+    /// start (ca.crt, ca.key); with --ca-key.
+    #[arg(long, env = "CADRE_CA_CERT", value_name = "FILE", requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+    /// The site CA's key (PEM, mode 0600).
+    #[arg(long, env = "CADRE_CA_KEY", value_name = "FILE", requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
     /// Seconds a node's agent may stay away before the node is marked down and its jobs
     /// requeued (Slurm's SlurmdTimeout).
     #[arg(long, default_value_t = 30)]
@@ -147,8 +174,8 @@ impl Layout {
     /// The directories, created where missing and checked (see [`crate::paths`]).
     fn new(data: Option<PathBuf>, run: Option<PathBuf>) -> Result<Layout> {
         let Layout { dir, run } = Layout::of(data, run);
-        crate::paths::ensure_private_dir(&dir)?;
-        crate::paths::ensure_public_dir(&run)?;
+        cadre_cli::paths::ensure_private_dir(&dir)?;
+        cadre_cli::paths::ensure_public_dir(&run)?;
         let dir = dir.canonicalize()?;
         let run = run.canonicalize()?;
         for (sub, public) in [(dir.join("agents"), false), (run.join("nodes"), true)] {
@@ -196,6 +223,7 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
         .create(true)
         .truncate(true)
         .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .with_context(|| format!("failed to write {}", path.display()))?;
     f.write_all(text.as_bytes())?;
@@ -208,7 +236,7 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 fn agent_key(layout: &Layout) -> Result<String> {
     let path = layout.key();
     if path.exists() {
-        crate::paths::check_secret_file(&path, "the agent key file")?;
+        cadre_cli::paths::check_secret_file(&path, "the agent key file")?;
     }
     if let Ok(text) = std::fs::read_to_string(&path) {
         let key = text.trim().to_owned();
@@ -341,6 +369,53 @@ fn check_fits_this_machine(args: &ClusterFileArgs) -> Result<()> {
     )
 }
 
+/// The names of the controller's certificate: those given, else this machine's host name,
+/// the loopback names and the listen address when it is a specific one.
+fn tls_names(args: &ControllerArgs) -> Vec<String> {
+    if !args.tls_names.is_empty() {
+        return args.tls_names.clone();
+    }
+    let mut names = Vec::new();
+    if let Ok(host) = nix::unistd::gethostname() {
+        names.push(host.to_string_lossy().into_owned());
+    }
+    names.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
+    if let Some(addr) = args.listen
+        && !addr.ip().is_unspecified()
+    {
+        names.push(addr.ip().to_string());
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// TLS for `--listen`: the site's CA or the data directory's, and a certificate for the
+/// controller's names. Its CA certificate is also put in the run directory (`ca.crt`),
+/// where local clients and agents find it.
+fn tls_setup(args: &ControllerArgs, layout: &Layout) -> Result<Option<Arc<TlsSetup>>> {
+    if args.listen.is_none() {
+        return Ok(None);
+    }
+    if args.insecure {
+        eprintln!(
+            "cadre: warning: --insecure: listening on {} in plain TCP; tokens and jobs cross the network unencrypted",
+            args.listen.map(|a| a.to_string()).unwrap_or_default()
+        );
+        return Ok(None);
+    }
+    let ca = match (&args.ca_cert, &args.ca_key) {
+        (Some(cert), Some(key)) => cadre_tls::Ca::load(cert, key)
+            .with_context(|| format!("the site CA {}", cert.display()))?,
+        _ => cadre_tls::Ca::load_or_create(&layout.dir).context("the cluster CA")?,
+    };
+    let public = layout.run.join(cadre_tls::CA_CERT_FILE);
+    write_file(&public, ca.cert_pem(), 0o644)?;
+    let names = tls_names(args);
+    let setup = TlsSetup::new(ca, &names).context("the controller's certificate")?;
+    Ok(Some(Arc::new(setup)))
+}
+
 fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig, Cluster)> {
     let (cluster, emulated_gpus) = local_cluster(&args.cluster)?;
     let policy = args.policy.load()?;
@@ -364,6 +439,7 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
                 idle_timeout: Duration::from_secs(args.idle_timeout),
                 max_per_peer: args.max_connections_per_peer as usize,
             },
+            tls: tls_setup(args, layout)?,
         },
         cluster,
     ))
@@ -422,7 +498,9 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     }
     check_fits_this_machine(&args.controller.cluster)?;
     if args.detach {
-        return detach(&layout);
+        let (cluster, _) = local_cluster(&args.controller.cluster)?;
+        let local = local_nodes(&args.controller.cluster, &cluster);
+        return detach(&layout, &local);
     }
     init_tracing();
     write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o600)?;
@@ -559,7 +637,9 @@ fn stop_agents(layout: &Layout, agents: &[(String, i32)], wait: Duration) {
 }
 
 /// `cadre up --detach`: starts `cadre up` in the background and waits until it answers.
-fn detach(layout: &Layout) -> Result<ExitCode> {
+/// Starts `cadre up` in the background and returns once the agents it starts (`local`) are
+/// connected (nodes left for agents on other machines are not waited for).
+fn detach(layout: &Layout, local: &[String]) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("failed to find the cadre executable")?;
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -614,7 +694,12 @@ fn detach(layout: &Layout) -> Result<ExitCode> {
         });
         if let Some(nodes) = ready {
             let connected = nodes.nodes.iter().filter(|n| n.connected).count();
-            if connected == nodes.nodes.len() || Instant::now() >= deadline {
+            let local_up = nodes
+                .nodes
+                .iter()
+                .filter(|n| local.contains(&n.name))
+                .all(|n| n.connected);
+            if local_up || Instant::now() >= deadline {
                 let gpus: u64 = nodes.nodes.iter().map(|n| n.gpus).sum();
                 let emulated = nodes.nodes.iter().any(|n| n.emulated_gpus);
                 println!(

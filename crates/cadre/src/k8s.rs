@@ -23,8 +23,8 @@
 //! from a queue object or the policy file. `get queues` lists every queue with its use;
 //! `delete` removes a queue object; `describe` ends with the workload's events.
 
-use crate::native::ConnectArgs;
 use anyhow::{Context, Result, bail};
+use cadre_cli::ConnectArgs;
 use cadre_core::job::{JobId, JobState};
 use cadre_core::run::RunSpec;
 use cadre_k8s::{Object, TranslateOptions, Translated};
@@ -33,6 +33,7 @@ use cadre_proto::api::{
     QueueObjectRef, QueueObjectsRequest, QueueObjectsResponse, SubmitRequest, SubmitResponse,
     WhoAmI,
 };
+use cadre_proto::exit;
 use clap::{Args, ValueEnum};
 use hyper::Method;
 use serde::Serialize;
@@ -487,7 +488,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             eprintln!("cadre: error: {p}");
         }
         eprintln!("cadre: nothing was applied");
-        return Ok(ExitCode::from(1));
+        return Ok(ExitCode::from(exit::ERROR));
     }
     if jobs.is_empty() && queue_objects.is_empty() {
         bail!("nothing to apply in {}", a.files.join(", "));
@@ -508,7 +509,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             Err(e) => {
                 eprintln!("cadre: error: {e:#}");
                 eprintln!("cadre: nothing was applied");
-                return Ok(ExitCode::from(1));
+                return Ok(ExitCode::from(exit::ERROR));
             }
         };
         for r in &resp.results {
@@ -554,7 +555,7 @@ struct WorkloadRow {
 }
 
 fn age(since: u64) -> String {
-    let secs = cadre_server::engine::wall_now().0.saturating_sub(since);
+    let secs = cadre_client::clock::now().saturating_sub(since);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),
@@ -959,7 +960,7 @@ fn argv_text(argv: &[String]) -> String {
 
 /// A time as a date in local time, and how long ago (`2026-11-25T17:34:05 (20s ago)`).
 fn time_text(t: Option<u64>) -> String {
-    let clock = crate::slurm::local_clock();
+    let clock = cadre_slurm_commands::local_clock();
     t.map_or_else(
         || "-".into(),
         |s| {

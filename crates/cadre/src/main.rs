@@ -3,37 +3,40 @@
 //! - the cluster: `cadre up` (controller and agents on one machine), `cadre down`,
 //!   `cadre server` and `cadre agent` (the two halves on their own);
 //! - clients of the controller: `cadre submit`, `cadre jobs`, `cadre nodes`,
-//!   `cadre explain`, `cadre cancel`, `cadre wait`, `cadre token`; Kubernetes manifests:
+//!   `cadre explain`, `cadre cancel`, `cadre wait`, `cadre token`, `cadre ui` (a login
+//!   link to the web dashboard); Kubernetes manifests:
 //!   `cadre apply`, `cadre get`, `cadre delete`, `cadre describe`;
 //! - the scheduling core's tools: `cadre cluster` (check and show a cluster description),
 //!   `cadre policy` (check and show a policy), `cadre plan` (one scheduling pass over a job
 //!   list, with every decision and reason), `cadre sim` (trace replays), `cadre discover`;
-//! - `cadre bench`: the benchmarks (`cadre bench vs-slurm`: side by side with a real Slurm);
-//! - the Slurm commands: invoked as `sbatch`, `scontrol`, ... (see [`slurm`]); `cadre
-//!   install-aliases DIR` makes the links.
+//! - `cadre bench`: the benchmarks (`cadre bench vs-slurm`: side by side with a real
+//!   Slurm), in `cadre-bench`;
+//! - the Slurm commands: invoked as `sbatch`, `scontrol`, ... (`cadre-slurm-commands`);
+//!   `cadre install-aliases DIR` makes the links.
 //!
-//! Exit codes: 0 success; 1 an error (the message says what and where), including a
-//! refusal by the controller and a controller that cannot be reached; 2 a usage error.
-//! `cadre wait` exits 1 when a job did not complete.
+//! A dispatcher: the Slurm commands and the benchmarks live in crates of their own, and what
+//! the front ends share (how to name the controller and a policy) in `cadre-cli`.
+//!
+//! Exit codes ([`cadre_proto::exit`], listed by `--help`): 0 success; 1 an error (the
+//! message says what and where), including a refusal by the controller and a controller
+//! that cannot be reached; 2 a usage error. `cadre wait` exits 1 when a job did not
+//! complete; `cadre rsh` 255 when it could not start the command.
 
 mod agent;
-mod bench;
-mod bench_api;
-mod bench_openb;
 mod daemon;
 mod k8s;
 mod native;
-mod paths;
 mod plan;
 mod rsh;
 mod sim;
-mod slurm;
-mod vs_slurm;
 
-use anyhow::{Context, Result};
+use cadre_slurm_commands as slurm;
+
+use anyhow::Result;
+use cadre_cli::{ConnectArgs, PolicyArgs};
 use cadre_core::cluster::Cluster;
-use cadre_core::policy::Policy;
-use clap::{Args, Parser, Subcommand};
+use cadre_proto::exit;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,21 +62,21 @@ enum Command {
     /// Submit a command as a job.
     Submit {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         job: native::SubmitArgs,
     },
     /// List jobs (your own, or everyone's for administrators).
     Jobs {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         args: native::JobsArgs,
     },
     /// List nodes with their state, allocation and agent.
     Nodes {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -81,7 +84,7 @@ enum Command {
     /// Why a job waits: reason, priority factors, planned start, per-node why-not.
     Explain {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         /// The job id.
         job: u64,
         /// Print JSON.
@@ -91,14 +94,14 @@ enum Command {
     /// Cancel jobs.
     Cancel {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[arg(required = true)]
         jobs: Vec<u64>,
     },
     /// Wait until jobs end; exit 0 if every one completed, 1 otherwise.
     Wait {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[arg(required = true)]
         jobs: Vec<u64>,
         /// Give up after this many seconds.
@@ -113,28 +116,28 @@ enum Command {
     /// jobs are kept, and what is admitted next follows the new quotas.
     Apply {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         args: k8s::ApplyArgs,
     },
     /// List applied workloads with their jobs, or queues with their quota and use.
     Get {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         args: k8s::GetArgs,
     },
     /// Delete an applied workload (cancel its job) or a queue object.
     Delete {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         args: k8s::NamedArgs,
     },
     /// Show an applied workload: its translation, job, ranks' nodes and events.
     Describe {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(flatten)]
         args: k8s::NamedArgs,
     },
@@ -169,10 +172,40 @@ Exit status: the command's; 255 when it could not be started.",
         )]
         args: Vec<String>,
     },
+    /// Print a one-time login link to the web dashboard for the current user.
+    #[command(
+        long_about = "Print a one-time login link to the web dashboard (/ui/ on the \
+controller's TCP listener, `cadre up --listen ADDR`) for the current user, as Jupyter does: \
+opening it in a browser logs in as this user, with this user's rights (administrators act on \
+every job and node, users on their own jobs). The link is good for one login within five \
+minutes; the session it opens lasts at most 12 hours. Without a link, log in at /ui/ with an \
+API token (`cadre token create`).",
+        after_help = "Examples:
+  cadre ui
+  cadre ui --url https://head-node:6817"
+    )]
+    Ui {
+        #[command(flatten)]
+        connect: ConnectArgs,
+        #[command(flatten)]
+        args: native::UiArgs,
+    },
+    /// Enrol nodes and cut them off (administrators): one-time join tokens, revocation of a
+    /// node's certificate.
+    #[command(after_help = "Examples:
+  cadre node token create --node gpu-017 --ttl 30m > join.token
+  (on gpu-017) cadre agent --controller https://ctl.example:6817 --ca ca.crt --join-file join.token
+  cadre node revoke gpu-017")]
+    Node {
+        #[command(flatten)]
+        connect: ConnectArgs,
+        #[command(subcommand)]
+        command: native::NodeCommand,
+    },
     /// Create, list and revoke API tokens (administrators).
     Token {
         #[command(flatten)]
-        connect: native::ConnectArgs,
+        connect: ConnectArgs,
         #[command(subcommand)]
         command: native::TokenCommand,
     },
@@ -212,25 +245,8 @@ Exit status: the command's; 255 when it could not be started.",
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
-        bench: BenchCommand,
+        bench: cadre_bench::BenchCommand,
     },
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchCommand {
-    /// Time full scheduling passes on a large cluster with a deep queue.
-    Scheduler(bench::SchedulerBenchArgs),
-    /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
-    Openb(bench_openb::OpenbBenchArgs),
-    /// Durable submissions per second through the API from concurrent clients, and the
-    /// controller's memory with the queue they leave.
-    Submit(bench_api::SubmitBenchArgs),
-    /// Submit-to-first-instruction latency of jobs on an idle cluster.
-    Launch(bench_api::LaunchBenchArgs),
-    /// The same workloads on cadre and on the reference Slurm running on this machine, one
-    /// after the other: submission throughput, submit-to-start latency, a Philly trace
-    /// replay and the largest pending queue that still starts a job within 1 s.
-    VsSlurm(vs_slurm::VsSlurmArgs),
 }
 
 /// Where the cluster comes from: a description file, a Slurm site's slurm.conf, or a flat
@@ -342,62 +358,12 @@ impl ClusterFileArgs {
     }
 }
 
-/// Where the policy comes from: a file, or a preset.
-#[derive(Args, Debug, Clone)]
-pub struct PolicyArgs {
-    /// A policy file (versioned TOML).
-    #[arg(long, env = "CADRE_POLICY", conflicts_with = "preset")]
-    pub policy: Option<PathBuf>,
-    /// A built-in policy: `cadre` (the default), `slurm` or `fifo`.
-    #[arg(long, default_value = "cadre")]
-    pub preset: String,
-}
-
-impl PolicyArgs {
-    pub fn load(&self) -> Result<Policy> {
-        match &self.policy {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("failed to read policy file {}", path.display()))?;
-                Ok(Policy::from_toml(&text, &path.display().to_string())?)
-            }
-            None => Policy::preset(&self.preset).with_context(|| {
-                format!(
-                    "unknown policy preset `{}`: use cadre, slurm or fifo",
-                    self.preset
-                )
-            }),
-        }
-    }
-}
-
 fn main() -> ExitCode {
     // Invoked under the name of a Slurm command (a link named so), answer as that command.
+    if let Some(code) = slurm::run_as_named() {
+        return code;
+    }
     let argv: Vec<String> = std::env::args().collect();
-    let rest = || std::env::args_os().skip(1).collect();
-    if argv.first().and_then(|a| slurm::command_name(a)).is_some() {
-        // Slurm's commands are C programs that end quietly when their output is closed
-        // (`scontrol show hostnames | head -n 1`); Rust's runtime ignores SIGPIPE, which
-        // would make every later print fail. The Slurm personalities take the default.
-        // SAFETY: resetting a signal's disposition before any thread is started touches
-        // no memory of this program.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
-    }
-    match argv.first().and_then(|a| slurm::command_name(a)) {
-        Some("sbatch") => return slurm::sbatch::run(argv),
-        Some("scontrol") => return slurm::scontrol::run(argv),
-        Some("squeue") => return slurm::squeue::run(rest()),
-        Some("sinfo") => return slurm::sinfo::run(rest()),
-        Some("sacct") => return slurm::sacct::run(rest()),
-        Some("scancel") => return slurm::scancel::run(rest()),
-        Some("sshare") => return slurm::sshare::run(rest()),
-        Some("sprio") => return slurm::sprio::run(rest()),
-        Some("srun") => return slurm::srun::run_srun(argv),
-        Some("salloc") => return slurm::srun::run_salloc(argv),
-        _ => {}
-    }
     if argv
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
@@ -405,28 +371,49 @@ fn main() -> ExitCode {
     {
         return rsh::run(&argv[1..]);
     }
-    let cli = Cli::parse();
+    let matches = Cli::command()
+        .after_help(format!(
+            "Exit codes: {} success, {} an error, {} a usage error (--help lists them all).",
+            exit::SUCCESS,
+            exit::ERROR,
+            exit::USAGE
+        ))
+        .after_long_help(exit_codes_help())
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("cadre: error: {}", error_chain(&err));
-            ExitCode::from(1)
+            eprintln!("cadre: error: {}", cadre_cli::error_chain(&err));
+            ExitCode::from(exit::ERROR)
         }
     }
 }
 
-/// The error and its causes on one line, each cause only where the message before it does
-/// not already say it (library errors here carry their cause's text in their own message).
-fn error_chain(err: &anyhow::Error) -> String {
-    let mut out = err.to_string();
-    for cause in err.chain().skip(1) {
-        let text = cause.to_string();
-        if !out.contains(text.trim()) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-    }
-    out
+/// The exit codes, as `cadre --help` lists them (from [`cadre_proto::exit`]).
+fn exit_codes_help() -> String {
+    format!(
+        "Exit codes:
+  {:<4} success
+  {:<4} an error; the message says what and where (a refusal of the controller, whatever
+       its reason; a controller that cannot be reached; a file that does not parse);
+       `cadre wait`: a job did not complete
+  {:<4} a usage error (an unknown subcommand or option, a missing or invalid argument)
+  {:<4} `cadre rsh`: the command could not be started on the job's node
+
+Slurm's commands (sbatch, srun, salloc, squeue, sinfo, scancel, sacct, scontrol, sshare,
+sprio): {} success, {} an error, {} an option error of sbatch, srun and salloc;
+$SLURM_EXIT_ERROR instead of {} for a failed submission; srun, salloc and sbatch --wait
+end with the job's or the step's exit code.",
+        exit::SUCCESS,
+        exit::ERROR,
+        exit::USAGE,
+        exit::RSH_CANNOT_RUN,
+        exit::SUCCESS,
+        exit::ERROR,
+        exit::SLURM_USAGE,
+        exit::ERROR,
+    )
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -446,6 +433,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             timeout,
         } => native::wait(&connect, &jobs, timeout),
         Command::Token { connect, command } => native::token(&connect, &command),
+        Command::Ui { connect, args } => native::ui(&connect, &args),
+        Command::Node { connect, command } => native::node(&connect, &command),
         Command::Apply { connect, args } => k8s::apply(&connect, &args),
         Command::Get { connect, args } => k8s::get(&connect, &args),
         Command::Delete { connect, args } => k8s::delete(&connect, &args),
@@ -479,21 +468,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => discover(gpus_per_node, json),
         Command::Sim(args) => sim::run(&args),
         Command::InstallAliases { dir } => slurm::install_aliases(&dir),
-        Command::Bench {
-            bench: BenchCommand::Scheduler(args),
-        } => bench::run_scheduler(&args),
-        Command::Bench {
-            bench: BenchCommand::Openb(args),
-        } => bench_openb::run_openb(&args),
-        Command::Bench {
-            bench: BenchCommand::Submit(args),
-        } => bench_api::run_submit(&args),
-        Command::Bench {
-            bench: BenchCommand::Launch(args),
-        } => bench_api::run_launch(&args),
-        Command::Bench {
-            bench: BenchCommand::VsSlurm(args),
-        } => vs_slurm::run(&args),
+        Command::Bench { bench } => cadre_bench::run(&bench),
     }
 }
 
@@ -527,4 +502,37 @@ fn discover(gpus_per_node: u32, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cadre`'s usage errors end with the documented code (clap's own).
+    #[test]
+    fn usage_errors_exit_with_the_documented_code() {
+        for argv in [
+            &["cadre", "--no-such-option"][..],
+            &["cadre", "no-such-subcommand"],
+            &["cadre", "cancel"],
+            &["cadre", "explain", "not-a-number"],
+        ] {
+            let err = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(err.exit_code(), i32::from(exit::USAGE), "{argv:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_help_lists_every_exit_code() {
+        let help = exit_codes_help();
+        for code in [
+            exit::SUCCESS,
+            exit::ERROR,
+            exit::USAGE,
+            exit::RSH_CANNOT_RUN,
+        ] {
+            assert!(help.contains(&format!("\n  {code:<4} ")), "{code}: {help}");
+        }
+        assert!(help.contains(&format!("{} an option error", exit::SLURM_USAGE)));
+    }
 }

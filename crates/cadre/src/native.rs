@@ -3,46 +3,19 @@
 //! `cadre token`. Each talks to the controller's REST API ([`cadre_client`]).
 
 use anyhow::{Context, Result};
-use cadre_client::{Client, Target};
+use cadre_cli::ConnectArgs;
+use cadre_client::Target;
 use cadre_core::job::{JobSpec, JobState, TaskGroup};
 use cadre_core::resources::TaskResources;
 use cadre_core::run::RunSpec;
 use cadre_core::time::{Dur, DurationError, TimeLimit, format_duration_short, parse_time_limit};
 use cadre_proto::api::*;
+use cadre_proto::exit;
 use clap::{Args, Subcommand};
 use hyper::Method;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// How to reach the controller.
-#[derive(Args, Debug, Clone)]
-pub struct ConnectArgs {
-    /// The controller: `unix:///path/cadre.sock` or `http://host:port` (default: the socket
-    /// in the data directory's run directory, DATA_DIR.run/cadre.sock, or in
-    /// $CADRE_RUN_DIR).
-    #[arg(long, env = "CADRE_SERVER", global = true)]
-    pub server: Option<String>,
-    /// A bearer token (`cadre token create`); needed over TCP.
-    #[arg(long, env = "CADRE_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
-    /// The data directory whose socket to use.
-    #[arg(long, env = "CADRE_DATA_DIR", global = true)]
-    pub data_dir: Option<PathBuf>,
-}
-
-impl ConnectArgs {
-    pub fn target(&self) -> Result<Target> {
-        Ok(Target::resolve(
-            self.server.as_deref(),
-            self.data_dir.as_deref(),
-        )?)
-    }
-
-    pub fn client(&self) -> Result<Client> {
-        Ok(Client::connect(&self.target()?, self.token.clone())?)
-    }
-}
 
 /// `cadre submit`.
 #[derive(Args, Debug, Clone)]
@@ -135,6 +108,35 @@ pub enum TokenCommand {
     },
     /// Revoke a token by id.
     Revoke { id: u64 },
+}
+
+/// `cadre node ...`.
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// Join tokens.
+    #[command(subcommand)]
+    Token(JoinTokenCommand),
+    /// Revoke a node's certificate: its agent's connection closes, and it must enrol again
+    /// with a new join token.
+    Revoke { node: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JoinTokenCommand {
+    /// Make a one-time join token; prints it once. Give it to the node's agent in a file
+    /// (`cadre agent --join-file`) or in $CADRE_JOIN_TOKEN, never on a command line.
+    Create {
+        /// The one node it enrols [default: any node of the cluster].
+        #[arg(long)]
+        node: Option<String>,
+        /// How long it stays valid (Slurm's time syntax, or 30m, 2h) [default: 1 hour, at
+        /// most 30 days].
+        #[arg(long, value_name = "DURATION")]
+        ttl: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn current_user() -> String {
@@ -230,7 +232,7 @@ pub fn submit(conn: &ConnectArgs, a: &SubmitArgs) -> Result<ExitCode> {
 }
 
 fn now_secs() -> u64 {
-    cadre_server::engine::wall_now().0
+    cadre_client::clock::now()
 }
 
 pub fn jobs(conn: &ConnectArgs, a: &JobsArgs) -> Result<ExitCode> {
@@ -362,7 +364,7 @@ pub fn cancel(conn: &ConnectArgs, ids: &[u64]) -> Result<ExitCode> {
         }
     }
     Ok(if failed {
-        ExitCode::from(1)
+        ExitCode::from(exit::ERROR)
     } else {
         ExitCode::SUCCESS
     })
@@ -390,7 +392,7 @@ pub fn wait(conn: &ConnectArgs, ids: &[u64], timeout: Option<u64>) -> Result<Exi
     Ok(if all_ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(exit::JOB_NOT_COMPLETED)
     })
 }
 
@@ -445,4 +447,251 @@ pub fn token(conn: &ConnectArgs, cmd: &TokenCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub fn node(conn: &ConnectArgs, cmd: &NodeCommand) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    match cmd {
+        NodeCommand::Token(JoinTokenCommand::Create { node, ttl, json }) => {
+            let ttl_secs = ttl
+                .as_deref()
+                .map(|t| parse_ttl(t).with_context(|| format!("--ttl `{t}`")))
+                .transpose()?;
+            let t: JoinTokenView = client.send(
+                Method::POST,
+                "/nodes/join-tokens",
+                Some(&JoinTokenRequest {
+                    node: node.clone(),
+                    ttl_secs,
+                }),
+            )?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&t)?);
+            } else {
+                println!("{}", t.token);
+                eprintln!(
+                    "join token for {}, valid for {}: shown once; give it to the agent in a file (cadre agent --join-file FILE) or in CADRE_JOIN_TOKEN",
+                    t.node
+                        .as_deref()
+                        .map_or_else(|| "any node".to_string(), |n| format!("node `{n}`")),
+                    format_duration_short(t.expires_at.saturating_sub(cadre_client::clock::now()))
+                );
+            }
+        }
+        NodeCommand::Revoke { node } => {
+            let r: RevokeResponse =
+                client.send::<(), _>(Method::POST, &format!("/nodes/{node}/revoke"), None)?;
+            println!(
+                "node `{}`: {} certificate{} revoked",
+                r.node,
+                r.revoked,
+                if r.revoked == 1 { "" } else { "s" }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A token's lifetime: `30m`, `2h`, `45s`, `7d`, or Slurm's time syntax.
+fn parse_ttl(text: &str) -> Result<u64> {
+    let unit = |suffix: char, secs: u64| {
+        text.strip_suffix(suffix)
+            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|n| n.checked_mul(secs))
+    };
+    if let Some(secs) = unit('s', 1)
+        .or_else(|| unit('m', 60))
+        .or_else(|| unit('h', 3600))
+        .or_else(|| unit('d', 86_400))
+    {
+        return Ok(secs);
+    }
+    match cadre_core::time::parse_slurm_duration(text) {
+        Ok(Some(d)) if d.0 > 0 => Ok(d.0),
+        Ok(_) => anyhow::bail!("a join token's lifetime is finite and not zero"),
+        Err(e) => anyhow::bail!("{e}; or give 30s, 30m, 2h, 7d"),
+    }
+}
+
+/// `cadre ui`.
+#[derive(Args, Debug, Clone)]
+pub struct UiArgs {
+    /// The address to put in the link, as the browser reaches the controller
+    /// (`https://head-node:6817`); default: the `--server` address when it is one, else the
+    /// controller's `--listen` address (this machine's name for a wildcard one).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Print the link and its expiry as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cadre ui`: a one-time login link to the dashboard for the current user.
+pub fn ui(conn: &ConnectArgs, args: &UiArgs) -> Result<ExitCode> {
+    let target = conn.target()?;
+    let mut client = conn.client()?;
+    let link: UiLinkView = client.send::<(), _>(Method::POST, "/ui/links", None)?;
+    let base = match (&args.url, &target, &link.listen) {
+        (Some(url), _, _) => url.trim_end_matches('/').to_owned(),
+        (None, Target::Tcp(addr), _) => format!("http://{addr}"),
+        (None, Target::Https { authority, .. }, _) => format!("https://{authority}"),
+        (None, Target::Unix(_), Some(listen)) => format!(
+            "{}://{}",
+            if link.tls { "https" } else { "http" },
+            browser_address(listen)
+        ),
+        (None, Target::Unix(_), None) => anyhow::bail!(
+            "the controller serves the dashboard on its TCP listener, and it has none: start it \
+             with `cadre up --listen ADDR` (or `cadre server --listen ADDR`)"
+        ),
+    };
+    let url = format!("{base}{}", link.path);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "url": url,
+                "expires": link.expires,
+            }))?
+        );
+    } else {
+        println!("{url}");
+        eprintln!(
+            "open this link in a browser to log in to the dashboard: good once, for five minutes"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A listen address as a browser reaches it: a wildcard address is this machine.
+fn browser_address(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => {
+            let host = nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "localhost".into());
+            format!("{host}:{}", a.port())
+        }
+        Ok(std::net::SocketAddr::V6(a)) => format!("[{}]:{}", a.ip(), a.port()),
+        _ => listen.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod front_end_time_limits {
+    use super::time_limit_arg;
+    use cadre_core::time::Dur;
+    use cadre_slurm::convert::{Literal, ScriptSource, SubmitContext, build_job, wrap_script};
+    use cadre_slurm::sbatch::{parse_command_line, resolve_options};
+    use cadre_slurm::time::Clock;
+
+    const CLOCK: Clock = Clock {
+        now: 1_795_269_697,
+        utc_offset: 0,
+    };
+
+    /// `sbatch` with `T` given as `-t T` (`on_command_line`) or as `#SBATCH -t T`: the job
+    /// spec's time limit, or `None` if sbatch refuses it.
+    fn sbatch_time_limit(t: &str, on_command_line: bool) -> Option<Dur> {
+        let (args, script) = if on_command_line {
+            (
+                vec!["-t".to_string(), t.to_string()],
+                "#!/bin/sh\ntrue\n".to_string(),
+            )
+        } else {
+            (Vec::new(), format!("#!/bin/sh\n#SBATCH -t {t}\ntrue\n"))
+        };
+        let cli = parse_command_line(&args).ok()?;
+        let opts = resolve_options(&cli, |_| None, Some(&script), &CLOCK).ok()?;
+        let ctx = SubmitContext {
+            user: "alice".into(),
+            default_account: "alice".into(),
+            cwd: "/home/alice".into(),
+            env: Vec::new(),
+            submit_host: None,
+            clock: CLOCK,
+            max_array_size: 1001,
+        };
+        let job = build_job(
+            &opts,
+            &wrap_script("true"),
+            &ScriptSource::Wrap,
+            &[],
+            &ctx,
+            &Literal,
+        )
+        .ok()?;
+        Some(job.submissions[0].spec.time_limit)
+    }
+
+    /// Every entry point reads a time limit with the same rules and gets the same limit:
+    /// `cadre submit -t`, `sbatch -t`, `#SBATCH -t` and `scontrol update TimeLimit=`
+    /// (regression: `cadre submit -t 1-1:60:15` was refused while sbatch took it).
+    #[test]
+    fn every_front_end_reads_time_limits_alike() {
+        const MIN: u64 = 60;
+        const DAY: u64 = 86_400;
+        // (text, the limit in seconds with 0 for none, or None for refused), as Slurm 22.05
+        // reads each (measured with `sbatch -t T` and `scontrol show job`), except where
+        // Slurm overflows (noted).
+        let table: &[(&str, Option<u64>)] = &[
+            ("1-1:60:15", Some(DAY + 121 * MIN)),
+            ("0", Some(0)),
+            ("0:0", Some(0)),
+            ("UNLIMITED", Some(0)),
+            ("unlimited", Some(0)),
+            ("infinite", Some(0)),
+            ("INFINITE", Some(0)),
+            ("-1", Some(0)),
+            ("1:2:3:4", None),
+            ("1-24:00:00", Some(2 * DAY)),
+            ("1-25:00", Some(2 * DAY + 60 * MIN)),
+            ("60", Some(60 * MIN)),
+            ("1:60", Some(2 * MIN)),
+            ("1:30", Some(2 * MIN)),
+            ("0:30", Some(MIN)),
+            ("0:0:1", Some(MIN)),
+            ("10:60", Some(11 * MIN)),
+            ("1:00:60", Some(61 * MIN)),
+            ("1-", Some(DAY)),
+            ("0-", Some(0)),
+            ("00000000000000000000005", Some(5 * MIN)),
+            // Slurm overflows its integers from 35791394 minutes on; cadre keeps the number.
+            ("99999999", Some(99_999_999 * MIN)),
+            ("4294967294", Some(4_294_967_294 * MIN)),
+            ("4294967295", Some(0)),
+            ("4294967296", Some(0)),
+            // Slurm makes garbage limits of these; cadre refuses them.
+            ("-5", None),
+            ("99999999999999999999", None),
+            ("", None),
+            (" 5", None),
+            ("5 ", None),
+            ("1-2-3", None),
+            ("1:", None),
+            (":5", None),
+            ("+5", None),
+            ("1.5", None),
+            ("5m", None),
+            ("1-1:1:1:1", None),
+        ];
+        for &(t, want) in table {
+            let submit = time_limit_arg(Some(t)).ok().map(|d| d.0);
+            let sbatch = sbatch_time_limit(t, true).map(|d| d.0);
+            let directive = sbatch_time_limit(t, false).map(|d| d.0);
+            let scontrol = cadre_slurm_commands::scontrol::time_limit_value(t, &[], &[]).ok();
+            assert_eq!(submit, want, "cadre submit -t {t:?}");
+            assert_eq!(sbatch, want, "sbatch -t {t:?}");
+            if !t.starts_with(' ') && !t.ends_with(' ') && !t.is_empty() {
+                // A directive's words are split on spaces, as in Slurm.
+                assert_eq!(directive, want, "#SBATCH -t {t:?}");
+            }
+            if !t.starts_with(['+', '-']) || t == "-1" {
+                // A leading sign is relative in `scontrol update TimeLimit=`.
+                assert_eq!(scontrol, want, "scontrol update TimeLimit={t:?}");
+            }
+        }
+        assert_eq!(time_limit_arg(None), Ok(Dur(0)), "no -t is no limit");
+    }
 }

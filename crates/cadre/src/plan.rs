@@ -1,8 +1,9 @@
 //! `cadre plan`: one scheduling pass over a job list, shown in full; and the cluster summary
 //! of `cadre cluster`.
 
-use crate::{ClusterArgs, PolicyArgs};
+use crate::ClusterArgs;
 use anyhow::{Context, Result, bail};
+use cadre_cli::PolicyArgs;
 use cadre_core::cluster::{Cluster, NodeId};
 use cadre_core::hostlist;
 use cadre_core::job::{JobId, JobSpec};

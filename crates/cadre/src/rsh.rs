@@ -24,15 +24,13 @@
 //! ignored (`-o ConnectionAttempts=10`, `-x`, `-p`...), except `-l` or `USER@` naming a
 //! user other than this one, which is refused: the step runs as the job's user.
 
-use crate::slurm::srun::run_step_request;
 use anyhow::{Context, Result, bail};
 use cadre_core::job::JobId;
 use cadre_proto::api::{JobView, NodeList, StepRequest};
+use cadre_proto::exit;
+use cadre_slurm_commands::srun::run_step_request;
 use std::path::Path;
 use std::process::ExitCode;
-
-/// ssh's exit status when it could not run the command.
-const CANNOT_RUN: u8 = 255;
 
 /// ssh's options that take an argument.
 const WITH_ARGUMENT: &str = "BbcDEeFIiJLlmOopQRSWw";
@@ -42,8 +40,8 @@ pub fn run(argv: &[String]) -> ExitCode {
     match rsh(argv) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("cadre-rsh: {}", crate::error_chain(&e));
-            ExitCode::from(CANNOT_RUN)
+            eprintln!("cadre-rsh: {}", cadre_cli::error_chain(&e));
+            ExitCode::from(exit::RSH_CANNOT_RUN)
         }
     }
 }
@@ -188,14 +186,14 @@ fn rsh(argv: &[String]) -> Result<u8> {
             me.as_deref().unwrap_or("unknown")
         );
     }
-    let id = crate::slurm::query::env_var("SLURM_JOB_ID")
+    let id = cadre_slurm_commands::query::env_var("SLURM_JOB_ID")
         .context("SLURM_JOB_ID is not set: cadre-rsh runs inside a cadre job")?;
     let id = JobId(
         id.trim()
             .parse::<u64>()
             .with_context(|| format!("SLURM_JOB_ID `{id}` is not a job id"))?,
     );
-    let mut client = crate::slurm::connect_args().client()?;
+    let mut client = cadre_slurm_commands::connect_args().client()?;
     let job: JobView = client.get(&format!("/jobs/{id}"))?;
     let nodes: NodeList = client.get("/nodes")?;
     let target = target_of(&remote.host, &job, &nodes)?;

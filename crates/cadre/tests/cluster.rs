@@ -1,15 +1,17 @@
 //! Whole clusters started as a user starts them (`cadre up --detach` in a temporary data
 //! directory, agents and emulated GPUs on this machine) and driven through the `cadre`
-//! command line, and through hand-written HTTP/1.1 where the check is about the API's own
-//! answers (status codes, tokens, a job's allocation).
+//! command line, and through `cadre-client` where the check is about the API's own answers
+//! (status codes, tokens, a job's allocation); HTTP is written by hand only where the check
+//! is about the connection itself (half a request head, a connection beyond a peer's cap).
 //!
 //! Each test has its own data directory and cluster; a guard stops the cluster (`cadre
 //! down`) when the test ends, also when it panics. Nothing here asserts a duration: tests
 //! wait for states and files, and the deadlines only keep a broken build from hanging.
 
+use cadre_client::Target;
 use cadre_test_support::{
-    Cluster, DEADLINE, clean_command, http, read_pid, run_dir_of, running, skip_unless_ci, text,
-    wait_until,
+    Cluster, DEADLINE, api, clean_command, http, read_pid, run_dir_of, running, skip_unless_ci,
+    text, wait_until,
 };
 
 use serde_json::Value;
@@ -419,7 +421,7 @@ fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exis
         return;
     }
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let (_, token) = token_for(&c, "nobody");
     let private = tempfile::tempdir().expect("temporary directory");
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
@@ -465,7 +467,7 @@ fn a_working_directory_its_user_cannot_reach_holds_the_job_alike_whether_it_exis
 #[test]
 fn submit_with_a_token_submits_as_the_tokens_user() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let (_, alice) = token_for(&c, "alice");
     let id = submit_held_over_tcp(&c, &addr, &alice);
     let job = c.job(id);
@@ -476,10 +478,9 @@ fn submit_with_a_token_submits_as_the_tokens_user() {
 #[test]
 fn tokens_decide_who_sees_and_changes_what_over_tcp() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
 
-    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", None, None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/jobs", None, None);
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], "unauthenticated", "{body}");
     assert!(
@@ -496,24 +497,24 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
     assert_eq!(job["state"], "PENDING");
 
     let path = format!("/api/v1/jobs/{id}");
-    let (status, body) = http(tcp(), "DELETE", &path, Some(&bob), None);
+    let (status, body) = over_tcp(&addr, "DELETE", &path, Some(&bob), None);
     assert_eq!(status, 403, "bob cancels alice's job: {body}");
     assert_eq!(body["error"]["code"], "forbidden");
-    let (status, body) = http(tcp(), "GET", &path, Some(&bob), None);
+    let (status, body) = over_tcp(&addr, "GET", &path, Some(&bob), None);
     assert_eq!(status, 403, "bob reads alice's job: {body}");
-    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/jobs", Some(&bob), None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["jobs"],
         serde_json::json!([]),
         "bob sees no job of alice"
     );
-    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&alice), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/jobs", Some(&alice), None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["jobs"][0]["id"], id, "alice sees her job: {body}");
 
-    let (status, body) = http(
-        tcp(),
+    let (status, body) = over_tcp(
+        &addr,
         "POST",
         "/api/v1/tokens",
         Some(&bob),
@@ -522,12 +523,12 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
     assert_eq!(status, 403, "a user makes himself a token: {body}");
     assert_eq!(body["error"]["code"], "forbidden");
 
-    let (status, body) = http(tcp(), "DELETE", &path, Some(&alice), None);
+    let (status, body) = over_tcp(&addr, "DELETE", &path, Some(&alice), None);
     assert_eq!(status, 204, "alice cancels her job: {body}");
     assert_eq!(c.job(id)["state"], "CANCELLED");
 
     c.ok(&["token", "revoke", &bob_id.to_string()]);
-    let (status, body) = http(tcp(), "GET", "/api/v1/jobs", Some(&bob), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/jobs", Some(&bob), None);
     assert_eq!(status, 401, "a revoked token: {body}");
     assert_eq!(body["error"]["code"], "unauthenticated");
 }
@@ -539,20 +540,19 @@ fn tokens_decide_who_sees_and_changes_what_over_tcp() {
 #[test]
 fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(2, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(2, 0, &["--listen", &addr, "--insecure"]);
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
     let token = cadre_proto::job_token::make(key.trim(), cadre_core::job::JobId(id), 0);
 
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&token), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&token), None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["via"], "job-token", "{body}");
     assert_eq!(body["admin"], false, "{body}");
     // It reaches its own job, its steps and the nodes, nothing else.
-    let (status, body) = http(
-        tcp(),
+    let (status, body) = over_tcp(
+        &addr,
         "GET",
         &format!("/api/v1/jobs/{id}"),
         Some(&token),
@@ -563,12 +563,12 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
         ("GET", "/api/v1/jobs".to_string()),
         ("DELETE", format!("/api/v1/jobs/{id}")),
     ] {
-        let (status, body) = http(tcp(), method, &path, Some(&token), None);
+        let (status, body) = over_tcp(&addr, method, &path, Some(&token), None);
         assert_eq!(status, 403, "{method} {path}: {body}");
         assert_eq!(body["error"]["code"], "forbidden", "{body}");
     }
     let forged = cadre_proto::job_token::make("not the key", cadre_core::job::JobId(id), 0);
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&forged), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&forged), None);
     assert_eq!(status, 401, "{body}");
 
     let rsh = |host: &str| {
@@ -619,7 +619,7 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
 
     c.ok(&["cancel", &id.to_string()]);
     c.wait(id);
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&token), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&token), None);
     assert_eq!(status, 401, "{body}");
     assert!(
         body["error"]["message"]
@@ -635,18 +635,17 @@ fn a_job_token_lets_cadre_rsh_start_steps_over_tcp_while_the_job_runs() {
 #[test]
 fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_again() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let id = c.submit(&["--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
     let key = key.trim();
     let first = cadre_proto::job_token::make(key, cadre_core::job::JobId(id), 0);
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&first), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&first), None);
     assert_eq!(status, 200, "{body}");
     // A token of a run that has not started is refused too.
     let early = cadre_proto::job_token::make(key, cadre_core::job::JobId(id), 1);
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&early), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&early), None);
     assert_eq!(status, 401, "{body}");
 
     let (status, body) = c.api("POST", &format!("/api/v1/jobs/{id}/requeue"), None);
@@ -655,7 +654,7 @@ fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_ag
         let job = c.job(id);
         job["state"] == "RUNNING" && job["requeues"] == 1
     });
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&first), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&first), None);
     assert_eq!(
         status, 401,
         "the first run's token, after a requeue: {body}"
@@ -666,7 +665,7 @@ fn a_job_token_is_worth_nothing_once_its_run_has_ended_even_when_the_job_runs_ag
             .is_some_and(|m| m.contains("run 0 of job") && m.contains("has ended")),
         "{body}"
     );
-    let (status, body) = http(tcp(), "GET", "/api/v1/whoami", Some(&early), None);
+    let (status, body) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&early), None);
     assert_eq!(status, 200, "the second run's token: {body}");
     assert_eq!(body["via"], "job-token", "{body}");
 }
@@ -958,13 +957,7 @@ fn metrics_count_jobs_and_gpus_and_map_each_gpu_to_its_job() {
     let c = up(1, 2, &[]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "30"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
-        .expect("the controller's socket answers");
-    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\n\r\n")
-        .expect("request sent");
-    let mut raw = String::new();
-    sock.read_to_string(&mut raw).expect("answer read");
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    let raw = scrape(&c.target(), None);
     let user = String::from_utf8_lossy(
         &Command::new("id")
             .arg("-un")
@@ -1052,7 +1045,7 @@ fn a_batch_jobs_step_survives_a_controller_crash() {
 #[test]
 fn cadre_rsh_that_lost_the_controller_still_ends_on_sigterm() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut c = up(2, 0, &["--listen", &addr]);
+    let mut c = up(2, 0, &["--listen", &addr, "--insecure"]);
     let id = c.submit(&["-N", "2", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let key = std::fs::read_to_string(c.path("agent.key")).expect("the agent key");
@@ -1283,8 +1276,7 @@ fn submit_over_tcp(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
 #[test]
 fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let (_, nobody) = token_for(&c, "nobody");
     let id = submit_over_tcp(
         &c,
@@ -1303,7 +1295,7 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
         ("time_limit", r#""time_limit":18446744073709551615"#),
     ] {
         let body = format!(r#"{{"command":["true"],"work_dir":"/tmp",{body}}}"#);
-        let (status, answer) = http(tcp(), "POST", &path, Some(&nobody), Some(&body));
+        let (status, answer) = over_tcp(&addr, "POST", &path, Some(&nobody), Some(&body));
         assert_eq!(status, 400, "{body}: {answer}{}", c.log());
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
@@ -1324,7 +1316,7 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
     spec.name = "huge".into();
     let run = cadre_core::run::RunSpec::command(vec!["true".into()], "/tmp".into());
     let body = serde_json::json!({ "jobs": [{ "spec": spec, "run": run }] }).to_string();
-    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    let (status, answer) = over_tcp(&addr, "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
     assert_eq!(status, 400, "{answer}");
     assert_eq!(
         answer["error"]["message"],
@@ -1336,10 +1328,10 @@ fn a_users_step_with_huge_counts_gets_400_and_the_controller_goes_on() {
         "/api/v1/usage?since=18446744073709551615".to_string(),
         "/api/v1/jobs/18446744073709551615".to_string(),
     ] {
-        let (status, answer) = http(tcp(), "GET", &path, Some(&nobody), None);
+        let (status, answer) = over_tcp(&addr, "GET", &path, Some(&nobody), None);
         assert_eq!(status, 400, "{path}: {answer}");
     }
-    let (status, answer) = http(tcp(), "GET", "/api/v1/whoami", Some(&nobody), None);
+    let (status, answer) = over_tcp(&addr, "GET", "/api/v1/whoami", Some(&nobody), None);
     assert_eq!(status, 200, "the controller still answers: {answer}");
     assert_eq!(answer["user"], "nobody", "{answer}");
     assert_eq!(c.job(id)["state"], "RUNNING");
@@ -1375,11 +1367,10 @@ fn held_job_with_nice(user: &str, nice: i32) -> String {
 #[test]
 fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let (_, nobody) = token_for(&c, "nobody");
     let body = held_job_with_nice("nobody", i32::MIN);
-    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    let (status, answer) = over_tcp(&addr, "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
     assert_eq!(status, 403, "{answer}");
     assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
     assert_eq!(answer["error"]["reason"], "forbidden_field", "{answer}");
@@ -1392,11 +1383,11 @@ fn a_users_submission_with_a_negative_nice_is_refused_as_its_update_is() {
     );
     // The same rule, the same answer, on an update of the user's own job.
     let body = held_job_with_nice("nobody", 0);
-    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
+    let (status, answer) = over_tcp(&addr, "POST", "/api/v1/jobs", Some(&nobody), Some(&body));
     assert_eq!(status, 201, "{answer}");
     let id = answer["job_ids"][0].as_u64().expect("a job id");
-    let (status, patched) = http(
-        tcp(),
+    let (status, patched) = over_tcp(
+        &addr,
         "PATCH",
         &format!("/api/v1/jobs/{id}"),
         Some(&nobody),
@@ -1450,12 +1441,11 @@ fn held_array_tasks(
 #[test]
 fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 0, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 0, &["--listen", &addr, "--insecure"]);
     let (_, alice) = token_for(&c, "alice");
     let (_, bob) = token_for(&c, "bob");
     let body = held_array_tasks("alice", 0, &[0, 1, 2], Some(0));
-    let (status, answer) = http(tcp(), "POST", "/api/v1/jobs", Some(&alice), Some(&body));
+    let (status, answer) = over_tcp(&addr, "POST", "/api/v1/jobs", Some(&alice), Some(&body));
     assert_eq!(status, 201, "{answer}{}", c.log());
     let ids: Vec<u64> = answer["job_ids"]
         .as_array()
@@ -1481,8 +1471,8 @@ fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
     let jobs_before = c.jobs().len();
 
     // Bob names alice's array by its id.
-    let (status, answer) = http(
-        tcp(),
+    let (status, answer) = over_tcp(
+        &addr,
         "POST",
         "/api/v1/jobs",
         Some(&bob),
@@ -1501,8 +1491,8 @@ fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
     assert_eq!(arrays(), before);
     assert_eq!(c.jobs().len(), jobs_before);
     // An array of bob's own is his to make.
-    let (status, answer) = http(
-        tcp(),
+    let (status, answer) = over_tcp(
+        &addr,
         "POST",
         "/api/v1/jobs",
         Some(&bob),
@@ -1515,19 +1505,29 @@ fn a_user_cannot_make_a_job_a_task_of_another_user_s_array() {
     assert_eq!(arrays()[&bobs].len(), 2);
 }
 
-/// `GET /metrics` on `stream`, with a bearer token or not: the whole answer.
-fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    stream
-        .write_all(
-            format!("GET /metrics HTTP/1.1\r\nHost: cadre\r\n{auth}Connection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .expect("request sent");
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).expect("answer read");
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-    raw
+/// `GET /metrics` of the controller at `target` through `cadre-client`, with a bearer
+/// token or not: the text, which must be a 200's.
+fn scrape(target: &Target, token: Option<&str>) -> String {
+    let mut client = cadre_client::Client::connect(target, token.map(str::to_owned))
+        .unwrap_or_else(|e| panic!("failed to reach the controller at {target}: {e}"));
+    let (status, body) = client
+        .send_raw(hyper::Method::GET, "/metrics", None)
+        .unwrap_or_else(|e| panic!("GET /metrics of the controller at {target} failed: {e}"));
+    let body = text(&body);
+    assert_eq!(status.as_u16(), 200, "{body}");
+    body
+}
+
+/// One request to the API over TCP at `addr` through `cadre-client`, with `token` if any:
+/// the status and the JSON body, whatever the status.
+fn over_tcp(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, Value) {
+    api(&Target::Tcp(addr.to_owned()), token, method, path, body)
 }
 
 /// Regression (issue 14): `/metrics` over TCP told anyone which user and job held each GPU
@@ -1536,12 +1536,12 @@ fn scrape(mut stream: impl Read + Write, token: Option<&str>) -> String {
 #[test]
 fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = up(1, 2, &["--listen", &addr]);
-    let tcp = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
+    let c = up(1, 2, &["--listen", &addr, "--insecure"]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
     let info = format!("job=\"{id}\"");
-    let anonymous = scrape(tcp(), None);
+    let tcp = Target::Tcp(addr.clone());
+    let anonymous = scrape(&tcp, None);
     assert!(
         anonymous
             .lines()
@@ -1553,20 +1553,16 @@ fn only_an_authenticated_scrape_sees_which_job_holds_each_gpu() {
         "an anonymous scrape shows who holds the GPUs:\n{anonymous}"
     );
     let (_, token) = token_for(&c, "nobody");
-    let authenticated = scrape(tcp(), Some(&token));
+    let authenticated = scrape(&tcp, Some(&token));
     assert!(
         authenticated
             .lines()
             .any(|l| l.starts_with("cadre_gpu_job_info{") && l.contains(&info)),
         "{authenticated}"
     );
-    let forged = scrape(tcp(), Some("not-a-token"));
+    let forged = scrape(&tcp, Some("not-a-token"));
     assert!(!forged.contains("cadre_gpu_job_info"), "{forged}");
-    let local = scrape(
-        std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
-            .expect("the socket"),
-        None,
-    );
+    let local = scrape(&c.target(), None);
     assert!(local.contains(&info), "{local}");
     c.ok(&["cancel", &id.to_string()]);
 }
@@ -1599,16 +1595,9 @@ fn closed_by_server(stream: &mut std::net::TcpStream) -> bool {
 
 /// `GET /api/v1/whoami` on a fresh TCP connection: whether it was answered 200.
 fn whoami_answers(addr: &str, token: &str) -> bool {
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return false;
-    };
-    let req = format!(
-        "GET /api/v1/whoami HTTP/1.1\r\nHost: cadre\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    );
-    let mut raw = Vec::new();
-    stream.write_all(req.as_bytes()).is_ok()
-        && stream.read_to_end(&mut raw).is_ok()
-        && raw.starts_with(b"HTTP/1.1 200")
+    cadre_client::Client::connect(&Target::Tcp(addr.to_owned()), Some(token.to_owned()))
+        .and_then(|mut client| client.send_raw(hyper::Method::GET, "/whoami", None))
+        .is_ok_and(|(status, _)| status == hyper::StatusCode::OK)
 }
 
 /// Regression (issue 14): the TCP listener had no cap on connections (3,000 half-open
@@ -1621,7 +1610,13 @@ fn connections_beyond_a_peers_cap_are_closed_at_once() {
     let c = up(
         1,
         0,
-        &["--listen", &addr, "--max-connections-per-peer", "4"],
+        &[
+            "--listen",
+            &addr,
+            "--insecure",
+            "--max-connections-per-peer",
+            "4",
+        ],
     );
     let (_, nobody) = token_for(&c, "nobody");
     let connect = || std::net::TcpStream::connect(&addr).expect("the controller listens on TCP");
@@ -1660,6 +1655,7 @@ fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
         &[
             "--listen",
             &addr,
+            "--insecure",
             "--header-timeout",
             "1",
             "--idle-timeout",
@@ -1686,20 +1682,31 @@ fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
     // connections have the same timeouts), through the agent's WebSocket.
     let id = c.submit(&["--", "sleep", "60"]);
     c.wait_for_state(id, "RUNNING");
-    let mut sock = std::os::unix::net::UnixStream::connect(run_dir_of(c.data()).join("cadre.sock"))
-        .expect("the controller's socket answers");
-    let body = r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#;
-    let req = format!(
-        "POST /api/v1/jobs/{id}/steps HTTP/1.1\r\nHost: cadre\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    sock.write_all(req.as_bytes()).expect("step request sent");
-    sock.set_read_timeout(Some(DEADLINE))
-        .expect("a read timeout");
+    let body: Value = serde_json::from_str(
+        r#"{"command":["sh","-c","sleep 4; echo survived"],"work_dir":"/tmp"}"#,
+    )
+    .expect("a step request");
+    let target = c.target();
     let mut raw = String::new();
-    sock.read_to_string(&mut raw)
-        .expect("the step's stream read");
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(async {
+            // The hang guard, as the socket's read timeout was.
+            tokio::time::timeout(DEADLINE, async {
+                let mut conn = cadre_client::Connection::open(&target, None).await?;
+                conn.stream_lines(&format!("/jobs/{id}/steps"), &body, |line| {
+                    raw.push_str(&text(line));
+                    raw.push('\n');
+                    Ok::<(), cadre_client::BoxError>(())
+                })
+                .await
+            })
+            .await
+            .unwrap_or_else(|_| panic!("the step's stream hung past {DEADLINE:?}"))
+        })
+        .unwrap_or_else(|e| panic!("the step's stream on {target}: {e}: {raw}{}", c.log()));
     assert!(
         raw.contains("survived") && raw.contains(r#""type":"ended""#),
         "the step's stream was cut: {raw}{}",

@@ -1279,7 +1279,16 @@ fn an_image_from_the_node_s_files_holds_a_job_not_of_root() {
         return;
     };
     let addr = format!("127.0.0.1:{}", free_port());
-    let c = Cluster::up_with(1, &["--container-runtime", &runtime, "--listen", &addr]);
+    let c = Cluster::up_with(
+        1,
+        &[
+            "--container-runtime",
+            &runtime,
+            "--listen",
+            &addr,
+            "--insecure",
+        ],
+    );
     // The user's own, which they may read (the runtime would load it as root).
     let files = tempfile::tempdir().expect("temporary directory");
     std::fs::set_permissions(files.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");

@@ -365,6 +365,20 @@ fn no_crate_has_modules_that_import_each_other_in_a_circle() {
         .collect();
     names.sort();
     assert!(names.len() >= 10, "only {names:?} found");
+    // Every crate of the workspace is read, new ones included.
+    let manifest = std::fs::read_to_string(crates.join("..").join("Cargo.toml"))
+        .expect("the workspace's Cargo.toml");
+    for member in manifest
+        .split('"')
+        .filter_map(|s| s.strip_prefix("crates/"))
+    {
+        assert!(
+            names
+                .iter()
+                .any(|n| n.file_name().is_some_and(|f| f == member)),
+            "the workspace's crate {member} is not read (found {names:?})"
+        );
+    }
     let cycles: Vec<String> = names
         .iter()
         .filter_map(|dir| {

@@ -683,3 +683,49 @@ fn a_running_jobs_time_limit_changes_where_it_runs_and_in_the_store() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
 }
+
+/// The controller's refusals reach the user in Slurm's words, chosen by the API's reason
+/// and by what was asked (`cadre_slurm::refusal`), with Slurm's exit codes: an unknown
+/// node of `scontrol update`, a hold of a job that has ended, an unknown QOS of `sbatch`
+/// (`$SLURM_EXIT_ERROR` applies to submissions only).
+#[test]
+fn refusals_are_told_in_slurms_words_by_their_reason() {
+    let c = Cluster::up();
+    let out = c.slurm(
+        "scontrol",
+        &["update", "NodeName=nosuch", "State=DRAIN", "Reason=x"],
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stderr).trim()),
+        (Some(1), "Invalid node name specified: nosuch"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let done = c.sbatch(&["--wrap", "true"]);
+    wait_until("the job completes", || c.state(done) == "COMPLETED");
+    let out = c.slurm("scontrol", &["hold", &done.to_string()]);
+    assert_eq!(
+        (out.status.code(), text(&out.stderr).trim().to_owned()),
+        (Some(1), format!("Job has already finished for job {done}")),
+    );
+
+    let mut sbatch = c.inner.command(c.bin.join("sbatch"));
+    let out = sbatch
+        .args(["--qos=nosuch", "--wrap", "true"])
+        .env("SLURM_EXIT_ERROR", "7")
+        .output()
+        .expect("sbatch runs");
+    assert_eq!(
+        (out.status.code(), text(&out.stderr).trim()),
+        (
+            Some(7),
+            "sbatch: error: Batch job submission failed: Invalid qos specification"
+        ),
+    );
+    let out = c.slurm(
+        "scontrol",
+        &["update", "NodeName=nosuch", "State=DRAIN", "Reason=x"],
+    );
+    assert_eq!(out.status.code(), Some(1), "SLURM_EXIT_ERROR is unset here");
+}

@@ -67,6 +67,9 @@ pub(crate) enum StopCause {
     Controller,
     /// The agent is shutting down.
     Shutdown,
+    /// The agent's lease ran out without a word from the controller (fencing): the
+    /// controller will requeue the run elsewhere.
+    Fenced,
 }
 
 /// Where a run alive on this node is.
@@ -100,6 +103,9 @@ pub(crate) enum Input {
     Disconnected,
     /// Stop everything and leave.
     Shutdown,
+    /// The lease ran out with the controller unheard: stop every run (each within
+    /// `kill_wait` at most), to be reported NODE_FAIL, and go on.
+    LeaseExpired { kill_wait: Duration },
 }
 
 /// What the caller must do.
@@ -235,6 +241,7 @@ impl Session {
             Input::Message(m) => self.message(m),
             Input::Report(e) => self.report(e),
             Input::Shutdown => Ok(self.shutdown()),
+            Input::LeaseExpired { kill_wait } => Ok(self.fence(kill_wait)),
         };
         #[cfg(debug_assertions)]
         self.check_invariants();
@@ -268,7 +275,9 @@ impl Session {
             }),
             (
                 Link::AwaitingWelcome { sent_up_to },
-                ControllerMessage::Welcome { version, node_id },
+                ControllerMessage::Welcome {
+                    version, node_id, ..
+                },
             ) => {
                 if version != PROTOCOL_VERSION {
                     return Err(SessionError::VersionMismatch {
@@ -438,9 +447,10 @@ impl Session {
                 ..
             } => {
                 let state = match (r.phase, state) {
-                    (RunPhase::Stopping(StopCause::Shutdown), JobState::Cancelled) => {
-                        JobState::NodeFail
-                    }
+                    (
+                        RunPhase::Stopping(StopCause::Shutdown | StopCause::Fenced),
+                        JobState::Cancelled,
+                    ) => JobState::NodeFail,
                     (_, s) => s,
                 };
                 self.forget(run);
@@ -464,6 +474,21 @@ impl Session {
                 out.push(Action::Stop {
                     run,
                     kill_wait: r.kill_wait,
+                });
+            }
+        }
+        out
+    }
+
+    /// Stops every run not stopping yet, for good reason but not its own.
+    fn fence(&mut self, kill_wait: Duration) -> Vec<Action> {
+        let mut out = Vec::new();
+        for (&run, r) in &mut self.runs {
+            if matches!(r.phase, RunPhase::Launching | RunPhase::Running) {
+                r.phase = RunPhase::Stopping(StopCause::Fenced);
+                out.push(Action::Stop {
+                    run,
+                    kill_wait: r.kill_wait.min(kill_wait),
                 });
             }
         }
@@ -582,6 +607,7 @@ mod tests {
             run_spec,
             time_limit_ms: None,
             step: None,
+            job_token: None,
         })
     }
 
@@ -606,6 +632,7 @@ mod tests {
         Input::Message(ControllerMessage::Welcome {
             version: PROTOCOL_VERSION,
             node_id: NodeId(3),
+            lease_ms: None,
         })
     }
 
@@ -851,6 +878,43 @@ mod tests {
     }
 
     #[test]
+    fn a_lapsed_lease_stops_every_run_as_a_node_failure_and_the_agent_goes_on() {
+        let mut s = up();
+        s.handle(msg(ControllerMessage::Launch(order(5)))).unwrap();
+        s.handle(Input::Disconnected).unwrap();
+        let a = s
+            .handle(Input::LeaseExpired {
+                kill_wait: Duration::from_secs(2),
+            })
+            .unwrap();
+        assert_eq!(
+            a,
+            vec![Action::Stop {
+                run: run(5),
+                kill_wait: Duration::from_secs(2)
+            }],
+            "the fence's kill wait, shorter than the run's own"
+        );
+        let a = s
+            .handle(Input::Report(ended(5, JobState::Cancelled)))
+            .unwrap();
+        assert!(a.is_empty(), "kept for the controller while disconnected");
+        assert!(
+            s.outbox.iter().any(|e| matches!(
+                e.event,
+                TaskEvent::Ended {
+                    state: JobState::NodeFail,
+                    ..
+                }
+            )),
+            "reported as a node failure, to be requeued"
+        );
+        // Not shutting down: it takes new runs once back.
+        assert!(!s.shutting_down);
+        assert!(s.is_idle());
+    }
+
+    #[test]
     fn illegal_transitions_are_errors() {
         let mut s = Session::new("n1".into(), report(), 1, 100);
         assert!(matches!(
@@ -874,6 +938,7 @@ mod tests {
             .handle(msg(ControllerMessage::Welcome {
                 version: PROTOCOL_VERSION + 1,
                 node_id: NodeId(0),
+                lease_ms: None,
             }))
             .unwrap_err();
         assert!(e.is_fatal());

@@ -432,7 +432,11 @@ fn prepare(
                 source,
             }
         })?;
-        let token = cadre_proto::job_token::make(&ctx.agent_key, order.run.job, order.run.run);
+        // The controller's token; an older controller sends none, and the key makes it.
+        let token = match &order.job_token {
+            Some(t) => t.0.clone(),
+            None => cadre_proto::job_token::make(&ctx.agent_key, order.run.job, order.run.run),
+        };
         let means = crate::workload::NodeMeans {
             mounts: ctx.mounts,
             runtime: ctx.container_runtime.as_deref(),

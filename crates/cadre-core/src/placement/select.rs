@@ -32,6 +32,9 @@ pub(super) struct Cand {
     pub idle: bool,
     /// Aggregate free amounts, for the best-fit order.
     pub free: Amounts,
+    /// Eligible nodes this candidate stands for, itself included: equal nodes of higher ids
+    /// left out of the candidates count here where placement counts over whole leaves.
+    pub weight: u32,
 }
 
 /// Recounts a node in the middle of a trial.
@@ -199,7 +202,7 @@ impl Engine<'_> {
             leaf_idle: vec![0; self.slots],
         };
         for c in self.cands {
-            s.leaf_idle[c.leaf_key as usize] += u32::from(c.idle);
+            s.leaf_idle[c.leaf_key as usize] += u32::from(c.idle) * c.weight;
         }
         let span = self.job.topology.span;
         let limit = match span {
@@ -289,7 +292,10 @@ impl Engine<'_> {
             .iter()
             .enumerate()
             .map(|(leaf, dom)| {
-                let r = dom.iter().map(|&i| u64::from(self.cap(i, main))).sum();
+                let r = dom
+                    .iter()
+                    .map(|&i| u64::from(self.cap(i, main)) * u64::from(self.cands[i].weight))
+                    .sum();
                 (r, leaf)
             })
             .collect();

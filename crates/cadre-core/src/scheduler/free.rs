@@ -19,20 +19,6 @@ pub(super) struct FreeSummary {
     /// Whole GPUs free per node, as counted in `whole_gpus`.
     node_whole: Vec<u32>,
     node_free: Vec<Amounts>,
-    /// Nodes by whole GPUs free (index k: a bit set of the nodes with exactly k), so that
-    /// placement scans only the nodes where a task of whole GPUs can go rather than every
-    /// node. Bit sets keep the lists in node order without sorting, and cost a few words.
-    by_whole: Vec<Vec<u64>>,
-    /// Per partition, the bit set of its nodes.
-    members: Vec<Vec<u64>>,
-}
-
-fn bit_set(n: usize, nodes: impl IntoIterator<Item = NodeId>) -> Vec<u64> {
-    let mut bits = vec![0u64; n.div_ceil(64)];
-    for node in nodes {
-        bits[node.0 as usize / 64] |= 1 << (node.0 % 64);
-    }
-    bits
 }
 
 fn whole_gpus_free(cluster: &Cluster, n: NodeId) -> u32 {
@@ -77,17 +63,6 @@ impl FreeSummary {
                 true => 0,
             })
             .collect();
-        let by_whole = (0..=max_gpus as u32)
-            .map(|k| {
-                let with_k = (0..n).filter(|&i| node_whole[i] == k);
-                bit_set(n, with_k.map(|i| NodeId(i as u32)))
-            })
-            .collect();
-        let members = cluster
-            .partitions
-            .iter()
-            .map(|part| bit_set(n, part.nodes.iter().copied()))
-            .collect();
         let mut total = vec![Amounts::ZERO; cluster.partitions.len()];
         let mut whole_gpus = vec![vec![0u32; max_gpus + 1]; cluster.partitions.len()];
         for (p, part) in cluster.partitions.iter().enumerate() {
@@ -101,36 +76,7 @@ impl FreeSummary {
             whole_gpus,
             node_whole,
             node_free,
-            by_whole,
-            members,
         }
-    }
-
-    /// The nodes of partition `p` with at least `gpus` whole GPUs free now, ascending:
-    /// every node of `p` where a task of `gpus` whole GPUs can go now is among them (a node
-    /// that is not up or is held exclusively counts none). `None` when `gpus` is 0 or the
-    /// list would hold every node of the partition.
-    pub(super) fn nodes_with_whole(&self, p: PartitionId, gpus: u32) -> Option<Vec<NodeId>> {
-        let k = gpus as usize;
-        if k == 0 {
-            return None;
-        }
-        if k >= self.by_whole.len() {
-            return Some(Vec::new());
-        }
-        let members = &self.members[p.0 as usize];
-        let mut out = Vec::new();
-        let mut all = true;
-        for (w, &member) in members.iter().enumerate() {
-            let with = self.by_whole[k..].iter().fold(0, |acc, set| acc | set[w]);
-            all &= with & member == member;
-            let mut bits = with & member;
-            while bits != 0 {
-                out.push(NodeId(w as u32 * 64 + bits.trailing_zeros()));
-                bits &= bits - 1;
-            }
-        }
-        (!all).then_some(out)
     }
 
     /// False when the job certainly cannot start now in partition `p`.
@@ -166,9 +112,6 @@ impl FreeSummary {
                 self.whole_gpus[p][whole as usize] += 1;
             }
             self.node_free[i] = free;
-            let (word, bit) = (i / 64, 1u64 << (i % 64));
-            self.by_whole[self.node_whole[i] as usize][word] &= !bit;
-            self.by_whole[whole as usize][word] |= bit;
             self.node_whole[i] = whole;
         }
     }

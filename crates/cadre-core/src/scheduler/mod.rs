@@ -76,6 +76,7 @@
 //! - the counts are exact after the replacement ([`QuotaBook::check_counts`]), and the
 //!   limits are an invariant again once no gang is counted above them.
 
+mod classes;
 #[cfg(test)]
 mod equivalence;
 mod explain;
@@ -87,6 +88,7 @@ mod reason;
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
 
+use classes::NodeClasses;
 use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
@@ -433,6 +435,8 @@ pub struct Scheduler {
     usage: UsageRates,
     /// What is free now, per partition, kept up to date as jobs start and end.
     free: FreeSummary,
+    /// The nodes by what placement sees of them, kept up to date with `free`.
+    classes: NodeClasses,
     /// What would be free were every up node idle; rebuilt after node state changes.
     idle_free: Option<FreeSummary>,
     /// Shapes known never to fit the up nodes, and shapes already checked, since the nodes
@@ -516,6 +520,7 @@ impl Scheduler {
             .map(|n| u64::from(cluster.shapes[n.shape.0 as usize].cores))
             .sum();
         let free = FreeSummary::new(&cluster);
+        let classes = NodeClasses::new(&cluster);
         Ok(Scheduler {
             cluster,
             policy,
@@ -533,6 +538,7 @@ impl Scheduler {
             usage: UsageRates::default(),
             workload: WorkloadProfile::default(),
             free,
+            classes,
             idle_free: None,
             never_fits: HashMap::new(),
             checked_shapes: BTreeSet::new(),
@@ -660,6 +666,7 @@ impl Scheduler {
             } => self.node_avail(node, avail, reason),
             Event::SetNodeFeatures { node, features } => {
                 self.node_mut(node)?.features = features;
+                self.classes.refresh_static(&self.cluster, node);
                 self.forget_fits();
                 Ok(Vec::new())
             }
@@ -1185,7 +1192,9 @@ impl Scheduler {
         let amounts = job.spec_amounts_held();
         let alloc = job.allocation.take().unwrap_or_default();
         self.cluster.release(id, &alloc);
-        self.free.refresh(&self.cluster, &alloc.nodes());
+        let nodes = alloc.nodes();
+        self.free.refresh(&self.cluster, &nodes);
+        self.classes.refresh(&self.cluster, &nodes);
         let released = self
             .quota
             .release(job.queue, &job.spec.account, &job.spec.user, amounts);
@@ -1252,6 +1261,7 @@ impl Scheduler {
         n.reason = if avail == NodeAvail::Up { None } else { reason };
         let on_node: Vec<JobId> = n.usage.jobs.keys().copied().collect();
         self.free.refresh(&self.cluster, &[node]);
+        self.classes.refresh(&self.cluster, &[node]);
         self.idle_free = None;
         self.forget_fits();
         let mut out = Vec::new();
@@ -1352,6 +1362,7 @@ impl Scheduler {
         }
         let touched: Vec<NodeId> = per_node.iter().map(|(n, _)| *n).collect();
         self.free.refresh(&self.cluster, &touched);
+        self.classes.refresh(&self.cluster, &touched);
         job.state = next;
         job.ever_started = true;
         job.start_time = Some(start_time);
@@ -1537,6 +1548,7 @@ impl Scheduler {
         if self.free != FreeSummary::new(&self.cluster) {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
+        self.classes.check(&self.cluster)?;
         Ok(())
     }
 }
@@ -1559,16 +1571,20 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::place`] on the nodes of partition `part`, scanning only those with as
-    /// many whole GPUs free as the job's smallest task of whole GPUs needs, when every
-    /// task asks for whole GPUs: the other nodes take none of its tasks now, so the answer
-    /// is the same, for a fraction of the work on a busy cluster.
+    /// [`Scheduler::place`] on the nodes of partition `part`, looking only at the first few
+    /// nodes of each class of equal nodes ([`NodeClasses`]) with as many whole GPUs free as
+    /// the job's smallest task of whole GPUs needs, as many as the job has tasks: the other
+    /// nodes take none of its tasks now, or would lose to an equal node of a lower id, so
+    /// the answer is the same, for a fraction of the work on a large cluster.
     pub(crate) fn place_in(
         &self,
         spec: &JobSpec,
         part: PartitionId,
     ) -> Result<Allocation, PlacementFailure> {
         let nodes = &self.cluster.partition(part).nodes;
+        if self.reference {
+            return self.place(spec, nodes);
+        }
         let least_whole = spec
             .groups
             .iter()
@@ -1579,13 +1595,13 @@ impl Scheduler {
             })
             .min()
             .unwrap_or(0);
-        let scan = match self.reference {
-            true => None,
-            false => self.free.nodes_with_whole(part, least_whole),
-        };
-        let Some(scan) = scan else {
-            return self.place(spec, nodes);
-        };
+        let tasks = spec
+            .groups
+            .iter()
+            .fold(0u32, |sum, g| sum.saturating_add(g.count));
+        let scan = self
+            .classes
+            .representatives(&self.cluster, part, least_whole, tasks);
         let profile = match self.policy.placement {
             PlacementRule::BestFit => None,
             PlacementRule::Fragmentation => Some(&self.workload),

@@ -79,11 +79,23 @@ impl Scheduler {
         let mut blocked_seen = 0u32;
         let mut failed: HashMap<u32, Failed> = HashMap::new();
         let mut victims = None;
+        // Pending reasons decided in this pass, written once it is over in one sweep over
+        // the job table (nothing in the pass reads a pending job's reason).
+        let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
 
-        let head = order.first().map(|(_, id)| *id);
+        let head = order.first().map(|(_, id, _)| *id);
         // Running tasks of arrays with a `%N` limit, counted when first needed.
         let mut array_running: HashMap<JobId, u32> = HashMap::new();
-        for (tested, (_, id)) in order.into_iter().enumerate() {
+        let partitions = self.cluster.partitions.len();
+        for (tested, (_, id, array_limited)) in order.into_iter().enumerate() {
+            // Strict order with every partition blocked: every job left waits on `Priority`
+            // (but an array task at its array's limit, which says so), decided without
+            // reading it. This keeps a strict-order pass on a deep queue the cheapest one.
+            if self.policy.strict_order && !array_limited && blocked_partitions.len() == partitions
+            {
+                reasons.push((id, PendingReason::Priority));
+                continue;
+            }
             let job = &self.jobs[&id];
             let part = job.partition;
             let limited = job
@@ -101,27 +113,26 @@ impl Scheduler {
                         .count() as u32
                 });
                 if running >= max {
-                    self.set_reason(id, PendingReason::Limit("JobArrayTaskLimit".into()));
+                    reasons.push((id, PendingReason::Limit("JobArrayTaskLimit".into())));
                     continue;
                 }
             }
-            let job = &self.jobs[&id];
             // Like Slurm: jobs are started in order while they fit; once one is held back,
             // only the first `max_job_test` jobs of the order are tried (bf_max_job_test).
             let anything_blocked = blocked_seen > 0 || !blocked_partitions.is_empty();
             if tested >= backfill.max_job_test as usize && anything_blocked {
-                self.set_reason(id, PendingReason::Priority);
+                reasons.push((id, PendingReason::Priority));
                 continue;
             }
             if self.policy.strict_order && blocked_partitions.contains(&part) {
-                self.set_reason(id, PendingReason::Priority);
+                reasons.push((id, PendingReason::Priority));
                 continue;
             }
             if !job.awaiting_victims.is_empty() {
                 // Victims are still stopping; their resources become this job's when they end.
                 let p = profile.get_or_insert_with(|| self.profile(now));
                 self.hold_for_preemptor(p, id, now);
-                self.set_reason(id, PendingReason::Preempting);
+                reasons.push((id, PendingReason::Preempting));
                 blocked_partitions.insert(part);
                 continue;
             }
@@ -136,13 +147,13 @@ impl Scheduler {
                         if !decisions.is_empty() {
                             victims = None;
                             out.extend(decisions);
-                            self.set_reason(id, PendingReason::Preempting);
+                            reasons.push((id, PendingReason::Preempting));
                             let p = profile.get_or_insert_with(|| self.profile(now));
                             self.hold_for_preemptor(p, id, now);
                             continue;
                         }
                     }
-                    self.set_reason(id, PendingReason::Limit(block.reason().to_string()));
+                    reasons.push((id, PendingReason::Limit(block.reason().to_string())));
                     continue;
                 }
             }
@@ -160,7 +171,7 @@ impl Scheduler {
             let placed = match failed.get(&key) {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
-                    self.set_reason(id, PendingReason::Priority);
+                    reasons.push((id, PendingReason::Priority));
                     continue;
                 }
                 _ if !self.free.may_fit(part, job) => {
@@ -226,7 +237,7 @@ impl Scheduler {
                             }
                         }
                         None => {
-                            self.set_reason(id, PendingReason::Priority);
+                            reasons.push((id, PendingReason::Priority));
                             blocked_partitions.insert(part);
                             let least = match failed.get(&key) {
                                 Some(Failed::Holds { end: e }) => end.min(*e),
@@ -237,10 +248,10 @@ impl Scheduler {
                     }
                 }
                 Err(fail) if fail.is_permanent() => {
-                    self.set_reason(id, PendingReason::from_placement(&fail));
+                    reasons.push((id, PendingReason::from_placement(&fail)));
                 }
                 Err(fail) => {
-                    self.set_reason(id, PendingReason::from_placement(&fail));
+                    reasons.push((id, PendingReason::from_placement(&fail)));
                     if self.policy.strict_order {
                         blocked_partitions.insert(part);
                         continue;
@@ -267,7 +278,7 @@ impl Scheduler {
                         if !decisions.is_empty() {
                             victims = None;
                             out.extend(decisions);
-                            self.set_reason(id, PendingReason::Preempting);
+                            reasons.push((id, PendingReason::Preempting));
                             let p = profile.get_or_insert_with(|| self.profile(now));
                             self.hold_for_preemptor(p, id, now);
                             continue;
@@ -291,6 +302,7 @@ impl Scheduler {
             }
         }
         self.reservations = reservations;
+        self.write_reasons(reasons);
         self.head_blocked = head.is_some_and(|id| {
             self.jobs.get(&id).is_some_and(|j| {
                 j.state == JobState::Pending
@@ -340,26 +352,51 @@ impl Scheduler {
         Some(spec)
     }
 
-    fn set_reason(&mut self, id: JobId, reason: PendingReason) {
-        if let Some(job) = self.jobs.get_mut(&id) {
-            job.reason = reason;
+    /// Sets the pending reasons decided in a pass (a job may be named more than once: the
+    /// last reason holds), in one sweep over the job table in id order.
+    fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
+        reasons.sort_by_key(|r| r.0);
+        let mut reasons = reasons.into_iter().peekable();
+        for (id, job) in self.jobs.iter_mut() {
+            if reasons.peek().is_none() {
+                break;
+            }
+            while let Some((_, reason)) = reasons.next_if(|r| r.0 == *id) {
+                job.reason = reason;
+            }
         }
     }
 
     /// The eligible pending jobs in scheduling order; sets the reason of the others.
-    fn eligible_order(&mut self, now: Time) -> Vec<(OrderKey, JobId)> {
-        let mut order = Vec::with_capacity(self.pending.len());
-        let pending: Vec<JobId> = self.pending.iter().copied().collect();
-        for id in pending {
-            let job = &self.jobs[&id];
+    ///
+    /// Two sweeps over the job table in id order (one reading, one writing what was read)
+    /// rather than two searches per pending job: on a deep queue the searches, each a walk
+    /// down a large tree, cost more than everything else the ordering does.
+    ///
+    /// Each job comes with whether it is an array task whose array limits its running tasks.
+    fn eligible_order(&mut self, now: Time) -> Vec<(OrderKey, JobId, bool)> {
+        let mut assessed: Vec<(JobId, u64, Option<PendingReason>)> =
+            Vec::with_capacity(self.pending.len());
+        let mut pending = self.pending.iter().peekable();
+        for (&id, job) in &self.jobs {
+            if pending.next_if_eq(&&id).is_none() {
+                continue;
+            }
             let blocker = self.blocker(job, now);
             let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now);
             let priority = self.policy.priority.priority(&factors);
-            let tier = self.cluster.partition(job.partition).priority_tier;
-            let job = self
-                .jobs
-                .get_mut(&id)
-                .expect("pending jobs are in the job table");
+            assessed.push((id, priority, blocker));
+        }
+        debug_assert!(
+            pending.next().is_none(),
+            "pending jobs are in the job table"
+        );
+        let mut order = Vec::with_capacity(assessed.len());
+        let mut assessed = assessed.into_iter().peekable();
+        for (&id, job) in self.jobs.iter_mut() {
+            let Some((_, priority, blocker)) = assessed.next_if(|a| a.0 == id) else {
+                continue;
+            };
             job.priority = priority;
             if let Some(reason) = blocker {
                 if !matches!(
@@ -372,6 +409,7 @@ impl Scheduler {
                 continue;
             }
             job.eligible_since.get_or_insert(now);
+            let tier = self.cluster.partition(job.partition).priority_tier;
             // A job that preempted others goes first, as Slurm evaluates preemptors first:
             // what its victims freed is its own, and no lower job takes it back.
             let key = (
@@ -382,7 +420,8 @@ impl Scheduler {
                 job.spec.submit_time,
                 id,
             );
-            order.push((key, id));
+            let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
+            order.push((key, id, array_limited));
         }
         order.sort_unstable();
         order
@@ -506,8 +545,14 @@ impl Scheduler {
 
     /// The profile of what will be free when, from the active jobs' end times.
     fn profile(&self, now: Time) -> Profile {
-        let ends = self.active.iter().map(|id| {
-            let job = &self.jobs[id];
+        // One sweep over the job table in id order (the order of `active`), rather than a
+        // search per running job.
+        let mut active = self.active.iter().peekable();
+        let running = self
+            .jobs
+            .iter()
+            .filter(move |(id, _)| active.next_if_eq(id).is_some());
+        let ends = running.map(|(_, job)| {
             let limit_end = job.end_time.unwrap_or(Time::NEVER);
             let end = match job.stopping {
                 // A job asked to stop ends within its grace time, or at its time limit.

@@ -6,7 +6,8 @@
 use super::{Body, act, own_job, read_store};
 use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::engine::{Command, EngineHandle, JobAction};
+use crate::controller::JobAction;
+use crate::engine::{Command, EngineHandle};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -196,9 +197,9 @@ pub(super) async fn list_steps(
         .filter_map(|rec| {
             let job = owners.get(&rec.job)?;
             (who.admin || job.spec.user == who.user).then(|| {
-                crate::engine::step_view(
+                crate::controller::step_view(
                     rec,
-                    &crate::engine::StepJob {
+                    &crate::controller::StepJob {
                         user: &job.spec.user,
                         account: &job.spec.account,
                         partition: &job.partition,
@@ -227,7 +228,7 @@ pub(super) async fn job_steps(
         })
     })
     .await?;
-    let j = crate::engine::StepJob {
+    let j = crate::controller::StepJob {
         user: &job.spec.user,
         account: &job.spec.account,
         partition: &job.partition,
@@ -236,7 +237,7 @@ pub(super) async fn job_steps(
     Ok(Json(StepList {
         steps: steps
             .iter()
-            .map(|r| crate::engine::step_view(r, &j))
+            .map(|r| crate::controller::step_view(r, &j))
             .collect(),
     }))
 }

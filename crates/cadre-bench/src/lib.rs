@@ -1,0 +1,51 @@
+//! cadre's benchmarks, run as `cadre bench ...` (the `cadre` binary hands its `bench`
+//! subcommand to [`run`]):
+//! - [`scheduler`]: full scheduling passes on a large cluster with a deep queue;
+//! - [`openb`]: GPU allocation rate on the Alibaba openb trace (the FGD paper's packing
+//!   protocol);
+//! - [`api`]: the controller measured from outside: durable submissions per second through
+//!   the API, and submit-to-first-instruction latency on an idle cluster;
+//! - [`vs_slurm`]: the same workloads on cadre and on the reference Slurm running on this
+//!   machine, one after the other.
+//!
+//! The benchmarks that need a controller start the running executable (`cadre server`,
+//! `cadre up --detach`) as their own processes, so that they measure it as users meet it.
+//! Not here: anything a test asserts (figures are measured and reported, never asserted).
+
+pub mod api;
+pub mod openb;
+pub mod scheduler;
+pub mod vs_slurm;
+
+use anyhow::Result;
+use clap::Subcommand;
+use std::process::ExitCode;
+
+/// `cadre bench`'s subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Time full scheduling passes on a large cluster with a deep queue.
+    Scheduler(scheduler::SchedulerBenchArgs),
+    /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
+    Openb(openb::OpenbBenchArgs),
+    /// Durable submissions per second through the API from concurrent clients, and the
+    /// controller's memory with the queue they leave.
+    Submit(api::SubmitBenchArgs),
+    /// Submit-to-first-instruction latency of jobs on an idle cluster.
+    Launch(api::LaunchBenchArgs),
+    /// The same workloads on cadre and on the reference Slurm running on this machine, one
+    /// after the other: submission throughput, submit-to-start latency, a Philly trace
+    /// replay and the largest pending queue that still starts a job within 1 s.
+    VsSlurm(vs_slurm::VsSlurmArgs),
+}
+
+/// Runs the benchmark `command` and prints its figures.
+pub fn run(command: &BenchCommand) -> Result<ExitCode> {
+    match command {
+        BenchCommand::Scheduler(args) => scheduler::run_scheduler(args),
+        BenchCommand::Openb(args) => openb::run_openb(args),
+        BenchCommand::Submit(args) => api::run_submit(args),
+        BenchCommand::Launch(args) => api::run_launch(args),
+        BenchCommand::VsSlurm(args) => vs_slurm::run(args),
+    }
+}

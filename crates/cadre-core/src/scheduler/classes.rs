@@ -1,0 +1,244 @@
+//! Nodes grouped by everything placement sees of them, kept up to date between passes, so
+//! that a placement looks at a few nodes of each kind instead of every node.
+//!
+//! # Given
+//! The cluster and its live usage. Placement decides on a node from its shape, leaf switch,
+//! NVLink block, features, labels, state, whether an exclusive job holds it, whether
+//! anything runs on it, and which cores, GPUs (milli-GPUs per device), NICs, memory and
+//! named resources are in use ([`crate::placement`]). Two nodes equal in all of these are
+//! the same to it but for their ids.
+//!
+//! # Decided
+//! A class per distinct such state, with its members in node order; for a job that can use
+//! at most `m` nodes, the first `m` members of each class (of its partition) stand for the
+//! class, the last one counting for the members left out ([`NodeClasses::representatives`]).
+//!
+//! # Must hold
+//! Placement on the representatives gives the allocation placement on every node gives:
+//! within a class the nodes differ in their id alone, every choice placement makes among
+//! equal nodes falls on the lowest ids (its keys end on the node id), and a job never uses
+//! more nodes than it has tasks, so the nodes it uses in a class are always among the first
+//! `m`. What placement counts over whole leaves (idle nodes under a leaf, the room of a
+//! leaf) comes from the weights. The scheduler's equivalence test checks decisions against
+//! a scheduler without this index; [`NodeClasses::check`] checks the index against the
+//! cluster.
+
+use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use std::collections::{BTreeSet, HashMap};
+
+/// What never changes while a node is up, but by an administrator's hand: interned per
+/// node so that a usage change hashes no strings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct StaticKey {
+    shape: u16,
+    leaf: Option<u32>,
+    block: Option<u32>,
+    features: Vec<String>,
+    labels: Vec<(String, String)>,
+}
+
+/// A node as placement sees it, but for its id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ClassKey {
+    kind: u32,
+    avail: NodeAvail,
+    idle: bool,
+    exclusive: bool,
+    cores: Vec<usize>,
+    gpu_milli: Vec<u32>,
+    nics: Vec<usize>,
+    mem_mib: u64,
+    named: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Class {
+    members: BTreeSet<NodeId>,
+    /// Whole GPUs free on each member (0 on a node that is not up or is held exclusively).
+    whole_gpus: u32,
+}
+
+/// The classes of the cluster's nodes.
+#[derive(Clone, Debug, Default)]
+pub(super) struct NodeClasses {
+    kinds: HashMap<StaticKey, u32>,
+    kind_of: Vec<u32>,
+    by_key: HashMap<ClassKey, u32>,
+    /// Indexed by class id; a class without members is free for reuse.
+    classes: Vec<Class>,
+    keys: Vec<Option<ClassKey>>,
+    unused: Vec<u32>,
+    class_of: Vec<u32>,
+}
+
+fn static_key(cluster: &Cluster, n: NodeId) -> StaticKey {
+    let node = cluster.node(n);
+    StaticKey {
+        shape: node.shape.0,
+        leaf: node.leaf.map(|l| l.0),
+        block: node.block.map(|b| b.0),
+        features: node.features.clone(),
+        labels: node
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+fn whole_gpus(cluster: &Cluster, n: NodeId) -> u32 {
+    let node = cluster.node(n);
+    if node.avail != NodeAvail::Up || node.usage.exclusive.is_some() {
+        return 0;
+    }
+    node.usage.gpu_milli.iter().filter(|&&m| m == 0).count() as u32
+}
+
+impl NodeClasses {
+    pub(super) fn new(cluster: &Cluster) -> NodeClasses {
+        let n = cluster.nodes.len();
+        let mut classes = NodeClasses {
+            kind_of: vec![0; n],
+            class_of: vec![u32::MAX; n],
+            ..NodeClasses::default()
+        };
+        for i in 0..n as u32 {
+            classes.set_kind(cluster, NodeId(i));
+            classes.place(cluster, NodeId(i));
+        }
+        classes
+    }
+
+    fn set_kind(&mut self, cluster: &Cluster, n: NodeId) {
+        let key = static_key(cluster, n);
+        let next = self.kinds.len() as u32;
+        self.kind_of[n.0 as usize] = *self.kinds.entry(key).or_insert(next);
+    }
+
+    fn key(&self, cluster: &Cluster, n: NodeId) -> ClassKey {
+        let node = cluster.node(n);
+        let u = &node.usage;
+        ClassKey {
+            kind: self.kind_of[n.0 as usize],
+            avail: node.avail,
+            idle: u.jobs.is_empty(),
+            exclusive: u.exclusive.is_some(),
+            cores: u.cores.as_slice().to_vec(),
+            gpu_milli: u.gpu_milli.clone(),
+            nics: u.nics.as_slice().to_vec(),
+            mem_mib: u.mem_mib,
+            named: u.named.clone(),
+        }
+    }
+
+    /// Puts a node that is in no class into the class of its state.
+    fn place(&mut self, cluster: &Cluster, n: NodeId) {
+        let key = self.key(cluster, n);
+        let id = match self.by_key.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = match self.unused.pop() {
+                    Some(id) => id,
+                    None => {
+                        self.classes.push(Class::default());
+                        self.keys.push(None);
+                        self.classes.len() as u32 - 1
+                    }
+                };
+                self.classes[id as usize].whole_gpus = whole_gpus(cluster, n);
+                self.keys[id as usize] = Some(key.clone());
+                self.by_key.insert(key, id);
+                id
+            }
+        };
+        self.classes[id as usize].members.insert(n);
+        self.class_of[n.0 as usize] = id;
+    }
+
+    /// Moves nodes whose usage or state changed to the class of their new state.
+    pub(super) fn refresh(&mut self, cluster: &Cluster, nodes: &[NodeId]) {
+        for &n in nodes {
+            let old = self.class_of[n.0 as usize];
+            let class = &mut self.classes[old as usize];
+            class.members.remove(&n);
+            if class.members.is_empty() {
+                if let Some(key) = self.keys[old as usize].take() {
+                    self.by_key.remove(&key);
+                }
+                self.unused.push(old);
+            }
+            self.place(cluster, n);
+        }
+    }
+
+    /// A node's features changed: its kind, and so its class, may differ.
+    pub(super) fn refresh_static(&mut self, cluster: &Cluster, n: NodeId) {
+        self.set_kind(cluster, n);
+        self.refresh(cluster, &[n]);
+    }
+
+    /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0),
+    /// its first `per_class` nodes in partition `p`, each weighing 1 but the last, which
+    /// also counts the class's nodes in `p` left out. Ascending by node.
+    pub(super) fn representatives(
+        &self,
+        cluster: &Cluster,
+        p: PartitionId,
+        gpus: u32,
+        per_class: u32,
+    ) -> Vec<(NodeId, u32)> {
+        let whole_cluster = cluster.partition(p).nodes.len() == cluster.nodes.len();
+        let in_p = |n: &NodeId| whole_cluster || cluster.node(*n).partitions.contains(&p);
+        let per_class = per_class.max(1) as usize;
+        let mut out = Vec::new();
+        for class in &self.classes {
+            if class.members.is_empty() || class.whole_gpus < gpus {
+                continue;
+            }
+            let start = out.len();
+            let mut members = class.members.iter().filter(|n| in_p(n));
+            out.extend(members.by_ref().take(per_class).map(|&n| (n, 1)));
+            if out.len() == start {
+                continue;
+            }
+            let rest = if whole_cluster {
+                class.members.len() - (out.len() - start)
+            } else {
+                members.count()
+            };
+            if let Some(last) = out.last_mut() {
+                last.1 += rest as u32;
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Whether every node is in the class of its state, and the classes hold nothing else.
+    pub(super) fn check(&self, cluster: &Cluster) -> Result<(), String> {
+        for i in 0..cluster.nodes.len() {
+            let n = NodeId(i as u32);
+            let ours = self.class_of[i] as usize;
+            if !self.classes[ours].members.contains(&n) {
+                return Err(format!("node {n:?} is missing from its class"));
+            }
+            let key = self.key(cluster, n);
+            if self.keys[ours].as_ref() != Some(&key)
+                || self.by_key.get(&key) != Some(&(ours as u32))
+            {
+                return Err(format!("node {n:?} is in the class of another state"));
+            }
+            if self.classes[ours].whole_gpus != whole_gpus(cluster, n) {
+                return Err(format!("node {n:?}'s class counts other whole GPUs"));
+            }
+        }
+        let members: usize = self.classes.iter().map(|c| c.members.len()).sum();
+        if members != cluster.nodes.len() {
+            return Err(format!(
+                "the node classes hold {members} nodes, the cluster has {}",
+                cluster.nodes.len()
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! Live updates: `GET /ui/live`, a stream of server-sent events that says when what the
+//! pages show has changed, so that they fetch it again without a reload.
+//!
+//! **Given** the controller's live state, read on the engine thread. **Decided** here: a
+//! digest of what the pages show (each job's state, hold and reason; each node's state,
+//! reason, connection and GPUs in use), taken every [`PERIOD`] while a page listens and
+//! never otherwise; an event (`change`, the digest as data) to every listener when it moves.
+//! One watcher serves every listener: the engine's cost does not grow with the number of
+//! open pages. **Must hold**: a change of what the digest covers reaches every listener
+//! within a period and the time of one read.
+
+use crate::api_error::ApiError;
+use crate::auth::Principal;
+use crate::controller::Controller;
+use crate::engine::EngineHandle;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use cadre_core::cluster::NodeId;
+use futures_util::Stream;
+use std::convert::Infallible;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+/// How often the watcher looks while a page listens.
+pub const PERIOD: Duration = Duration::from_millis(250);
+
+/// The digest of what the pages show.
+pub fn digest(c: &Controller) -> u64 {
+    let mut h = DefaultHasher::new();
+    let sched = c.sched();
+    for j in sched.jobs() {
+        (j.id.0, j.state, j.hold.is_some(), j.reason.as_str()).hash(&mut h);
+    }
+    let cluster = sched.cluster();
+    for i in 0..cluster.nodes.len() {
+        let id = NodeId(i as u32);
+        let node = cluster.node(id);
+        (
+            cluster.node_state(id),
+            &node.reason,
+            c.is_connected(id),
+            &node.usage.gpu_milli,
+            node.usage.amounts().cpus,
+        )
+            .hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Watches the controller for as long as it answers, looking only while a page listens.
+pub async fn watch_changes(
+    engine: EngineHandle,
+    dashboard: std::sync::Arc<crate::dashboard::Dashboard>,
+) {
+    let mut ticker = tokio::time::interval(PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if dashboard.changes.receiver_count() == 0 {
+            continue;
+        }
+        let Ok(d) = engine.read(digest).await else {
+            return;
+        };
+        dashboard.changes.send_if_modified(|old| {
+            let moved = *old != d;
+            *old = d;
+            moved
+        });
+    }
+}
+
+/// `GET /ui/live`: `change` events for as long as the page stays.
+pub async fn stream(
+    State(st): State<AppState>,
+    _who: Principal,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let rx = st.dashboard.changes.subscribe();
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        let d = *rx.borrow_and_update();
+        Some((Ok(Event::default().event("change").data(d.to_string())), rx))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
