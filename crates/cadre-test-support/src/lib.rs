@@ -28,10 +28,18 @@ pub use cadre_client::Target;
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Waits until `done` says yes, panicking with `what` after [`DEADLINE`].
-pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait_until_or(what, done, String::new)
+}
+
+/// [`wait_until`], whose panic also carries what `explain` finds then (logs, files): a
+/// wait that gives up in CI must say why without a second run.
+pub fn wait_until_or(what: &str, mut done: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
     let deadline = Instant::now() + DEADLINE;
     while !done() {
-        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        if Instant::now() >= deadline {
+            panic!("gave up waiting: {what}{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -388,6 +396,21 @@ impl Cluster {
     pub fn log(&self) -> String {
         let log = std::fs::read_to_string(self.path("cadre.log")).unwrap_or_default();
         format!("\n--- cadre.log ---\n{log}")
+    }
+
+    /// The controller's log and every agent's (`agents/<node>.log`), for a failure's message.
+    pub fn logs(&self) -> String {
+        let mut all = self.log();
+        let mut agents: Vec<PathBuf> = std::fs::read_dir(self.path("agents"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        agents.retain(|p| p.extension().is_some_and(|e| e == "log"));
+        agents.sort();
+        for agent in agents {
+            let log = std::fs::read_to_string(&agent).unwrap_or_default();
+            all.push_str(&format!("\n--- {} ---\n{log}", agent.display()));
+        }
+        all
     }
 
     /// `program` against this cluster: by its data directory, in the work directory, with

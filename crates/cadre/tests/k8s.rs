@@ -15,7 +15,7 @@
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
-use cadre_test_support::{running, skip_unless_ci, text, wait_until};
+use cadre_test_support::{running, skip_unless_ci, text, wait_until, wait_until_or};
 
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -144,11 +144,44 @@ impl Cluster {
     /// Waits for the job to end; its final state.
     fn wait(&self, job: u64) -> String {
         let mut s = String::new();
-        wait_until(&format!("job {job} ends"), || {
-            s = self.state(job);
-            !["PENDING", "RUNNING", "PREEMPTING"].contains(&s.as_str())
-        });
+        wait_until_or(
+            &format!("job {job} ends"),
+            || {
+                s = self.state(job);
+                !["PENDING", "RUNNING", "PREEMPTING"].contains(&s.as_str())
+            },
+            || {
+                let explained = self.run(&["explain", &job.to_string()]);
+                format!(
+                    "\n--- its state: {} ---\n{}{}{}",
+                    self.state(job),
+                    text(&explained.stdout),
+                    self.outputs_of(job),
+                    self.inner.logs()
+                )
+            },
+        );
         s
+    }
+
+    /// Every `*-<job>-<rank>.out` file in the work directory, named, for a failure's message.
+    fn outputs_of(&self, job: u64) -> String {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(self.dir())
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        files.retain(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains(&format!("-{job}-")) && n.ends_with(".out"))
+        });
+        files.sort();
+        files
+            .iter()
+            .map(|f| {
+                let out = std::fs::read_to_string(f).unwrap_or_default();
+                format!("\n--- {} ---\n{out}", f.display())
+            })
+            .collect()
     }
 
     /// The output of rank `rank` of job `job` of workload `name`.
