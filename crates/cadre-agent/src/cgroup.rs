@@ -1,24 +1,67 @@
-//! One cgroup v2 per task, under a parent directory the agent is given, so that the
-//! kernel's out-of-memory kills can be told apart from other deaths, and every process of a
-//! task (even one that left the task's process group) can be killed.
+//! One cgroup v2 per task, so that every process of a task (even one that left the task's
+//! process group, as a daemon that calls `setsid` does) is signalled and killed with it,
+//! a task counts as ended only once nothing of it runs, and the kernel's out-of-memory
+//! kills can be told apart from other deaths.
 //!
-//! Given: a parent directory in a cgroup v2 hierarchy (`cgroup.controllers` present) whose
-//! `cgroup.subtree_control` enables the `memory` controller for its children, and no
-//! process of its own (cgroup v2's "no internal processes" rule). Preparing it is the
-//! agent process's job, not this module's.
+//! Given: the agent's [`CgroupSetting`]. `Auto` finds the agent's own cgroup in the
+//! unified hierarchy (`/proc/self/cgroup`'s `0::` line under the `cgroup2` mount of
+//! `/proc/self/mountinfo`; on a hybrid host `/sys/fs/cgroup/unified`, which has
+//! `cgroup.kill` and `cgroup.events` even without controllers); `Under(DIR)` names one.
 //!
-//! Decided: a child `job<J>.task<T>` per task of a job (`job<J>.step<S>.task<T>` of a
-//! step, whose task numbers restart at 0 beside the job's own), with `memory.max` set to the task's
-//! allocated memory when it has one; the task joins it before exec. Afterwards
+//! Decided ([`AgentCgroups::prepare`], once at the agent's start):
+//! - the agent's tasks go under a directory of its own there, `cadre.<node>.<pid>` (agents of
+//!   several clusters on one machine have nodes of the same name), with the `memory`
+//!   controller enabled for its children where the parent offers it; its path is recorded
+//!   in the agent's state directory (`cgroup`);
+//! - what a previous life of this agent left there (it was killed: nothing stopped its
+//!   tasks) is killed and removed before the agent says hello, so that the runs the
+//!   controller requeues as lost never go on here beside their new start;
+//! - without a writable cgroup v2 the agent runs its tasks in process groups only and
+//!   says at start that a process leaving its group can outlive its job.
+//!
+//! Per task ([`TaskCgroup`]): a child `job<J>.task<T>` (`job<J>.step<S>.task<T>` of a step,
+//! whose task numbers restart at 0 beside the job's own), `memory.max` set to the task's
+//! allocated memory where the controller is enabled; the task joins it before exec.
+//! Signals reach every process in it (frozen while its pids are read and signalled, so
+//! that no pid can be reused in between); SIGKILL is `cgroup.kill`. Afterwards
 //! `memory.events` says whether the kernel killed anything in it for lack of memory
 //! (`oom_kill`); that is the only honest source for OUT_OF_MEMORY, and without a cgroup the
 //! outcome says it was not detected rather than guessing from a SIGKILL.
+//!
+//! Must hold: a task is reported ended only when its cgroup is empty (`populated 0`), or
+//! after the agent's kill timeout with what survived named, which drains the node ("Kill
+//! task failed"); a run's leftovers (daemons of `cadre rsh` steps) go with the run.
 
 use cadre_core::job::JobId;
+use nix::sys::signal::Signal;
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where the agent puts its tasks' cgroups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CgroupSetting {
+    /// Under the agent's own cgroup in the unified hierarchy; process groups only (with a
+    /// warning) where that is not writable.
+    #[default]
+    Auto,
+    /// Under this cgroup v2 directory (`--cgroup-parent`); the agent refuses to start
+    /// where it cannot.
+    Under(PathBuf),
+    /// No cgroups: process groups only (`--cgroups off`).
+    Off,
+}
+
+/// The file of the agent's state directory naming its cgroup directory.
+const RECORD: &str = "cgroup";
+
+/// How long a cgroup may take to freeze before its processes are signalled anyway.
+const FREEZE_WAIT: Duration = Duration::from_millis(100);
+
+/// How long the leftovers of a previous life of the agent may take to die.
+const SWEEP_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -34,6 +77,10 @@ pub enum CgroupError {
     },
     #[error("failed to open {} for writing: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
+    #[error("cannot find this process's cgroup v2: {why}")]
+    NotFound { why: String },
+    #[error("failed to record the agent's cgroup in {}: {source}", path.display())]
+    Record { path: PathBuf, source: io::Error },
 }
 
 /// Whether an out-of-memory kill could be checked, and what was found.
@@ -76,7 +123,8 @@ impl TaskCgroup {
             Err(source) => return Err(CgroupError::Create { path, source }),
         }
         let cg = TaskCgroup { path };
-        if mem_mib > 0 {
+        // `memory.max` exists only where the parent enables the memory controller.
+        if mem_mib > 0 && cg.path.join("memory.max").exists() {
             let bytes = mem_mib.saturating_mul(1 << 20).to_string();
             fs::write(cg.path.join("memory.max"), bytes).map_err(|source| {
                 cg.remove();
@@ -120,14 +168,302 @@ impl TaskCgroup {
         }
     }
 
-    /// Kills every process in the cgroup (`cgroup.kill`, Linux 5.14+); best effort.
+    /// Kills every process in the cgroup: `cgroup.kill` (Linux 5.14+), else SIGKILL to
+    /// each; best effort.
     pub(crate) fn kill_all(&self) {
-        let _ = fs::write(self.path.join("cgroup.kill"), "1");
+        kill_cgroup(&self.path);
+    }
+
+    /// Sends `signal` to every process in the cgroup; best effort. The cgroup is frozen
+    /// while its pids are read and signalled: a frozen process cannot exit by itself, so
+    /// no pid read here can be reused by another process before it is signalled.
+    pub(crate) fn signal_all(&self, signal: Signal) {
+        signal_cgroup(&self.path, signal);
+    }
+
+    /// Whether any process is left in it (`cgroup.events`); a cgroup that cannot be read
+    /// (removed) is empty.
+    pub(crate) fn populated(&self) -> bool {
+        populated(&self.path)
+    }
+
+    /// The pids left in it, for a message.
+    pub(crate) fn pids(&self) -> Vec<i32> {
+        pids(&self.path)
     }
 
     /// Removes the cgroup; best effort (it fails while processes remain in it).
     pub(crate) fn remove(&self) {
         let _ = fs::remove_dir(&self.path);
+    }
+}
+
+/// The agent's directory of task cgroups.
+#[derive(Debug)]
+pub struct AgentCgroups {
+    path: PathBuf,
+    record: PathBuf,
+}
+
+/// What [`AgentCgroups::prepare`] found.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Tasks get cgroups under it.
+    Ready(AgentCgroups),
+    /// No cgroups (`Off`, or `Auto` where none is writable: `why` says what was tried).
+    Without { why: Option<String> },
+}
+
+impl AgentCgroups {
+    /// Finds or makes the agent's cgroup directory for node `node` by `setting`, after
+    /// killing and removing what a previous life of the agent recorded in `state_dir`.
+    pub fn prepare(
+        setting: &CgroupSetting,
+        node: &str,
+        state_dir: &Path,
+    ) -> Result<Prepared, CgroupError> {
+        let record = state_dir.join(RECORD);
+        sweep_recorded(&record);
+        let parent = match setting {
+            CgroupSetting::Off => return Ok(Prepared::Without { why: None }),
+            CgroupSetting::Under(dir) => dir.clone(),
+            CgroupSetting::Auto => match own_cgroup() {
+                Ok(dir) => dir,
+                Err(e) => {
+                    return Ok(Prepared::Without {
+                        why: Some(e.to_string()),
+                    });
+                }
+            },
+        };
+        match AgentCgroups::make(&parent, node, record) {
+            Ok(made) => Ok(Prepared::Ready(made)),
+            Err(e) if *setting == CgroupSetting::Auto => Ok(Prepared::Without {
+                why: Some(e.to_string()),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn make(parent: &Path, node: &str, record: PathBuf) -> Result<AgentCgroups, CgroupError> {
+        if !parent.join("cgroup.controllers").is_file() {
+            return Err(CgroupError::NotV2 {
+                path: parent.to_path_buf(),
+            });
+        }
+        let name: String = node
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = parent.join(format!("cadre.{name}.{}", std::process::id()));
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(CgroupError::Create { path, source }),
+        }
+        let offered = fs::read_to_string(path.join("cgroup.controllers")).unwrap_or_default();
+        if offered.split_whitespace().any(|c| c == "memory")
+            && let Err(e) = fs::write(path.join("cgroup.subtree_control"), "+memory")
+        {
+            tracing::warn!(cgroup = %path.display(), error = %e, "cannot enable the memory controller for task cgroups: memory limits and out-of-memory kills are not enforced or detected");
+        }
+        fs::write(&record, format!("{}\n", path.display())).map_err(|source| {
+            let _ = fs::remove_dir(&path);
+            CgroupError::Record {
+                path: record.clone(),
+                source,
+            }
+        })?;
+        Ok(AgentCgroups { path, record })
+    }
+
+    /// The directory under which each task gets its cgroup.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the memory controller is enabled for the task cgroups.
+    pub fn memory_enabled(&self) -> bool {
+        fs::read_to_string(self.path.join("cgroup.subtree_control"))
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"))
+    }
+
+    /// Removes the directory and its record when the agent stops; what is left in it (a
+    /// task that could not be killed) keeps both for the next start to sweep.
+    pub fn release(self) {
+        if fs::remove_dir(&self.path).is_ok() {
+            let _ = fs::remove_file(&self.record);
+        }
+    }
+}
+
+/// Kills and removes every cgroup of job `job` (its tasks', its steps') left under
+/// `parent`: a run's end takes what its `cadre rsh` steps left running with it. Returns
+/// the cgroups that could not be emptied within the wait, with their pids.
+pub fn sweep_job(parent: &Path, job: JobId, wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
+    let prefix = format!("job{job}.");
+    let dirs: Vec<PathBuf> = fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|e| e.path())
+        .collect();
+    sweep(&dirs, wait)
+}
+
+/// Kills every process of `dirs`, waits up to `wait` for them to empty, removes them.
+fn sweep(dirs: &[PathBuf], wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
+    for dir in dirs {
+        kill_cgroup(dir);
+    }
+    let deadline = Instant::now() + wait;
+    while dirs.iter().any(|d| populated(d)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        for dir in dirs.iter().filter(|d| populated(d)) {
+            kill_cgroup(dir);
+        }
+    }
+    let mut left = Vec::new();
+    for dir in dirs {
+        if fs::remove_dir(dir).is_err() && populated(dir) {
+            left.push((dir.clone(), pids(dir)));
+        }
+    }
+    left
+}
+
+/// Kills and removes the cgroup directory a previous life of the agent recorded, and its
+/// task cgroups. The record names a directory only the agent writes; it is trusted only as
+/// far as being a `cadre.*` cgroup v2 directory.
+fn sweep_recorded(record: &Path) {
+    let Ok(text) = fs::read_to_string(record) else {
+        return;
+    };
+    let old = PathBuf::from(text.trim());
+    let ours = old.is_absolute()
+        && old
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("cadre."))
+        && old.join("cgroup.controllers").is_file();
+    if ours {
+        let tasks: Vec<PathBuf> = fs::read_dir(&old)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        if !tasks.is_empty() {
+            tracing::warn!(cgroup = %old.display(), tasks = tasks.len(), "killing the tasks a previous life of this agent left running (their runs were lost with it)");
+        }
+        for (dir, pids) in sweep(&tasks, SWEEP_WAIT) {
+            tracing::error!(cgroup = %dir.display(), ?pids, "processes of a previous life of this agent survive SIGKILL");
+        }
+        let _ = fs::remove_dir(&old);
+    }
+    if !old.exists() {
+        let _ = fs::remove_file(record);
+    }
+}
+
+/// This process's cgroup directory in the unified hierarchy.
+fn own_cgroup() -> Result<PathBuf, CgroupError> {
+    let not_found = |why: String| CgroupError::NotFound { why };
+    let own = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| not_found(format!("cannot read /proc/self/cgroup: {e}")))?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| not_found(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    unified_dir(&own, &mountinfo).ok_or_else(|| {
+        not_found("no cgroup2 mount holds this process's cgroup (no `0::` line, or no cgroup2 in /proc/self/mountinfo)".into())
+    })
+}
+
+/// The directory of the `0::PATH` cgroup of `proc_cgroup` under the `cgroup2` mount of
+/// `mountinfo`, whose root may be a part of the hierarchy (a cgroup namespace).
+fn unified_dir(proc_cgroup: &str, mountinfo: &str) -> Option<PathBuf> {
+    let own = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        if fs.split_whitespace().next() != Some("cgroup2") {
+            return None;
+        }
+        let mut fields = mount.split_whitespace();
+        let root = fields.nth(3)?;
+        let point = fields.next()?;
+        let rel = if root == "/" {
+            own
+        } else {
+            own.strip_prefix(root)?
+        };
+        let rel = rel.trim_start_matches('/');
+        Some(if rel.is_empty() {
+            PathBuf::from(point)
+        } else {
+            Path::new(point).join(rel)
+        })
+    })
+}
+
+fn populated(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|text| {
+        text.lines().any(|l| {
+            l.split_once(' ')
+                .is_some_and(|(k, v)| k == "populated" && v.trim() != "0")
+        })
+    })
+}
+
+fn frozen(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|text| {
+        text.lines().any(|l| {
+            l.split_once(' ')
+                .is_some_and(|(k, v)| k == "frozen" && v.trim() == "1")
+        })
+    })
+}
+
+fn pids(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| {
+            t.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn kill_cgroup(dir: &Path) {
+    if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+        signal_cgroup(dir, Signal::SIGKILL);
+    }
+}
+
+fn signal_cgroup(dir: &Path, signal: Signal) {
+    let freeze = dir.join("cgroup.freeze");
+    let froze = fs::write(&freeze, "1").is_ok();
+    if froze {
+        let deadline = Instant::now() + FREEZE_WAIT;
+        while !frozen(dir) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for pid in pids(dir) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+    if froze {
+        let _ = fs::write(&freeze, "0");
     }
 }
 
@@ -160,6 +496,76 @@ mod tests {
         let step = TaskCgroup::create(dir.path(), JobId(7), Some(0), 0, 0).unwrap();
         assert_eq!(job.path(), dir.path().join("job7.task0"));
         assert_eq!(step.path(), dir.path().join("job7.step0.task0"));
+    }
+
+    #[test]
+    fn the_unified_cgroup_is_found_on_hybrid_and_pure_hosts_and_in_namespaces() {
+        let hybrid = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let own = "4:memory:/x\n0::/system.slice/cadre-agent.service\n";
+        assert_eq!(
+            unified_dir(own, hybrid),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/unified/system.slice/cadre-agent.service"
+            ))
+        );
+        assert_eq!(
+            unified_dir("0::/\n", hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            unified_dir("0::/a/b\n", pure),
+            Some(PathBuf::from("/sys/fs/cgroup/a/b"))
+        );
+        // A mount of a part of the hierarchy: the part is not repeated.
+        let part = "30 23 0:26 /a /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            unified_dir("0::/a/b\n", part),
+            Some(PathBuf::from("/sys/fs/cgroup/b"))
+        );
+        assert_eq!(unified_dir("1:cpu:/\n", pure), None);
+        assert_eq!(
+            unified_dir("0::/\n", "31 23 0:28 / /x rw - tmpfs tmpfs rw\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_recorded_directory_is_swept_only_when_it_is_a_cadre_cgroup() {
+        let state = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let record = state.path().join(RECORD);
+        // A cgroup not named as the agent names its own: left alone.
+        fs::write(elsewhere.path().join("cgroup.controllers"), "").unwrap();
+        fs::create_dir(elsewhere.path().join("job1.task0")).unwrap();
+        fs::write(&record, format!("{}\n", elsewhere.path().display())).unwrap();
+        let prepared = AgentCgroups::prepare(&CgroupSetting::Off, "n1", state.path()).unwrap();
+        assert!(matches!(prepared, Prepared::Without { why: None }));
+        assert!(elsewhere.path().join("job1.task0").exists());
+        // Named so, but not a cgroup (no cgroup.controllers): left alone too.
+        let named = elsewhere.path().join("cadre.n1.1");
+        fs::create_dir_all(named.join("job1.task0")).unwrap();
+        fs::write(&record, format!("{}\n", named.display())).unwrap();
+        AgentCgroups::prepare(&CgroupSetting::Off, "n1", state.path()).unwrap();
+        assert!(named.join("job1.task0").exists());
+        assert!(record.exists());
+    }
+
+    #[test]
+    fn an_explicit_parent_outside_cgroup_v2_is_refused() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = AgentCgroups::prepare(
+            &CgroupSetting::Under(dir.path().to_path_buf()),
+            "n1",
+            state.path(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("is not a cgroup v2 directory"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -206,6 +206,7 @@ mod tests {
             exit_code: Some(0),
             signal: None,
             oom: OomCheck::NotDetected { why: "x".into() },
+            unkillable: None,
         }
     }
 

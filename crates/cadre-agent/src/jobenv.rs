@@ -205,6 +205,9 @@ pub struct LocalNode {
     /// A cgroup v2 directory under which the agent makes one cgroup per task (see
     /// [`crate::cgroup`]); `None`: no cgroups, and out-of-memory kills are not detected.
     pub cgroup_parent: Option<PathBuf>,
+    /// How long a task's processes may survive SIGKILL before the task is reported ended
+    /// with them named ([`crate::supervise::Limits::kill_timeout`]).
+    pub kill_timeout: std::time::Duration,
 }
 
 /// A task's place in its job.
@@ -571,6 +574,7 @@ mod tests {
             shape,
             os_cpus: vec![0, 1, 2, 3],
             cgroup_parent: None,
+            kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
         }
     }
 

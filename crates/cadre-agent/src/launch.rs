@@ -596,6 +596,7 @@ pub(crate) fn launch_task_with(
             time_limit: job.time_limit,
             kill_wait: job.kill_wait,
             signal: job.signal,
+            kill_timeout: node.kill_timeout,
         },
         TaskFiles {
             stdout,

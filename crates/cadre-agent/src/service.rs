@@ -39,6 +39,7 @@
 mod session;
 mod worker;
 
+use crate::cgroup::{AgentCgroups, CgroupError, CgroupSetting, Prepared};
 use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
 use cadre_proto::address::HostPort;
 use cadre_proto::agent::{
@@ -79,9 +80,12 @@ pub struct AgentConfig {
     /// (the run's directory mode 0700, owned by the job's user when the agent is root),
     /// removed when the run ends. One per agent: agents on one machine must not share it.
     pub state_dir: PathBuf,
-    /// A cgroup v2 directory under which each task gets a cgroup of its own (see
-    /// [`crate::cgroup`]); `None`: no cgroups, and out-of-memory kills are not detected.
-    pub cgroup_parent: Option<PathBuf>,
+    /// Where each task gets a cgroup of its own (see [`crate::cgroup`]): by default under
+    /// the agent's own cgroup v2, where one is writable.
+    pub cgroups: CgroupSetting,
+    /// How long a task's processes may survive SIGKILL before the run is reported ended
+    /// with them named, which drains the node (Slurm's UnkillableStepTimeout).
+    pub kill_timeout: Duration,
     /// The host name reported for the node's tasks to be reached at; `None`: this
     /// machine's host name.
     pub address: Option<String>,
@@ -118,7 +122,8 @@ pub struct AgentConfig {
 
 impl AgentConfig {
     /// An agent of node `node` for the controller at `controller`, with the defaults:
-    /// discovery of this machine without emulated GPUs, no cgroups, this machine's host
+    /// discovery of this machine without emulated GPUs, a cgroup per task under the agent's
+    /// own where it can (60 s for their processes to die), this machine's host
     /// name, reconnects after 50 ms doubling up to 2 s, 5 s to connect, a ping every 10 s,
     /// 100 000 unacknowledged events at most, 2 s to flush on shutdown.
     pub fn new(
@@ -133,7 +138,8 @@ impl AgentConfig {
             node: node.into(),
             discovery: DiscoveryOptions::default(),
             state_dir: state_dir.into(),
-            cgroup_parent: None,
+            cgroups: CgroupSetting::Auto,
+            kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
             address: None,
             container_runtime: None,
             container_allowed_capabilities: Vec::new(),
@@ -158,7 +164,8 @@ impl fmt::Debug for AgentConfig {
             .field("node", &self.node)
             .field("discovery", &self.discovery)
             .field("state_dir", &self.state_dir)
-            .field("cgroup_parent", &self.cgroup_parent)
+            .field("cgroups", &self.cgroups)
+            .field("kill_timeout", &self.kill_timeout)
             .field("container_runtime", &self.container_runtime)
             .field(
                 "container_allowed_capabilities",
@@ -187,6 +194,8 @@ pub enum AgentError {
     Discovery(#[source] DiscoveryError),
     #[error("{0}")]
     ContainerRuntime(#[source] crate::container::RuntimeError),
+    #[error("failed to prepare the tasks' cgroups: {0}")]
+    Cgroup(#[source] CgroupError),
     #[error("failed to prepare the agent's state directory {}: {source}", path.display())]
     StateDir { path: PathBuf, source: io::Error },
     #[error("failed to read this machine's host name: {source}")]
@@ -485,6 +494,8 @@ struct Service {
     stopping: Option<Stopping>,
     /// Once idle while stopping: when to give up waiting for acknowledgements.
     flush_deadline: Option<Instant>,
+    /// The agent's directory of task cgroups, released when it stops.
+    cgroups: Option<AgentCgroups>,
 }
 
 /// Runs the agent until `shutdown` resolves (then stops every run and returns `Ok`), or
@@ -505,6 +516,30 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         })?
         .map_err(AgentError::Discovery)?;
     prepare_state_dir(&config.state_dir)?;
+    let cgroups = {
+        let (setting, node, dir) = (
+            config.cgroups.clone(),
+            config.node.clone(),
+            config.state_dir.clone(),
+        );
+        tokio::task::spawn_blocking(move || AgentCgroups::prepare(&setting, &node, &dir))
+            .await
+            .map_err(|e| AgentError::Internal {
+                what: format!("the cgroup setup did not finish: {e}"),
+            })?
+            .map_err(AgentError::Cgroup)?
+    };
+    let cgroups = match cgroups {
+        Prepared::Ready(cg) => {
+            tracing::info!(node = %config.node, cgroup = %cg.path().display(), memory = cg.memory_enabled(), "each task runs in a cgroup of its own");
+            Some(cg)
+        }
+        Prepared::Without { why } => {
+            let why = why.unwrap_or_else(|| "cgroups are off".into());
+            tracing::warn!(node = %config.node, %why, "tasks run without cgroups, in process groups only: a process that leaves its task's group (setsid) can outlive its job, and out-of-memory kills are not detected");
+            None
+        }
+    };
     let address = match &config.address {
         Some(a) => a.clone(),
         None => host_name()?,
@@ -554,7 +589,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         node_name: config.node.clone(),
         shape: found.shape,
         os_cpus: found.os_cpus,
-        cgroup_parent: config.cgroup_parent.clone(),
+        cgroup_parent: cgroups.as_ref().map(|c| c.path().to_path_buf()),
+        kill_timeout: config.kill_timeout,
         state_dir: config.state_dir.clone(),
         agent_uid: nix::unistd::geteuid().as_raw(),
         mounts: crate::mountns::TaskMounts::probe(),
@@ -591,6 +627,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         failures: 0,
         stopping: None,
         flush_deadline: None,
+        cgroups,
     };
     service.main(shutdown, events_rx).await
 }
@@ -785,6 +822,9 @@ impl Service {
     async fn finish(mut self) -> Result<(), AgentError> {
         if let Conn::Open { ws, .. } = &mut self.conn {
             close_quietly(ws).await;
+        }
+        if let Some(cg) = self.cgroups.take() {
+            cg.release();
         }
         match self.stopping.take() {
             Some(Stopping::Fatal(e)) => Err(e),

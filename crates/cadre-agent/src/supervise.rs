@@ -15,8 +15,13 @@
 //! - `--signal=[B:]SIG[@TIME]`: SIG at `start + time_limit - TIME` (at once if TIME is
 //!   longer than the limit), once; to the whole process group, or with `B:` to the task's
 //!   main process only. Only jobs with a time limit get it.
+//! - signals for the task's group also reach every process of its cgroup (one that left
+//!   the group with `setsid` included), and SIGKILL is the cgroup's `cgroup.kill`.
 //! - when the main process ends, whatever is left of its process group (and of its cgroup)
-//!   is killed before the process is reaped, so the group id cannot be reused meanwhile.
+//!   is killed before the process is reaped, so the group id cannot be reused meanwhile;
+//!   the task has ended only once its cgroup is empty, or after the kill timeout
+//!   ([`Limits::kill_timeout`]) with what survived named in its outcome (Slurm's
+//!   UnkillableStepTimeout, which drains the node "Kill task failed").
 //! - outcome: cancelled > timed out > killed by the kernel for memory (only where a task
 //!   cgroup says so, see [`crate::cgroup`]) > exit status 0 COMPLETED, anything else
 //!   (non-zero exit, death by a signal) FAILED.
@@ -49,7 +54,13 @@ pub struct Limits {
     /// Between SIGTERM and SIGKILL.
     pub kill_wait: Duration,
     pub signal: Option<PreEndSignal>,
+    /// How long the processes of a task's cgroup may survive SIGKILL before the task is
+    /// reported ended with them named (they may still hold its GPUs).
+    pub kill_timeout: Duration,
 }
+
+/// Slurm's default UnkillableStepTimeout.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the agent is stopping a task.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -277,6 +288,8 @@ pub struct TaskOutcome {
     /// The signal that killed the main process, when one did.
     pub signal: Option<i32>,
     pub oom: OomCheck,
+    /// Processes of the task's cgroup outlived SIGKILL by the kill timeout: which, where.
+    pub unkillable: Option<String>,
 }
 
 impl TaskOutcome {
@@ -366,6 +379,9 @@ pub struct RunningTask {
     container: Option<(Vec<String>, String)>,
     /// What the task's process leaves behind is not killed when it ends.
     leftovers_outlive: bool,
+    /// The main process has ended (reaped) and how, since when: the task waits for its
+    /// cgroup to empty.
+    ending: Option<(Termination, Instant)>,
 }
 
 impl RunningTask {
@@ -390,6 +406,7 @@ impl RunningTask {
             outcome: None,
             container: None,
             leftovers_outlive: false,
+            ending: None,
         }
     }
 
@@ -518,7 +535,16 @@ impl RunningTask {
     fn send(&self, action: SignalAction) -> Result<(), LaunchError> {
         let pid = self.pid_nix();
         let sent = match action.target {
-            SignalTarget::Group => nix::sys::signal::killpg(pid, action.signal),
+            SignalTarget::Group => {
+                // The processes that left the group are reached through the cgroup.
+                if let Some(cg) = &self.cgroup {
+                    match action.signal {
+                        Signal::SIGKILL => cg.kill_all(),
+                        signal => cg.signal_all(signal),
+                    }
+                }
+                nix::sys::signal::killpg(pid, action.signal)
+            }
             SignalTarget::Leader => nix::sys::signal::kill(pid, action.signal),
         };
         match sent {
@@ -538,6 +564,68 @@ impl RunningTask {
         if let Some(o) = &self.outcome {
             return Ok(Some(o.clone()));
         }
+        let (termination, since) = match self.ending {
+            Some(ending) => ending,
+            None => match self.poll_main()? {
+                Some(termination) => {
+                    let ending = (termination, Instant::now());
+                    self.ending = Some(ending);
+                    ending
+                }
+                None => return Ok(None),
+            },
+        };
+        let unkillable = match &self.cgroup {
+            Some(cg) if !self.leftovers_outlive && cg.populated() => {
+                if since.elapsed() < self.supervisor.limits.kill_timeout {
+                    // Killed again: what forked since the last kill goes too.
+                    cg.kill_all();
+                    return Ok(None);
+                }
+                let why = format!(
+                    "processes {:?} of task {} of job {} are still in {} {:?} after SIGKILL",
+                    cg.pids(),
+                    self.place.procid,
+                    self.job,
+                    cg.path().display(),
+                    self.supervisor.limits.kill_timeout
+                );
+                tracing::error!(job = %self.job, procid = self.place.procid, "{why}");
+                Some(why)
+            }
+            _ => None,
+        };
+        let oom = match &self.cgroup {
+            Some(cg) => {
+                let check = cg.oom_check();
+                cg.remove();
+                check
+            }
+            None => OomCheck::NotDetected {
+                why: "the task ran without a cgroup of its own".into(),
+            },
+        };
+        let state = outcome_state(self.supervisor.stop_reason(), termination, &oom);
+        let (exit_code, signal) = match termination {
+            Termination::Exited(c) => (Some(c), None),
+            Termination::Signaled(s) => (None, Some(s)),
+        };
+        let outcome = TaskOutcome {
+            job: self.job,
+            procid: self.place.procid,
+            state,
+            exit_code,
+            signal,
+            oom,
+            unkillable,
+        };
+        self.outcome = Some(outcome.clone());
+        Ok(Some(outcome))
+    }
+
+    /// Sends what is due; once the main process has ended, kills what it left (unless
+    /// leftovers outlive it), reaps it and says how it ended. Never blocks.
+    fn poll_main(&mut self) -> Result<Option<Termination>, LaunchError> {
         let now = Instant::now();
         let mut actions = Vec::new();
         if !self.cancel_applied
@@ -569,37 +657,12 @@ impl RunningTask {
         }
         let status = self.child.wait().map_err(|e| self.wait_error(e))?;
         self.remove_container();
-        let termination = match (status.code(), status.signal()) {
+        Ok(Some(match (status.code(), status.signal()) {
             (Some(code), _) => Termination::Exited(code),
             (None, Some(sig)) => Termination::Signaled(sig),
             // Neither exited nor signalled cannot come out of waitpid(WEXITED).
             (None, None) => Termination::Exited(-1),
-        };
-        let oom = match &self.cgroup {
-            Some(cg) => {
-                let check = cg.oom_check();
-                cg.remove();
-                check
-            }
-            None => OomCheck::NotDetected {
-                why: "the task ran without a cgroup of its own".into(),
-            },
-        };
-        let state = outcome_state(self.supervisor.stop_reason(), termination, &oom);
-        let (exit_code, signal) = match termination {
-            Termination::Exited(c) => (Some(c), None),
-            Termination::Signaled(s) => (None, Some(s)),
-        };
-        let outcome = TaskOutcome {
-            job: self.job,
-            procid: self.place.procid,
-            state,
-            exit_code,
-            signal,
-            oom,
-        };
-        self.outcome = Some(outcome.clone());
-        Ok(Some(outcome))
+        }))
     }
 
     /// Supervises the task until it ends.
@@ -622,10 +685,12 @@ impl Drop for RunningTask {
     /// A task is never left running unsupervised: dropping it kills what is left.
     fn drop(&mut self) {
         if self.outcome.is_none() {
-            let _ = self.send(SignalAction {
-                target: SignalTarget::Group,
-                signal: Signal::SIGKILL,
-            });
+            if self.ending.is_none() {
+                let _ = self.send(SignalAction {
+                    target: SignalTarget::Group,
+                    signal: Signal::SIGKILL,
+                });
+            }
             if let Some(cg) = &self.cgroup {
                 cg.kill_all();
             }
@@ -647,6 +712,7 @@ mod tests {
             time_limit: Some(Duration::from_millis(limit_ms)),
             kill_wait: Duration::from_millis(wait_ms),
             signal,
+            kill_timeout: DEFAULT_KILL_TIMEOUT,
         }
     }
 
@@ -720,6 +786,7 @@ mod tests {
                 time_limit: None,
                 kill_wait: Duration::from_millis(100),
                 signal: None,
+                kill_timeout: DEFAULT_KILL_TIMEOUT,
             },
         );
         assert_eq!(s.next_deadline(), None);
@@ -794,5 +861,73 @@ mod tests {
             outcome_state(Some(StopReason::Cancelled), Signaled(15), &none),
             JobState::Cancelled
         );
+    }
+
+    /// A task whose main process has ended, in a cgroup whose `cgroup.events` says
+    /// `populated` as given (a made-up cgroup: no process can be made unkillable here).
+    fn ended_task_in_cgroup(
+        populated: bool,
+        kill_timeout: Duration,
+    ) -> (RunningTask, tempfile::TempDir) {
+        use std::os::unix::process::CommandExt;
+        let parent = tempfile::tempdir().unwrap();
+        std::fs::write(parent.path().join("cgroup.controllers"), "").unwrap();
+        let cg = TaskCgroup::create(parent.path(), JobId(7), None, 0, 0).unwrap();
+        let events = format!("populated {}\nfrozen 0\n", u8::from(populated));
+        std::fs::write(cg.path().join("cgroup.events"), events).unwrap();
+        let child = std::process::Command::new("true")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let task = RunningTask::new(
+            JobId(7),
+            TaskPlace {
+                index: 0,
+                procid: 0,
+                localid: 0,
+                nodeid: 0,
+            },
+            child,
+            Instant::now(),
+            Limits {
+                time_limit: None,
+                kill_wait: Duration::from_secs(1),
+                signal: None,
+                kill_timeout,
+            },
+            TaskFiles {
+                stdout: "/dev/null".into(),
+                stderr: None,
+                relayed: false,
+            },
+            Some(cg),
+        );
+        (task, parent)
+    }
+
+    #[test]
+    fn a_task_ends_only_once_its_cgroup_is_empty_or_names_what_survived_the_kill_timeout() {
+        let (mut task, _dir) = ended_task_in_cgroup(true, Duration::from_millis(300));
+        // Its process has exited, but its cgroup is not empty: not ended yet.
+        let first = loop {
+            if task.ending.is_some() {
+                break task.poll().unwrap();
+            }
+            assert!(task.poll().unwrap().is_none());
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(first.is_none(), "ended while its cgroup held processes");
+        let outcome = task.wait().unwrap();
+        let what = outcome.unkillable.expect("what survived is named");
+        assert!(
+            what.contains("job7.task0") && what.contains("after SIGKILL"),
+            "{what}"
+        );
+        assert_eq!(outcome.state, JobState::Completed);
+
+        let (mut task, _dir) = ended_task_in_cgroup(false, Duration::from_secs(3600));
+        let outcome = task.wait().unwrap();
+        assert_eq!(outcome.unkillable, None);
+        assert_eq!(outcome.exit_code, Some(0));
     }
 }

@@ -162,6 +162,11 @@ pub enum TaskEvent {
         exit_code: Option<i32>,
         /// The signal that ended that task, if one did.
         signal: Option<i32>,
+        /// Processes of the run's tasks survived SIGKILL past the agent's kill timeout:
+        /// which, and where. The controller drains the node ("Kill task failed"): they
+        /// may still hold its GPUs. Absent (an older agent): none were seen.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unkillable: Option<String>,
     },
     /// For a run whose spec names completing groups
     /// ([`cadre_core::run::RunSpec::completing_groups`]): every task of those groups on this

@@ -1145,12 +1145,13 @@ impl Controller {
         Ok(())
     }
 
-    /// Drains a node whose agent failed to launch a job, recording why (durably).
-    fn drain_on_failure(&mut self, c: &mut dyn Comm, node: NodeId, reason: &str, now: Time) {
+    /// Drains a node whose agent failed to launch a job or to kill a job's processes,
+    /// recording why (durably), as an administrator's drain: only an administrator's
+    /// resume lifts it, once someone has looked at the node.
+    fn drain_on_failure(&mut self, c: &mut dyn Comm, node: NodeId, why: String, now: Time) {
         if self.admin[node.0 as usize].0 != NodeAvail::Up {
             return;
         }
-        let why = format!("launch failed: {reason}");
         tracing::warn!(node = %self.node_name(node), reason = %why, "node drained");
         self.admin[node.0 as usize] = (NodeAvail::Drain, Some(why.clone()));
         let record = NodeRecord {
@@ -1550,6 +1551,15 @@ impl Controller {
 
     fn task_event(&mut self, c: &mut dyn Comm, node: NodeId, event: TaskEvent, now: Time) {
         let run = event.run();
+        if let TaskEvent::Ended {
+            unkillable: Some(what),
+            ..
+        } = &event
+        {
+            // Processes that outlived SIGKILL may hold the node's GPUs, whichever run or
+            // step they were of. Slurm's words, which sites' scripts look for, then what.
+            self.drain_on_failure(c, node, format!("Kill task failed: {what}"), now);
+        }
         if run.step.is_some() {
             return self.step_event(node, run, event, now);
         }
@@ -1572,7 +1582,7 @@ impl Controller {
                     // The node could not start what it was given, through no fault of the
                     // job: drained for an administrator to look at, as Slurm drains a node
                     // whose launch failed, so the requeued job does not bounce off it again.
-                    self.drain_on_failure(c, node, &reason, now);
+                    self.drain_on_failure(c, node, format!("launch failed: {reason}"), now);
                 }
                 self.node_launch_failed(c, run.job, node, reason, permanent, now)
             }

@@ -3,6 +3,7 @@
 //! SIGINT.
 
 use anyhow::{Context, Result, bail};
+use cadre_agent::cgroup::CgroupSetting;
 use cadre_agent::discovery::DiscoveryOptions;
 use cadre_agent::service::{self, AgentConfig};
 use clap::Args;
@@ -14,6 +15,13 @@ const KEY_ENV: &str = "CADRE_AGENT_KEY";
 
 /// Run this machine's node agent: connect to the controller, report the node's hardware,
 /// and run the job tasks the controller places on it.
+/// `--cgroups`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CgroupMode {
+    Auto,
+    Off,
+}
+
 #[derive(Args, Debug)]
 #[command(
     long_about = "Run this machine's node agent (the slurmd role): connect to the controller, \
@@ -77,10 +85,24 @@ pub struct AgentArgs {
     /// [default: nodes/NODE in the run directory, $CADRE_RUN_DIR or DATA_DIR.run].
     #[arg(long, env = "CADRE_AGENT_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// A cgroup v2 directory to create one cgroup per task under, for memory limits and
-    /// out-of-memory detection; its children must have the memory controller enabled.
+    /// Whether each task runs in a cgroup v2 of its own: `auto` makes them under the
+    /// agent's own cgroup in the unified hierarchy (`/sys/fs/cgroup`, or
+    /// `/sys/fs/cgroup/unified` on a hybrid host) where it may, else runs tasks in process
+    /// groups only and says so at start; `off`, process groups only. In a cgroup, every
+    /// process of a task (daemons that left its process group included) is signalled and
+    /// killed with it, and its GPUs are freed only once none is left.
+    #[arg(long, value_enum, default_value_t = CgroupMode::Auto, conflicts_with = "cgroup_parent")]
+    pub cgroups: CgroupMode,
+    /// The cgroup v2 directory to make the tasks' cgroups under instead of the agent's own
+    /// (the agent refuses to start where it cannot); memory limits and out-of-memory
+    /// detection need the memory controller enabled in its `cgroup.subtree_control`.
     #[arg(long, value_name = "DIR")]
     pub cgroup_parent: Option<PathBuf>,
+    /// Seconds a task's processes may survive SIGKILL before the node is drained "Kill
+    /// task failed" (Slurm's UnkillableStepTimeout); the job ends meanwhile, its GPUs are
+    /// not booked again while the node is drained.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub kill_timeout: u64,
     /// The host name at which other nodes reach this node's tasks (MASTER_ADDR and the like)
     /// [default: this machine's host name].
     #[arg(long, value_name = "HOST")]
@@ -152,7 +174,12 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         emulate_gpus: args.gpus_per_node,
         ..DiscoveryOptions::default()
     };
-    config.cgroup_parent = args.cgroup_parent.clone();
+    config.cgroups = match (&args.cgroup_parent, args.cgroups) {
+        (Some(dir), _) => CgroupSetting::Under(dir.clone()),
+        (None, CgroupMode::Auto) => CgroupSetting::Auto,
+        (None, CgroupMode::Off) => CgroupSetting::Off,
+    };
+    config.kill_timeout = std::time::Duration::from_secs(args.kill_timeout);
     config.address = args.address.clone();
     config.container_runtime = args.container_runtime.clone();
     config.container_allowed_capabilities =

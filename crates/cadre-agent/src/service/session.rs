@@ -406,6 +406,7 @@ impl Session {
                     state: JobState::Cancelled,
                     exit_code: None,
                     signal: None,
+                    unkillable: None,
                 })
             }
         }
@@ -444,6 +445,7 @@ impl Session {
                 state,
                 exit_code,
                 signal,
+                unkillable,
                 ..
             } => {
                 let state = match (r.phase, state) {
@@ -459,6 +461,7 @@ impl Session {
                     state,
                     exit_code,
                     signal,
+                    unkillable,
                 }
             }
         };
@@ -617,6 +620,7 @@ mod tests {
             state,
             exit_code: Some(0),
             signal: None,
+            unkillable: None,
         }
     }
 
@@ -815,7 +819,8 @@ mod tests {
                     run: run(9),
                     state: JobState::Cancelled,
                     exit_code: None,
-                    signal: None
+                    signal: None,
+                    unkillable: None,
                 }
             )]
         );

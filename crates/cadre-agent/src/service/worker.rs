@@ -43,6 +43,8 @@ pub(crate) struct LaunchContext {
     pub(crate) shape: NodeShape,
     pub(crate) os_cpus: Vec<u32>,
     pub(crate) cgroup_parent: Option<PathBuf>,
+    /// How long a task's processes may survive SIGKILL (`--kill-timeout`).
+    pub(crate) kill_timeout: Duration,
     /// Batch scripts go to `state_dir/job<ID>.<run>/script`.
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
@@ -229,6 +231,7 @@ fn run_thread(
         shape: ctx.shape.clone(),
         os_cpus: ctx.os_cpus.clone(),
         cgroup_parent: ctx.cgroup_parent.clone(),
+        kill_timeout: ctx.kill_timeout,
     };
     let launched = if order.run_spec.allocation {
         Ok(gang::Gang { tasks: Vec::new() })
@@ -256,6 +259,7 @@ fn run_thread(
                 state,
                 exit_code: Some(0),
                 signal: None,
+                unkillable: None,
             },
         );
         return;
@@ -295,12 +299,17 @@ fn run_thread(
         // A step's exit code is its tasks' highest, as `srun` reports it.
         Ok(outcomes) if run.step.is_some() => match ended_event(run, &outcomes) {
             TaskEvent::Ended {
-                run, state, signal, ..
+                run,
+                state,
+                signal,
+                unkillable,
+                ..
             } => TaskEvent::Ended {
                 run,
                 state,
                 exit_code: outcomes.iter().filter_map(|o| o.exit_code).max(),
                 signal,
+                unkillable,
             },
             other => other,
         },
@@ -313,8 +322,41 @@ fn run_thread(
                 state: JobState::Failed,
                 exit_code: None,
                 signal: None,
+                unkillable: None,
             }
         }
+    };
+    let ended = match (run.step, &ctx.cgroup_parent, ended) {
+        // The run's end takes with it what its steps left running (the daemons of
+        // `cadre rsh` steps, which outlive their step as after an ssh session).
+        (
+            None,
+            Some(parent),
+            TaskEvent::Ended {
+                run,
+                state,
+                exit_code,
+                signal,
+                unkillable,
+            },
+        ) => {
+            let left = crate::cgroup::sweep_job(parent, run.job, ctx.kill_timeout);
+            let left = (!left.is_empty()).then(|| {
+                let what: Vec<String> = left
+                    .iter()
+                    .map(|(dir, pids)| format!("processes {pids:?} in {}", dir.display()))
+                    .collect();
+                format!("{} after SIGKILL", what.join(", "))
+            });
+            TaskEvent::Ended {
+                run,
+                state,
+                exit_code,
+                signal,
+                unkillable: unkillable.or(left),
+            }
+        }
+        (_, _, ended) => ended,
     };
     remove_script_dir(script_dir.as_deref());
     if let TaskEvent::Ended {
@@ -791,6 +833,7 @@ pub(crate) fn ended_event(run: RunRef, outcomes: &[TaskOutcome]) -> TaskEvent {
         state: gang::gang_state(outcomes),
         exit_code: pick.and_then(|o| o.exit_code),
         signal: pick.and_then(|o| o.signal),
+        unkillable: outcomes.iter().find_map(|o| o.unkillable.clone()),
     }
 }
 
@@ -814,6 +857,7 @@ mod tests {
             exit_code,
             signal,
             oom: OomCheck::NotDetected { why: "x".into() },
+            unkillable: None,
         }
     }
 
@@ -834,7 +878,8 @@ mod tests {
                 run,
                 state: JobState::Failed,
                 exit_code: Some(3),
-                signal: None
+                signal: None,
+                unkillable: None,
             }
         );
         let e = ended_event(run, &[outcome(0, JobState::Completed, Some(0), None)]);
@@ -844,7 +889,8 @@ mod tests {
                 run,
                 state: JobState::Completed,
                 exit_code: Some(0),
-                signal: None
+                signal: None,
+                unkillable: None,
             }
         );
     }

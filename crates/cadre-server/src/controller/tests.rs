@@ -350,6 +350,7 @@ fn ended(run: RunRef, state: JobState, exit_code: i32) -> TaskEvent {
         state,
         exit_code: Some(exit_code),
         signal: None,
+        unkillable: None,
     }
 }
 
@@ -922,4 +923,76 @@ fn a_node_with_fewer_gpus_than_described_is_drained_saying_so_until_it_has_them(
     h.tick(true);
     assert_eq!(h.ctl.sched().cluster().node(NodeId(0)).avail, NodeAvail::Up);
     assert_eq!(h.state(id), Some(JobState::Running));
+}
+
+#[test]
+fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_administrator_resumes_it()
+ {
+    let mut h = Harness::new(2);
+    h.connect_all();
+    let id = h.start(gpu_job(1), program());
+    let run = RunRef::job_run(id, 0);
+    let node = h
+        .ctl
+        .sched()
+        .job(id)
+        .and_then(|j| j.allocation.as_ref())
+        .expect("placed")
+        .tasks[0]
+        .node;
+    let what = "processes [4242] in /sys/fs/cgroup/cadre.n1.1/job1.task0 after SIGKILL";
+    h.event(
+        node.0,
+        1,
+        TaskEvent::Ended {
+            run,
+            state: JobState::Completed,
+            exit_code: Some(0),
+            signal: None,
+            unkillable: Some(what.into()),
+        },
+    );
+    h.tick(true);
+    // The job ends as its tasks did; the node is drained with Slurm's reason and what.
+    assert!(h.committed_at(id, JobState::Completed).is_some());
+    let n = h.ctl.sched().cluster().node(node);
+    assert_eq!(n.avail, NodeAvail::Drain);
+    assert_eq!(
+        n.reason.as_deref(),
+        Some(&*format!("Kill task failed: {what}"))
+    );
+    // Nothing new is booked there while the processes may hold its GPUs.
+    let next = h.start(gpu_job(4), program());
+    let placed = h
+        .ctl
+        .sched()
+        .job(next)
+        .and_then(|j| j.allocation.as_ref())
+        .map(|a| a.tasks[0].node);
+    assert_ne!(placed, Some(node), "a job was placed on the drained node");
+    // Durably: the drain is in the store as an administrator's.
+    let stored = h.rec.store.nodes().expect("nodes read");
+    let record = stored
+        .iter()
+        .find(|r| r.name == h.ctl.node_name(node))
+        .expect("its record");
+    assert_eq!(record.avail, NodeAvail::Drain);
+    assert!(
+        record
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("Kill task failed: ")),
+        "{record:?}"
+    );
+    // An administrator who has looked at the node resumes it.
+    let reply = h.reply_to();
+    h.feed(Input::Node {
+        who: root(),
+        name: h.ctl.node_name(node).to_owned(),
+        action: NodeAction::Resume,
+        reply,
+    })
+    .unwrap();
+    h.tick(true);
+    assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Up);
 }

@@ -1,0 +1,170 @@
+//! No process of a job outlives it: each task runs in a cgroup v2 of its own (see
+//! `cadre_agent::cgroup`), so that a daemon that left the task's process group with
+//! `setsid` and ignores SIGTERM (a data loader's worker, `orted`) is killed with its job,
+//! the job ends only once nothing of it runs, and an agent killed with SIGKILL kills what
+//! its previous life left running before its runs are started again elsewhere.
+//!
+//! These need root and a writable cgroup v2 (the unified hierarchy): they say so and are
+//! skipped elsewhere, and fail under CI.
+
+use cadre_test_support::{Cluster, read_pid, skip_unless_ci, wait_until};
+use std::process::{Command, Stdio};
+
+/// The pids of processes whose command line holds `marker` as a word.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|w| w == marker.as_bytes()))
+        })
+        .collect()
+}
+
+/// A `sleep` argument no other test or process uses.
+fn marker(n: u32) -> String {
+    format!("{}.{}", 86_000 + n, std::process::id())
+}
+
+/// A cluster of one node whose agent runs tasks in cgroups; `None` (skipped) where it
+/// cannot.
+fn cluster() -> Option<Cluster> {
+    if !nix::unistd::geteuid().is_root() {
+        return skip_unless_ci("the cgroup tests", "they need root");
+    }
+    let c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+        .nodes(1)
+        .args(&["--node-timeout", "30"])
+        .start();
+    let log = std::fs::read_to_string(c.path("agents/node001.log")).unwrap_or_default();
+    if !log.contains("each task runs in a cgroup of its own") {
+        return skip_unless_ci(
+            "the cgroup tests",
+            &format!("the agent has no writable cgroup v2 here:\n{log}"),
+        );
+    }
+    Some(c)
+}
+
+fn submit(c: &Cluster, script: &str) -> u64 {
+    let out = c.ok(&["submit", "--parsable", "--", "sh", "-c", script]);
+    out.trim().parse().expect("a job id")
+}
+
+fn job(c: &Cluster, id: u64) -> serde_json::Value {
+    c.api("GET", &format!("/jobs/{id}"), None).1
+}
+
+fn state(c: &Cluster, id: u64) -> String {
+    job(c, id)["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// A daemon of the task, in a session of its own and deaf to SIGTERM, as `sh -c` words.
+fn daemon(marker: &str) -> String {
+    format!("setsid sh -c 'trap \"\" TERM; exec sleep {marker}' </dev/null >/dev/null 2>&1 &")
+}
+
+#[test]
+fn a_daemon_that_left_its_task_and_ignores_sigterm_is_gone_once_its_job_is_cancelled() {
+    let Some(c) = cluster() else { return };
+    let m = marker(1);
+    let id = submit(&c, &format!("{} exec sleep 3600", daemon(&m)));
+    wait_until("the daemon runs", || processes_with(&m).len() == 1);
+    c.ok(&["cancel", &id.to_string()]);
+    wait_until("the job ends", || state(&c, id) == "CANCELLED");
+    // Already gone when the job is seen ended: its GPUs are freed only after its processes.
+    assert_eq!(
+        processes_with(&m),
+        Vec::<i32>::new(),
+        "the daemon outlived its job"
+    );
+}
+
+#[test]
+fn a_daemon_left_behind_by_a_task_that_completed_is_gone_once_its_job_has_ended() {
+    let Some(c) = cluster() else { return };
+    let m = marker(2);
+    // The task's own process ends at once, leaving its daemon.
+    let id = submit(&c, &format!("{} echo started", daemon(&m)));
+    wait_until("the job ends", || state(&c, id) == "COMPLETED");
+    assert_eq!(
+        processes_with(&m),
+        Vec::<i32>::new(),
+        "the daemon outlived its job"
+    );
+}
+
+#[test]
+fn a_killed_agent_s_tasks_are_killed_when_it_starts_again_and_never_run_beside_their_requeue() {
+    let Some(c) = cluster() else { return };
+    let m = marker(3);
+    let id = submit(&c, &format!("exec sleep {m}"));
+    wait_until("the task runs", || processes_with(&m).len() == 1);
+    // The agent dies without stopping anything; its task runs on, unsupervised.
+    let agent = read_pid(&c.path("agents/node001.pid"));
+    let argv: Vec<String> = std::fs::read(format!("/proc/{agent}/cmdline"))
+        .expect("the agent's command line")
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the agent is killed");
+    wait_until("the agent is gone", || {
+        !std::path::Path::new(&format!("/proc/{agent}")).exists()
+            || std::fs::read_to_string(format!("/proc/{agent}/stat"))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+    });
+    assert_eq!(processes_with(&m).len(), 1, "the task died with its agent");
+    // The same agent again, as `cadre up` started it.
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(c.path("agents/node001.log"))
+        .expect("the agent's log");
+    let again = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("the agent starts again");
+    let again_pid = nix::unistd::Pid::from_raw(again.id() as i32);
+    let mut again = StopOnDrop(again);
+    // Its previous life's task is killed before the job is started again; from then on the
+    // job's task never runs twice at once.
+    wait_until("the job runs again", || {
+        let j = job(&c, id);
+        assert!(
+            processes_with(&m).len() <= 1,
+            "the job's task runs twice at once"
+        );
+        j["requeues"].as_u64() == Some(1) && j["state"] == "RUNNING"
+    });
+    wait_until("its new run's task runs", || processes_with(&m).len() == 1);
+    c.ok(&["cancel", &id.to_string()]);
+    wait_until("the job ends", || state(&c, id) == "CANCELLED");
+    assert_eq!(processes_with(&m), Vec::<i32>::new());
+    // Stopped as `cadre down` would (the cluster's `cadre down` knows only the first).
+    nix::sys::signal::kill(again_pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    wait_until("the agent stops", || {
+        again.0.try_wait().is_ok_and(|s| s.is_some())
+    });
+}
+
+/// The restarted agent, killed if the test ends before it stops it.
+struct StopOnDrop(std::process::Child);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
