@@ -9,8 +9,8 @@
 //! `cgroup.kill` and `cgroup.events` even without controllers); `Under(DIR)` names one.
 //!
 //! Decided ([`AgentCgroups::prepare`], once at the agent's start):
-//! - the agent's tasks go under a directory of its own there, `cadre.<node>.<pid>` (agents of
-//!   several clusters on one machine have nodes of the same name), with the `memory`
+//! - the agent's tasks go under a directory of its own there, made new, `cadre.<node>.<pid>`
+//!   (agents of several clusters on one machine have nodes of the same name), with the `memory`
 //!   controller enabled for its children where the parent offers it; its path is recorded
 //!   in the agent's state directory (`cgroup`);
 //! - what a previous life of this agent left there (it was killed: nothing stopped its
@@ -261,12 +261,22 @@ impl AgentCgroups {
                 }
             })
             .collect();
-        let path = parent.join(format!("cadre.{name}.{}", std::process::id()));
-        match fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(CgroupError::Create { path, source }),
-        }
+        // A directory of its own, made new: another agent of this process (tests run
+        // several) or an earlier process of this pid may have one of the same name.
+        let base = format!("cadre.{name}.{}", std::process::id());
+        let mut n = 0u32;
+        let path = loop {
+            let path = parent.join(if n == 0 {
+                base.clone()
+            } else {
+                format!("{base}.{n}")
+            });
+            match fs::create_dir(&path) {
+                Ok(()) => break path,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(source) => return Err(CgroupError::Create { path, source }),
+            }
+        };
         let offered = fs::read_to_string(path.join("cgroup.controllers")).unwrap_or_default();
         if offered.split_whitespace().any(|c| c == "memory")
             && let Err(e) = fs::write(path.join("cgroup.subtree_control"), "+memory")
@@ -293,10 +303,13 @@ impl AgentCgroups {
         fs::read_to_string(self.path.join("cgroup.subtree_control"))
             .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"))
     }
+}
 
-    /// Removes the directory and its record when the agent stops; what is left in it (a
-    /// task that could not be killed) keeps both for the next start to sweep.
-    pub fn release(self) {
+impl Drop for AgentCgroups {
+    /// The agent stops (or its service ends on an error): the directory and its record go;
+    /// what is left in it (a task that could not be killed) keeps both for the next start
+    /// to sweep.
+    fn drop(&mut self) {
         if fs::remove_dir(&self.path).is_ok() {
             let _ = fs::remove_file(&self.record);
         }
@@ -550,6 +563,44 @@ mod tests {
         AgentCgroups::prepare(&CgroupSetting::Off, "n1", state.path()).unwrap();
         assert!(named.join("job1.task0").exists());
         assert!(record.exists());
+    }
+
+    #[test]
+    fn two_agents_of_one_process_and_node_name_get_directories_of_their_own() {
+        // Regression: the service tests run several agents of node `n1` in one process;
+        // sharing `cadre.n1.<pid>`, one's stop removed the other's directory.
+        let parent = tempfile::tempdir().unwrap();
+        fs::write(parent.path().join("cgroup.controllers"), "").unwrap();
+        let under = CgroupSetting::Under(parent.path().to_path_buf());
+        let (s1, s2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let Prepared::Ready(a) = AgentCgroups::prepare(&under, "n1", s1.path()).unwrap() else {
+            panic!("no directory");
+        };
+        let Prepared::Ready(b) = AgentCgroups::prepare(&under, "n/1", s2.path()).unwrap() else {
+            panic!("no directory");
+        };
+        assert_ne!(a.path(), b.path());
+        assert_eq!(a.path().parent(), Some(parent.path()));
+        assert!(
+            b.path()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("cadre.n_1.")
+        );
+        let kept = b.path().to_path_buf();
+        assert_eq!(
+            fs::read_to_string(s2.path().join(RECORD)).unwrap().trim(),
+            kept.display().to_string()
+        );
+        drop(a);
+        assert!(
+            kept.is_dir(),
+            "one agent's stop removed the other's directory"
+        );
+        drop(b);
+        assert!(!kept.exists() && !s2.path().join(RECORD).exists());
     }
 
     #[test]

@@ -823,9 +823,8 @@ impl Service {
         if let Conn::Open { ws, .. } = &mut self.conn {
             close_quietly(ws).await;
         }
-        if let Some(cg) = self.cgroups.take() {
-            cg.release();
-        }
+        // The tasks' cgroups go with it (see `AgentCgroups`'s drop).
+        drop(self.cgroups.take());
         match self.stopping.take() {
             Some(Stopping::Fatal(e)) => Err(e),
             _ => {

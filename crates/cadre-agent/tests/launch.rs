@@ -66,6 +66,7 @@ fn node() -> LocalNode {
         shape: NodeShape::uniform("test", cpus.len() as u32, 1024, 4, "emulated", 0, 1),
         os_cpus: cpus,
         cgroup_parent: None,
+        kill_timeout: cadre_agent::supervise::DEFAULT_KILL_TIMEOUT,
     }
 }
 

@@ -410,6 +410,7 @@ mod tests {
                     state: JobState::Failed,
                     exit_code: Some(3),
                     signal: None,
+                    unkillable: Some("processes [41] in /sys/fs/cgroup/x after SIGKILL".into()),
                 },
             },
             SequencedEvent {
@@ -465,5 +466,19 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("`x` is not a node id"), "{err}");
+    }
+
+    #[test]
+    fn an_end_from_an_agent_that_knows_no_unkillable_processes_reads_as_none() {
+        let json = r#"{"type":"event","seq":4,"event":{"kind":"ended","run":{"job":7,"run":0},"state":"COMPLETED","exit_code":0,"signal":null}}"#;
+        let msg: AgentMessage = serde_json::from_str(json).expect("an older agent's end");
+        let AgentMessage::Event(SequencedEvent {
+            event: TaskEvent::Ended { unkillable, .. },
+            ..
+        }) = msg
+        else {
+            panic!("not an end: {msg:?}");
+        };
+        assert_eq!(unkillable, None);
     }
 }
