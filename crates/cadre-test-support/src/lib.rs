@@ -13,6 +13,7 @@
 //! only keeps a broken build from hanging.
 
 pub mod browser;
+pub mod netns;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -206,9 +207,17 @@ pub struct ClusterBuilder {
     workdir: Option<PathBuf>,
     env: Vec<(String, String)>,
     as_user: Option<(u32, u32)>,
+    netns: Option<String>,
 }
 
 impl ClusterBuilder {
+    /// `cadre up` runs in this network namespace (a [`netns::Host`]'s): the controller
+    /// and the agents it starts are on that host. Commands still reach it by its socket.
+    pub fn in_netns(mut self, ns: &str) -> Self {
+        self.netns = Some(ns.to_owned());
+        self
+    }
+
     /// Agents (named nodes) to run (default: `cadre up`'s, one).
     pub fn nodes(mut self, n: u32) -> Self {
         self.nodes = Some(n);
@@ -307,6 +316,7 @@ impl ClusterBuilder {
             up_args,
             env: self.env,
             as_user: self.as_user,
+            netns: self.netns,
             started: false,
         }
     }
@@ -333,6 +343,7 @@ pub struct Cluster {
     up_args: Vec<String>,
     env: Vec<(String, String)>,
     as_user: Option<(u32, u32)>,
+    netns: Option<String>,
     started: bool,
 }
 
@@ -349,6 +360,7 @@ impl Cluster {
             workdir: None,
             env: Vec::new(),
             as_user: None,
+            netns: None,
         }
     }
 
@@ -472,7 +484,17 @@ impl Cluster {
     /// a refused start); the cluster is stopped when dropped all the same.
     pub fn try_start(&mut self) -> Output {
         self.started = true;
-        self.run(&[&["up", "--detach"][..], &self.up_args()[..]].concat())
+        let up = [&["up", "--detach"][..], &self.up_args()[..]].concat();
+        match &self.netns {
+            Some(ns) => self
+                .command("ip")
+                .args(["netns", "exec", ns])
+                .arg(&self.cadre)
+                .args(up)
+                .output()
+                .expect("ip netns exec runs"),
+            None => self.run(&up),
+        }
     }
 
     /// `cadre down`, which must succeed.
