@@ -54,6 +54,10 @@ pub enum CgroupSetting {
     Off,
 }
 
+/// How long a task's processes may survive SIGKILL before the run's end names them and
+/// the node is drained: Slurm's default UnkillableStepTimeout.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The file of the agent's state directory naming its cgroup directory.
 const RECORD: &str = "cgroup";
 

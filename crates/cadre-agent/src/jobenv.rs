@@ -206,7 +206,7 @@ pub struct LocalNode {
     /// [`crate::cgroup`]); `None`: no cgroups, and out-of-memory kills are not detected.
     pub cgroup_parent: Option<PathBuf>,
     /// How long a task's processes may survive SIGKILL before the task is reported ended
-    /// with them named ([`crate::supervise::Limits::kill_timeout`]).
+    /// with them named (the supervisor's `Limits::kill_timeout`).
     pub kill_timeout: std::time::Duration,
 }
 
@@ -574,7 +574,7 @@ mod tests {
             shape,
             os_cpus: vec![0, 1, 2, 3],
             cgroup_parent: None,
-            kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
+            kill_timeout: crate::cgroup::DEFAULT_KILL_TIMEOUT,
         }
     }
 

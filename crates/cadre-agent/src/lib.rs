@@ -43,6 +43,7 @@ pub mod launch;
 pub mod launch_error;
 pub mod mountns;
 pub mod pattern;
+pub mod prolog;
 pub mod run_as;
 pub mod rundir;
 pub mod service;

@@ -41,6 +41,7 @@ mod worker;
 
 use crate::cgroup::{AgentCgroups, CgroupError, CgroupSetting, Prepared};
 use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
+use crate::prolog::NodeScripts;
 use cadre_proto::address::HostPort;
 use cadre_proto::agent::{
     AgentMessage, CONNECT_PATH, ControllerMessage, NodeReport, RunRef, TaskEvent,
@@ -86,6 +87,9 @@ pub struct AgentConfig {
     /// How long a task's processes may survive SIGKILL before the run is reported ended
     /// with them named, which drains the node (Slurm's UnkillableStepTimeout).
     pub kill_timeout: Duration,
+    /// The site's prolog and epilog around each job's run here, and the DCGM exporter's
+    /// job mapping (see [`crate::prolog`]). Default: none.
+    pub scripts: NodeScripts,
     /// The host name reported for the node's tasks to be reached at; `None`: this
     /// machine's host name.
     pub address: Option<String>,
@@ -140,6 +144,7 @@ impl AgentConfig {
             state_dir: state_dir.into(),
             cgroups: CgroupSetting::Auto,
             kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
+            scripts: NodeScripts::default(),
             address: None,
             container_runtime: None,
             container_allowed_capabilities: Vec::new(),
@@ -166,6 +171,7 @@ impl fmt::Debug for AgentConfig {
             .field("state_dir", &self.state_dir)
             .field("cgroups", &self.cgroups)
             .field("kill_timeout", &self.kill_timeout)
+            .field("scripts", &self.scripts)
             .field("container_runtime", &self.container_runtime)
             .field(
                 "container_allowed_capabilities",
@@ -591,6 +597,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         os_cpus: found.os_cpus,
         cgroup_parent: cgroups.as_ref().map(|c| c.path().to_path_buf()),
         kill_timeout: config.kill_timeout,
+        scripts: config.scripts.clone(),
         state_dir: config.state_dir.clone(),
         agent_uid: nix::unistd::geteuid().as_raw(),
         mounts: crate::mountns::TaskMounts::probe(),

@@ -59,8 +59,7 @@ pub struct Limits {
     pub kill_timeout: Duration,
 }
 
-/// Slurm's default UnkillableStepTimeout.
-pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::cgroup::DEFAULT_KILL_TIMEOUT;
 
 /// Why the agent is stopping a task.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

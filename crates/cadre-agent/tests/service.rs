@@ -172,7 +172,7 @@ fn ended(event: TaskEvent, expected: RunRef) -> (JobState, Option<i32>, Option<i
             state,
             exit_code,
             signal,
-            unkillable: None,
+            drain: None,
         } if run == expected => (state, exit_code, signal),
         other => panic!("expected the end of {expected:?}, got {other:?}"),
     }

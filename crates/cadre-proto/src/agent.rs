@@ -166,7 +166,7 @@ pub enum TaskEvent {
         /// which, and where. The controller drains the node ("Kill task failed"): they
         /// may still hold its GPUs. Absent (an older agent): none were seen.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        unkillable: Option<String>,
+        drain: Option<String>,
     },
     /// For a run whose spec names completing groups
     /// ([`cadre_core::run::RunSpec::completing_groups`]): every task of those groups on this
@@ -410,7 +410,7 @@ mod tests {
                     state: JobState::Failed,
                     exit_code: Some(3),
                     signal: None,
-                    unkillable: Some("processes [41] in /sys/fs/cgroup/x after SIGKILL".into()),
+                    drain: Some("processes [41] in /sys/fs/cgroup/x after SIGKILL".into()),
                 },
             },
             SequencedEvent {
@@ -469,16 +469,16 @@ mod tests {
     }
 
     #[test]
-    fn an_end_from_an_agent_that_knows_no_unkillable_processes_reads_as_none() {
+    fn an_end_from_an_agent_that_knows_no_drain_processes_reads_as_none() {
         let json = r#"{"type":"event","seq":4,"event":{"kind":"ended","run":{"job":7,"run":0},"state":"COMPLETED","exit_code":0,"signal":null}}"#;
         let msg: AgentMessage = serde_json::from_str(json).expect("an older agent's end");
         let AgentMessage::Event(SequencedEvent {
-            event: TaskEvent::Ended { unkillable, .. },
+            event: TaskEvent::Ended { drain, .. },
             ..
         }) = msg
         else {
             panic!("not an end: {msg:?}");
         };
-        assert_eq!(unkillable, None);
+        assert_eq!(drain, None);
     }
 }

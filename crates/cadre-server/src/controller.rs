@@ -265,6 +265,9 @@ pub trait Comm {
     fn metric(&mut self, metric: Metric);
 }
 
+/// The longest drain reason taken from an agent, in characters.
+const MAX_DRAIN_REASON: usize = 512;
+
 /// The agents' lease for a node timeout: half of it. An agent that hears nothing for its
 /// lease stops its runs (SIGKILL at most a third of the lease later), so that they are gone
 /// well before the controller, which declares a node lost only after the whole timeout
@@ -1552,13 +1555,14 @@ impl Controller {
     fn task_event(&mut self, c: &mut dyn Comm, node: NodeId, event: TaskEvent, now: Time) {
         let run = event.run();
         if let TaskEvent::Ended {
-            unkillable: Some(what),
-            ..
+            drain: Some(what), ..
         } = &event
         {
-            // Processes that outlived SIGKILL may hold the node's GPUs, whichever run or
-            // step they were of. Slurm's words, which sites' scripts look for, then what.
-            self.drain_on_failure(c, node, format!("Kill task failed: {what}"), now);
+            // The node's agent found it unfit once the run ended (processes that outlived
+            // SIGKILL may hold its GPUs; its epilog failed), whichever run or step it was.
+            // The agent's words, bounded: a reason is shown everywhere nodes are.
+            let why: String = what.chars().take(MAX_DRAIN_REASON).collect();
+            self.drain_on_failure(c, node, why, now);
         }
         if run.step.is_some() {
             return self.step_event(node, run, event, now);

@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, bail};
 use cadre_agent::cgroup::CgroupSetting;
 use cadre_agent::discovery::DiscoveryOptions;
+use cadre_agent::prolog::NodeScripts;
 use cadre_agent::service::{self, AgentConfig};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,24 @@ pub struct AgentArgs {
     /// not booked again while the node is drained.
     #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub kill_timeout: u64,
+    /// A program run as root before each job's tasks start on this node (Slurm's Prolog),
+    /// with the job's SLURM_JOB_ID, SLURM_JOB_USER, SLURM_JOB_UID, SLURM_JOB_NODELIST,
+    /// SLURM_JOB_PARTITION, SLURMD_NODENAME and CUDA_VISIBLE_DEVICES. When it fails, the
+    /// node is drained with its first line of output and the job is requeued whole. It
+    /// must be root's and writable by root alone.
+    #[arg(long, value_name = "PROGRAM")]
+    pub prolog: Option<PathBuf>,
+    /// A program run as root after each job's tasks have ended on this node (Slurm's
+    /// Epilog), told as the prolog; when it fails, the node is drained.
+    #[arg(long, value_name = "PROGRAM")]
+    pub epilog: Option<PathBuf>,
+    /// Seconds the prolog or epilog may run before it is killed (and counts as failed).
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub prolog_timeout: u64,
+    /// A directory where each GPU a job holds gets a file named by its index holding the
+    /// job's id, for the DCGM exporter's --hpc-job-mapping-dir (GPU metrics by job).
+    #[arg(long, value_name = "DIR")]
+    pub dcgm_job_mapping_dir: Option<PathBuf>,
     /// The host name at which other nodes reach this node's tasks (MASTER_ADDR and the like)
     /// [default: this machine's host name].
     #[arg(long, value_name = "HOST")]
@@ -180,6 +199,16 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         (None, CgroupMode::Off) => CgroupSetting::Off,
     };
     config.kill_timeout = std::time::Duration::from_secs(args.kill_timeout);
+    config.scripts = NodeScripts {
+        prolog: args.prolog.clone(),
+        epilog: args.epilog.clone(),
+        timeout: Some(std::time::Duration::from_secs(args.prolog_timeout)),
+        dcgm_job_mapping_dir: args.dcgm_job_mapping_dir.clone(),
+    };
+    config
+        .scripts
+        .check()
+        .map_err(|why| anyhow::anyhow!("refusing to start: {why}"))?;
     config.address = args.address.clone();
     config.container_runtime = args.container_runtime.clone();
     config.container_allowed_capabilities =

@@ -142,9 +142,15 @@ impl Hosts {
 
     /// Enrols and starts the agent of host `i`, connected when this returns.
     fn start_agent(&mut self, i: usize) {
+        self.start_agent_with(i, &[]);
+    }
+
+    /// [`Hosts::start_agent`] with more options of `cadre agent`.
+    fn start_agent_with(&mut self, i: usize, more: &[&str]) {
         let join = self.join_token(&format!("n{i}"));
         let child = self
             .agent_command(i, &join)
+            .args(more)
             .spawn()
             .expect("the agent starts");
         self.agents[i] = Some(child);
@@ -177,7 +183,7 @@ impl Hosts {
     /// The host of each node of the job's allocation, in task order.
     fn hosts_of(&self, id: u64) -> Vec<usize> {
         let job = self.job(id);
-        let names: Vec<String> = job["nodes"].as_str().map(|s| expand(s)).unwrap_or_default();
+        let names: Vec<String> = job["nodes"].as_str().map(expand).unwrap_or_default();
         names
             .iter()
             .map(|n| n.trim_start_matches('n').parse().expect("a node of ours"))
@@ -490,4 +496,79 @@ fn a_host_losing_a_fifth_of_its_packets_keeps_its_node_and_its_jobs_complete() {
     for id in ids {
         assert_eq!(h.job(id)["requeues"].as_u64(), Some(0), "{}", h.job(id));
     }
+}
+
+/// A program of the site's (root's, 0755) in `dir`.
+fn site_program(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("the program");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_failing_prolog_drains_its_node_and_requeues_the_gang_whole_and_a_failing_epilog_drains() {
+    let Some(mut h) = Hosts::new(30) else { return };
+    let dir = h.files.path().to_path_buf();
+    let seen = dir.join("prolog-saw");
+    let failing = site_program(
+        &dir,
+        "prolog-full",
+        "echo 'scratch is full on this node'; exit 1",
+    );
+    let telling = site_program(
+        &dir,
+        "prolog-tell",
+        &format!(
+            "echo \"$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_JOB_USER $SLURM_JOB_NODELIST\" >> {}",
+            seen.display()
+        ),
+    );
+    let epilog = site_program(
+        &dir,
+        "epilog-fail",
+        "echo 'GPU 0 fell off the bus' >&2; exit 2",
+    );
+    h.start_agent_with(1, &["--prolog", &failing]);
+    h.start_agent_with(2, &["--prolog", &telling]);
+    h.start_agent_with(3, &["--prolog", &telling, "--epilog", &epilog]);
+    let out =
+        h.c.ok(&["submit", "--parsable", "-N", "2", "-n", "2", "--", "true"]);
+    let id: u64 = out.trim().parse().expect("a job id");
+    cadre_test_support::wait_until_or(
+        "the gang completes",
+        || h.job(id)["state"] == "COMPLETED",
+        || format!("\n{}\n{}", h.job(id), h.logs()),
+    );
+    // First placed on n1 and n2: n1's prolog failed, so no task of that start ran (n2's
+    // was stopped with it) and the gang went back whole, to run on n2 and n3.
+    let job = h.job(id);
+    assert_eq!(job["requeues"].as_u64(), Some(1), "{job}");
+    assert_eq!(job["nodes"], "n[2-3]", "{job}");
+    let n1 = h.node("n1");
+    assert_eq!(n1["avail"], "drain", "{n1}");
+    let reason = n1["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("prolog") && reason.contains("scratch is full on this node"),
+        "{n1}"
+    );
+    // The prologs that ran were told the job as Slurm tells it.
+    let saw = std::fs::read_to_string(&seen).expect("the prologs wrote");
+    for node in ["n2", "n3"] {
+        assert!(
+            saw.lines().any(|l| l == format!("{node} {id} root n[2-3]")),
+            "{node}: {saw}"
+        );
+    }
+    // n3's epilog failed once the job ended there: n3 is drained, saying why.
+    h.wait_node("n3", "drained by its epilog", |n| n["avail"] == "drain");
+    let n3 = h.node("n3");
+    assert!(
+        n3["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("GPU 0 fell off the bus"),
+        "{n3}"
+    );
+    assert_eq!(h.node("n2")["avail"], "up", "{}", h.node("n2"));
 }

@@ -406,7 +406,7 @@ impl Session {
                     state: JobState::Cancelled,
                     exit_code: None,
                     signal: None,
-                    unkillable: None,
+                    drain: None,
                 })
             }
         }
@@ -445,7 +445,7 @@ impl Session {
                 state,
                 exit_code,
                 signal,
-                unkillable,
+                drain,
                 ..
             } => {
                 let state = match (r.phase, state) {
@@ -461,7 +461,7 @@ impl Session {
                     state,
                     exit_code,
                     signal,
-                    unkillable,
+                    drain,
                 }
             }
         };
@@ -620,7 +620,7 @@ mod tests {
             state,
             exit_code: Some(0),
             signal: None,
-            unkillable: None,
+            drain: None,
         }
     }
 
@@ -820,7 +820,7 @@ mod tests {
                     state: JobState::Cancelled,
                     exit_code: None,
                     signal: None,
-                    unkillable: None,
+                    drain: None,
                 }
             )]
         );

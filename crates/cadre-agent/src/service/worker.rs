@@ -22,6 +22,7 @@
 use crate::gang::{self, launch_gang};
 use crate::jobenv::{JobLaunch, LocalNode};
 use crate::launch::{LaunchError, RunAs};
+use crate::prolog::{Context, JobFacts, NodeScripts};
 use crate::rundir::{BindSource, RunDir};
 use crate::supervise::TaskOutcome;
 use cadre_core::cluster::{NodeId, NodeShape};
@@ -45,6 +46,8 @@ pub(crate) struct LaunchContext {
     pub(crate) cgroup_parent: Option<PathBuf>,
     /// How long a task's processes may survive SIGKILL (`--kill-timeout`).
     pub(crate) kill_timeout: Duration,
+    /// The site's prolog and epilog, and the GPUs' job mapping.
+    pub(crate) scripts: NodeScripts,
     /// Batch scripts go to `state_dir/job<ID>.<run>/script`.
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
@@ -233,6 +236,25 @@ fn run_thread(
         cgroup_parent: ctx.cgroup_parent.clone(),
         kill_timeout: ctx.kill_timeout,
     };
+    // A job's run (not a step) is framed by the site's prolog and epilog.
+    let facts = match run.step {
+        None => match job_facts(&job, &node, &run_as) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                remove_script_dir(script_dir.as_deref());
+                return failed(e.to_string(), is_permanent(&e));
+            }
+        },
+        Some(_) => None,
+    };
+    if let Some(f) = &facts {
+        if let Err(e) = ctx.scripts.run(Context::Prolog, f) {
+            // The node's fault, not the job's: drained, the gang requeued whole.
+            remove_script_dir(script_dir.as_deref());
+            return failed(e.to_string(), false);
+        }
+        ctx.scripts.map_gpus(f);
+    }
     let launched = if order.run_spec.allocation {
         Ok(gang::Gang { tasks: Vec::new() })
     } else {
@@ -242,6 +264,9 @@ fn run_thread(
         Ok(g) => g,
         Err(e) => {
             remove_script_dir(script_dir.as_deref());
+            if let Some(f) = &facts {
+                ctx.scripts.unmap_gpus(f);
+            }
             return failed(e.to_string(), is_permanent(&e.source));
         }
     };
@@ -252,16 +277,14 @@ fn run_thread(
         let state = hold(job.time_limit, commands, events);
         remove_script_dir(script_dir.as_deref());
         tracing::info!(state = %state, "holding ended");
-        report(
-            events,
-            TaskEvent::Ended {
-                run,
-                state,
-                exit_code: Some(0),
-                signal: None,
-                unkillable: None,
-            },
-        );
+        let ended = TaskEvent::Ended {
+            run,
+            state,
+            exit_code: Some(0),
+            signal: None,
+            drain: None,
+        };
+        report(events, after_run(ctx, facts.as_ref(), ended));
         return;
     }
     let readers = if job.relay {
@@ -302,14 +325,14 @@ fn run_thread(
                 run,
                 state,
                 signal,
-                unkillable,
+                drain,
                 ..
             } => TaskEvent::Ended {
                 run,
                 state,
                 exit_code: outcomes.iter().filter_map(|o| o.exit_code).max(),
                 signal,
-                unkillable,
+                drain,
             },
             other => other,
         },
@@ -322,42 +345,11 @@ fn run_thread(
                 state: JobState::Failed,
                 exit_code: None,
                 signal: None,
-                unkillable: None,
+                drain: None,
             }
         }
     };
-    let ended = match (run.step, &ctx.cgroup_parent, ended) {
-        // The run's end takes with it what its steps left running (the daemons of
-        // `cadre rsh` steps, which outlive their step as after an ssh session).
-        (
-            None,
-            Some(parent),
-            TaskEvent::Ended {
-                run,
-                state,
-                exit_code,
-                signal,
-                unkillable,
-            },
-        ) => {
-            let left = crate::cgroup::sweep_job(parent, run.job, ctx.kill_timeout);
-            let left = (!left.is_empty()).then(|| {
-                let what: Vec<String> = left
-                    .iter()
-                    .map(|(dir, pids)| format!("processes {pids:?} in {}", dir.display()))
-                    .collect();
-                format!("{} after SIGKILL", what.join(", "))
-            });
-            TaskEvent::Ended {
-                run,
-                state,
-                exit_code,
-                signal,
-                unkillable: unkillable.or(left),
-            }
-        }
-        (_, _, ended) => ended,
-    };
+    let ended = after_run(ctx, facts.as_ref(), ended);
     remove_script_dir(script_dir.as_deref());
     if let TaskEvent::Ended {
         state,
@@ -821,6 +813,75 @@ fn supervise(
     }
 }
 
+/// Slurm's words for processes that outlive SIGKILL, which sites' scripts look for.
+pub(crate) const KILL_TASK_FAILED: &str = "Kill task failed";
+
+/// What a job's run (`facts`; `None` for a step) leaves to do once its tasks have ended
+/// here: kill what its steps left running (the daemons of `cadre rsh` steps, which outlive
+/// their step as after an ssh session), free its GPUs' job mapping, run the epilog. What
+/// survives SIGKILL and a failing epilog drain the node.
+fn after_run(ctx: &LaunchContext, facts: Option<&JobFacts>, ended: TaskEvent) -> TaskEvent {
+    let Some(facts) = facts else {
+        return ended;
+    };
+    let TaskEvent::Ended {
+        run,
+        state,
+        exit_code,
+        signal,
+        mut drain,
+    } = ended
+    else {
+        return ended;
+    };
+    if let Some(parent) = &ctx.cgroup_parent {
+        let left = crate::cgroup::sweep_job(parent, run.job, ctx.kill_timeout);
+        if !left.is_empty() && drain.is_none() {
+            let what: Vec<String> = left
+                .iter()
+                .map(|(dir, pids)| format!("processes {pids:?} in {}", dir.display()))
+                .collect();
+            drain = Some(format!(
+                "{KILL_TASK_FAILED}: {} after SIGKILL",
+                what.join(", ")
+            ));
+        }
+    }
+    ctx.scripts.unmap_gpus(facts);
+    if let Err(e) = ctx.scripts.run(Context::Epilog, facts) {
+        tracing::error!(error = %e, "epilog failed: the node is to be drained");
+        drain = drain.or(Some(e.to_string()));
+    }
+    TaskEvent::Ended {
+        run,
+        state,
+        exit_code,
+        signal,
+        drain,
+    }
+}
+
+/// What the prolog and epilog are told of the job's run on this node.
+fn job_facts(job: &JobLaunch, node: &LocalNode, run_as: &RunAs) -> Result<JobFacts, LaunchError> {
+    let mut gpus = Vec::new();
+    for task in job.allocation.tasks.iter().filter(|t| t.node == node.id) {
+        gpus.extend(crate::jobenv::gpu_indices(job.id, node, task)?);
+    }
+    gpus.sort_unstable();
+    gpus.dedup();
+    let names: Vec<&str> = job.node_names.values().map(String::as_str).collect();
+    Ok(JobFacts {
+        job: job.id,
+        user: run_as.name.clone(),
+        uid: run_as.uid,
+        gid: run_as.gid,
+        nodelist: cadre_core::hostlist::compress(&names),
+        partition: job.partition.clone(),
+        node: node.name.clone(),
+        gpus,
+    })
+}
+
 /// The run's end from its tasks' outcomes (in rank order): the worst state, and the exit
 /// code and signal of the first task that did not complete, else of the first task.
 pub(crate) fn ended_event(run: RunRef, outcomes: &[TaskOutcome]) -> TaskEvent {
@@ -833,7 +894,10 @@ pub(crate) fn ended_event(run: RunRef, outcomes: &[TaskOutcome]) -> TaskEvent {
         state: gang::gang_state(outcomes),
         exit_code: pick.and_then(|o| o.exit_code),
         signal: pick.and_then(|o| o.signal),
-        unkillable: outcomes.iter().find_map(|o| o.unkillable.clone()),
+        drain: outcomes
+            .iter()
+            .find_map(|o| o.unkillable.as_ref())
+            .map(|what| format!("{KILL_TASK_FAILED}: {what}")),
     }
 }
 
@@ -879,7 +943,7 @@ mod tests {
                 state: JobState::Failed,
                 exit_code: Some(3),
                 signal: None,
-                unkillable: None,
+                drain: None,
             }
         );
         let e = ended_event(run, &[outcome(0, JobState::Completed, Some(0), None)]);
@@ -890,7 +954,7 @@ mod tests {
                 state: JobState::Completed,
                 exit_code: Some(0),
                 signal: None,
-                unkillable: None,
+                drain: None,
             }
         );
     }

@@ -350,7 +350,7 @@ fn ended(run: RunRef, state: JobState, exit_code: i32) -> TaskEvent {
         state,
         exit_code: Some(exit_code),
         signal: None,
-        unkillable: None,
+        drain: None,
     }
 }
 
@@ -940,7 +940,8 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
         .expect("placed")
         .tasks[0]
         .node;
-    let what = "processes [4242] in /sys/fs/cgroup/cadre.n1.1/job1.task0 after SIGKILL";
+    let what =
+        "Kill task failed: processes [4242] in /sys/fs/cgroup/cadre.n1.1/job1.task0 after SIGKILL";
     h.event(
         node.0,
         1,
@@ -949,7 +950,7 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
             state: JobState::Completed,
             exit_code: Some(0),
             signal: None,
-            unkillable: Some(what.into()),
+            drain: Some(what.into()),
         },
     );
     h.tick(true);
@@ -957,10 +958,7 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
     assert!(h.committed_at(id, JobState::Completed).is_some());
     let n = h.ctl.sched().cluster().node(node);
     assert_eq!(n.avail, NodeAvail::Drain);
-    assert_eq!(
-        n.reason.as_deref(),
-        Some(&*format!("Kill task failed: {what}"))
-    );
+    assert_eq!(n.reason.as_deref(), Some(what));
     // Nothing new is booked there while the processes may hold its GPUs.
     let next = h.start(gpu_job(4), program());
     let placed = h

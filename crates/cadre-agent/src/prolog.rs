@@ -1,0 +1,499 @@
+//! The site's programs around each job on a node, as Slurm's `Prolog` and `Epilog`, and
+//! the DCGM exporter's job mapping.
+//!
+//! Given: the agent's [`NodeScripts`] (`--prolog`, `--epilog`, `--prolog-timeout`,
+//! `--dcgm-job-mapping-dir`), and a job's run starting or ending on this node (a job's run,
+//! never its steps).
+//!
+//! Decided:
+//! - the prolog runs before any task of the run starts here, the epilog after every task of
+//!   it has ended here (its cgroups empty); both as the agent's user (root), in `/`, with
+//!   no standard input, with Slurm's variables (`SLURM_JOB_ID`, `SLURM_JOB_USER`,
+//!   `SLURM_JOB_UID`, `SLURM_JOB_GID`, `SLURM_JOB_NODELIST`, `SLURM_JOB_PARTITION`,
+//!   `SLURMD_NODENAME`, `SLURM_SCRIPT_CONTEXT`, `CUDA_VISIBLE_DEVICES` of the job's GPUs
+//!   here) and nothing of the job's own environment (a user's variables never reach a
+//!   root program), in a process group of its own, killed whole at the timeout;
+//! - its output goes to the agent's log, at most [`OUTPUT_KEPT`] bytes of it, and its first
+//!   line names the failure;
+//! - a prolog that fails (non-zero status, a signal, the timeout) fails the run's launch on
+//!   this node: the controller drains the node with the reason and requeues the gang whole;
+//!   an epilog that fails drains the node once the run has ended;
+//! - with a job-mapping directory, the GPUs a run holds here each get a file named by the
+//!   GPU's index, holding the job's id, while it runs (the DCGM exporter's
+//!   `--hpc-job-mapping-dir` format), so that GPU metrics carry job ids.
+//!
+//! Must hold: the programs are the administrator's (given on the agent's command line),
+//! never a user's; nothing a user controls decides what runs as root or where it writes.
+
+use cadre_core::job::JobId;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How much of a program's output is kept for the log and the reason.
+pub const OUTPUT_KEPT: usize = 4096;
+
+/// Slurm's default PrologEpilogTimeout is none; a site program that hangs must not hold a
+/// node for ever, so cadre's default is this.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The site's programs around jobs on this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeScripts {
+    pub prolog: Option<PathBuf>,
+    pub epilog: Option<PathBuf>,
+    /// How long each may run; `None`: [`DEFAULT_TIMEOUT`].
+    pub timeout: Option<Duration>,
+    /// Where the DCGM exporter reads which job holds which GPU (`--hpc-job-mapping-dir`).
+    pub dcgm_job_mapping_dir: Option<PathBuf>,
+}
+
+/// Which of them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Context {
+    Prolog,
+    Epilog,
+}
+
+impl Context {
+    /// `SLURM_SCRIPT_CONTEXT`, as slurmd sets it.
+    fn slurm_name(self) -> &'static str {
+        match self {
+            Context::Prolog => "prolog_slurmd",
+            Context::Epilog => "epilog_slurmd",
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Context::Prolog => "prolog",
+            Context::Epilog => "epilog",
+        }
+    }
+}
+
+/// What a prolog or epilog is told of the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFacts {
+    pub job: JobId,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub nodelist: String,
+    pub partition: String,
+    pub node: String,
+    /// The job's GPUs on this node, by device index.
+    pub gpus: Vec<u32>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ScriptError {
+    #[error("{context} {} could not be started: {why}", program.display())]
+    Start {
+        context: &'static str,
+        program: PathBuf,
+        why: String,
+    },
+    #[error("{context} {} failed ({how}){}", program.display(), first_line(output))]
+    Failed {
+        context: &'static str,
+        program: PathBuf,
+        /// `exit status 3`, `killed by signal 9`.
+        how: String,
+        output: String,
+    },
+    #[error("{context} {} did not end within {timeout:?} and was killed", program.display())]
+    TimedOut {
+        context: &'static str,
+        program: PathBuf,
+        timeout: Duration,
+    },
+}
+
+fn first_line(output: &str) -> String {
+    output
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+        .unwrap_or_default()
+}
+
+impl NodeScripts {
+    /// Refuses programs and a mapping directory that anyone but root (or the agent's own
+    /// user) could change: the agent runs the programs as itself, and a program another
+    /// user can rewrite is that user's way to run anything as root.
+    pub fn check(&self) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let me = nix::unistd::geteuid().as_raw();
+        let trusted = |path: &Path, what: &str, dir: bool| -> Result<(), String> {
+            let meta =
+                std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+            if dir != meta.is_dir() {
+                let kind = if dir { "a directory" } else { "a file" };
+                return Err(format!("{what} {} is not {kind}", path.display()));
+            }
+            let mut checked = vec![(path.to_path_buf(), meta)];
+            if !dir && let Some(parent) = path.parent() {
+                let meta = std::fs::metadata(parent)
+                    .map_err(|e| format!("{what} {}: {e}", parent.display()))?;
+                checked.push((parent.to_path_buf(), meta));
+            }
+            for (p, meta) in checked {
+                if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
+                    return Err(format!(
+                        "{what}: {} may be changed by others (owner uid {}, mode {:o}); it must \
+                         be root's (or this agent's user's) and writable by its owner alone",
+                        p.display(),
+                        meta.uid(),
+                        meta.mode() & 0o7777
+                    ));
+                }
+            }
+            Ok(())
+        };
+        if let Some(p) = &self.prolog {
+            trusted(p, "--prolog", false)?;
+        }
+        if let Some(p) = &self.epilog {
+            trusted(p, "--epilog", false)?;
+        }
+        if let Some(d) = &self.dcgm_job_mapping_dir {
+            trusted(d, "--dcgm-job-mapping-dir", true)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the prolog or epilog, if there is one, for `facts`; blocks until it ends.
+    pub fn run(&self, context: Context, facts: &JobFacts) -> Result<(), ScriptError> {
+        let program = match context {
+            Context::Prolog => &self.prolog,
+            Context::Epilog => &self.epilog,
+        };
+        let Some(program) = program else {
+            return Ok(());
+        };
+        run_program(
+            program,
+            context,
+            facts,
+            self.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        )
+    }
+
+    /// The job holds `facts.gpus` here from now: their mapping files say so.
+    pub fn map_gpus(&self, facts: &JobFacts) {
+        let Some(dir) = &self.dcgm_job_mapping_dir else {
+            return;
+        };
+        for gpu in &facts.gpus {
+            if let Err(e) = write_mapping(dir, *gpu, &format!("{}\n", facts.job)) {
+                tracing::warn!(job = %facts.job, gpu, dir = %dir.display(), error = %e, "cannot write the GPU's job mapping file");
+            }
+        }
+    }
+
+    /// The job no longer holds `facts.gpus`: their mapping files are emptied, unless
+    /// another job has taken the GPU since.
+    pub fn unmap_gpus(&self, facts: &JobFacts) {
+        let Some(dir) = &self.dcgm_job_mapping_dir else {
+            return;
+        };
+        for gpu in &facts.gpus {
+            let path = dir.join(gpu.to_string());
+            let ours = std::fs::read_to_string(&path)
+                .is_ok_and(|held| held.trim() == facts.job.to_string());
+            if ours && let Err(e) = write_mapping(dir, *gpu, "") {
+                tracing::warn!(job = %facts.job, gpu, error = %e, "cannot clear the GPU's job mapping file");
+            }
+        }
+    }
+}
+
+/// Writes the mapping file of `gpu` in `dir` (the administrator's directory): a new file
+/// renamed over the old one, so the exporter never reads half of it; never through a link.
+fn write_mapping(dir: &Path, gpu: u32, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".{gpu}.cadre-tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(gpu.to_string()))
+}
+
+fn run_program(
+    program: &Path,
+    context: Context,
+    facts: &JobFacts,
+    timeout: Duration,
+) -> Result<(), ScriptError> {
+    let word = context.word();
+    let gpus: Vec<String> = facts.gpus.iter().map(u32::to_string).collect();
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("SLURM_JOB_ID", facts.job.to_string())
+        .env("SLURM_JOBID", facts.job.to_string())
+        .env("SLURM_JOB_USER", &facts.user)
+        .env("SLURM_JOB_UID", facts.uid.to_string())
+        .env("SLURM_JOB_GID", facts.gid.to_string())
+        .env("SLURM_JOB_NODELIST", &facts.nodelist)
+        .env("SLURM_JOB_PARTITION", &facts.partition)
+        .env("SLURMD_NODENAME", &facts.node)
+        .env("SLURM_SCRIPT_CONTEXT", context.slurm_name())
+        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| ScriptError::Start {
+        context: word,
+        program: program.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    // The output is read on threads of its own, so that a program writing more than a
+    // pipe holds never blocks on it; only the first OUTPUT_KEPT bytes are kept.
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|r| std::thread::spawn(move || read_bounded(r)))
+    .collect();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= timeout => break None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
+    let Some(status) = status else {
+        // The whole group: what the program started goes too.
+        let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = child.wait();
+        return Err(ScriptError::TimedOut {
+            context: word,
+            program: program.to_path_buf(),
+            timeout,
+        });
+    };
+    // Leftovers of the program (it ended; its group may not have) go too.
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let output: String = readers
+        .into_iter()
+        .filter_map(|t| t.join().ok())
+        .collect::<Vec<_>>()
+        .join("");
+    if !output.trim().is_empty() {
+        tracing::info!(job = %facts.job, program = %program.display(), "{word} said: {}", output.trim());
+    }
+    if status.success() {
+        return Ok(());
+    }
+    let how = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended abnormally".into(),
+    };
+    Err(ScriptError::Failed {
+        context: word,
+        program: program.to_path_buf(),
+        how,
+        output,
+    })
+}
+
+/// Up to [`OUTPUT_KEPT`] bytes of `r` as text; the rest is read and dropped.
+fn read_bounded(mut r: Box<dyn Read + Send>) -> String {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = OUTPUT_KEPT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn facts() -> JobFacts {
+        JobFacts {
+            job: JobId(42),
+            user: "alice".into(),
+            uid: 1000,
+            gid: 1000,
+            nodelist: "n[1-2]".into(),
+            partition: "gpu".into(),
+            node: "n1".into(),
+            gpus: vec![2, 3],
+        }
+    }
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_prolog_sees_the_job_as_slurm_tells_it_and_nothing_of_the_job_s_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("seen");
+        let prolog = script(
+            dir.path(),
+            "prolog",
+            &format!(
+                "echo \"$SLURM_JOB_ID $SLURM_JOB_USER $SLURM_JOB_UID $SLURM_JOB_NODELIST \
+                 $SLURM_JOB_PARTITION $SLURMD_NODENAME $SLURM_SCRIPT_CONTEXT \
+                 $CUDA_VISIBLE_DEVICES ${{HOME:-nohome}} $(pwd)\" > {}",
+                out.display()
+            ),
+        );
+        let scripts = NodeScripts {
+            prolog: Some(prolog),
+            ..NodeScripts::default()
+        };
+        scripts.run(Context::Prolog, &facts()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap().trim(),
+            "42 alice 1000 n[1-2] gpu n1 prolog_slurmd 2,3 nohome /"
+        );
+        // No epilog: nothing to run.
+        scripts.run(Context::Epilog, &facts()).unwrap();
+    }
+
+    #[test]
+    fn a_failing_or_hanging_program_is_reported_with_its_first_line_and_killed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = script(
+            dir.path(),
+            "epilog",
+            "echo; echo 'GPU 3 has XID 79' >&2; exit 3",
+        );
+        let scripts = NodeScripts {
+            epilog: Some(failing.clone()),
+            ..NodeScripts::default()
+        };
+        let err = scripts.run(Context::Epilog, &facts()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "epilog {} failed (exit status 3): GPU 3 has XID 79",
+                failing.display()
+            )
+        );
+        // A program that never ends, and its child, are killed at the timeout.
+        let marker = dir.path().join("child-alive");
+        let hanging = script(
+            dir.path(),
+            "prolog",
+            &format!("(sleep 2; touch {}) & sleep 600", marker.display()),
+        );
+        let scripts = NodeScripts {
+            prolog: Some(hanging),
+            timeout: Some(Duration::from_millis(300)),
+            ..NodeScripts::default()
+        };
+        let err = scripts.run(Context::Prolog, &facts()).unwrap_err();
+        assert!(matches!(err, ScriptError::TimedOut { .. }), "{err}");
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(!marker.exists(), "the prolog's child outlived the timeout");
+        // One that cannot start says so.
+        let scripts = NodeScripts {
+            prolog: Some(dir.path().join("missing")),
+            ..NodeScripts::default()
+        };
+        let err = scripts.run(Context::Prolog, &facts()).unwrap_err();
+        assert!(err.to_string().contains("could not be started"), "{err}");
+    }
+
+    #[test]
+    fn programs_that_others_could_change_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let prolog = script(dir.path(), "prolog", "true");
+        let ok = NodeScripts {
+            prolog: Some(prolog.clone()),
+            dcgm_job_mapping_dir: Some(dir.path().to_path_buf()),
+            ..NodeScripts::default()
+        };
+        ok.check().unwrap();
+        std::fs::set_permissions(&prolog, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ok.check().unwrap_err();
+        assert!(err.contains("may be changed by others"), "{err}");
+        std::fs::set_permissions(&prolog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Its directory too: whoever may write there may replace it.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ok.check().unwrap_err();
+        assert!(err.contains("may be changed by others"), "{err}");
+        let missing = NodeScripts {
+            epilog: Some(dir.path().join("missing")),
+            ..NodeScripts::default()
+        };
+        assert!(missing.check().unwrap_err().starts_with("--epilog"));
+    }
+
+    #[test]
+    fn gpu_mapping_files_name_the_job_while_it_runs_and_are_emptied_after_unless_retaken() {
+        let dir = tempfile::tempdir().unwrap();
+        let scripts = NodeScripts {
+            dcgm_job_mapping_dir: Some(dir.path().to_path_buf()),
+            ..NodeScripts::default()
+        };
+        let f = facts();
+        scripts.map_gpus(&f);
+        let read = |gpu: u32| std::fs::read_to_string(dir.path().join(gpu.to_string())).unwrap();
+        assert_eq!((read(2), read(3)), ("42\n".to_string(), "42\n".to_string()));
+        // GPU 3 is taken by job 43 before 42's end is handled: 43 keeps it.
+        let other = JobFacts {
+            job: JobId(43),
+            gpus: vec![3],
+            ..facts()
+        };
+        scripts.map_gpus(&other);
+        scripts.unmap_gpus(&f);
+        assert_eq!((read(2), read(3)), (String::new(), "43\n".to_string()));
+        // A link planted in the directory is replaced, never written through.
+        let target = dir.path().join("target");
+        std::fs::write(&target, "kept").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("7")).unwrap();
+        scripts.map_gpus(&JobFacts {
+            gpus: vec![7],
+            ..facts()
+        });
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+        assert_eq!(read(7), "42\n");
+    }
+}
