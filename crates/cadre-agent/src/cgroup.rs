@@ -14,16 +14,26 @@
 //!   controller enabled for its children where the parent offers it; its path is recorded
 //!   in the agent's state directory (`cgroup`);
 //! - what a previous life of this agent left there (it was killed: nothing stopped its
-//!   tasks) is killed and removed before the agent says hello, so that the runs the
-//!   controller requeues as lost never go on here beside their new start;
+//!   tasks) is killed and removed before the agent says hello ([`sweep_previous_life`]),
+//!   so that the runs the controller requeues as lost never go on here beside their new
+//!   start; what survives SIGKILL drains the node;
 //! - without a writable cgroup v2 the agent runs its tasks in process groups only and
 //!   says at start that a process leaving its group can outlive its job.
 //!
-//! Per task ([`TaskCgroup`]): a child `job<J>.task<T>` (`job<J>.step<S>.task<T>` of a step,
-//! whose task numbers restart at 0 beside the job's own), `memory.max` set to the task's
-//! allocated memory where the controller is enabled; the task joins it before exec.
-//! Signals reach every process in it (frozen while its pids are read and signalled, so
-//! that no pid can be reused in between); SIGKILL is `cgroup.kill`. Afterwards
+//! - the directory it is made in, and each directory above it up to the hierarchy's root,
+//!   must be root's (or the agent's user's) and writable by its owner alone: whoever may
+//!   write a common ancestor's `cgroup.procs` may move the tasks' processes out, and
+//!   whoever owns the parent may rename the agent's directory away. Otherwise `Auto` goes
+//!   without cgroups (saying why) and `Under` refuses to start.
+//!
+//! Per task ([`TaskCgroup`]): a child `job<J>.<R>.task<T>` of run `R` of the job
+//! (`job<J>.<R>.step<S>.task<T>` of a step, whose task numbers restart at 0 beside the
+//! job's own), made new (one already there is an error: it is another run's), with
+//! `memory.max` set to the task's allocated memory where the controller is enabled; the
+//! task joins it before exec. A signal reaches every process in it while it is frozen (a
+//! frozen process cannot exit, so no pid read from it can be reused by another process
+//! before it is signalled); where it cannot be frozen in time, only the task's process
+//! group is signalled. SIGKILL is `cgroup.kill`, which needs no pids. Afterwards
 //! `memory.events` says whether the kernel killed anything in it for lack of memory
 //! (`oom_kill`); that is the only honest source for OUT_OF_MEMORY, and without a cgroup the
 //! outcome says it was not detected rather than guessing from a SIGKILL.
@@ -85,6 +95,12 @@ pub enum CgroupError {
     NotFound { why: String },
     #[error("failed to record the agent's cgroup in {}: {source}", path.display())]
     Record { path: PathBuf, source: io::Error },
+    #[error(
+        "cgroup {} is not root's alone (owner uid {uid}, mode {mode:o}): its owner, or whoever \
+         may write it, could move the tasks' processes out of their cgroups",
+        path.display()
+    )]
+    Untrusted { path: PathBuf, uid: u32, mode: u32 },
 }
 
 /// Whether an out-of-memory kill could be checked, and what was found.
@@ -103,11 +119,13 @@ pub struct TaskCgroup {
 }
 
 impl TaskCgroup {
-    /// Creates the cgroup of task `procid` of the job (of its step `step`) under `parent`,
-    /// limited to `mem_mib` when non-zero.
+    /// Creates the cgroup of task `procid` of run `run` of the job (of its step `step`)
+    /// under `parent`, limited to `mem_mib` when non-zero. One already there is an error:
+    /// it holds what another start left, which this task must not join.
     pub fn create(
         parent: &Path,
         job: JobId,
+        run: u32,
         step: Option<u32>,
         procid: u32,
         mem_mib: u64,
@@ -118,13 +136,11 @@ impl TaskCgroup {
             });
         }
         let path = parent.join(match step {
-            None => format!("job{job}.task{procid}"),
-            Some(step) => format!("job{job}.step{step}.task{procid}"),
+            None => format!("job{job}.{run}.task{procid}"),
+            Some(step) => format!("job{job}.{run}.step{step}.task{procid}"),
         });
-        match fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(CgroupError::Create { path, source }),
+        if let Err(source) = fs::create_dir(&path) {
+            return Err(CgroupError::Create { path, source });
         }
         let cg = TaskCgroup { path };
         // `memory.max` exists only where the parent enables the memory controller.
@@ -178,11 +194,11 @@ impl TaskCgroup {
         kill_cgroup(&self.path);
     }
 
-    /// Sends `signal` to every process in the cgroup; best effort. The cgroup is frozen
-    /// while its pids are read and signalled: a frozen process cannot exit by itself, so
-    /// no pid read here can be reused by another process before it is signalled.
-    pub(crate) fn signal_all(&self, signal: Signal) {
-        signal_cgroup(&self.path, signal);
+    /// Sends `signal` to every process in the cgroup, frozen meanwhile: a frozen process
+    /// cannot exit by itself, so no pid read here can be reused by another process before
+    /// it is signalled. `false`: it could not be frozen in time, and nothing was sent.
+    pub(crate) fn signal_all(&self, signal: Signal) -> bool {
+        signal_cgroup(&self.path, signal)
     }
 
     /// Whether any process is left in it (`cgroup.events`); a cgroup that cannot be read
@@ -219,15 +235,14 @@ pub enum Prepared {
 }
 
 impl AgentCgroups {
-    /// Finds or makes the agent's cgroup directory for node `node` by `setting`, after
-    /// killing and removing what a previous life of the agent recorded in `state_dir`.
+    /// Finds or makes the agent's cgroup directory for node `node` by `setting`, recorded
+    /// in `state_dir` (after [`sweep_previous_life`], which reads the previous record).
     pub fn prepare(
         setting: &CgroupSetting,
         node: &str,
         state_dir: &Path,
     ) -> Result<Prepared, CgroupError> {
         let record = state_dir.join(RECORD);
-        sweep_recorded(&record);
         let parent = match setting {
             CgroupSetting::Off => return Ok(Prepared::Without { why: None }),
             CgroupSetting::Under(dir) => dir.clone(),
@@ -255,8 +270,10 @@ impl AgentCgroups {
                 path: parent.to_path_buf(),
             });
         }
+        trusted_ancestors(parent)?;
         let name: String = node
             .chars()
+            .take(64)
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                     c
@@ -287,7 +304,7 @@ impl AgentCgroups {
         {
             tracing::warn!(cgroup = %path.display(), error = %e, "cannot enable the memory controller for task cgroups: memory limits and out-of-memory kills are not enforced or detected");
         }
-        fs::write(&record, format!("{}\n", path.display())).map_err(|source| {
+        write_record(&record, &path).map_err(|source| {
             let _ = fs::remove_dir(&path);
             CgroupError::Record {
                 path: record.clone(),
@@ -314,17 +331,66 @@ impl Drop for AgentCgroups {
     /// what is left in it (a task that could not be killed) keeps both for the next start
     /// to sweep.
     fn drop(&mut self) {
-        if fs::remove_dir(&self.path).is_ok() {
+        // The record goes only while it still names this directory.
+        let ours = fs::read_to_string(&self.record)
+            .is_ok_and(|r| Path::new(r.trim()) == self.path.as_path());
+        if fs::remove_dir(&self.path).is_ok() && ours {
             let _ = fs::remove_file(&self.record);
         }
     }
 }
 
-/// Kills and removes every cgroup of job `job` (its tasks', its steps') left under
-/// `parent`: a run's end takes what its `cadre rsh` steps left running with it. Returns
-/// the cgroups that could not be emptied within the wait, with their pids.
-pub fn sweep_job(parent: &Path, job: JobId, wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
-    let prefix = format!("job{job}.");
+/// Writes the record naming `dir`: a new file renamed over the old one, so that a crash
+/// leaves the old record or the new, never half of one, and never through a link.
+fn write_record(record: &Path, dir: &Path) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = record.with_extension("new");
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    writeln!(f, "{}", dir.display())?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, record)
+}
+
+/// Refuses `dir` when it, or a directory above it in the hierarchy, is not root's (or
+/// this process's user's) or may be written by group or others.
+fn trusted_ancestors(dir: &Path) -> Result<(), CgroupError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if !d.join("cgroup.controllers").is_file() {
+            break;
+        }
+        let meta = fs::metadata(d).map_err(|source| CgroupError::Create {
+            path: d.to_path_buf(),
+            source,
+        })?;
+        if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
+            return Err(CgroupError::Untrusted {
+                path: d.to_path_buf(),
+                uid: meta.uid(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+        at = d.parent();
+    }
+    Ok(())
+}
+
+/// Kills and removes every cgroup of run `run` of job `job` (its tasks', its steps') left
+/// under `parent`: a run's end takes what its `cadre rsh` steps left running with it (and
+/// never another run's). Returns the cgroups that could not be emptied within the wait,
+/// with their pids.
+pub fn sweep_job(parent: &Path, job: JobId, run: u32, wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
+    let prefix = format!("job{job}.{run}.");
     let dirs: Vec<PathBuf> = fs::read_dir(parent)
         .into_iter()
         .flatten()
@@ -363,10 +429,12 @@ fn sweep(dirs: &[PathBuf], wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
 /// Kills and removes the cgroup directory a previous life of the agent recorded, and its
 /// task cgroups. The record names a directory only the agent writes; it is trusted only as
 /// far as being a `cadre.*` cgroup v2 directory.
-fn sweep_recorded(record: &Path) {
-    let Ok(text) = fs::read_to_string(record) else {
-        return;
-    };
+///
+/// Returns what survived SIGKILL, for the node's health: such processes may hold its
+/// GPUs, and the node is drained until the agent starts again without them.
+pub fn sweep_previous_life(state_dir: &Path) -> Option<String> {
+    let record = state_dir.join(RECORD);
+    let text = fs::read_to_string(&record).ok()?;
     let old = PathBuf::from(text.trim());
     let ours = old.is_absolute()
         && old
@@ -385,15 +453,28 @@ fn sweep_recorded(record: &Path) {
         if !tasks.is_empty() {
             tracing::warn!(cgroup = %old.display(), tasks = tasks.len(), "killing the tasks a previous life of this agent left running (their runs were lost with it)");
         }
-        for (dir, pids) in sweep(&tasks, SWEEP_WAIT) {
+        let left = sweep(&tasks, SWEEP_WAIT);
+        for (dir, pids) in &left {
             tracing::error!(cgroup = %dir.display(), ?pids, "processes of a previous life of this agent survive SIGKILL");
         }
         let _ = fs::remove_dir(&old);
+        if let Some((dir, pids)) = left.first() {
+            // The record stays, for the next start to sweep again.
+            return Some(format!(
+                "{KILL_TASK_FAILED}: processes {} of a previous life of this agent in {} after SIGKILL",
+                some_pids(pids),
+                dir.display()
+            ));
+        }
     }
     if !old.exists() {
-        let _ = fs::remove_file(record);
+        let _ = fs::remove_file(&record);
     }
+    None
 }
+
+/// Slurm's words for processes that outlive SIGKILL, which sites' scripts look for.
+pub const KILL_TASK_FAILED: &str = "Kill task failed";
 
 /// This process's cgroup directory in the unified hierarchy.
 fn own_cgroup() -> Result<PathBuf, CgroupError> {
@@ -420,11 +501,11 @@ fn unified_dir(proc_cgroup: &str, mountinfo: &str) -> Option<PathBuf> {
         let root = fields.nth(3)?;
         let point = fields.next()?;
         let rel = if root == "/" {
-            own
+            Path::new(own)
         } else {
-            own.strip_prefix(root)?
+            Path::new(own).strip_prefix(root).ok()?
         };
-        let rel = rel.trim_start_matches('/');
+        let rel = rel.to_str()?.trim_start_matches('/');
         Some(if rel.is_empty() {
             PathBuf::from(point)
         } else {
@@ -433,13 +514,16 @@ fn unified_dir(proc_cgroup: &str, mountinfo: &str) -> Option<PathBuf> {
     })
 }
 
+/// Whether processes are left in `dir`; a cgroup that is gone is empty, one that cannot
+/// be read otherwise is taken as not (yet) empty.
 fn populated(dir: &Path) -> bool {
-    fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|text| {
-        text.lines().any(|l| {
+    match fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(text) => text.lines().any(|l| {
             l.split_once(' ')
                 .is_some_and(|(k, v)| k == "populated" && v.trim() != "0")
-        })
-    })
+        }),
+        Err(e) => e.kind() != io::ErrorKind::NotFound,
+    }
 }
 
 fn frozen(dir: &Path) -> bool {
@@ -463,24 +547,39 @@ fn pids(dir: &Path) -> Vec<i32> {
 
 fn kill_cgroup(dir: &Path) {
     if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+        // A kernel before 5.14: through the freezer (5.2+), pid by pid.
         signal_cgroup(dir, Signal::SIGKILL);
     }
 }
 
-fn signal_cgroup(dir: &Path, signal: Signal) {
+/// Signals every process of `dir` while it is frozen; `false` (nothing sent) when it
+/// cannot be frozen within [`FREEZE_WAIT`] (a process stuck in the kernel holds a freeze
+/// off): then a pid read from it could be reused before the signal.
+fn signal_cgroup(dir: &Path, signal: Signal) -> bool {
     let freeze = dir.join("cgroup.freeze");
-    let froze = fs::write(&freeze, "1").is_ok();
+    if fs::write(&freeze, "1").is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + FREEZE_WAIT;
+    while !frozen(dir) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let froze = frozen(dir);
     if froze {
-        let deadline = Instant::now() + FREEZE_WAIT;
-        while !frozen(dir) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
+        for pid in pids(dir) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         }
     }
-    for pid in pids(dir) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-    }
-    if froze {
-        let _ = fs::write(&freeze, "0");
+    let _ = fs::write(&freeze, "0");
+    froze
+}
+
+/// At most 16 of `pids`, and how many more, for a message.
+pub fn some_pids(pids: &[i32]) -> String {
+    let shown: Vec<String> = pids.iter().take(16).map(i32::to_string).collect();
+    match pids.len().saturating_sub(16) {
+        0 => format!("[{}]", shown.join(", ")),
+        more => format!("[{}, and {more} more]", shown.join(", ")),
     }
 }
 
@@ -505,14 +604,33 @@ mod tests {
     }
 
     #[test]
-    fn a_step_s_task_has_a_cgroup_apart_from_the_job_s_task_of_its_number() {
+    fn a_step_s_task_and_another_run_s_have_cgroups_apart_from_the_job_s_task_of_its_number() {
         // Killing a step's cgroup at its end must not kill the job's task 0 beside it.
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("cgroup.controllers"), "memory\n").unwrap();
-        let job = TaskCgroup::create(dir.path(), JobId(7), None, 0, 0).unwrap();
-        let step = TaskCgroup::create(dir.path(), JobId(7), Some(0), 0, 0).unwrap();
-        assert_eq!(job.path(), dir.path().join("job7.task0"));
-        assert_eq!(step.path(), dir.path().join("job7.step0.task0"));
+        let job = TaskCgroup::create(dir.path(), JobId(7), 0, None, 0, 0).unwrap();
+        let step = TaskCgroup::create(dir.path(), JobId(7), 0, Some(0), 0, 0).unwrap();
+        assert_eq!(job.path(), dir.path().join("job7.0.task0"));
+        assert_eq!(step.path(), dir.path().join("job7.0.step0.task0"));
+        // Regression: the next start of the job on this node, while the first is still
+        // being killed, got the same cgroup; the first's kill loop killed the second.
+        let next = TaskCgroup::create(dir.path(), JobId(7), 1, None, 0, 0).unwrap();
+        assert_eq!(next.path(), dir.path().join("job7.1.task0"));
+        // One already there is never joined.
+        let again = TaskCgroup::create(dir.path(), JobId(7), 1, None, 0, 0).unwrap_err();
+        assert!(again.to_string().contains("job7.1.task0"), "{again}");
+        // A run's sweep kills its own cgroups only (a made-up tree: `cgroup.kill` written).
+        sweep_job(dir.path(), JobId(7), 0, Duration::from_millis(10));
+        assert!(job.path().join("cgroup.kill").exists());
+        assert!(step.path().join("cgroup.kill").exists());
+        assert!(!next.path().join("cgroup.kill").exists());
+    }
+
+    #[test]
+    fn pid_lists_in_messages_are_bounded() {
+        assert_eq!(some_pids(&[1, 2]), "[1, 2]");
+        let many: Vec<i32> = (1..=40).collect();
+        assert!(some_pids(&many).ends_with("16, and 24 more]"));
     }
 
     #[test]
@@ -557,14 +675,13 @@ mod tests {
         fs::write(elsewhere.path().join("cgroup.controllers"), "").unwrap();
         fs::create_dir(elsewhere.path().join("job1.task0")).unwrap();
         fs::write(&record, format!("{}\n", elsewhere.path().display())).unwrap();
-        let prepared = AgentCgroups::prepare(&CgroupSetting::Off, "n1", state.path()).unwrap();
-        assert!(matches!(prepared, Prepared::Without { why: None }));
+        assert_eq!(sweep_previous_life(state.path()), None);
         assert!(elsewhere.path().join("job1.task0").exists());
         // Named so, but not a cgroup (no cgroup.controllers): left alone too.
         let named = elsewhere.path().join("cadre.n1.1");
         fs::create_dir_all(named.join("job1.task0")).unwrap();
         fs::write(&record, format!("{}\n", named.display())).unwrap();
-        AgentCgroups::prepare(&CgroupSetting::Off, "n1", state.path()).unwrap();
+        assert_eq!(sweep_previous_life(state.path()), None);
         assert!(named.join("job1.task0").exists());
         assert!(record.exists());
     }
@@ -626,7 +743,7 @@ mod tests {
     #[test]
     fn a_directory_outside_cgroup_v2_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = TaskCgroup::create(dir.path(), JobId(1), None, 0, 0).unwrap_err();
+        let err = TaskCgroup::create(dir.path(), JobId(1), 0, None, 0, 0).unwrap_err();
         assert!(
             err.to_string().contains("is not a cgroup v2 directory"),
             "{err}"

@@ -50,6 +50,9 @@ pub use cadre_core::run::{Export, OpenMode};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobLaunch {
     pub id: JobId,
+    /// Which start of the job this is (its requeue count): two starts of one job on a node
+    /// never share a cgroup.
+    pub run: u32,
     pub spec: JobSpec,
     /// The partition the job runs in (the spec's, or the default it was routed to).
     pub partition: String,
@@ -165,6 +168,7 @@ impl JobLaunch {
         let time_limit = (spec.time_limit.0 > 0).then(|| Duration::from_secs(spec.time_limit.0));
         JobLaunch {
             id,
+            run: 0,
             partition: spec.partition.clone().unwrap_or_default(),
             spec,
             allocation,

@@ -483,6 +483,7 @@ pub(crate) fn launch_task_with(
             TaskCgroup::create(
                 parent,
                 job.id,
+                job.run,
                 job.step.as_ref().map(|s| s.id),
                 place.procid,
                 mem_mib,

@@ -38,6 +38,7 @@ pub mod enrol;
 mod fork;
 pub mod gang;
 pub mod gpu;
+pub mod health;
 pub mod jobenv;
 pub mod launch;
 pub mod launch_error;

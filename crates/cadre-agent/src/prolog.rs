@@ -121,39 +121,43 @@ fn first_line(output: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Refuses a program (or directory, with `dir`) that anyone but root (or the agent's own
+/// user) could change, or whose directory they could: the agent runs it as itself, and a
+/// program another user can rewrite is that user's way to run anything as root. `what`
+/// names the option in the message.
+pub fn trusted(path: &Path, what: &str, dir: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    if dir != meta.is_dir() {
+        let kind = if dir { "a directory" } else { "a file" };
+        return Err(format!("{what} {} is not {kind}", path.display()));
+    }
+    let mut checked = vec![(path.to_path_buf(), meta)];
+    if !dir && let Some(parent) = path.parent() {
+        let meta =
+            std::fs::metadata(parent).map_err(|e| format!("{what} {}: {e}", parent.display()))?;
+        checked.push((parent.to_path_buf(), meta));
+    }
+    for (p, meta) in checked {
+        if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{what}: {} may be changed by others (owner uid {}, mode {:o}); it must be \
+                 root's (or this agent's user's) and writable by its owner alone",
+                p.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl NodeScripts {
     /// Refuses programs and a mapping directory that anyone but root (or the agent's own
     /// user) could change: the agent runs the programs as itself, and a program another
     /// user can rewrite is that user's way to run anything as root.
     pub fn check(&self) -> Result<(), String> {
-        use std::os::unix::fs::MetadataExt;
-        let me = nix::unistd::geteuid().as_raw();
-        let trusted = |path: &Path, what: &str, dir: bool| -> Result<(), String> {
-            let meta =
-                std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
-            if dir != meta.is_dir() {
-                let kind = if dir { "a directory" } else { "a file" };
-                return Err(format!("{what} {} is not {kind}", path.display()));
-            }
-            let mut checked = vec![(path.to_path_buf(), meta)];
-            if !dir && let Some(parent) = path.parent() {
-                let meta = std::fs::metadata(parent)
-                    .map_err(|e| format!("{what} {}: {e}", parent.display()))?;
-                checked.push((parent.to_path_buf(), meta));
-            }
-            for (p, meta) in checked {
-                if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
-                    return Err(format!(
-                        "{what}: {} may be changed by others (owner uid {}, mode {:o}); it must \
-                         be root's (or this agent's user's) and writable by its owner alone",
-                        p.display(),
-                        meta.uid(),
-                        meta.mode() & 0o7777
-                    ));
-                }
-            }
-            Ok(())
-        };
         if let Some(p) = &self.prolog {
             trusted(p, "--prolog", false)?;
         }

@@ -41,6 +41,7 @@ mod worker;
 
 use crate::cgroup::{AgentCgroups, CgroupError, CgroupSetting, Prepared};
 use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
+use crate::health::{Baseline, HealthChecks};
 use crate::prolog::NodeScripts;
 use cadre_proto::address::HostPort;
 use cadre_proto::agent::{
@@ -90,6 +91,8 @@ pub struct AgentConfig {
     /// The site's prolog and epilog around each job's run here, and the DCGM exporter's
     /// job mapping (see [`crate::prolog`]). Default: none.
     pub scripts: NodeScripts,
+    /// The node's health checks (see [`crate::health`]): the built-in ones every minute.
+    pub health: HealthChecks,
     /// The host name reported for the node's tasks to be reached at; `None`: this
     /// machine's host name.
     pub address: Option<String>,
@@ -145,6 +148,7 @@ impl AgentConfig {
             cgroups: CgroupSetting::Auto,
             kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
             scripts: NodeScripts::default(),
+            health: HealthChecks::default(),
             address: None,
             container_runtime: None,
             container_allowed_capabilities: Vec::new(),
@@ -172,6 +176,7 @@ impl fmt::Debug for AgentConfig {
             .field("cgroups", &self.cgroups)
             .field("kill_timeout", &self.kill_timeout)
             .field("scripts", &self.scripts)
+            .field("health", &self.health)
             .field("container_runtime", &self.container_runtime)
             .field(
                 "container_allowed_capabilities",
@@ -502,6 +507,43 @@ struct Service {
     flush_deadline: Option<Instant>,
     /// The agent's directory of task cgroups, released when it stops.
     cgroups: Option<AgentCgroups>,
+    /// What the last run of the health checks found wrong.
+    checks_found: Vec<String>,
+    /// The node's clock against the controller's, as of the last welcome.
+    clock_problem: Option<String>,
+    /// Processes of a previous life of the agent that survived SIGKILL: the node stays
+    /// drained until the agent starts again without them.
+    left_running: Option<String>,
+    /// The state directory's lock, held for the agent's life.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+    /// Each run of the health checks' findings.
+    health_rx: mpsc::UnboundedReceiver<Vec<String>>,
+}
+
+/// Runs the health checks every interval, for ever, sending what each run finds.
+async fn health_loop(
+    checks: HealthChecks,
+    node: String,
+    state_dir: PathBuf,
+    baseline: Baseline,
+    found: mpsc::UnboundedSender<Vec<String>>,
+) {
+    let interval = checks.interval.max(Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(interval).await;
+        let (c, n, d, b) = (
+            checks.clone(),
+            node.clone(),
+            state_dir.clone(),
+            baseline.clone(),
+        );
+        let Ok(problems) = tokio::task::spawn_blocking(move || c.run(&n, &d, &b)).await else {
+            return;
+        };
+        if found.send(problems).is_err() {
+            return;
+        }
+    }
 }
 
 /// Runs the agent until `shutdown` resolves (then stops every run and returns `Ok`), or
@@ -522,6 +564,17 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         })?
         .map_err(AgentError::Discovery)?;
     prepare_state_dir(&config.state_dir)?;
+    // One agent per state directory: a second one would sweep the first's tasks as its
+    // own previous life's.
+    let lock = lock_state_dir(&config.state_dir)?;
+    let left_running = {
+        let dir = config.state_dir.clone();
+        tokio::task::spawn_blocking(move || crate::cgroup::sweep_previous_life(&dir))
+            .await
+            .map_err(|e| AgentError::Internal {
+                what: format!("the sweep of a previous life did not finish: {e}"),
+            })?
+    };
     let cgroups = {
         let (setting, node, dir) = (
             config.cgroups.clone(),
@@ -591,6 +644,11 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
         .max(1);
+    let real_gpus = if found.gpus_emulated {
+        0
+    } else {
+        found.shape.gpus.len()
+    };
     let ctx = Arc::new(LaunchContext {
         node_name: config.node.clone(),
         shape: found.shape,
@@ -612,8 +670,32 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
             .as_ref()
             .and_then(|_| crate::container::own_libraries()),
     });
+    // The node's health: checked once before the first hello (a node that fails never takes
+    // a job), then every interval.
+    let baseline = Baseline::of(real_gpus, std::path::Path::new("/sys/class/infiniband"));
+    let (health_tx, health_rx) = mpsc::unbounded_channel();
+    let first_checks = {
+        let (checks, node, dir, base) = (
+            config.health.clone(),
+            config.node.clone(),
+            config.state_dir.clone(),
+            baseline.clone(),
+        );
+        tokio::task::spawn_blocking(move || checks.run(&node, &dir, &base))
+            .await
+            .map_err(|e| AgentError::Internal {
+                what: format!("the health checks did not finish: {e}"),
+            })?
+    };
+    let health_loop = tokio::spawn(health_loop(
+        config.health.clone(),
+        config.node.clone(),
+        config.state_dir.clone(),
+        baseline,
+        health_tx,
+    ));
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let service = Service {
+    let mut service = Service {
         session: Session::new(config.node.clone(), report, first_seq, config.outbox_limit),
         controller: config.controller,
         node: config.node,
@@ -635,8 +717,16 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         stopping: None,
         flush_deadline: None,
         cgroups,
+        checks_found: first_checks,
+        clock_problem: None,
+        left_running,
+        health_rx,
+        _lock: lock,
     };
-    service.main(shutdown, events_rx).await
+    service.tell_health().await;
+    let result = service.main(shutdown, events_rx).await;
+    health_loop.abort();
+    result
 }
 
 /// This machine's host name, as the kernel has it (`uname -n`).
@@ -679,6 +769,34 @@ fn check_config(config: &AgentConfig, endpoint: &Endpoint) -> Result<(), AgentEr
 /// and refuses one that is a symbolic link, belongs to another user or that group or
 /// others may write to: a root agent creates the jobs' files in it and mounts them into
 /// their tasks, so nobody else may place or replace anything there.
+/// Locks `dir/lock` (made 0600, never through a link) for this agent alone.
+fn lock_state_dir(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, AgentError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("lock");
+    let err = |source| AgentError::StateDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(err)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        err(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!(
+                "another agent uses it (its lock {} is held: {e})",
+                path.display()
+            ),
+        ))
+    })
+}
+
 pub fn prepare_state_dir(dir: &std::path::Path) -> Result<(), AgentError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let err = |source| AgentError::StateDir {
@@ -759,6 +877,10 @@ impl Service {
                     tracing::info!(node = %self.node, runs = self.runs.len(), "shutting down: stopping every run");
                     self.begin_stopping(Stopping::Requested).await;
                 }
+                Some(found) = self.health_rx.recv() => {
+                    self.checks_found = found;
+                    self.tell_health().await;
+                }
                 Some(report) = events_rx.recv() => match report {
                     worker::Report::Event(event) => self.on_report(event).await,
                     worker::Report::Output(chunk) => self.relay(chunk).await,
@@ -830,8 +952,10 @@ impl Service {
         if let Conn::Open { ws, .. } = &mut self.conn {
             close_quietly(ws).await;
         }
-        // The tasks' cgroups go with it (see `AgentCgroups`'s drop).
+        // The tasks' cgroups go with it (see `AgentCgroups`'s drop), and its lock: the
+        // state directory is left as empty as its runs left it.
         drop(self.cgroups.take());
+        let _ = std::fs::remove_file(self.ctx.state_dir.join("lock"));
         match self.stopping.take() {
             Some(Stopping::Fatal(e)) => Err(e),
             _ => {
@@ -1101,7 +1225,27 @@ impl Service {
         }
     }
 
+    /// What the checks and the clock find, as the session tells it to the controller.
+    async fn tell_health(&mut self) {
+        let mut problems = self.checks_found.clone();
+        problems.extend(self.clock_problem.clone());
+        problems.extend(self.left_running.clone());
+        let reason = crate::health::reason(&problems);
+        let result = self.session.handle(Input::Health(reason));
+        self.apply(result).await;
+    }
+
     async fn on_message(&mut self, message: ControllerMessage) {
+        if let ControllerMessage::Welcome {
+            now_ms: Some(theirs),
+            ..
+        } = &message
+        {
+            let ours = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            self.clock_problem = crate::health::clock_problem(ours, *theirs);
+        }
         match &message {
             ControllerMessage::Welcome {
                 node_id, lease_ms, ..
@@ -1132,14 +1276,29 @@ impl Service {
             ControllerMessage::Ack { seq } => tracing::debug!(seq, "ack"),
             _ => {}
         }
+        let welcome = matches!(message, ControllerMessage::Welcome { .. });
         let result = self.session.handle(Input::Message(message));
         self.apply(result).await;
+        if welcome {
+            // The clock, checked at the welcome, is told once the link is up.
+            self.tell_health().await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_agent_on_one_state_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_state_dir(dir.path()).unwrap();
+        let err = lock_state_dir(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("another agent uses it"), "{err}");
+        drop(first);
+        lock_state_dir(dir.path()).unwrap();
+    }
 
     #[test]
     fn controller_addresses_are_tcp_or_unix() {

@@ -473,9 +473,10 @@ impl RunningTask {
         self.outcome.is_some()
     }
 
-    /// Sends `signal` to the task's process group now (`scancel --signal`); nothing once
-    /// the task has ended. Safe from pid reuse: the task is reaped only by
-    /// [`RunningTask::poll`], which takes the same `&mut self`.
+    /// Sends `signal` to the task's processes now (`scancel --signal`); nothing once the
+    /// task has ended. Safe from pid reuse: the task is reaped only by
+    /// [`RunningTask::poll`], which takes the same `&mut self`, and nothing is sent by pid
+    /// after that (see `send`).
     pub fn signal(&mut self, signal: Signal) -> Result<(), LaunchError> {
         if self.outcome.is_some() {
             return Ok(());
@@ -531,19 +532,30 @@ impl RunningTask {
         }
     }
 
+    /// Signals the task: its group through its cgroup where it has one (every process it
+    /// started, also those that left the group), else the group; its main process alone
+    /// for `B:` signals. Once the main process is reaped its pid may belong to anyone:
+    /// nothing is sent to it or its group any more.
     fn send(&self, action: SignalAction) -> Result<(), LaunchError> {
         let pid = self.pid_nix();
+        let reaped = self.ending.is_some();
         let sent = match action.target {
             SignalTarget::Group => {
-                // The processes that left the group are reached through the cgroup.
-                if let Some(cg) = &self.cgroup {
-                    match action.signal {
-                        Signal::SIGKILL => cg.kill_all(),
-                        signal => cg.signal_all(signal),
+                let through_cgroup = match (&self.cgroup, action.signal) {
+                    (Some(cg), Signal::SIGKILL) => {
+                        cg.kill_all();
+                        true
                     }
+                    (Some(cg), signal) => cg.signal_all(signal),
+                    (None, _) => false,
+                };
+                if through_cgroup || reaped {
+                    Ok(())
+                } else {
+                    nix::sys::signal::killpg(pid, action.signal)
                 }
-                nix::sys::signal::killpg(pid, action.signal)
             }
+            SignalTarget::Leader if reaped => Ok(()),
             SignalTarget::Leader => nix::sys::signal::kill(pid, action.signal),
         };
         match sent {
@@ -871,7 +883,7 @@ mod tests {
         use std::os::unix::process::CommandExt;
         let parent = tempfile::tempdir().unwrap();
         std::fs::write(parent.path().join("cgroup.controllers"), "").unwrap();
-        let cg = TaskCgroup::create(parent.path(), JobId(7), None, 0, 0).unwrap();
+        let cg = TaskCgroup::create(parent.path(), JobId(7), 0, None, 0, 0).unwrap();
         let events = format!("populated {}\nfrozen 0\n", u8::from(populated));
         std::fs::write(cg.path().join("cgroup.events"), events).unwrap();
         let child = std::process::Command::new("true")
@@ -919,7 +931,7 @@ mod tests {
         let outcome = task.wait().unwrap();
         let what = outcome.unkillable.expect("what survived is named");
         assert!(
-            what.contains("job7.task0") && what.contains("after SIGKILL"),
+            what.contains("job7.0.task0") && what.contains("after SIGKILL"),
             "{what}"
         );
         assert_eq!(outcome.state, JobState::Completed);

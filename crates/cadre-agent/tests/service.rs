@@ -140,6 +140,7 @@ impl Conn {
             version: PROTOCOL_VERSION,
             node_id: NODE_ID,
             lease_ms: None,
+            now_ms: None,
         })
         .await;
     }

@@ -32,7 +32,15 @@ use std::collections::BTreeMap;
 /// Version 3: job steps (a [`RunRef`] with a `step`, [`LaunchOrder::step`]), their output
 /// relayed ([`AgentMessage::Output`]), allocations that run nothing by themselves, and
 /// time limits changed while a run runs ([`ControllerMessage::SetTimeLimit`]).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Version 4: agents report their node's health ([`Hello::health`],
+/// [`AgentMessage::Health`]); the welcome carries the controller's clock
+/// ([`ControllerMessage::Welcome`] `now_ms`).
+pub const PROTOCOL_VERSION: u32 = 4;
+
+/// The oldest agent protocol a controller still serves: an agent of version 3 reports no
+/// health and is welcomed in its own version, so that agents can be upgraded after their
+/// controller, one node at a time.
+pub const OLDEST_AGENT_VERSION: u32 = 3;
 
 /// The path of the agent's WebSocket on the controller.
 pub const CONNECT_PATH: &str = "/agent/v1/connect";
@@ -95,6 +103,11 @@ pub enum AgentMessage {
     /// ([`StepContext::relay`]). Not kept in the outbox: output produced while the
     /// controller is unreachable is lost (the step's end is not).
     Output(OutputChunk),
+    /// The node's health changed (version 4): what its checks find wrong, `None` when
+    /// nothing. The controller drains the node with it until a later report is clean.
+    Health {
+        problem: Option<String>,
+    },
 }
 
 /// A piece of a task's output.
@@ -129,6 +142,10 @@ pub struct Hello {
     pub running: Vec<RunRef>,
     /// Events not yet acknowledged, oldest first.
     pub outbox: Vec<SequencedEvent>,
+    /// What the node's health checks, run before this hello, find wrong (version 4);
+    /// `None`: nothing (or an agent of version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
 }
 
 /// A task event with its place in the agent's outbox.
@@ -207,6 +224,10 @@ pub enum ControllerMessage {
         /// timeout, twice the lease). `None` (an older controller): no lease.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
+        /// The controller's wall clock at the welcome, in milliseconds since 1970 (version
+        /// 4), for the agent's check of its own clock.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        now_ms: Option<u64>,
     },
     /// The connection is refused, and why; the controller closes it.
     Refused { reason: String },
@@ -371,7 +392,8 @@ mod tests {
             ControllerMessage::Welcome {
                 version: PROTOCOL_VERSION,
                 node_id: NodeId(7),
-                lease_ms: None,
+                lease_ms: Some(15_000),
+                now_ms: Some(1_795_000_000_000),
             },
             ControllerMessage::Refused {
                 reason: "no".into(),
@@ -435,8 +457,13 @@ mod tests {
             },
             running: vec![run],
             outbox: events.clone(),
+            health: Some("only 12 MiB free for jobs in /var/lib/cadre-agent".into()),
         };
         round_trip(&AgentMessage::Hello(Box::new(hello)));
+        round_trip(&AgentMessage::Health { problem: None });
+        round_trip(&AgentMessage::Health {
+            problem: Some("RDMA port mlx5_0/1 is no longer active".into()),
+        });
         for e in events {
             round_trip(&AgentMessage::Event(e));
         }

@@ -218,6 +218,11 @@ async fn serve_agent(
                     }
                 }
                 Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk, &node_name),
+                Ok(AgentMessage::Health { problem }) => {
+                    if engine.send(Command::AgentHealth { conn, problem }).is_err() {
+                        break;
+                    }
+                }
                 Ok(AgentMessage::Hello(_)) => {
                     tracing::warn!(conn, "agent said hello twice: dropping the connection");
                     break;

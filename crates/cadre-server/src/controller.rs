@@ -54,7 +54,8 @@ use cadre_core::scheduler::{CoreError, Decision, Event, Hold, PendingReason, Sch
 use cadre_core::time::{Dur, Time};
 use cadre_k8s::CONTAINER_RUNTIME_FEATURE;
 use cadre_proto::agent::{
-    ControllerMessage, Hello, LaunchOrder, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
+    ControllerMessage, Hello, LaunchOrder, OLDEST_AGENT_VERSION, PROTOCOL_VERSION, RunRef,
+    SequencedEvent, TaskEvent,
 };
 use cadre_proto::api::{
     ErrorCode, ErrorReason, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest,
@@ -178,6 +179,11 @@ pub enum Input {
         conn: u64,
         event: SequencedEvent,
     },
+    /// An agent's node's health changed: what its checks find wrong, if anything.
+    AgentHealth {
+        conn: u64,
+        problem: Option<String>,
+    },
     AgentGone {
         conn: u64,
     },
@@ -268,6 +274,37 @@ pub trait Comm {
 /// The longest drain reason taken from an agent, in characters.
 const MAX_DRAIN_REASON: usize = 512;
 
+/// An agent's words for a reason: no control characters (a reason is one line in logs and
+/// listings), at most [`MAX_DRAIN_REASON`] characters.
+fn bounded_reason(why: Option<&str>) -> Option<String> {
+    why.map(|w| {
+        w.chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_DRAIN_REASON)
+            .collect()
+    })
+}
+
+/// What a node's agent finds wrong with it: a drain that lifts by itself when a later
+/// report is clean, never an administrator's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct NodeHealth {
+    /// Less than the cluster describes, as of its last hello.
+    short: Option<String>,
+    /// What its health checks find, as of their last report.
+    checks: Option<String>,
+}
+
+impl NodeHealth {
+    fn reason(&self) -> Option<String> {
+        match (&self.short, &self.checks) {
+            (None, None) => None,
+            (Some(a), None) | (None, Some(a)) => Some(a.clone()),
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        }
+    }
+}
+
 /// The agents' lease for a node timeout: half of it. An agent that hears nothing for its
 /// lease stops its runs (SIGKILL at most a third of the lease later), so that they are gone
 /// well before the controller, which declares a node lost only after the whole timeout
@@ -316,9 +353,10 @@ pub struct Controller {
     described_features: Vec<Vec<String>>,
     /// The administrator's word on each node (drain, down) and why.
     admin: Vec<(NodeAvail, Option<String>)>,
-    /// What each node's agent found wrong with it (less than described), which drains it
-    /// until a later report is whole; apart from `admin`, which it never changes.
-    health: Vec<Option<String>>,
+    /// What each node's agent found wrong with it (less than described, failing health
+    /// checks), which drains it until a later report is whole; apart from `admin`, which it
+    /// never changes.
+    health: Vec<NodeHealth>,
     runs: HashMap<JobId, RunTrack>,
     /// Why a job's last launch failed, for the API.
     launch_errors: HashMap<JobId, String>,
@@ -484,6 +522,11 @@ impl Controller {
                 if let Some(node) = self.node_of_conn(conn) {
                     self.task_event(c, node, event.event, wall);
                     self.acks.insert(conn, event.seq);
+                }
+            }
+            Input::AgentHealth { conn, problem } => {
+                if let Some(node) = self.node_of_conn(conn) {
+                    self.checked_health(c, node, problem, wall);
                 }
             }
             Input::AgentGone { conn } => {
@@ -1168,14 +1211,39 @@ impl Controller {
         self.refresh_avail(c, node, now);
     }
 
+    /// A node's health checks report, drained with what they find or lifted when clean.
+    fn checked_health(
+        &mut self,
+        c: &mut dyn Comm,
+        node: NodeId,
+        problem: Option<String>,
+        now: Time,
+    ) {
+        let problem = bounded_reason(problem.as_deref());
+        let health = &mut self.health[node.0 as usize];
+        if health.checks == problem {
+            return;
+        }
+        match &problem {
+            Some(why) => {
+                tracing::warn!(node = %self.sched.cluster().node(node).name, reason = %why, "node drained by its health checks")
+            }
+            None => {
+                tracing::info!(node = %self.sched.cluster().node(node).name, "node's health checks pass again")
+            }
+        }
+        health.checks = problem;
+        self.refresh_avail(c, node, now);
+    }
+
     /// Tells the scheduler the node's availability: the administrator's word, unless its
     /// agent is away (unknown) or lost (down).
     fn refresh_avail(&mut self, c: &mut dyn Comm, node: NodeId, now: Time) {
         let (admin, admin_reason) = self.admin[node.0 as usize].clone();
         let (avail, reason) = match self.presence[node.0 as usize] {
             _ if admin == NodeAvail::Down => (NodeAvail::Down, admin_reason),
-            Presence::Connected { .. } => match &self.health[node.0 as usize] {
-                Some(why) if admin == NodeAvail::Up => (NodeAvail::Drain, Some(why.clone())),
+            Presence::Connected { .. } => match self.health[node.0 as usize].reason() {
+                Some(why) if admin == NodeAvail::Up => (NodeAvail::Drain, Some(why)),
                 _ => (admin, admin_reason),
             },
             Presence::Away { .. } => (NodeAvail::Unknown, Some("agent not connected".into())),
@@ -1428,11 +1496,11 @@ impl Controller {
             tracing::warn!(node = %hello.node, %reason, "agent refused");
             c.send(conn, ControllerMessage::Refused { reason });
         };
-        if hello.version != PROTOCOL_VERSION {
+        if !(OLDEST_AGENT_VERSION..=PROTOCOL_VERSION).contains(&hello.version) {
             return refuse(
                 c,
                 format!(
-                    "agent protocol version {} is not supported; this controller speaks version {PROTOCOL_VERSION}",
+                    "agent protocol version {} is not supported; this controller speaks versions {OLDEST_AGENT_VERSION} to {PROTOCOL_VERSION}",
                     hello.version
                 ),
             );
@@ -1476,20 +1544,28 @@ impl Controller {
                 have.mem_mib, want.mem_mib
             ));
         }
-        let health = (!short.is_empty()).then(|| {
+        let short = (!short.is_empty()).then(|| {
             format!(
                 "its agent finds only {} (as the cluster describes it)",
                 short.join(", ")
             )
         });
-        if let Some(why) = &health {
+        if let Some(why) = &short {
             tracing::warn!(node = %hello.node, reason = %why, "node drained");
         }
-        self.health[node.0 as usize] = health;
+        self.health[node.0 as usize] = NodeHealth {
+            short,
+            checks: bounded_reason(hello.health.as_deref()),
+        };
+        if let Some(why) = &self.health[node.0 as usize].checks {
+            tracing::warn!(node = %hello.node, reason = %why, "node drained by its health checks");
+        }
         c.send(
             conn,
             ControllerMessage::Welcome {
-                version: PROTOCOL_VERSION,
+                // An older agent is answered in its own version.
+                version: hello.version,
+                now_ms: Some(now.wall.0.saturating_mul(1000)),
                 node_id: node,
                 lease_ms: Some(lease_of(self.config.node_timeout).as_millis() as u64),
             },
@@ -1561,7 +1637,7 @@ impl Controller {
             // The node's agent found it unfit once the run ended (processes that outlived
             // SIGKILL may hold its GPUs; its epilog failed), whichever run or step it was.
             // The agent's words, bounded: a reason is shown everywhere nodes are.
-            let why: String = what.chars().take(MAX_DRAIN_REASON).collect();
+            let why = bounded_reason(Some(what)).unwrap_or_default();
             self.drain_on_failure(c, node, why, now);
         }
         if run.step.is_some() {

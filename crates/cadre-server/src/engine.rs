@@ -94,6 +94,10 @@ pub enum Command {
         conn: u64,
         event: SequencedEvent,
     },
+    AgentHealth {
+        conn: u64,
+        problem: Option<String>,
+    },
     AgentGone {
         conn: u64,
     },
@@ -460,6 +464,7 @@ impl Engine {
                 Input::AgentHello { conn, hello }
             }
             Command::AgentEvent { conn, event } => Input::AgentEvent { conn, event },
+            Command::AgentHealth { conn, problem } => Input::AgentHealth { conn, problem },
             Command::AgentGone { conn } => {
                 w.links.remove(&conn);
                 Input::AgentGone { conn }

@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, bail};
 use cadre_agent::cgroup::CgroupSetting;
 use cadre_agent::discovery::DiscoveryOptions;
+use cadre_agent::health::HealthChecks;
 use cadre_agent::prolog::NodeScripts;
 use cadre_agent::service::{self, AgentConfig};
 use clap::Args;
@@ -122,6 +123,23 @@ pub struct AgentArgs {
     /// job's id, for the DCGM exporter's --hpc-job-mapping-dir (GPU metrics by job).
     #[arg(long, value_name = "DIR")]
     pub dcgm_job_mapping_dir: Option<PathBuf>,
+    /// A program run as root every --health-check-interval, and before the node takes its
+    /// first job (Slurm's HealthCheckProgram): when it fails, its first line of output
+    /// drains the node until it passes again. Built-in checks run beside it: free space
+    /// for jobs, the GPUs found at the start, RDMA ports, the clock against the
+    /// controller's. It must be root's and writable by root alone.
+    #[arg(long, value_name = "PROGRAM")]
+    pub health_check_program: Option<PathBuf>,
+    /// Seconds between runs of the health checks.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub health_check_interval: u64,
+    /// Seconds the health-check program may run before it is killed (and fails).
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub health_check_timeout: u64,
+    /// The least free space, in MiB, of the filesystem of the agent's state directory
+    /// (the jobs' scripts and files); below it the node is drained. 0: not checked.
+    #[arg(long, value_name = "MIB", default_value_t = 100)]
+    pub health_min_free_mib: u64,
     /// The host name at which other nodes reach this node's tasks (MASTER_ADDR and the like)
     /// [default: this machine's host name].
     #[arg(long, value_name = "HOST")]
@@ -209,6 +227,16 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         .scripts
         .check()
         .map_err(|why| anyhow::anyhow!("refusing to start: {why}"))?;
+    if let Some(program) = &args.health_check_program {
+        cadre_agent::prolog::trusted(program, "--health-check-program", false)
+            .map_err(|why| anyhow::anyhow!("refusing to start: {why}"))?;
+    }
+    config.health = HealthChecks {
+        program: args.health_check_program.clone(),
+        interval: std::time::Duration::from_secs(args.health_check_interval),
+        timeout: std::time::Duration::from_secs(args.health_check_timeout),
+        min_free_mib: args.health_min_free_mib,
+    };
     config.address = args.address.clone();
     config.container_runtime = args.container_runtime.clone();
     config.container_allowed_capabilities =

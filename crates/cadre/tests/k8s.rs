@@ -1547,7 +1547,34 @@ fn an_mpijob_s_mpirun_starts_its_ranks_on_its_workers_nodes_through_cadre_rsh() 
             .collect();
         want.sort();
         assert_eq!(daemons, want, "{name}: {steps}");
+        // What the daemons left running ended with the job: no cgroup of it is left on any
+        // node (the workers' nodes hold the job without a task of their own).
+        wait_until(&format!("{name}: no cgroup of job {job} is left"), || {
+            job_cgroups_left(&c, job).is_empty()
+        });
     }
+}
+
+/// The cgroups of job `job` still under each agent's cgroup directory (as its state
+/// directory's `cgroup` record names it); none where agents run without cgroups.
+fn job_cgroups_left(c: &Cluster, job: u64) -> Vec<std::path::PathBuf> {
+    let nodes = c.inner.run_dir().join("nodes");
+    let mut left = Vec::new();
+    for node in std::fs::read_dir(nodes).into_iter().flatten().flatten() {
+        let Ok(record) = std::fs::read_to_string(node.path().join("cgroup")) else {
+            continue;
+        };
+        let dir = std::path::PathBuf::from(record.trim());
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("job{job}."))
+            {
+                left.push(e.path());
+            }
+        }
+    }
+    left
 }
 
 /// An Indexed Job of 2 ranks, one per node, whose ranks say who they run as, where their

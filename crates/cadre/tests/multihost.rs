@@ -572,3 +572,59 @@ fn a_failing_prolog_drains_its_node_and_requeues_the_gang_whole_and_a_failing_ep
     );
     assert_eq!(h.node("n2")["avail"], "up", "{}", h.node("n2"));
 }
+
+#[test]
+fn a_failing_health_check_drains_its_node_with_its_reason_until_it_passes_again() {
+    let Some(mut h) = Hosts::new(30) else { return };
+    let dir = h.files.path().to_path_buf();
+    let flag = dir.join("scratch-read-only");
+    let check = site_program(
+        &dir,
+        "health",
+        &format!(
+            "[ -e {} ] && {{ echo \"/scratch is read-only on $SLURMD_NODENAME\"; exit 1; }}; exit 0",
+            flag.display()
+        ),
+    );
+    for i in 1..=2 {
+        h.start_agent_with(
+            i,
+            &[
+                "--health-check-program",
+                &check,
+                "--health-check-interval",
+                "1",
+            ],
+        );
+    }
+    assert_eq!(h.node("n1")["avail"], "up", "{}", h.node("n1"));
+    // An administrator's drain of n2 is the administrator's: checks that pass keep it.
+    let (status, _) = h.c.api(
+        "POST",
+        "/nodes/n2/drain",
+        Some(r#"{"reason":"maintenance"}"#),
+    );
+    assert!(status < 300, "drain: {status}");
+    std::fs::write(&flag, "").unwrap();
+    h.wait_node("n1", "drained by its check", |n| n["avail"] == "drain");
+    let n1 = h.node("n1");
+    assert_eq!(n1["reason"], "/scratch is read-only on n1", "{n1}");
+    // Nothing starts on it meanwhile.
+    let out =
+        h.c.ok(&["submit", "--parsable", "-N", "2", "-n", "2", "--", "true"]);
+    let id: u64 = out.trim().parse().expect("a job id");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(h.job(id)["state"], "PENDING", "{}", h.job(id));
+    // The check passes again: the drain it set is lifted; the administrator's stays.
+    std::fs::remove_file(&flag).unwrap();
+    h.wait_node("n1", "back up", |n| n["avail"] == "up");
+    let n2 = h.node("n2");
+    assert_eq!(
+        (&n2["avail"], &n2["reason"]),
+        (&Value::from("drain"), &Value::from("maintenance")),
+        "{n2}"
+    );
+    h.c.api("POST", "/nodes/n2/resume", None);
+    h.start_agent(3);
+    wait_until("the job runs", || h.job(id)["state"] != "PENDING");
+}

@@ -106,6 +106,8 @@ pub(crate) enum Input {
     /// The lease ran out with the controller unheard: stop every run (each within
     /// `kill_wait` at most), to be reported NODE_FAIL, and go on.
     LeaseExpired { kill_wait: Duration },
+    /// The node's health checks found this wrong (`None`: nothing).
+    Health(Option<String>),
 }
 
 /// What the caller must do.
@@ -174,6 +176,11 @@ pub(crate) struct Session {
     shutting_down: bool,
     /// Events dropped because the outbox was full.
     dropped: u64,
+    /// What the node's health checks last found wrong, told in every hello and whenever
+    /// it changes.
+    health: Option<String>,
+    /// What the last hello told of it.
+    health_in_hello: Option<String>,
 }
 
 fn kind(m: &ControllerMessage) -> &'static str {
@@ -209,6 +216,8 @@ impl Session {
             ended_order: VecDeque::new(),
             shutting_down: false,
             dropped: 0,
+            health: None,
+            health_in_hello: None,
         }
     }
 
@@ -242,10 +251,24 @@ impl Session {
             Input::Report(e) => self.report(e),
             Input::Shutdown => Ok(self.shutdown()),
             Input::LeaseExpired { kill_wait } => Ok(self.fence(kill_wait)),
+            Input::Health(problem) => Ok(self.health(problem)),
         };
         #[cfg(debug_assertions)]
         self.check_invariants();
         out
+    }
+
+    /// A change of the node's health is told at once when connected, and in every hello.
+    fn health(&mut self, problem: Option<String>) -> Vec<Action> {
+        if self.health == problem {
+            return Vec::new();
+        }
+        self.health = problem.clone();
+        match self.link {
+            Link::Up { .. } => vec![Action::Send(AgentMessage::Health { problem })],
+            // The hello on its way (or the next) carries it; told again after the welcome.
+            Link::AwaitingWelcome { .. } | Link::Down => Vec::new(),
+        }
     }
 
     fn connected(&mut self) -> Result<Vec<Action>, SessionError> {
@@ -260,7 +283,9 @@ impl Session {
             report: self.report.clone(),
             running: self.runs.keys().copied().collect(),
             outbox: self.outbox.iter().cloned().collect(),
+            health: self.health.clone(),
         };
+        self.health_in_hello = self.health.clone();
         self.link = Link::AwaitingWelcome {
             sent_up_to: self.outbox.back().map(|e| e.seq),
         };
@@ -294,12 +319,19 @@ impl Session {
                 }
                 self.node_id = Some(node_id);
                 self.link = Link::Up { node_id };
-                Ok(self
+                let mut actions: Vec<Action> = self
                     .outbox
                     .iter()
                     .filter(|e| sent_up_to.is_none_or(|s| e.seq > s))
                     .map(|e| Action::Send(AgentMessage::Event(e.clone())))
-                    .collect())
+                    .collect();
+                // Changed since the hello went out.
+                if self.health != self.health_in_hello {
+                    actions.push(Action::Send(AgentMessage::Health {
+                        problem: self.health.clone(),
+                    }));
+                }
+                Ok(actions)
             }
             (_, ControllerMessage::Refused { reason }) => Err(SessionError::Refused { reason }),
             (Link::AwaitingWelcome { .. }, m) => {
@@ -637,6 +669,7 @@ mod tests {
             version: PROTOCOL_VERSION,
             node_id: NodeId(3),
             lease_ms: None,
+            now_ms: None,
         })
     }
 
@@ -659,6 +692,39 @@ mod tests {
             [Action::Send(AgentMessage::Hello(h))] => (**h).clone(),
             other => panic!("expected one hello, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_node_s_health_is_in_every_hello_and_told_when_it_changes() {
+        let sick = |s: &str| Input::Health(Some(s.to_string()));
+        let health_sent = |actions: &[Action]| -> Vec<Option<String>> {
+            actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Send(AgentMessage::Health { problem }) => Some(problem.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut s = Session::new("n1".into(), report(), 1, 100);
+        // Found before the first hello: told in it.
+        assert!(s.handle(sick("disk full")).unwrap().is_empty());
+        let h = hello(&s.handle(Input::Connected).unwrap());
+        assert_eq!(h.health.as_deref(), Some("disk full"));
+        // Changed while the welcome is awaited: told after it.
+        assert!(s.handle(Input::Health(None)).unwrap().is_empty());
+        assert_eq!(health_sent(&s.handle(welcome()).unwrap()), vec![None]);
+        // Connected: told at once, and only when it changes.
+        assert_eq!(
+            health_sent(&s.handle(sick("clock")).unwrap()),
+            vec![Some("clock".to_string())]
+        );
+        assert!(s.handle(sick("clock")).unwrap().is_empty());
+        // A reconnect's hello carries what is known now.
+        s.handle(Input::Disconnected).unwrap();
+        let h = hello(&s.handle(Input::Connected).unwrap());
+        assert_eq!(h.health.as_deref(), Some("clock"));
+        assert!(health_sent(&s.handle(welcome()).unwrap()).is_empty());
     }
 
     #[test]
@@ -944,6 +1010,7 @@ mod tests {
                 version: PROTOCOL_VERSION + 1,
                 node_id: NodeId(0),
                 lease_ms: None,
+                now_ms: None,
             }))
             .unwrap_err();
         assert!(e.is_fatal());

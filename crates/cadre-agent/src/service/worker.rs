@@ -19,6 +19,7 @@
 //! help; when the node is (out of processes, a cgroup it cannot make, an allocation that
 //! does not match its shape), another try elsewhere can.
 
+use crate::cgroup::KILL_TASK_FAILED;
 use crate::gang::{self, launch_gang};
 use crate::jobenv::{JobLaunch, LocalNode};
 use crate::launch::{LaunchError, RunAs};
@@ -416,6 +417,7 @@ fn prepare(
         rs.work_dir.clone(),
     );
     job.partition = order.partition.clone();
+    job.run = order.run.run;
     job.submit_dir = rs.submit_dir.clone().unwrap_or_else(|| rs.work_dir.clone());
     job.submit_host = rs.submit_host.clone();
     job.stdout = rs.stdout.clone();
@@ -813,9 +815,6 @@ fn supervise(
     }
 }
 
-/// Slurm's words for processes that outlive SIGKILL, which sites' scripts look for.
-pub(crate) const KILL_TASK_FAILED: &str = "Kill task failed";
-
 /// What a job's run (`facts`; `None` for a step) leaves to do once its tasks have ended
 /// here: kill what its steps left running (the daemons of `cadre rsh` steps, which outlive
 /// their step as after an ssh session), free its GPUs' job mapping, run the epilog. What
@@ -835,11 +834,18 @@ fn after_run(ctx: &LaunchContext, facts: Option<&JobFacts>, ended: TaskEvent) ->
         return ended;
     };
     if let Some(parent) = &ctx.cgroup_parent {
-        let left = crate::cgroup::sweep_job(parent, run.job, ctx.kill_timeout);
+        let left = crate::cgroup::sweep_job(parent, run.job, run.run, ctx.kill_timeout);
         if !left.is_empty() && drain.is_none() {
             let what: Vec<String> = left
                 .iter()
-                .map(|(dir, pids)| format!("processes {pids:?} in {}", dir.display()))
+                .take(4)
+                .map(|(dir, pids)| {
+                    format!(
+                        "processes {} in {}",
+                        crate::cgroup::some_pids(pids),
+                        dir.display()
+                    )
+                })
                 .collect();
             drain = Some(format!(
                 "{KILL_TASK_FAILED}: {} after SIGKILL",

@@ -9,7 +9,7 @@
 
 use super::presence::Presence;
 use super::run::RunTrack;
-use super::{Comm, Controller, ControllerConfig, Now, StoreFailed, Transaction};
+use super::{Comm, Controller, ControllerConfig, NodeHealth, Now, StoreFailed, Transaction};
 use crate::queues::QueueObjects;
 use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_core::job::{JobId, JobState};
@@ -273,7 +273,7 @@ impl Controller {
             runtimes: vec![None; node_count],
             described_features,
             admin,
-            health: vec![None; node_count],
+            health: vec![NodeHealth::default(); node_count],
             runs,
             launch_errors: HashMap::new(),
             tx: Transaction::default(),

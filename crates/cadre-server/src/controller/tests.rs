@@ -8,7 +8,7 @@ use cadre_core::cluster::Cluster;
 use cadre_core::job::{JobSpec, RequeuePolicy};
 use cadre_core::policy::Policy;
 use cadre_core::resources::TaskResources;
-use cadre_proto::agent::NodeReport;
+use cadre_proto::agent::{NodeReport, OLDEST_AGENT_VERSION};
 use cadre_store::Store;
 
 /// What the controller did, in order.
@@ -235,9 +235,25 @@ impl Harness {
         running: Vec<RunRef>,
         outbox: Vec<SequencedEvent>,
     ) {
+        self.hello_full(n, conn, PROTOCOL_VERSION, shape, running, outbox, None);
+    }
+
+    /// Node `n`'s agent of protocol `version` says hello with all it may say.
+    #[allow(clippy::too_many_arguments)]
+    fn hello_full(
+        &mut self,
+        n: u32,
+        conn: u64,
+        version: u32,
+        shape: cadre_core::cluster::NodeShape,
+        running: Vec<RunRef>,
+        outbox: Vec<SequencedEvent>,
+        health: Option<String>,
+    ) {
         let node = NodeId(n);
         let hello = Hello {
-            version: PROTOCOL_VERSION,
+            version,
+            health,
             node: self.ctl.node_name(node).to_owned(),
             report: NodeReport {
                 shape,
@@ -993,4 +1009,86 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
     .unwrap();
     h.tick(true);
     assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Up);
+}
+
+#[test]
+fn an_agent_s_health_drains_its_node_from_its_hello_until_it_reports_clean_and_an_older_agent_is_welcomed_in_its_version()
+ {
+    let mut h = Harness::new(2);
+    let shape = h.ctl.sched().cluster().shape(NodeId(0)).clone();
+    let sick = "only 12 MiB free for jobs in /var/lib/cadre-agent";
+    h.hello_full(
+        0,
+        100,
+        PROTOCOL_VERSION,
+        shape.clone(),
+        Vec::new(),
+        Vec::new(),
+        Some(sick.into()),
+    );
+    h.tick(true);
+    let welcome = |h: &Harness, conn: u64| {
+        h.rec.log.iter().find_map(|e| match e {
+            Effect::Sent(
+                c,
+                ControllerMessage::Welcome {
+                    version, now_ms, ..
+                },
+            ) if *c == conn => Some((*version, now_ms.is_some())),
+            _ => None,
+        })
+    };
+    assert_eq!(welcome(&h, 100), Some((PROTOCOL_VERSION, true)));
+    let node = h.ctl.sched().cluster().node(NodeId(0));
+    assert_eq!(
+        (node.avail, node.reason.as_deref()),
+        (NodeAvail::Drain, Some(sick))
+    );
+    // Never booked meanwhile; clean again, it is.
+    let id = h.start(gpu_job(1), program());
+    assert_eq!(h.state(id), Some(JobState::Pending));
+    h.feed(Input::AgentHealth {
+        conn: 100,
+        problem: None,
+    })
+    .unwrap();
+    h.tick(true);
+    assert_eq!(h.ctl.sched().cluster().node(NodeId(0)).avail, NodeAvail::Up);
+    assert_eq!(h.state(id), Some(JobState::Running));
+    // A report from a connection of no node changes nothing.
+    h.feed(Input::AgentHealth {
+        conn: 999,
+        problem: Some("x".into()),
+    })
+    .unwrap();
+    h.tick(true);
+    assert_eq!(h.ctl.sched().cluster().node(NodeId(0)).avail, NodeAvail::Up);
+    // An agent of the previous version is served in it; one older still is refused.
+    h.hello_full(
+        1,
+        101,
+        OLDEST_AGENT_VERSION,
+        shape.clone(),
+        Vec::new(),
+        Vec::new(),
+        None,
+    );
+    assert_eq!(welcome(&h, 101), Some((OLDEST_AGENT_VERSION, true)));
+    h.hello_full(
+        1,
+        102,
+        OLDEST_AGENT_VERSION - 1,
+        shape,
+        Vec::new(),
+        Vec::new(),
+        None,
+    );
+    assert!(
+        h.rec
+            .log
+            .iter()
+            .any(|e| matches!(e, Effect::Sent(102, ControllerMessage::Refused { .. }))),
+        "an agent of version {} was not refused",
+        OLDEST_AGENT_VERSION - 1
+    );
 }

@@ -1,0 +1,348 @@
+//! The node's health checks, as Slurm's `HealthCheckProgram` and more: what they find wrong
+//! drains the node until a later run of them is clean.
+//!
+//! Given: the agent's [`HealthChecks`] (`--health-check-program`, `--health-check-interval`,
+//! `--health-check-timeout`, `--health-min-free-mib`), what discovery found at the start
+//! (how many real GPUs, which RDMA ports were up), and the controller's clock at each
+//! welcome.
+//!
+//! Decided, each run (before the first hello, then every interval):
+//! - the site's program, as the agent's user (root), with `SLURMD_NODENAME`, no standard
+//!   input, killed with its process group at the timeout: failing (non-zero status, a
+//!   signal, the timeout) is a problem, named by its first line of output;
+//! - free space of the filesystem of the agent's state directory (where jobs' scripts and
+//!   files go) below the minimum;
+//! - GPUs: a node that started with real GPUs must still have as many through NVML (one
+//!   fallen off the bus, or NVML gone); emulated GPUs are not checked;
+//! - RDMA: every port of `/sys/class/infiniband` that was `ACTIVE` at the start must still
+//!   be;
+//! - the clock (at each welcome): more than [`MAX_CLOCK_SKEW`] from the controller's.
+//!
+//! The problems found are joined into one reason (`; `), bounded to
+//! [`MAX_REASON`] characters; `None` when there are none.
+//!
+//! Not checked here (left for nodes with GPUs to test them on): XID errors, ECC counters
+//! and row remapping, which NVML reports per device.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The most a node's clock may differ from its controller's.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
+
+/// The longest reason sent, in characters.
+pub const MAX_REASON: usize = 512;
+
+/// What to check, and how often.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthChecks {
+    /// The site's program (Slurm's `HealthCheckProgram`); `None`: only the built-in checks.
+    pub program: Option<PathBuf>,
+    pub interval: Duration,
+    /// How long the program may run.
+    pub timeout: Duration,
+    /// The least free space, in MiB, of the state directory's filesystem; 0: not checked.
+    pub min_free_mib: u64,
+}
+
+impl Default for HealthChecks {
+    /// Every 60 s, the program (if any) within 60 s, 100 MiB free at least.
+    fn default() -> Self {
+        HealthChecks {
+            program: None,
+            interval: Duration::from_secs(60),
+            timeout: Duration::from_secs(60),
+            min_free_mib: 100,
+        }
+    }
+}
+
+/// What the node was at the start, to hold it to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Baseline {
+    /// Real GPUs discovered (0: none, or emulated ones, which are not checked).
+    pub gpus: usize,
+    /// RDMA ports `ACTIVE` at the start, as `device/port`.
+    pub rdma_ports: Vec<String>,
+}
+
+impl Baseline {
+    /// This node now: its RDMA ports under `sysfs_infiniband` (`/sys/class/infiniband`).
+    pub fn of(gpus: usize, sysfs_infiniband: &Path) -> Baseline {
+        Baseline {
+            gpus,
+            rdma_ports: rdma_ports(sysfs_infiniband)
+                .into_iter()
+                .filter(|(_, active)| *active)
+                .map(|(port, _)| port)
+                .collect(),
+        }
+    }
+}
+
+impl HealthChecks {
+    /// Runs every check now (blocking; the program for up to its timeout): what is wrong.
+    pub fn run(&self, node: &str, state_dir: &Path, baseline: &Baseline) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(program) = &self.program
+            && let Err(why) = run_program(program, node, self.timeout)
+        {
+            problems.push(why);
+        }
+        if self.min_free_mib > 0 {
+            match free_mib(state_dir) {
+                Ok(free) if free < self.min_free_mib => problems.push(format!(
+                    "only {free} MiB free for jobs in {} (at least {} wanted)",
+                    state_dir.display(),
+                    self.min_free_mib
+                )),
+                Ok(_) => {}
+                Err(e) => problems.push(format!(
+                    "cannot read the free space of {}: {e}",
+                    state_dir.display()
+                )),
+            }
+        }
+        if baseline.gpus > 0 {
+            let probe = crate::gpu::probe_nvml();
+            if let Some(p) = gpu_problem(baseline.gpus, probe.gpus.len(), &probe.notes) {
+                problems.push(p);
+            }
+        }
+        problems.extend(rdma_problems(
+            &baseline.rdma_ports,
+            &rdma_ports(Path::new("/sys/class/infiniband")),
+        ));
+        problems
+    }
+}
+
+/// The problems as one reason for the controller, `None` when there are none.
+pub fn reason(problems: &[String]) -> Option<String> {
+    (!problems.is_empty()).then(|| {
+        problems
+            .join("; ")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_REASON)
+            .collect()
+    })
+}
+
+/// A problem when the node's clock is off the controller's by more than [`MAX_CLOCK_SKEW`].
+pub fn clock_problem(ours_ms: u64, controller_ms: u64) -> Option<String> {
+    let skew = ours_ms.abs_diff(controller_ms);
+    // The controller's clock comes in whole seconds: a second more is its rounding.
+    (Duration::from_millis(skew) > MAX_CLOCK_SKEW + Duration::from_secs(1)).then(|| {
+        let way = if ours_ms > controller_ms {
+            "ahead of"
+        } else {
+            "behind"
+        };
+        format!(
+            "this node's clock is {:.1} s {way} the controller's",
+            skew as f64 / 1000.0
+        )
+    })
+}
+
+fn gpu_problem(expected: usize, found: usize, notes: &[String]) -> Option<String> {
+    (found < expected).then(|| {
+        let why = notes
+            .first()
+            .map_or_else(String::new, |n| format!(" ({n})"));
+        format!("NVML finds {found} of the node's {expected} GPUs{why}")
+    })
+}
+
+/// Each RDMA port under `root` (`device/port`) and whether it is `ACTIVE`.
+fn rdma_ports(root: &Path) -> Vec<(String, bool)> {
+    let mut ports = Vec::new();
+    let Ok(devices) = std::fs::read_dir(root) else {
+        return ports;
+    };
+    for dev in devices.flatten() {
+        let Ok(list) = std::fs::read_dir(dev.path().join("ports")) else {
+            continue;
+        };
+        for port in list.flatten() {
+            let state = std::fs::read_to_string(port.path().join("state")).unwrap_or_default();
+            ports.push((
+                format!(
+                    "{}/{}",
+                    dev.file_name().to_string_lossy(),
+                    port.file_name().to_string_lossy()
+                ),
+                state.contains("ACTIVE"),
+            ));
+        }
+    }
+    ports.sort();
+    ports
+}
+
+fn rdma_problems(expected: &[String], now: &[(String, bool)]) -> Vec<String> {
+    expected
+        .iter()
+        .filter(|p| !now.iter().any(|(q, active)| q == *p && *active))
+        .map(|p| format!("RDMA port {p} is no longer active"))
+        .collect()
+}
+
+fn free_mib(dir: &Path) -> Result<u64, nix::errno::Errno> {
+    let st = nix::sys::statvfs::statvfs(dir)?;
+    Ok(st.blocks_available() as u64 * st.fragment_size() as u64 / (1 << 20))
+}
+
+fn run_program(program: &Path, node: &str, timeout: Duration) -> Result<(), String> {
+    let mut child = Command::new(program)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("SLURMD_NODENAME", node)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("health check {} cannot start: {e}", program.display()))?;
+    let mut out = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        if let Some(out) = out.as_mut() {
+            let _ = out.take(4096).read_to_end(&mut kept);
+        }
+        String::from_utf8_lossy(&kept).into_owned()
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() >= timeout => break None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let Some(status) = status else {
+        let _ = child.wait();
+        return Err(format!(
+            "health check {} did not end within {timeout:?}",
+            program.display()
+        ));
+    };
+    let said = reader.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    let first = said
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_owned);
+    Err(match (first, status.code(), status.signal()) {
+        (Some(line), _, _) => line,
+        (None, Some(code), _) => format!("health check {} exited {code}", program.display()),
+        (None, _, Some(sig)) => {
+            format!("health check {} killed by signal {sig}", program.display())
+        }
+        (None, None, None) => format!("health check {} failed", program.display()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn program(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("check");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_site_s_program_fails_with_its_first_line_and_passes_with_status_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let checks = |body: &str| HealthChecks {
+            program: Some(program(dir.path(), body)),
+            timeout: Duration::from_millis(500),
+            min_free_mib: 0,
+            ..HealthChecks::default()
+        };
+        let none = Baseline::default();
+        assert_eq!(
+            checks("echo; echo \"$SLURMD_NODENAME: /scratch not mounted\"; exit 1").run(
+                "gpu7",
+                dir.path(),
+                &none
+            ),
+            vec!["gpu7: /scratch not mounted".to_string()]
+        );
+        assert!(checks("exit 0").run("gpu7", dir.path(), &none).is_empty());
+        let hung = checks("sleep 30").run("gpu7", dir.path(), &none);
+        assert!(hung[0].contains("did not end within"), "{hung:?}");
+        assert!(checks("exit 4").run("gpu7", dir.path(), &none)[0].ends_with("exited 4"));
+    }
+
+    #[test]
+    fn too_little_free_space_is_a_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let checks = HealthChecks {
+            min_free_mib: u64::MAX / 2,
+            ..HealthChecks::default()
+        };
+        let found = checks.run("n1", dir.path(), &Baseline::default());
+        assert!(
+            found[0].starts_with("only ") && found[0].contains("MiB free"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn gpus_rdma_ports_and_clocks_are_held_to_what_they_were() {
+        assert_eq!(gpu_problem(8, 8, &[]), None);
+        assert_eq!(
+            gpu_problem(8, 7, &[]).as_deref(),
+            Some("NVML finds 7 of the node's 8 GPUs")
+        );
+        assert!(
+            gpu_problem(8, 0, &["NVML is not available".into()])
+                .unwrap()
+                .contains("(NVML is not available)")
+        );
+        // A sysfs tree of two ports: one active at the start, then down.
+        let root = tempfile::tempdir().unwrap();
+        for (dev, port, state) in [("mlx5_0", "1", "4: ACTIVE"), ("mlx5_1", "1", "1: DOWN")] {
+            let dir = root.path().join(dev).join("ports").join(port);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("state"), state).unwrap();
+        }
+        let base = Baseline::of(0, root.path());
+        assert_eq!(base.rdma_ports, vec!["mlx5_0/1".to_string()]);
+        assert!(rdma_problems(&base.rdma_ports, &rdma_ports(root.path())).is_empty());
+        std::fs::write(root.path().join("mlx5_0/ports/1/state"), "1: DOWN").unwrap();
+        assert_eq!(
+            rdma_problems(&base.rdma_ports, &rdma_ports(root.path())),
+            vec!["RDMA port mlx5_0/1 is no longer active".to_string()]
+        );
+        assert_eq!(clock_problem(1_000_000, 1_005_900), None);
+        assert_eq!(
+            clock_problem(1_010_000, 1_000_000).as_deref(),
+            Some("this node's clock is 10.0 s ahead of the controller's")
+        );
+        assert_eq!(
+            reason(&["a".into(), "b\nc".into()]).as_deref(),
+            Some("a; bc")
+        );
+        assert_eq!(reason(&[]), None);
+    }
+}
