@@ -146,6 +146,9 @@ pub struct Hello {
     /// `None`: nothing (or an agent of version 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// The agent's own version (cadre's), for `cadre nodes --long`; `None` from older ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 /// A task event with its place in the agent's outbox.
@@ -458,6 +461,7 @@ mod tests {
             running: vec![run],
             outbox: events.clone(),
             health: Some("only 12 MiB free for jobs in /var/lib/cadre-agent".into()),
+            agent_version: Some("0.1.0".into()),
         };
         round_trip(&AgentMessage::Hello(Box::new(hello)));
         round_trip(&AgentMessage::Health { problem: None });

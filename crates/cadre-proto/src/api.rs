@@ -471,6 +471,26 @@ pub struct NodeView {
     /// or the agent has not connected since the controller started.
     #[serde(default)]
     pub container_runtime: Option<String>,
+    /// Where its tasks are reached, as its agent last reported.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Its agent's version (cadre's) and protocol, as of its last hello.
+    #[serde(default)]
+    pub agent_version: Option<String>,
+    #[serde(default)]
+    pub agent_protocol: Option<u32>,
+    /// When the controller last heard its agent (any frame, pings included), in seconds
+    /// since 1970; `None`: not since the controller started.
+    #[serde(default)]
+    pub last_heard: Option<u64>,
+    /// When the node's certificate expires (nodes enrolled with a join token), in seconds
+    /// since 1970.
+    #[serde(default)]
+    pub cert_expires: Option<u64>,
+    /// What its agent finds wrong with it (less than described, failing health checks),
+    /// which drains it until a later report is clean.
+    #[serde(default)]
+    pub health: Option<String>,
 }
 
 /// `GET /nodes`.

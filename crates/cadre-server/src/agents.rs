@@ -149,6 +149,7 @@ async fn serve_agent(
         return;
     }
     let node_name = hello.node.clone();
+    engine.io().heard(&node_name);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ControllerMessage>();
     let to_agent = tx.clone();
     if engine
@@ -210,6 +211,7 @@ async fn serve_agent(
         let Some(frame) = frame else {
             break;
         };
+        engine.io().heard(&node_name);
         match frame {
             Ok(Message::Text(text)) => match serde_json::from_str::<AgentMessage>(&text) {
                 Ok(AgentMessage::Event(event)) => {

@@ -976,7 +976,31 @@ fn node_view(e: &Controller, id: NodeId) -> NodeView {
         emulated_gpus: e.node_emulated(id) && cap.gpu_milli > 0,
         features: node.features.clone(),
         container_runtime: e.node_runtime(id).map(str::to_string),
+        address: e.node_address(id).map(str::to_string),
+        agent_version: e.node_agent(id).map(|(v, _)| v.to_string()),
+        agent_protocol: e.node_agent(id).map(|(_, p)| p),
+        last_heard: None,
+        cert_expires: None,
+        health: e.node_health(id),
     }
+}
+
+/// What the connections and the store know of nodes beside the engine: when each agent
+/// was last heard, and when each node's live certificate expires.
+async fn with_connections_and_certs(
+    st: &AppState,
+    mut nodes: Vec<NodeView>,
+) -> Result<Vec<NodeView>, ApiError> {
+    let certs = read_store(st, |s| s.node_certs()).await?;
+    for n in &mut nodes {
+        n.last_heard = st.engine.io().last_heard(&n.name);
+        n.cert_expires = certs
+            .iter()
+            .filter(|c| c.node == n.name && c.revoked.is_none())
+            .map(|c| c.expires.0)
+            .max();
+    }
+    Ok(nodes)
 }
 
 /// Every node.
@@ -993,6 +1017,7 @@ async fn list_nodes(
                 .collect()
         })
         .await?;
+    let nodes = with_connections_and_certs(&st, nodes).await?;
     Ok(Json(NodeList { nodes }))
 }
 
@@ -1005,7 +1030,8 @@ async fn get_node(
     Path(name): Path<String>,
 ) -> Result<Json<NodeView>, ApiError> {
     let missing = format!("node `{name}` does not exist");
-    st.engine
+    let node = st
+        .engine
         .read(move |e| {
             e.sched()
                 .cluster()
@@ -1013,8 +1039,9 @@ async fn get_node(
                 .map(|id| node_view(e, id))
         })
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, missing))
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, missing))?;
+    let mut nodes = with_connections_and_certs(&st, vec![node]).await?;
+    Ok(Json(nodes.remove(0)))
 }
 
 /// Drains a node: it takes no new jobs; running ones finish (administrators).

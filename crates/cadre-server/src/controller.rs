@@ -348,6 +348,9 @@ pub struct Controller {
     addresses: Vec<Option<String>>,
     /// Each node's container runtime, as its agent last reported.
     runtimes: Vec<Option<String>>,
+    /// Each node's agent's version (cadre's, `?` when it did not say) and protocol, as of
+    /// its last hello.
+    agent_versions: Vec<Option<(String, u32)>>,
     /// Each node's features as the cluster describes them, to which the features its agent
     /// reports are added.
     described_features: Vec<Vec<String>>,
@@ -864,6 +867,23 @@ impl Controller {
 
     pub(crate) fn node_runtime(&self, node: NodeId) -> Option<&str> {
         self.runtimes[node.0 as usize].as_deref()
+    }
+
+    /// Where the node's tasks are reached, as its agent last reported.
+    pub(crate) fn node_address(&self, node: NodeId) -> Option<&str> {
+        self.addresses[node.0 as usize].as_deref()
+    }
+
+    /// The node's agent's version and protocol, as of its last hello.
+    pub(crate) fn node_agent(&self, node: NodeId) -> Option<(&str, u32)> {
+        self.agent_versions[node.0 as usize]
+            .as_ref()
+            .map(|(v, p)| (v.as_str(), *p))
+    }
+
+    /// What the node's agent finds wrong with it.
+    pub(crate) fn node_health(&self, node: NodeId) -> Option<String> {
+        self.health[node.0 as usize].reason()
     }
 
     /// The node's features: the cluster's, and those of what its agent reported (a
@@ -1578,6 +1598,13 @@ impl Controller {
         self.emulated[node.0 as usize] = hello.report.emulated_gpus;
         self.addresses[node.0 as usize] = Some(hello.report.address.clone());
         self.runtimes[node.0 as usize] = hello.report.container_runtime.clone();
+        self.agent_versions[node.0 as usize] = Some((
+            hello
+                .agent_version
+                .as_deref()
+                .map_or_else(|| "?".to_string(), |v| v.chars().take(32).collect()),
+            hello.version,
+        ));
         self.report_features(c, node, now);
         tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
         let mut last_seq = None;

@@ -124,13 +124,36 @@ pub struct EngineConfig {
 /// the engine (which attaches a step's stream when it creates the step, and ends it) and
 /// the agents' connections (which pass output straight through, from the step's own nodes
 /// only).
+///
+/// Also when each node's agent was last heard (any frame, pings included), which the
+/// connections record and `GET /nodes` shows, without a trip through the engine.
 #[derive(Clone, Default)]
-pub struct IoHub(Arc<Mutex<StepStreams>>);
+pub struct IoHub(Arc<Mutex<StepStreams>>, Arc<Mutex<HashMap<String, u64>>>);
 
 /// Each step's answer stream and the nodes its tasks run on, by (job, step).
 type StepStreams = HashMap<(JobId, u32), (UnboundedSender<StepEvent>, Vec<String>)>;
 
 impl IoHub {
+    /// The agent of `node` was heard now.
+    pub fn heard(&self, node: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if let Ok(mut heard) = self.1.lock() {
+            match heard.get_mut(node) {
+                Some(at) => *at = now,
+                None => {
+                    heard.insert(node.to_owned(), now);
+                }
+            }
+        }
+    }
+
+    /// When the agent of `node` was last heard, in seconds since 1970.
+    pub fn last_heard(&self, node: &str) -> Option<u64> {
+        self.1.lock().ok()?.get(node).copied()
+    }
+
     /// Passes a task's output to its step's stream, if anyone listens and the output comes
     /// from one of the step's nodes (no agent writes into another node's step).
     pub fn output(&self, chunk: OutputChunk, from_node: &str) {

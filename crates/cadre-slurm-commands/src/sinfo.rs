@@ -649,6 +649,12 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             emulated_gpus: false,
             features: Vec::new(),
             container_runtime: None,
+            address: None,
+            agent_version: None,
+            agent_protocol: None,
+            last_heard: None,
+            cert_expires: None,
+            health: None,
         };
         for s in t.split([',', '&']).filter(|s| !s.is_empty()) {
             let s = s.to_ascii_lowercase();
@@ -744,6 +750,12 @@ mod tests {
             emulated_gpus: emulated,
             features: Vec::new(),
             container_runtime: None,
+            address: None,
+            agent_version: None,
+            agent_protocol: None,
+            last_heard: None,
+            cert_expires: None,
+            health: None,
         }
     }
 

@@ -80,6 +80,11 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Each node's agent: its version and protocol, the address its tasks are reached
+        /// at, when it was last heard, when its certificate expires, and what its health
+        /// checks find.
+        #[arg(short, long, conflicts_with = "json")]
+        long: bool,
     },
     /// Why a job waits: reason, priority factors, planned start, per-node why-not.
     Explain {
@@ -424,7 +429,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Agent(args) => agent::run(&args),
         Command::Submit { connect, job } => native::submit(&connect, &job),
         Command::Jobs { connect, args } => native::jobs(&connect, &args),
-        Command::Nodes { connect, json } => native::nodes(&connect, json),
+        Command::Nodes {
+            connect,
+            json,
+            long,
+        } => native::nodes(&connect, json, long),
         Command::Explain { connect, job, json } => native::explain(&connect, job, json),
         Command::Cancel { connect, jobs } => native::cancel(&connect, &jobs),
         Command::Wait {

@@ -291,10 +291,14 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-pub fn nodes(conn: &ConnectArgs, json: bool) -> Result<ExitCode> {
+pub fn nodes(conn: &ConnectArgs, json: bool, long: bool) -> Result<ExitCode> {
     let list: NodeList = conn.client()?.get("/nodes")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if long {
+        nodes_long(&list);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -321,6 +325,44 @@ pub fn nodes(conn: &ConnectArgs, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cadre nodes --long`: each node's agent.
+fn nodes_long(list: &NodeList) {
+    let clock = cadre_slurm_commands::local_clock();
+    let at = |t: Option<u64>| {
+        t.and_then(|t| i64::try_from(t).ok()).map_or_else(
+            || "-".to_string(),
+            |t| cadre_slurm::time::format_timestamp(t, &clock),
+        )
+    };
+    let ago = |t: Option<u64>| {
+        t.and_then(|t| i64::try_from(t).ok()).map_or_else(
+            || "-".to_string(),
+            |t| format!("{}s ago", (clock.now - t).max(0)),
+        )
+    };
+    println!(
+        "{:<12} {:<10} {:<9} {:<14} {:<16} {:<11} {:<19} HEALTH",
+        "NODE", "STATE", "AGENT", "VERSION", "ADDRESS", "LAST HEARD", "CERT EXPIRES"
+    );
+    for n in &list.nodes {
+        let version = match (&n.agent_version, n.agent_protocol) {
+            (Some(v), Some(p)) => format!("{v} (p{p})"),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<12} {:<10} {:<9} {:<14} {:<16} {:<11} {:<19} {}",
+            n.name,
+            n.state,
+            if n.connected { "connected" } else { "away" },
+            version,
+            n.address.as_deref().unwrap_or("-"),
+            ago(n.last_heard),
+            at(n.cert_expires),
+            n.health.as_deref().unwrap_or("ok"),
+        );
+    }
 }
 
 pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {

@@ -267,6 +267,32 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
     for i in 1..=3 {
         h.start_agent(i);
     }
+    // Each node shows its agent: version and protocol, address, last heard, certificate.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for i in 1..=3 {
+        let n = h.node(&format!("n{i}"));
+        assert_eq!(n["address"], format!("10.231.0.{}", i + 1), "{n}");
+        assert_eq!(n["agent_protocol"], 4, "{n}");
+        assert_eq!(n["agent_version"], env!("CARGO_PKG_VERSION"), "{n}");
+        assert!(
+            n["last_heard"].as_u64().is_some_and(|t| t + 60 > now),
+            "{n}"
+        );
+        assert!(n["cert_expires"].as_u64().is_some_and(|t| t > now), "{n}");
+        assert_eq!(n["health"], Value::Null, "{n}");
+    }
+    let long = h.c.ok(&["nodes", "--long"]);
+    let n2 = long
+        .lines()
+        .find(|l| l.starts_with("n2 "))
+        .expect("n2 listed");
+    assert!(
+        n2.contains("(p4)") && n2.contains("10.231.0.3") && n2.ends_with("ok"),
+        "{long}"
+    );
     // A used token enrols nothing more, and plain text gets no answer.
     let used = h.files.path().join("n3.token");
     let again = h

@@ -284,6 +284,7 @@ impl Session {
             running: self.runs.keys().copied().collect(),
             outbox: self.outbox.iter().cloned().collect(),
             health: self.health.clone(),
+            agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         };
         self.health_in_hello = self.health.clone();
         self.link = Link::AwaitingWelcome {

@@ -274,6 +274,7 @@ impl Controller {
             described_features,
             admin,
             health: vec![NodeHealth::default(); node_count],
+            agent_versions: vec![None; node_count],
             runs,
             launch_errors: HashMap::new(),
             tx: Transaction::default(),

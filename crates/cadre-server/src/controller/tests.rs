@@ -254,6 +254,7 @@ impl Harness {
         let hello = Hello {
             version,
             health,
+            agent_version: Some("0.1.0".into()),
             node: self.ctl.node_name(node).to_owned(),
             report: NodeReport {
                 shape,
