@@ -654,3 +654,122 @@ fn a_failing_health_check_drains_its_node_with_its_reason_until_it_passes_again(
     h.start_agent(3);
     wait_until("the job runs", || h.job(id)["state"] != "PENDING");
 }
+
+/// A PyTorchJob of a master and two workers, one per node, whose ranks meet as torchrun's
+/// do: the master listens on `MASTER_PORT`, each worker connects to `MASTER_ADDR` (the
+/// master's pod name, resolved through the job's hosts file) and says its rank.
+const RENDEZVOUS: &str = r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: pt}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - {name: pytorch, image: pytorch, command: [python3, -c, "$(PROGRAM)"], resources: {limits: {cpu: 1}}, env: [{name: PROGRAM, value: "$(P)"}]}
+    Worker:
+      replicas: 2
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - {name: pytorch, image: pytorch, command: [python3, -c, "$(PROGRAM)"], resources: {limits: {cpu: 1}}, env: [{name: PROGRAM, value: "$(P)"}]}
+"#;
+
+const RENDEZVOUS_PROGRAM: &str = r#"
+import os, socket, time
+e = os.environ
+if e["RANK"] == "0":
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(e["MASTER_PORT"])))
+    s.listen(4)
+    got = []
+    for _ in range(int(e["WORLD_SIZE"]) - 1):
+        c, addr = s.accept()
+        got.append(c.recv(100).decode() + " from " + addr[0])
+        c.close()
+    for g in sorted(got):
+        print("master heard", g, flush=True)
+else:
+    for _ in range(300):
+        try:
+            c = socket.create_connection((e["MASTER_ADDR"], int(e["MASTER_PORT"])), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    c.sendall(("rank " + e["RANK"]).encode())
+    c.close()
+    print("worker", e["RANK"], "reached", e["MASTER_ADDR"], "at", socket.gethostbyname(e["MASTER_ADDR"]), flush=True)
+"#;
+
+#[test]
+fn a_pytorchjob_s_ranks_meet_across_hosts_as_torchrun_s_rendezvous_does() {
+    let Some(mut h) = Hosts::new(30) else { return };
+    for i in 1..=3 {
+        h.start_agent(i);
+    }
+    // The program as one YAML string: its newlines and quotes escaped.
+    let program = serde_json::to_string(RENDEZVOUS_PROGRAM).expect("JSON string");
+    let manifest = RENDEZVOUS.replace("\"$(P)\"", &program);
+    let file = h.files.path().join("pt.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let out = h.c.ok(&["apply", "-f", &file.display().to_string()]);
+    let id: u64 = out
+        .split_whitespace()
+        .filter_map(|w| {
+            w.trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()
+        })
+        .next()
+        .unwrap_or_else(|| panic!("no job id in: {out}"));
+    cadre_test_support::wait_until_or(
+        "the PyTorchJob completes",
+        || h.job(id)["state"] == "COMPLETED",
+        || format!("\n{}\n{}", h.job(id), h.logs()),
+    );
+    let described = h.c.ok(&["describe", "pytorchjob", "pt"]);
+    // Which host each pod ran on, from `describe` (`pt-master-0 ... on n2`).
+    let host_of = |pod: &str| -> String {
+        let node = described
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(pod))
+            .and_then(|l| l.split(" on ").nth(1))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("describe lists no {pod}:\n{described}"))
+            .to_string();
+        let i: u8 = node
+            .trim_start_matches('n')
+            .parse()
+            .expect("a node of ours");
+        format!("10.231.0.{}", i + 1)
+    };
+    let output = |rank: u32| {
+        std::fs::read_to_string(h.c.workdir().join(format!("pt-{id}-{rank}.out")))
+            .unwrap_or_default()
+    };
+    let master = host_of("pt-master-0");
+    let mut hosts = vec![master.clone()];
+    for (rank, pod) in [(1, "pt-worker-0"), (2, "pt-worker-1")] {
+        let host = host_of(pod);
+        assert_ne!(host, master, "{described}");
+        assert!(
+            output(0).contains(&format!("master heard rank {rank} from {host}")),
+            "{}",
+            output(0)
+        );
+        assert!(
+            output(rank).contains(&format!("reached pt-master-0 at {master}")),
+            "{}",
+            output(rank)
+        );
+        hosts.push(host);
+    }
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "one rank per host: {described}");
+}
