@@ -773,3 +773,135 @@ fn a_pytorchjob_s_ranks_meet_across_hosts_as_torchrun_s_rendezvous_does() {
     hosts.dedup();
     assert_eq!(hosts.len(), 3, "one rank per host: {described}");
 }
+
+/// One submission of the storm, held: the job id if the controller acknowledged it.
+fn storm_submit(h: &Hosts, ran: &Path) -> Option<u64> {
+    let out = h.c.run(&[
+        "submit",
+        "--parsable",
+        "--hold",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ >> {}/ran.$SLURM_JOB_ID", ran.display()),
+    ]);
+    out.status
+        .success()
+        .then(|| text(&out.stdout).trim().parse().expect("a job id"))
+}
+
+#[test]
+fn a_controller_killed_during_a_submission_storm_loses_nothing_and_its_agents_on_other_hosts_keep_their_gang()
+ {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(mut h) = Hosts::new(30) else { return };
+    for i in 1..=3 {
+        h.start_agent(i);
+    }
+    let ran = h.files.path().join("ran");
+    std::fs::create_dir(&ran).unwrap();
+    let pids = h.files.path().join("long");
+    let out = h.c.ok(&[
+        "submit",
+        "--parsable",
+        "-N",
+        "3",
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo $$ >> {}.$SLURM_PROCID; exec sleep 120",
+            pids.display()
+        ),
+    ]);
+    let long: u64 = out.trim().parse().expect("a job id");
+    let pid_files: Vec<PathBuf> = (0..3)
+        .map(|r| PathBuf::from(format!("{}.{r}", pids.display())))
+        .collect();
+    wait_until("the gang's three tasks run", || {
+        pid_files.iter().all(|p| p.exists())
+    });
+    let before = h.job(long);
+    let controller = cadre_test_support::read_pid(&h.c.path("cadre.pid"));
+
+    let acked = Mutex::new(Vec::new());
+    let count = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let (acked, count, h, ran) = (&acked, &count, &h, &ran);
+            s.spawn(move || {
+                for _ in 0..40 {
+                    if let Some(id) = storm_submit(h, ran) {
+                        acked.lock().expect("ids").push(id);
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        wait_until("eighty submissions acknowledged", || {
+            count.load(Ordering::SeqCst) >= 80
+        });
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(controller),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("the controller is killed");
+    });
+    let acked = acked.into_inner().expect("ids");
+    assert!(acked.len() < 320, "the kill came too late to test anything");
+    wait_until("the killed controller is gone", || {
+        !cadre_test_support::running(controller)
+    });
+    // Up again on host 0; the agents on hosts 1 to 3 reconnect over TLS, their gang kept.
+    let out = h.c.try_start();
+    assert!(out.status.success(), "{}{}", text(&out.stderr), h.logs());
+    for i in 1..=3 {
+        h.wait_node(&format!("n{i}"), "back", |n| n["connected"] == true);
+    }
+    let jobs: Value = serde_json::from_str(&h.c.ok(&["jobs", "--json"])).expect("JSON");
+    let stored: Vec<u64> = jobs["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_u64())
+        .collect();
+    let lost: Vec<&u64> = acked.iter().filter(|id| !stored.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged jobs lost: {lost:?}");
+    let after = h.job(long);
+    assert_eq!(after["state"], "RUNNING", "{after}");
+    assert_eq!(after["start_time"], before["start_time"], "{after}");
+    assert_eq!(after["requeues"], 0, "{after}");
+    for p in &pid_files {
+        let text = std::fs::read_to_string(p).unwrap();
+        assert_eq!(text.lines().count(), 1, "{} started again", p.display());
+        let pid: i32 = text.trim().parse().unwrap();
+        assert!(
+            cadre_test_support::running(pid),
+            "a task of the gang is gone"
+        );
+    }
+    // Held ones stay held and run once when released.
+    let released: Vec<u64> = [&acked[..2], &acked[acked.len() - 2..]].concat();
+    for id in &released {
+        let (status, body) = h.c.api("POST", &format!("/api/v1/jobs/{id}/release"), None);
+        assert_eq!(status, 204, "release {id}: {body}");
+    }
+    h.c.ok(&["cancel", &long.to_string()]);
+    for id in &released {
+        cadre_test_support::wait_until_or(
+            &format!("job {id} completes"),
+            || h.job(*id)["state"] == "COMPLETED",
+            || format!("\n{}\n{}", h.job(*id), h.logs()),
+        );
+        let runs = std::fs::read_to_string(ran.join(format!("ran.{id}"))).unwrap();
+        assert_eq!(runs.lines().count(), 1, "job {id} ran {runs:?}");
+    }
+    let never: Vec<&u64> = acked
+        .iter()
+        .filter(|id| !released.contains(id) && ran.join(format!("ran.{id}")).exists())
+        .collect();
+    assert!(never.is_empty(), "held jobs ran: {never:?}");
+}
