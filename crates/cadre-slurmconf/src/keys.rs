@@ -36,9 +36,15 @@ const DEF_MEM: &str =
     "a cadre job gets the CPUs and memory it asks for, with no default per CPU, GPU or node";
 const ACCOUNTING: &str = "cadre keeps its accounting in its own store (`--database`); \
      associations and limits come from the policy file (`auto_associations`, [quotas])";
-const PROLOG: &str = "cadre's agents run no prolog or epilog scripts";
-const HEALTH: &str = "cadre's agents report a node's health by staying connected; a node \
-     whose agent is away longer than `--node-timeout` is down";
+const PROLOG: &str = "each node's agent runs the site's prolog and epilog around a job's run \
+     there (`cadre agent --prolog`, `--epilog`, `--prolog-timeout`); task prologs and epilogs, \
+     and prologs on the controller, are not run";
+const HEALTH: &str = "each node's agent runs the site's health check and its own checks \
+     (`cadre agent --health-check-program`, `--health-check-interval`), and a failing one \
+     drains the node until it passes; a node whose agent is away longer than `--node-timeout` \
+     is down";
+const UNKILLABLE: &str = "`cadre agent --kill-timeout` sets how long a task's processes may \
+     outlive SIGKILL before its node is drained \"Kill task failed\"";
 const POWER: &str = "cadre does not power nodes down or up";
 const TIMEOUT: &str = "`cadre up --node-timeout` (or `cadre server --node-timeout`) sets how \
      long an agent may be away before its node is down";
@@ -162,6 +168,7 @@ pub(crate) const GLOBAL: Table = &[
     ),
     (&["SlurmdTimeout"], Rule::Elsewhere(TIMEOUT)),
     (&["KillWait"], Rule::Elsewhere(KILL_WAIT)),
+    (&["UnkillableStepTimeout"], Rule::Elsewhere(UNKILLABLE)),
     (&["OverTimeLimit"], Rule::Elsewhere(OVER_TIME)),
     (&["TopologyParam"], Rule::Elsewhere(TOPOLOGY_PARAM)),
     (
@@ -347,7 +354,6 @@ pub(crate) const GLOBAL: Table = &[
             "TrackWCKey",
             "TreeWidth",
             "UnkillableStepProgram",
-            "UnkillableStepTimeout",
             "UsePAM",
             "VSizeFactor",
             "WaitTime",
