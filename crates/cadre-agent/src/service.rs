@@ -45,7 +45,7 @@ use crate::health::{Baseline, HealthChecks};
 use crate::prolog::NodeScripts;
 use cadre_proto::address::HostPort;
 use cadre_proto::agent::{
-    AgentMessage, CONNECT_PATH, ControllerMessage, NodeReport, RunRef, TaskEvent,
+    AgentMessage, AgentSettings, CONNECT_PATH, ControllerMessage, NodeReport, RunRef, TaskEvent,
 };
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -91,6 +91,9 @@ pub struct AgentConfig {
     /// The site's prolog and epilog around each job's run here, and the DCGM exporter's
     /// job mapping (see [`crate::prolog`]). Default: none.
     pub scripts: NodeScripts,
+    /// Which of the prolog, epilog, health-check and kill-timeout settings the agent's own
+    /// options gave: the controller's settings (configless) fill in the others.
+    pub own: OwnSettings,
     /// The node's health checks (see [`crate::health`]): the built-in ones every minute.
     pub health: HealthChecks,
     /// The host name reported for the node's tasks to be reached at; `None`: this
@@ -149,6 +152,7 @@ impl AgentConfig {
             kill_timeout: crate::supervise::DEFAULT_KILL_TIMEOUT,
             scripts: NodeScripts::default(),
             health: HealthChecks::default(),
+            own: OwnSettings::default(),
             address: None,
             container_runtime: None,
             container_allowed_capabilities: Vec::new(),
@@ -233,6 +237,17 @@ pub enum AgentError {
     },
     #[error("internal error of the agent: {what}")]
     Internal { what: String },
+}
+
+/// Which settings an agent's own options gave (see [`AgentConfig::own`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnSettings {
+    pub prolog: bool,
+    pub epilog: bool,
+    pub prolog_timeout: bool,
+    pub health_check_program: bool,
+    pub health_check_interval: bool,
+    pub kill_timeout: bool,
 }
 
 /// Where the controller listens.
@@ -509,6 +524,16 @@ struct Service {
     cgroups: Option<AgentCgroups>,
     /// What the last run of the health checks found wrong.
     checks_found: Vec<String>,
+    /// The health checks to run, as the controller's settings make them.
+    checks_tx: tokio::sync::watch::Sender<HealthChecks>,
+    /// Which settings the agent's own options gave, and those settings: the controller's
+    /// (configless) fill in the rest.
+    own: OwnSettings,
+    own_scripts: NodeScripts,
+    own_health: HealthChecks,
+    own_kill_timeout: Duration,
+    /// A setting from the controller this node cannot use (a program others may change).
+    settings_problem: Option<String>,
     /// The node's clock against the controller's, as of the last welcome.
     clock_problem: Option<String>,
     /// Processes of a previous life of the agent that survived SIGKILL: the node stays
@@ -521,18 +546,24 @@ struct Service {
 }
 
 /// Runs the health checks every interval, for ever, sending what each run finds.
+///
+/// The checks are `checks`' latest (the controller's settings may change them): a change
+/// runs them at once.
 async fn health_loop(
-    checks: HealthChecks,
+    mut checks: tokio::sync::watch::Receiver<HealthChecks>,
     node: String,
     state_dir: PathBuf,
     baseline: Baseline,
     found: mpsc::UnboundedSender<Vec<String>>,
 ) {
-    let interval = checks.interval.max(Duration::from_secs(1));
     loop {
-        tokio::time::sleep(interval).await;
+        let interval = checks.borrow().interval.max(Duration::from_secs(1));
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            changed = checks.changed() => if changed.is_err() { return },
+        }
         let (c, n, d, b) = (
-            checks.clone(),
+            checks.borrow_and_update().clone(),
             node.clone(),
             state_dir.clone(),
             baseline.clone(),
@@ -654,8 +685,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         shape: found.shape,
         os_cpus: found.os_cpus,
         cgroup_parent: cgroups.as_ref().map(|c| c.path().to_path_buf()),
-        kill_timeout: config.kill_timeout,
-        scripts: config.scripts.clone(),
+        kill_timeout: std::sync::RwLock::new(config.kill_timeout),
+        scripts: std::sync::RwLock::new(config.scripts.clone()),
         state_dir: config.state_dir.clone(),
         agent_uid: nix::unistd::geteuid().as_raw(),
         mounts: crate::mountns::TaskMounts::probe(),
@@ -687,8 +718,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
                 what: format!("the health checks did not finish: {e}"),
             })?
     };
+    let (checks_tx, checks_rx) = tokio::sync::watch::channel(config.health.clone());
     let health_loop = tokio::spawn(health_loop(
-        config.health.clone(),
+        checks_rx,
         config.node.clone(),
         config.state_dir.clone(),
         baseline,
@@ -718,6 +750,12 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         flush_deadline: None,
         cgroups,
         checks_found: first_checks,
+        checks_tx,
+        own: config.own.clone(),
+        own_scripts: config.scripts.clone(),
+        own_health: config.health.clone(),
+        own_kill_timeout: config.kill_timeout,
+        settings_problem: None,
         clock_problem: None,
         left_running,
         health_rx,
@@ -1225,10 +1263,62 @@ impl Service {
         }
     }
 
+    /// The controller's settings (configless), where the agent's own options say nothing:
+    /// programs only where they are root's alone (else the node is drained, saying why),
+    /// numbers within their bounds.
+    fn apply_settings(&mut self, theirs: &AgentSettings) {
+        let mut problems = Vec::new();
+        let mut program = |path: &Option<String>, what: &str| -> Option<PathBuf> {
+            let path = PathBuf::from(path.as_ref()?);
+            match crate::prolog::trusted(&path, what, false) {
+                Ok(()) => Some(path),
+                Err(why) => {
+                    problems.push(format!("the controller's {why}"));
+                    None
+                }
+            }
+        };
+        let secs = |s: Option<u64>| s.map(|s| Duration::from_secs(s.clamp(1, 86_400)));
+        let mut scripts = self.own_scripts.clone();
+        if !self.own.prolog {
+            scripts.prolog = program(&theirs.prolog, "prolog");
+        }
+        if !self.own.epilog {
+            scripts.epilog = program(&theirs.epilog, "epilog");
+        }
+        if !self.own.prolog_timeout {
+            scripts.timeout = secs(theirs.prolog_timeout_secs).or(self.own_scripts.timeout);
+        }
+        let mut health = self.own_health.clone();
+        if !self.own.health_check_program {
+            health.program = program(&theirs.health_check_program, "health check");
+        }
+        if !self.own.health_check_interval {
+            health.interval = secs(theirs.health_check_interval_secs).unwrap_or(health.interval);
+        }
+        let kill_timeout = match self.own.kill_timeout {
+            true => self.own_kill_timeout,
+            false => secs(theirs.kill_timeout_secs).unwrap_or(self.own_kill_timeout),
+        };
+        if let Ok(mut s) = self.ctx.scripts.write() {
+            *s = scripts;
+        }
+        if let Ok(mut t) = self.ctx.kill_timeout.write() {
+            *t = kill_timeout;
+        }
+        self.checks_tx.send_if_modified(|current| {
+            let changed = *current != health;
+            *current = health;
+            changed
+        });
+        self.settings_problem = crate::health::reason(&problems);
+    }
+
     /// What the checks and the clock find, as the session tells it to the controller.
     async fn tell_health(&mut self) {
         let mut problems = self.checks_found.clone();
         problems.extend(self.clock_problem.clone());
+        problems.extend(self.settings_problem.clone());
         problems.extend(self.left_running.clone());
         let reason = crate::health::reason(&problems);
         let result = self.session.handle(Input::Health(reason));
@@ -1237,14 +1327,16 @@ impl Service {
 
     async fn on_message(&mut self, message: ControllerMessage) {
         if let ControllerMessage::Welcome {
-            now_ms: Some(theirs),
-            ..
+            now_ms, settings, ..
         } = &message
         {
-            let ours = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            self.clock_problem = crate::health::clock_problem(ours, *theirs);
+            if let Some(theirs) = now_ms {
+                let ours = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                self.clock_problem = crate::health::clock_problem(ours, *theirs);
+            }
+            self.apply_settings(&settings.clone().unwrap_or_default());
         }
         match &message {
             ControllerMessage::Welcome {

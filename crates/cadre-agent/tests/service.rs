@@ -141,6 +141,7 @@ impl Conn {
             node_id: NODE_ID,
             lease_ms: None,
             now_ms: None,
+            settings: None,
         })
         .await;
     }

@@ -231,6 +231,10 @@ pub enum ControllerMessage {
         /// 4), for the agent's check of its own clock.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         now_ms: Option<u64>,
+        /// The cluster's settings for its agents (version 4, configless): what an agent's
+        /// own command line does not set, it takes from here.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        settings: Option<AgentSettings>,
     },
     /// The connection is refused, and why; the controller closes it.
     Refused { reason: String },
@@ -251,6 +255,31 @@ pub enum ControllerMessage {
         run: RunRef,
         time_limit_ms: Option<u64>,
     },
+}
+
+/// The cluster's settings for its nodes' agents, from the controller (Slurm's configless
+/// mode): programs are paths on the nodes, run only where they are root's alone. Each
+/// field the agent's own command line sets is the agent's; `None`: the agent's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prolog: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilog: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prolog_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_program: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_interval_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_timeout_secs: Option<u64>,
+}
+
+impl AgentSettings {
+    pub fn is_empty(&self) -> bool {
+        *self == AgentSettings::default()
+    }
 }
 
 /// Everything an agent needs to start a run's tasks on its node.
@@ -397,6 +426,11 @@ mod tests {
                 node_id: NodeId(7),
                 lease_ms: Some(15_000),
                 now_ms: Some(1_795_000_000_000),
+                settings: Some(AgentSettings {
+                    prolog: Some("/etc/cadre/prolog".into()),
+                    health_check_interval_secs: Some(30),
+                    ..AgentSettings::default()
+                }),
             },
             ControllerMessage::Refused {
                 reason: "no".into(),

@@ -54,8 +54,8 @@ use cadre_core::scheduler::{CoreError, Decision, Event, Hold, PendingReason, Sch
 use cadre_core::time::{Dur, Time};
 use cadre_k8s::CONTAINER_RUNTIME_FEATURE;
 use cadre_proto::agent::{
-    ControllerMessage, Hello, LaunchOrder, OLDEST_AGENT_VERSION, PROTOCOL_VERSION, RunRef,
-    SequencedEvent, TaskEvent,
+    AgentSettings, ControllerMessage, Hello, LaunchOrder, OLDEST_AGENT_VERSION, PROTOCOL_VERSION,
+    RunRef, SequencedEvent, TaskEvent,
 };
 use cadre_proto::api::{
     ErrorCode, ErrorReason, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest,
@@ -332,6 +332,8 @@ pub struct ControllerConfig {
     /// each run's token in its launch orders, since agents that enrolled with a
     /// certificate hold no key.
     pub job_token_key: String,
+    /// The cluster's settings for its agents, told in every welcome (configless).
+    pub agent_settings: AgentSettings,
 }
 
 /// The controller's state: the scheduler, the nodes' agents, the runs it follows, and
@@ -1586,6 +1588,8 @@ impl Controller {
                 // An older agent is answered in its own version.
                 version: hello.version,
                 now_ms: Some(now.wall.0.saturating_mul(1000)),
+                settings: (!self.config.agent_settings.is_empty())
+                    .then(|| self.config.agent_settings.clone()),
                 node_id: node,
                 lease_ms: Some(lease_of(self.config.node_timeout).as_millis() as u64),
             },

@@ -118,6 +118,8 @@ pub struct EngineConfig {
     pub emulated_gpus: bool,
     /// The cluster's agent key, which job tokens are made with.
     pub job_token_key: String,
+    /// The cluster's settings for its agents (configless).
+    pub agent_settings: cadre_proto::agent::AgentSettings,
 }
 
 /// Where each step's events go: the answer stream of the `srun` that created it. Shared by
@@ -336,6 +338,7 @@ impl Engine {
                 node_timeout: config.node_timeout,
                 emulated_gpus: config.emulated_gpus,
                 job_token_key: config.job_token_key.clone(),
+                agent_settings: config.agent_settings.clone(),
             },
             snapshot,
             Now {

@@ -66,6 +66,8 @@ pub struct ServerConfig {
     pub policy: Policy,
     /// The agents' shared key.
     pub agent_key: String,
+    /// The cluster's settings for its agents, told in every welcome (configless).
+    pub agent_settings: cadre_proto::agent::AgentSettings,
     pub node_timeout: Duration,
     pub sched_interval: Duration,
     /// Whether the nodes' GPUs are declared, not discovered (until each agent reports).
@@ -165,6 +167,7 @@ pub async fn serve(
         sched_interval: config.sched_interval,
         emulated_gpus: config.emulated_gpus,
         job_token_key: config.agent_key.clone(),
+        agent_settings: config.agent_settings.clone(),
     };
     // Stores block (PostgreSQL's client on a runtime of its own): open them and rebuild
     // the engine off the async threads.

@@ -7,7 +7,7 @@ use cadre_agent::cgroup::CgroupSetting;
 use cadre_agent::discovery::DiscoveryOptions;
 use cadre_agent::health::HealthChecks;
 use cadre_agent::prolog::NodeScripts;
-use cadre_agent::service::{self, AgentConfig};
+use cadre_agent::service::{self, AgentConfig, OwnSettings};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -102,23 +102,27 @@ pub struct AgentArgs {
     pub cgroup_parent: Option<PathBuf>,
     /// Seconds a task's processes may survive SIGKILL before the node is drained "Kill
     /// task failed" (Slurm's UnkillableStepTimeout); the job ends meanwhile, its GPUs are
-    /// not booked again while the node is drained.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub kill_timeout: u64,
+    /// not booked again while the node is drained [default: the controller's
+    /// --agent-kill-timeout, else 60].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub kill_timeout: Option<u64>,
     /// A program run as root before each job's tasks start on this node (Slurm's Prolog),
     /// with the job's SLURM_JOB_ID, SLURM_JOB_USER, SLURM_JOB_UID, SLURM_JOB_NODELIST,
     /// SLURM_JOB_PARTITION, SLURMD_NODENAME and CUDA_VISIBLE_DEVICES. When it fails, the
     /// node is drained with its first line of output and the job is requeued whole. It
-    /// must be root's and writable by root alone.
+    /// must be root's and writable by root alone [default: the controller's
+    /// --agent-prolog, else none].
     #[arg(long, value_name = "PROGRAM")]
     pub prolog: Option<PathBuf>,
     /// A program run as root after each job's tasks have ended on this node (Slurm's
-    /// Epilog), told as the prolog; when it fails, the node is drained.
+    /// Epilog), told as the prolog; when it fails, the node is drained [default: the
+    /// controller's --agent-epilog, else none].
     #[arg(long, value_name = "PROGRAM")]
     pub epilog: Option<PathBuf>,
-    /// Seconds the prolog or epilog may run before it is killed (and counts as failed).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub prolog_timeout: u64,
+    /// Seconds the prolog or epilog may run before it is killed (and counts as failed)
+    /// [default: the controller's --agent-prolog-timeout, else 300].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub prolog_timeout: Option<u64>,
     /// A directory where each GPU a job holds gets a file named by its index holding the
     /// job's id, for the DCGM exporter's --hpc-job-mapping-dir (GPU metrics by job).
     #[arg(long, value_name = "DIR")]
@@ -127,12 +131,14 @@ pub struct AgentArgs {
     /// first job (Slurm's HealthCheckProgram): when it fails, its first line of output
     /// drains the node until it passes again. Built-in checks run beside it: free space
     /// for jobs, the GPUs found at the start, RDMA ports, the clock against the
-    /// controller's. It must be root's and writable by root alone.
+    /// controller's. It must be root's and writable by root alone [default: the
+    /// controller's --agent-health-check-program, else none].
     #[arg(long, value_name = "PROGRAM")]
     pub health_check_program: Option<PathBuf>,
-    /// Seconds between runs of the health checks.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub health_check_interval: u64,
+    /// Seconds between runs of the health checks [default: the controller's
+    /// --agent-health-check-interval, else 60].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub health_check_interval: Option<u64>,
     /// Seconds the health-check program may run before it is killed (and fails).
     #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub health_check_timeout: u64,
@@ -216,12 +222,24 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         (None, CgroupMode::Auto) => CgroupSetting::Auto,
         (None, CgroupMode::Off) => CgroupSetting::Off,
     };
-    config.kill_timeout = std::time::Duration::from_secs(args.kill_timeout);
+    let secs = std::time::Duration::from_secs;
+    config.kill_timeout = args
+        .kill_timeout
+        .map_or(cadre_agent::cgroup::DEFAULT_KILL_TIMEOUT, secs);
     config.scripts = NodeScripts {
         prolog: args.prolog.clone(),
         epilog: args.epilog.clone(),
-        timeout: Some(std::time::Duration::from_secs(args.prolog_timeout)),
+        timeout: args.prolog_timeout.map(secs),
         dcgm_job_mapping_dir: args.dcgm_job_mapping_dir.clone(),
+    };
+    // What is given here is the agent's; the controller's settings fill in the rest.
+    config.own = OwnSettings {
+        prolog: args.prolog.is_some(),
+        epilog: args.epilog.is_some(),
+        prolog_timeout: args.prolog_timeout.is_some(),
+        health_check_program: args.health_check_program.is_some(),
+        health_check_interval: args.health_check_interval.is_some(),
+        kill_timeout: args.kill_timeout.is_some(),
     };
     config
         .scripts
@@ -233,7 +251,9 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     }
     config.health = HealthChecks {
         program: args.health_check_program.clone(),
-        interval: std::time::Duration::from_secs(args.health_check_interval),
+        interval: args
+            .health_check_interval
+            .map_or(HealthChecks::default().interval, secs),
         timeout: std::time::Duration::from_secs(args.health_check_timeout),
         min_free_mib: args.health_min_free_mib,
     };

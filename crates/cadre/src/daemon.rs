@@ -39,6 +39,44 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The cluster's settings for its agents, which each agent takes where its own command line
+/// does not set them (Slurm's configless mode): paths are on the nodes, and an agent runs a
+/// program only where it is root's alone.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AgentSettingsArgs {
+    /// The agents' prolog (as `cadre agent --prolog`).
+    #[arg(long, value_name = "PROGRAM")]
+    pub agent_prolog: Option<String>,
+    /// The agents' epilog (as `cadre agent --epilog`).
+    #[arg(long, value_name = "PROGRAM")]
+    pub agent_epilog: Option<String>,
+    /// Seconds the agents' prolog and epilog may run (as `cadre agent --prolog-timeout`).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub agent_prolog_timeout: Option<u64>,
+    /// The agents' health-check program (as `cadre agent --health-check-program`).
+    #[arg(long, value_name = "PROGRAM")]
+    pub agent_health_check_program: Option<String>,
+    /// Seconds between the agents' health checks (as `cadre agent --health-check-interval`).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub agent_health_check_interval: Option<u64>,
+    /// Seconds a task's processes may outlive SIGKILL (as `cadre agent --kill-timeout`).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub agent_kill_timeout: Option<u64>,
+}
+
+impl AgentSettingsArgs {
+    fn settings(&self) -> cadre_proto::agent::AgentSettings {
+        cadre_proto::agent::AgentSettings {
+            prolog: self.agent_prolog.clone(),
+            epilog: self.agent_epilog.clone(),
+            prolog_timeout_secs: self.agent_prolog_timeout,
+            health_check_program: self.agent_health_check_program.clone(),
+            health_check_interval_secs: self.agent_health_check_interval,
+            kill_timeout_secs: self.agent_kill_timeout,
+        }
+    }
+}
+
 /// Options shared by `cadre up` and `cadre server`.
 #[derive(Args, Debug, Clone)]
 pub struct ControllerArgs {
@@ -90,6 +128,8 @@ pub struct ControllerArgs {
     /// requeued (Slurm's SlurmdTimeout).
     #[arg(long, default_value_t = 30)]
     pub node_timeout: u64,
+    #[command(flatten)]
+    pub agents: AgentSettingsArgs,
     /// Longest time between scheduling passes, in milliseconds (passes also run on every
     /// change).
     #[arg(long, default_value_t = 1000)]
@@ -431,6 +471,7 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
             cluster: cluster.clone(),
             policy,
             agent_key: agent_key(layout)?,
+            agent_settings: args.agents.settings(),
             node_timeout: Duration::from_secs(args.node_timeout),
             sched_interval: Duration::from_millis(args.sched_interval_ms.max(1)),
             emulated_gpus,

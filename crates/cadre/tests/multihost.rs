@@ -50,11 +50,19 @@ impl Hosts {
     /// Hosts 0 to 3, the controller up on host 0 with a node timeout of `node_timeout`
     /// seconds; no agent yet. `None` (skipped) where namespaces cannot be made.
     fn new(node_timeout: u32) -> Option<Hosts> {
+        Hosts::with(node_timeout, |_| Vec::new())
+    }
+
+    /// [`Hosts::new`], the controller with more options, made from the files' directory
+    /// (where programs for the nodes can be written first).
+    fn with(node_timeout: u32, more: impl FnOnce(&Path) -> Vec<String>) -> Option<Hosts> {
         let net = match Network::new(4) {
             Ok(net) => net,
             Err(why) => return skip_unless_ci("the multi-host tests", &why),
         };
         let files = tempfile::tempdir().expect("a directory");
+        let more = more(files.path());
+        let more: Vec<&str> = more.iter().map(String::as_str).collect();
         let file = files.path().join("cluster.toml");
         std::fs::write(&file, CLUSTER).expect("the cluster file");
         let timeout = node_timeout.to_string();
@@ -70,6 +78,7 @@ impl Hosts {
                 "--node-timeout",
                 &timeout,
             ])
+            .args(&more)
             .prepare();
         let out = c.try_start();
         assert!(
@@ -904,4 +913,85 @@ fn a_controller_killed_during_a_submission_storm_loses_nothing_and_its_agents_on
         .filter(|id| !released.contains(id) && ran.join(format!("ran.{id}")).exists())
         .collect();
     assert!(never.is_empty(), "held jobs ran: {never:?}");
+}
+
+#[test]
+fn agents_take_the_controller_s_settings_where_their_own_options_say_nothing() {
+    let flag = std::sync::OnceLock::new();
+    let Some(mut h) = Hosts::with(30, |dir| {
+        let f = dir.join("scratch-gone");
+        flag.set(f.clone()).unwrap();
+        let check = site_program(
+            dir,
+            "site-check",
+            &format!(
+                "[ -e {} ] && {{ echo \"/scratch is gone on $SLURMD_NODENAME\"; exit 1; }}; exit 0",
+                f.display()
+            ),
+        );
+        // An epilog anyone may rewrite: no node may run it.
+        let loose = site_program(dir, "loose-epilog", "exit 0");
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o777)).unwrap();
+        [
+            "--agent-health-check-program",
+            &check,
+            "--agent-health-check-interval",
+            "1",
+            "--agent-epilog",
+            &loose,
+        ]
+        .map(String::from)
+        .to_vec()
+    }) else {
+        return;
+    };
+    let flag = flag.get().unwrap().clone();
+    let dir = h.files.path().to_path_buf();
+    let own_epilog = site_program(&dir, "own-epilog", "exit 0");
+    let own_check = site_program(&dir, "own-check", "exit 0");
+    // n1 sets nothing; n2 its own epilog and health check; n3 its own epilog only.
+    h.start_agent(1);
+    h.start_agent_with(
+        2,
+        &[
+            "--epilog",
+            &own_epilog,
+            "--health-check-program",
+            &own_check,
+        ],
+    );
+    h.start_agent_with(3, &["--epilog", &own_epilog]);
+    h.wait_node("n1", "drained by the loose epilog", |n| {
+        n["avail"] == "drain"
+    });
+    let reason = h.node("n1")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("the controller's epilog") && reason.contains("may be changed by others"),
+        "{reason}"
+    );
+    assert_eq!(h.node("n2")["avail"], "up", "{}", h.node("n2"));
+    assert_eq!(h.node("n3")["avail"], "up", "{}", h.node("n3"));
+    // The controller's health check runs where the node has none of its own.
+    std::fs::write(&flag, "").unwrap();
+    h.wait_node("n3", "drained by the controller's check", |n| {
+        n["avail"] == "drain"
+    });
+    assert_eq!(
+        h.node("n3")["reason"],
+        "/scratch is gone on n3",
+        "{}",
+        h.node("n3")
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        h.node("n2")["avail"],
+        "up",
+        "n2 runs its own check: {}",
+        h.node("n2")
+    );
+    std::fs::remove_file(&flag).unwrap();
+    h.wait_node("n3", "back up", |n| n["avail"] == "up");
 }

@@ -671,6 +671,7 @@ mod tests {
             node_id: NodeId(3),
             lease_ms: None,
             now_ms: None,
+            settings: None,
         })
     }
 
@@ -1012,6 +1013,7 @@ mod tests {
                 node_id: NodeId(0),
                 lease_ms: None,
                 now_ms: None,
+                settings: None,
             }))
             .unwrap_err();
         assert!(e.is_fatal());

@@ -39,16 +39,18 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What every run on this node shares.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct LaunchContext {
     pub(crate) node_name: String,
     pub(crate) shape: NodeShape,
     pub(crate) os_cpus: Vec<u32>,
     pub(crate) cgroup_parent: Option<PathBuf>,
-    /// How long a task's processes may survive SIGKILL (`--kill-timeout`).
-    pub(crate) kill_timeout: Duration,
-    /// The site's prolog and epilog, and the GPUs' job mapping.
-    pub(crate) scripts: NodeScripts,
+    /// How long a task's processes may survive SIGKILL (`--kill-timeout`, or the
+    /// controller's setting).
+    pub(crate) kill_timeout: std::sync::RwLock<Duration>,
+    /// The site's prolog and epilog, and the GPUs' job mapping (the agent's options, or
+    /// the controller's settings).
+    pub(crate) scripts: std::sync::RwLock<NodeScripts>,
     /// Batch scripts go to `state_dir/job<ID>.<run>/script`.
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
@@ -69,6 +71,19 @@ pub(crate) struct LaunchContext {
     pub(crate) agent_key: String,
     /// The executable's loader and libraries, for `cadre-rsh` in containers.
     pub(crate) rsh_libraries: Option<(PathBuf, Vec<PathBuf>)>,
+}
+
+impl LaunchContext {
+    /// The prolog, epilog and GPU mapping as they are now (a run keeps what it started with).
+    pub(crate) fn scripts(&self) -> NodeScripts {
+        self.scripts.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub(crate) fn kill_timeout(&self) -> Duration {
+        self.kill_timeout
+            .read()
+            .map_or(crate::cgroup::DEFAULT_KILL_TIMEOUT, |t| *t)
+    }
 }
 
 /// What a run's thread tells the service, in order: a task event, or output of a step's
@@ -235,7 +250,7 @@ fn run_thread(
         shape: ctx.shape.clone(),
         os_cpus: ctx.os_cpus.clone(),
         cgroup_parent: ctx.cgroup_parent.clone(),
-        kill_timeout: ctx.kill_timeout,
+        kill_timeout: ctx.kill_timeout(),
     };
     // A job's run (not a step) is framed by the site's prolog and epilog.
     let facts = match run.step {
@@ -249,12 +264,12 @@ fn run_thread(
         Some(_) => None,
     };
     if let Some(f) = &facts {
-        if let Err(e) = ctx.scripts.run(Context::Prolog, f) {
+        if let Err(e) = ctx.scripts().run(Context::Prolog, f) {
             // The node's fault, not the job's: drained, the gang requeued whole.
             remove_script_dir(script_dir.as_deref());
             return failed(e.to_string(), false);
         }
-        ctx.scripts.map_gpus(f);
+        ctx.scripts().map_gpus(f);
     }
     let launched = if order.run_spec.allocation {
         Ok(gang::Gang { tasks: Vec::new() })
@@ -266,7 +281,7 @@ fn run_thread(
         Err(e) => {
             remove_script_dir(script_dir.as_deref());
             if let Some(f) = &facts {
-                ctx.scripts.unmap_gpus(f);
+                ctx.scripts().unmap_gpus(f);
             }
             return failed(e.to_string(), is_permanent(&e.source));
         }
@@ -834,7 +849,7 @@ fn after_run(ctx: &LaunchContext, facts: Option<&JobFacts>, ended: TaskEvent) ->
         return ended;
     };
     if let Some(parent) = &ctx.cgroup_parent {
-        let left = crate::cgroup::sweep_job(parent, run.job, run.run, ctx.kill_timeout);
+        let left = crate::cgroup::sweep_job(parent, run.job, run.run, ctx.kill_timeout());
         if !left.is_empty() && drain.is_none() {
             let what: Vec<String> = left
                 .iter()
@@ -853,8 +868,8 @@ fn after_run(ctx: &LaunchContext, facts: Option<&JobFacts>, ended: TaskEvent) ->
             ));
         }
     }
-    ctx.scripts.unmap_gpus(facts);
-    if let Err(e) = ctx.scripts.run(Context::Epilog, facts) {
+    ctx.scripts().unmap_gpus(facts);
+    if let Err(e) = ctx.scripts().run(Context::Epilog, facts) {
         tracing::error!(error = %e, "epilog failed: the node is to be drained");
         drain = drain.or(Some(e.to_string()));
     }

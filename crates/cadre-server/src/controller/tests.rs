@@ -186,6 +186,7 @@ impl Harness {
             node_timeout: NODE_TIMEOUT,
             emulated_gpus: true,
             job_token_key: "the cluster key".into(),
+            agent_settings: Default::default(),
         };
         let ctl = Controller::recover(sched, config, snapshot, now, &mut rec).unwrap();
         ctl.check_invariants().unwrap();
