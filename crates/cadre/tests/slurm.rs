@@ -614,6 +614,12 @@ ex = submitit.AutoExecutor(folder=sys.argv[1], cluster="slurm")
 ex.update_parameters(timeout_min=5, nodes=1, tasks_per_node=1, gpus_per_node=1, cpus_per_task=1)
 job = ex.submit(add, 2, 3)
 print("result", job.result(), flush=True)
+# The result is written before the job's end is recorded (with Slurm too, which says
+# RUNNING or COMPLETING meanwhile): the end is waited for, as a user's script does.
+deadline = time.time() + 60
+while job.get_info(mode="force").get("State") in ("PENDING", "RUNNING", "COMPLETING"):
+    assert time.time() < deadline, job.get_info(mode="force")
+    time.sleep(0.1)
 print("state", job.get_info(mode="force")["State"], flush=True)
 w = ex.submit(where)
 print("where", w.result() == (w.job_id, "0", "node001"), flush=True)
