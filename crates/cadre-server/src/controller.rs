@@ -271,6 +271,10 @@ pub trait Comm {
     fn metric(&mut self, metric: Metric);
 }
 
+/// Launch failures of one job on its nodes (a failing prolog, a node that cannot start it)
+/// after which it is held rather than requeued again: each drained a node.
+pub const MAX_NODE_LAUNCH_FAILURES: u32 = 3;
+
 /// The longest drain reason taken from an agent, in characters.
 const MAX_DRAIN_REASON: usize = 512;
 
@@ -365,6 +369,9 @@ pub struct Controller {
     runs: HashMap<JobId, RunTrack>,
     /// Why a job's last launch failed, for the API.
     launch_errors: HashMap<JobId, String>,
+    /// How many of a job's launches failed through its nodes (each drained), since this
+    /// controller started: at [`MAX_NODE_LAUNCH_FAILURES`] the job is held.
+    launch_failures: HashMap<JobId, u32>,
     /// What waits for the batch's commit.
     tx: Transaction,
     /// Submissions waiting for the batch's end.
@@ -2062,11 +2069,19 @@ impl Controller {
         }
         if let Some((why, permanent)) = launch_failed {
             self.launch_errors.insert(id, why);
-            if permanent && self.sched.job(id).is_some() {
+            // Each launch failure that was a node's drains that node; a job that fails on
+            // node after node (a prolog it breaks) would drain them all.
+            let failures = self.launch_failures.entry(id).or_default();
+            *failures += u32::from(!permanent);
+            let again = *failures >= MAX_NODE_LAUNCH_FAILURES;
+            if (permanent || again) && self.sched.job(id).is_some() {
                 // Retrying cannot help: held for an administrator, as Slurm holds a job
-                // whose launch failed.
+                // whose launch (or prolog) failed.
                 let _ = self.sched.handle(Event::Hold { id, admin: true }, now);
             }
+        }
+        if self.sched.job(id).is_none_or(|j| j.state.is_final()) {
+            self.launch_failures.remove(&id);
         }
         if let Some(status) = self.status_of(id, now) {
             self.transition_events(id, &status, now);

@@ -275,6 +275,7 @@ impl Controller {
             admin,
             health: vec![NodeHealth::default(); node_count],
             agent_versions: vec![None; node_count],
+            launch_failures: HashMap::new(),
             runs,
             launch_errors: HashMap::new(),
             tx: Transaction::default(),

@@ -2,6 +2,7 @@
 //! [`Recorder`] over a real SQLite store in a temporary directory. After every input the controller's
 //! post-conditions are checked ([`Controller::check_invariants`]).
 
+use super::MAX_NODE_LAUNCH_FAILURES;
 use super::*;
 use crate::auth::Via;
 use cadre_core::cluster::Cluster;
@@ -1093,4 +1094,38 @@ fn an_agent_s_health_drains_its_node_from_its_hello_until_it_reports_clean_and_a
         "an agent of version {} was not refused",
         OLDEST_AGENT_VERSION - 1
     );
+}
+
+#[test]
+fn a_job_whose_launch_fails_on_node_after_node_is_held_after_three_not_draining_them_all() {
+    let mut h = Harness::new(4);
+    h.connect_all();
+    let id = h.start(gpu_job(1), program());
+    let mut drained = Vec::new();
+    for attempt in 0..MAX_NODE_LAUNCH_FAILURES {
+        let job = h.ctl.sched().job(id).expect("the job");
+        assert_eq!(job.state, JobState::Running, "attempt {attempt}");
+        let node = job.allocation.as_ref().expect("placed").tasks[0].node;
+        assert!(!drained.contains(&node), "placed again on a drained node");
+        let run = RunRef::job_run(id, attempt);
+        h.event(
+            node.0,
+            u64::from(attempt) + 1,
+            TaskEvent::LaunchFailed {
+                run,
+                reason: "prolog /etc/cadre/prolog failed (exit status 1): scratch is full".into(),
+                permanent: false,
+            },
+        );
+        h.tick(true);
+        drained.push(node);
+        assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Drain);
+    }
+    // Three nodes drained: the job is held for an administrator, and the fourth node is
+    // left alone.
+    let job = h.ctl.sched().job(id).expect("the job");
+    assert_eq!(job.state, JobState::Pending);
+    assert!(job.hold.is_some(), "{:?}", job.hold);
+    let spare = (0..4).map(NodeId).find(|n| !drained.contains(n)).unwrap();
+    assert_eq!(h.ctl.sched().cluster().node(spare).avail, NodeAvail::Up);
 }
