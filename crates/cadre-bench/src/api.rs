@@ -119,7 +119,7 @@ pub(crate) fn cadre() -> Result<std::process::Command> {
 }
 
 /// Waits until the controller of `dir` answers.
-async fn wait_ready(dir: &Path, child: &mut Child) -> Result<()> {
+pub(crate) async fn wait_ready(dir: &Path, child: &mut Child) -> Result<()> {
     let target = Target::of_data_dir(dir);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -140,7 +140,7 @@ async fn wait_ready(dir: &Path, child: &mut Child) -> Result<()> {
     }
 }
 
-fn rss_mib(pid: u32) -> f64 {
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -152,7 +152,7 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn stop(mut child: Child) {
+pub(crate) fn stop(mut child: Child) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
