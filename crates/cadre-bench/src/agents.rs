@@ -343,10 +343,20 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
     let listen = format!("127.0.0.1:{port}");
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path)?;
-    let mut child = cadre()?
+    let mut server = cadre()?;
+    // The controller is configured by its arguments alone (a CADRE_DATABASE or
+    // CADRE_INSECURE of the caller's would change what is measured).
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CADRE_") {
+            server.env_remove(name);
+        }
+    }
+    let mut child = server
         .arg("server")
         .arg("--data-dir")
         .arg(dir.path())
+        .arg("--run-dir")
+        .arg(cadre_client::locate::run_dir_of(dir.path()))
         .arg("--cluster")
         .arg(&cluster_file)
         .args(["--listen", &listen, "--node-timeout"])
