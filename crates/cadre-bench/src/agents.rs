@@ -149,6 +149,10 @@ struct LossReport {
     not_connected_s: Option<f64>,
     /// From the stop to the controller reporting the node down.
     down_s: Option<f64>,
+    /// For the silent agent: how long before the stop it last sent anything (its last
+    /// ping, or its hello); the controller's silence is counted from then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_sent_before_stop_s: Option<f64>,
 }
 
 /// How a simulated agent ends, when told to.
@@ -175,6 +179,8 @@ struct Tally {
     /// Connection attempts that failed (retried).
     failed: AtomicU64,
     last_failure: Mutex<Option<String>>,
+    /// When the agent told to go silent last sent anything.
+    silent_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl Tally {
@@ -540,6 +546,15 @@ impl Bench<'_> {
         }
         let mut losses = losses.into_iter();
         let lost_closed = losses.next().context("no agent was stopped")?;
+        let lost_silent = losses.next().map(|mut l| {
+            l.last_sent_before_stop_s = tally
+                .silent_since
+                .lock()
+                .ok()
+                .and_then(|t| *t)
+                .map(|t| stopped_at.saturating_duration_since(t).as_secs_f64());
+            l
+        });
         Ok(AgentsReport {
             agents: args.agents,
             enrolled: self.enrol,
@@ -570,7 +585,7 @@ impl Bench<'_> {
             false_loss_nodes,
             agent_reconnects,
             lost_closed,
-            lost_silent: losses.next(),
+            lost_silent,
             target_lost_s: lease.as_secs_f64() + 2.0,
         })
     }
@@ -674,6 +689,7 @@ impl Bench<'_> {
                 node: node.clone(),
                 not_connected_s: None,
                 down_s: None,
+                last_sent_before_stop_s: None,
             })
             .collect();
         let bar = indicatif::ProgressBar::new_spinner().with_message(format!(
@@ -879,6 +895,7 @@ async fn keep_alive(
 ) -> Ended {
     use tokio::time::{Instant, sleep_until};
     let mut heard = Instant::now();
+    let mut sent = heard;
     let mut ping_at = heard + every;
     loop {
         let dead_at = heard + every * 3;
@@ -910,6 +927,7 @@ async fn keep_alive(
                 if let Err(e) = ws.send(Message::Ping(Default::default())).await {
                     return Ended::Dropped(format!("failed to ping: {e}"));
                 }
+                sent = Instant::now();
                 tally.pings.fetch_add(1, Ordering::Relaxed);
             }
             fate = told => {
@@ -919,6 +937,9 @@ async fn keep_alive(
                     Some(Fate::Close) => drop(ws),
                     // The connection stays open, and nothing more is read or sent on it.
                     Some(Fate::Silence) => {
+                        if let Ok(mut since) = tally.silent_since.lock() {
+                            *since = Some(sent.into_std());
+                        }
                         std::future::pending::<()>().await;
                         drop(ws);
                     }
@@ -984,10 +1005,11 @@ fn print(r: &AgentsReport, json: bool) -> Result<()> {
     );
     if let Some(l) = &r.lost_silent {
         println!(
-            "lost node, silent with its connection open ({}): not connected after {}, down after {}",
+            "lost node, silent with its connection open ({}): not connected after {}, down after {} (it last sent a frame {} before it stopped)",
             l.node,
             secs(l.not_connected_s),
-            secs(l.down_s)
+            secs(l.down_s),
+            secs(l.last_sent_before_stop_s)
         );
     }
     println!(

@@ -257,6 +257,7 @@ fn bench_agents_connects_every_agent_and_finds_the_lost_ones() {
     let (closed, silent) = (&v["lost_closed"], &v["lost_silent"]);
     assert_eq!(closed["node"], "n5", "{v}");
     assert_eq!(silent["node"], "n4", "{v}");
+    assert!(silent["last_sent_before_stop_s"].is_number(), "{v}");
     for lost in [closed, silent] {
         assert!(lost["not_connected_s"].is_number(), "not found away: {v}");
         assert!(lost["down_s"].is_number(), "not found down: {v}");
