@@ -357,12 +357,13 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
             server.env_remove(name);
         }
     }
+    let run_dir = cadre_client::locate::sibling_run_dir(dir.path());
     let mut child = server
         .arg("server")
         .arg("--data-dir")
         .arg(dir.path())
         .arg("--run-dir")
-        .arg(cadre_client::locate::run_dir_of(dir.path()))
+        .arg(&run_dir)
         .arg("--cluster")
         .arg(&cluster_file)
         .args(["--listen", &listen, "--node-timeout"])
@@ -380,6 +381,7 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
         args,
         enrol,
         dir: dir.path(),
+        run_dir: &run_dir,
         url: format!("https://{listen}"),
         log: log_path.clone(),
     };
@@ -387,7 +389,7 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
     // The agents go first, so that the controller's last words are not of them.
     rt.shutdown_timeout(Duration::from_secs(5));
     stop(child);
-    let report = result.with_context(|| format!("the controller's log: {}", log_path.display()))?;
+    let report = result.with_context(|| log_tail(&log_path))?;
     print(&report, args.json)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -396,6 +398,7 @@ struct Bench<'a> {
     args: &'a AgentsBenchArgs,
     enrol: u32,
     dir: &'a Path,
+    run_dir: &'a Path,
     url: String,
     log: PathBuf,
 }
@@ -403,10 +406,10 @@ struct Bench<'a> {
 impl Bench<'_> {
     async fn run(&self, child: &mut Child) -> Result<AgentsReport> {
         let args = self.args;
-        wait_ready(self.dir, child).await?;
+        let target = Target::Unix(cadre_client::locate::socket_in(self.run_dir));
+        wait_ready(&target, child).await?;
         let pid = child.id();
-        let target = Target::of_data_dir(self.dir);
-        let ca_path = cadre_client::locate::run_dir_of(self.dir).join(cadre_tls::CA_CERT_FILE);
+        let ca_path = self.run_dir.join(cadre_tls::CA_CERT_FILE);
         let ca_pem = std::fs::read_to_string(&ca_path)
             .with_context(|| format!("the controller's CA {}", ca_path.display()))?;
         let key = std::fs::read_to_string(self.dir.join("agent.key"))
@@ -720,6 +723,15 @@ impl Bench<'_> {
         bar.finish_and_clear();
         Ok(losses)
     }
+}
+
+/// The last lines of the controller's log, to go with an error (a temporary data
+/// directory is gone by the time it is read).
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    format!("the controller's log ended with:\n{tail}")
 }
 
 fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
