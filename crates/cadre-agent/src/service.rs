@@ -67,6 +67,19 @@ use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tokio_tungstenite::tungstenite::{self, Message};
 use worker::{LaunchContext, RunCommand, RunHandle};
 
+/// The agent's ping interval unless the controller's lease asks for a shorter one.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
+
+/// How often the agent pings, given its configured keepalive and the lease of the
+/// controller's welcome: every third of the lease at most, so that the lease is renewed
+/// (by the pongs) as long as the controller answers.
+pub fn ping_interval(keepalive: Duration, lease: Option<Duration>) -> Duration {
+    match lease {
+        Some(lease) => keepalive.min(lease / 3).max(Duration::from_millis(10)),
+        None => keepalive,
+    }
+}
+
 /// How the agent runs. [`AgentConfig::new`] gives the defaults.
 #[derive(Clone)]
 pub struct AgentConfig {
@@ -160,7 +173,7 @@ impl AgentConfig {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
-            keepalive: Duration::from_secs(10),
+            keepalive: DEFAULT_KEEPALIVE,
             outbox_limit: 100_000,
             flush_timeout: Duration::from_secs(2),
             tls: None,
@@ -345,15 +358,20 @@ impl Endpoint {
     }
 }
 
-/// A byte stream a WebSocket can run over: TCP or a Unix socket.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+/// A byte stream the agent's WebSocket runs over: TCP, TLS over TCP, or a Unix socket.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Ws = WebSocketStream<Box<dyn Io>>;
+/// The agent's connection to its controller, as [`open_connection`] opens it.
+pub type AgentSocket = WebSocketStream<Box<dyn Io>>;
+
+type Ws = AgentSocket;
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
-enum ConnectError {
+pub enum ConnectError {
+    #[error("invalid controller address `{address}`: {why}")]
+    InvalidController { address: String, why: String },
     #[error("HTTP {status}: the key was rejected")]
     Unauthorized { status: u16 },
     #[error("{0}")]
@@ -364,10 +382,59 @@ enum ConnectError {
     Timeout(Duration),
 }
 
-async fn connect(endpoint: Endpoint, key: String) -> Result<Box<Ws>, ConnectError> {
+/// Opens the agent's WebSocket to the controller at `controller` as the agent does (TCP or
+/// a Unix socket; TLS with `tls` for `https://`; the upgrade with `key` as the bearer token
+/// unless it is empty), its TCP connection made from the local address `from` when one is
+/// given. Nothing is sent on it yet: the caller says hello. For programs that speak the
+/// agent protocol themselves, such as `cadre bench agents`'s simulated agents.
+pub async fn open_connection(
+    controller: &str,
+    key: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    from: Option<std::net::IpAddr>,
+) -> Result<Box<AgentSocket>, ConnectError> {
+    let endpoint =
+        Endpoint::parse(controller, tls).map_err(|why| ConnectError::InvalidController {
+            address: controller.to_owned(),
+            why,
+        })?;
+    connect(endpoint, key.to_owned(), from).await
+}
+
+/// A TCP connection to `authority` (`host:port`), from the local address `from` if given.
+async fn tcp_connect(
+    authority: &str,
+    from: Option<std::net::IpAddr>,
+) -> io::Result<tokio::net::TcpStream> {
+    let Some(from) = from else {
+        return tokio::net::TcpStream::connect(authority).await;
+    };
+    let to = tokio::net::lookup_host(authority)
+        .await?
+        .find(|a| a.is_ipv4() == from.is_ipv4())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("`{authority}` has no address of the family of {from}"),
+            )
+        })?;
+    let socket = if from.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(std::net::SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
+async fn connect(
+    endpoint: Endpoint,
+    key: String,
+    from: Option<std::net::IpAddr>,
+) -> Result<Box<Ws>, ConnectError> {
     let stream: Box<dyn Io> = match &endpoint {
         Endpoint::Tcp { authority, tls } => {
-            let s = tokio::net::TcpStream::connect(authority.as_str()).await?;
+            let s = tcp_connect(authority, from).await?;
             s.set_nodelay(true)?;
             match tls {
                 None => Box::new(s),
@@ -1178,7 +1245,7 @@ impl Service {
             ConnEvent::ConnectDue => {
                 let connecting = tokio::time::timeout(
                     self.connect_timeout,
-                    connect(self.endpoint.clone(), self.key.clone()),
+                    connect(self.endpoint.clone(), self.key.clone(), None),
                 );
                 let timeout = self.connect_timeout;
                 self.conn = Conn::Connecting(
@@ -1347,15 +1414,7 @@ impl Service {
                 self.heard_at = Instant::now();
                 self.fenced = false;
                 self.lease = lease_ms.map(Duration::from_millis);
-                // Pings every third of the lease: the lease is renewed (by the pongs) as
-                // long as the controller answers.
-                self.keepalive = match self.lease {
-                    Some(lease) => self
-                        .configured_keepalive
-                        .min(lease / 3)
-                        .max(Duration::from_millis(10)),
-                    None => self.configured_keepalive,
-                };
+                self.keepalive = ping_interval(self.configured_keepalive, self.lease);
                 tracing::info!(
                     controller = %self.controller,
                     node = %self.node,
@@ -1465,6 +1524,21 @@ mod tests {
 
     fn time_now() -> cadre_tls::OffsetDateTime {
         cadre_tls::OffsetDateTime::now_utc()
+    }
+
+    #[test]
+    fn the_agent_pings_every_third_of_the_lease_at_most() {
+        let s = Duration::from_secs;
+        assert_eq!(ping_interval(DEFAULT_KEEPALIVE, Some(s(15))), s(5));
+        assert_eq!(
+            ping_interval(DEFAULT_KEEPALIVE, Some(s(60))),
+            DEFAULT_KEEPALIVE
+        );
+        assert_eq!(ping_interval(DEFAULT_KEEPALIVE, None), DEFAULT_KEEPALIVE);
+        assert_eq!(
+            ping_interval(DEFAULT_KEEPALIVE, Some(Duration::from_millis(3))),
+            Duration::from_millis(10)
+        );
     }
 
     #[test]

@@ -112,21 +112,33 @@ impl DataDir {
     }
 }
 
+impl Drop for DataDir {
+    /// A temporary data directory's run directory, which the controller makes beside it
+    /// (`<name>.run`), goes with it.
+    fn drop(&mut self) {
+        if let DataDir::Temp(t) = self {
+            let run = cadre_client::locate::sibling_run_dir(t.path());
+            if run.exists() {
+                let _ = std::fs::remove_dir_all(run);
+            }
+        }
+    }
+}
+
 pub(crate) fn cadre() -> Result<std::process::Command> {
     Ok(std::process::Command::new(
         std::env::current_exe().context("failed to find the cadre executable")?,
     ))
 }
 
-/// Waits until the controller of `dir` answers.
-async fn wait_ready(dir: &Path, child: &mut Child) -> Result<()> {
-    let target = Target::of_data_dir(dir);
+/// Waits until the controller at `target` answers.
+pub(crate) async fn wait_ready(target: &Target, child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait()? {
             bail!("the controller exited while starting ({status})");
         }
-        if let Ok(mut c) = Connection::open(&target, None).await
+        if let Ok(mut c) = Connection::open(target, None).await
             && c.call::<(), serde_json::Value>(Method::GET, "/whoami", None)
                 .await
                 .is_ok()
@@ -140,7 +152,7 @@ async fn wait_ready(dir: &Path, child: &mut Child) -> Result<()> {
     }
 }
 
-fn rss_mib(pid: u32) -> f64 {
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -152,7 +164,7 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn stop(mut child: Child) {
+pub(crate) fn stop(mut child: Child) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -244,7 +256,7 @@ async fn submit_load(
     dir: &Path,
     child: &mut Child,
 ) -> Result<(f64, Vec<f64>, usize, f64)> {
-    wait_ready(dir, child).await?;
+    wait_ready(&Target::of_data_dir(dir), child).await?;
     let mut run = RunSpec::command(vec!["true".into()], PathBuf::from("/tmp"));
     run.env = (0..args.env_vars)
         .map(|i| {

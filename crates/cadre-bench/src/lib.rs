@@ -5,6 +5,9 @@
 //!   protocol);
 //! - [`api`]: the controller measured from outside: durable submissions per second through
 //!   the API, and submit-to-first-instruction latency on an idle cluster;
+//! - [`agents`]: many simulated agents speaking the real protocol over TLS to one
+//!   controller: its CPU and memory at the default heartbeat, the time to enrol nodes,
+//!   false losses, and the time to find a lost node;
 //! - [`vs_slurm`]: the same workloads on cadre and on the reference Slurm running on this
 //!   machine, one after the other.
 //!
@@ -12,6 +15,7 @@
 //! `cadre up --detach`) as their own processes, so that they measure it as users meet it.
 //! Not here: anything a test asserts (figures are measured and reported, never asserted).
 
+pub mod agents;
 pub mod api;
 pub mod openb;
 pub mod scheduler;
@@ -33,6 +37,10 @@ pub enum BenchCommand {
     Submit(api::SubmitBenchArgs),
     /// Submit-to-first-instruction latency of jobs on an idle cluster.
     Launch(api::LaunchBenchArgs),
+    /// Many simulated agents speaking the real protocol over TLS to one controller: its
+    /// CPU and memory at the default heartbeat, the time to enrol nodes, false losses,
+    /// and the time to find a lost node.
+    Agents(agents::AgentsBenchArgs),
     /// The same workloads on cadre and on the reference Slurm running on this machine, one
     /// after the other: submission throughput, submit-to-start latency, a Philly trace
     /// replay and the largest pending queue that still starts a job within 1 s.
@@ -46,6 +54,7 @@ pub fn run(command: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::Openb(args) => openb::run_openb(args),
         BenchCommand::Submit(args) => api::run_submit(args),
         BenchCommand::Launch(args) => api::run_launch(args),
+        BenchCommand::Agents(args) => agents::run_agents(args),
         BenchCommand::VsSlurm(args) => vs_slurm::run(args),
     }
 }
