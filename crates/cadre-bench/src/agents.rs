@@ -862,6 +862,7 @@ async fn say_hello(
         running: Vec::new(),
         outbox: Vec::new(),
         health: None,
+        agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
     }));
     let text = serde_json::to_string(&hello).map_err(|e| Ended::Fatal(e.to_string()))?;
     ws.send(Message::text(text))
