@@ -24,11 +24,8 @@
 //! Not checked here (left for nodes with GPUs to test them on): XID errors, ECC counters
 //! and row remapping, which NVML reports per device.
 
-use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The most a node's clock may differ from its controller's.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
@@ -198,63 +195,31 @@ fn free_mib(dir: &Path) -> Result<u64, nix::errno::Errno> {
 }
 
 fn run_program(program: &Path, node: &str, timeout: Duration) -> Result<(), String> {
-    let mut child = Command::new(program)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
-        .env("SLURMD_NODENAME", node)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
+    let env = [("SLURMD_NODENAME", node.to_string())];
+    let ran = crate::prolog::run_site_program(program, &env, timeout)
         .map_err(|e| format!("health check {} cannot start: {e}", program.display()))?;
-    let mut out = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        if let Some(out) = out.as_mut() {
-            let _ = out.take(4096).read_to_end(&mut kept);
-        }
-        String::from_utf8_lossy(&kept).into_owned()
-    });
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() >= timeout => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(_) => break None,
-        }
-    };
-    let group = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-    let Some(status) = status else {
-        let _ = child.wait();
+    let Some(status) = ran.status else {
         return Err(format!(
             "health check {} did not end within {timeout:?}",
             program.display()
         ));
     };
-    let said = reader.join().unwrap_or_default();
     if status.success() {
         return Ok(());
     }
-    let first = said
+    let first = ran
+        .output
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
         .map(str::to_owned);
-    Err(match (first, status.code(), status.signal()) {
-        (Some(line), _, _) => line,
-        (None, Some(code), _) => format!("health check {} exited {code}", program.display()),
-        (None, _, Some(sig)) => {
-            format!("health check {} killed by signal {sig}", program.display())
-        }
-        (None, None, None) => format!("health check {} failed", program.display()),
-    })
+    Err(first.unwrap_or_else(|| {
+        format!(
+            "health check {} failed ({})",
+            program.display(),
+            crate::prolog::how_it_ended(status)
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -290,7 +255,7 @@ mod tests {
         assert!(checks("exit 0").run("gpu7", dir.path(), &none).is_empty());
         let hung = checks("sleep 30").run("gpu7", dir.path(), &none);
         assert!(hung[0].contains("did not end within"), "{hung:?}");
-        assert!(checks("exit 4").run("gpu7", dir.path(), &none)[0].ends_with("exited 4"));
+        assert!(checks("exit 4").run("gpu7", dir.path(), &none)[0].ends_with("(exit status 4)"));
     }
 
     #[test]

@@ -242,33 +242,80 @@ fn run_program(
 ) -> Result<(), ScriptError> {
     let word = context.word();
     let gpus: Vec<String> = facts.gpus.iter().map(u32::to_string).collect();
+    let env = [
+        ("SLURM_JOB_ID", facts.job.to_string()),
+        ("SLURM_JOBID", facts.job.to_string()),
+        ("SLURM_JOB_USER", facts.user.clone()),
+        ("SLURM_JOB_UID", facts.uid.to_string()),
+        ("SLURM_JOB_GID", facts.gid.to_string()),
+        ("SLURM_JOB_NODELIST", facts.nodelist.clone()),
+        ("SLURM_JOB_PARTITION", facts.partition.clone()),
+        ("SLURMD_NODENAME", facts.node.clone()),
+        ("SLURM_SCRIPT_CONTEXT", context.slurm_name().to_string()),
+        ("CUDA_VISIBLE_DEVICES", gpus.join(",")),
+    ];
+    let ran = run_site_program(program, &env, timeout).map_err(|e| ScriptError::Start {
+        context: word,
+        program: program.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    if !ran.output.trim().is_empty() {
+        tracing::info!(job = %facts.job, program = %program.display(), "{word} said: {}", ran.output.trim());
+    }
+    match ran.status {
+        None => Err(ScriptError::TimedOut {
+            context: word,
+            program: program.to_path_buf(),
+            timeout,
+        }),
+        Some(status) if status.success() => Ok(()),
+        Some(status) => Err(ScriptError::Failed {
+            context: word,
+            program: program.to_path_buf(),
+            how: how_it_ended(status),
+            output: ran.output,
+        }),
+    }
+}
+
+/// `exit status 3`, `killed by signal 9`.
+pub(crate) fn how_it_ended(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended abnormally".into(),
+    }
+}
+
+/// What a site program did: how it ended (`None`: killed at its timeout) and the first
+/// [`OUTPUT_KEPT`] bytes of its output (stdout, then stderr).
+pub(crate) struct Ran {
+    pub(crate) status: Option<std::process::ExitStatus>,
+    pub(crate) output: String,
+}
+
+/// Runs one of the site's programs as the agent's user: in `/`, with no standard input,
+/// only `env` and a fixed `PATH`, in a process group of its own that is killed whole when
+/// it ends or at `timeout`. `Err`: it could not be started.
+pub(crate) fn run_site_program(
+    program: &Path,
+    env: &[(&str, String)],
+    timeout: Duration,
+) -> std::io::Result<Ran> {
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .env(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         )
-        .env("SLURM_JOB_ID", facts.job.to_string())
-        .env("SLURM_JOBID", facts.job.to_string())
-        .env("SLURM_JOB_USER", &facts.user)
-        .env("SLURM_JOB_UID", facts.uid.to_string())
-        .env("SLURM_JOB_GID", facts.gid.to_string())
-        .env("SLURM_JOB_NODELIST", &facts.nodelist)
-        .env("SLURM_JOB_PARTITION", &facts.partition)
-        .env("SLURMD_NODENAME", &facts.node)
-        .env("SLURM_SCRIPT_CONTEXT", context.slurm_name())
-        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| ScriptError::Start {
-        context: word,
-        program: program.to_path_buf(),
-        why: e.to_string(),
-    })?;
+    let mut child = cmd.spawn()?;
     // The output is read on threads of its own, so that a program writing more than a
     // pipe holds never blocks on it; only the first OUTPUT_KEPT bytes are kept.
     let readers: Vec<_> = [
@@ -293,42 +340,18 @@ fn run_program(
             Err(_) => break None,
         }
     };
-    let Some(status) = status else {
-        // The whole group: what the program started goes too.
-        let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-        let _ = child.wait();
-        return Err(ScriptError::TimedOut {
-            context: word,
-            program: program.to_path_buf(),
-            timeout,
-        });
-    };
-    // Leftovers of the program (it ended; its group may not have) go too.
+    // The whole group, whether the program ended or not: what it started goes too.
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    if status.is_none() {
+        let _ = child.wait();
+    }
     let output: String = readers
         .into_iter()
         .filter_map(|t| t.join().ok())
         .collect::<Vec<_>>()
         .join("");
-    if !output.trim().is_empty() {
-        tracing::info!(job = %facts.job, program = %program.display(), "{word} said: {}", output.trim());
-    }
-    if status.success() {
-        return Ok(());
-    }
-    let how = match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, None) => "ended abnormally".into(),
-    };
-    Err(ScriptError::Failed {
-        context: word,
-        program: program.to_path_buf(),
-        how,
-        output,
-    })
+    Ok(Ran { status, output })
 }
 
 /// Up to [`OUTPUT_KEPT`] bytes of `r` as text; the rest is read and dropped.

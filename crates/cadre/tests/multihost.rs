@@ -185,6 +185,15 @@ impl Hosts {
         );
     }
 
+    /// Waits for job `id` to be in `state`, saying where it is and every log if it never is.
+    fn wait_job(&self, id: u64, state: &str) {
+        cadre_test_support::wait_until_or(
+            &format!("job {id} {state}"),
+            || self.job(id)["state"] == state,
+            || format!("\n{}\n{}", self.job(id), self.logs()),
+        );
+    }
+
     fn job(&self, id: u64) -> Value {
         self.c.api("GET", &format!("/jobs/{id}"), None).1
     }
@@ -350,11 +359,7 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
     );
     assert!(out.status.success(), "submit: {}", text(&out.stderr));
     let id: u64 = text(&out.stdout).trim().parse().expect("a job id");
-    cadre_test_support::wait_until_or(
-        "the gang completes",
-        || h.job(id)["state"] == "COMPLETED",
-        || format!("\n{}\n{}", h.job(id), h.logs()),
-    );
+    h.wait_job(id, "COMPLETED");
     let output = std::fs::read_to_string(h.files.path().join(format!("gang-{id}.out")))
         .expect("the batch's output");
     // The batch ran on the first node's host; each step rank on its node's host.
@@ -570,11 +575,7 @@ fn a_failing_prolog_drains_its_node_and_requeues_the_gang_whole_and_a_failing_ep
     let out =
         h.c.ok(&["submit", "--parsable", "-N", "2", "-n", "2", "--", "true"]);
     let id: u64 = out.trim().parse().expect("a job id");
-    cadre_test_support::wait_until_or(
-        "the gang completes",
-        || h.job(id)["state"] == "COMPLETED",
-        || format!("\n{}\n{}", h.job(id), h.logs()),
-    );
+    h.wait_job(id, "COMPLETED");
     // First placed on n1 and n2: n1's prolog failed, so no task of that start ran (n2's
     // was stopped with it) and the gang went back whole, to run on n2 and n3.
     let job = h.job(id);
@@ -736,11 +737,7 @@ fn a_pytorchjob_s_ranks_meet_across_hosts_as_torchrun_s_rendezvous_does() {
         })
         .next()
         .unwrap_or_else(|| panic!("no job id in: {out}"));
-    cadre_test_support::wait_until_or(
-        "the PyTorchJob completes",
-        || h.job(id)["state"] == "COMPLETED",
-        || format!("\n{}\n{}", h.job(id), h.logs()),
-    );
+    h.wait_job(id, "COMPLETED");
     let described = h.c.ok(&["describe", "pytorchjob", "pt"]);
     // Which host each pod ran on, from `describe` (`pt-master-0 ... on n2`).
     let host_of = |pod: &str| -> String {
@@ -900,11 +897,7 @@ fn a_controller_killed_during_a_submission_storm_loses_nothing_and_its_agents_on
     }
     h.c.ok(&["cancel", &long.to_string()]);
     for id in &released {
-        cadre_test_support::wait_until_or(
-            &format!("job {id} completes"),
-            || h.job(*id)["state"] == "COMPLETED",
-            || format!("\n{}\n{}", h.job(*id), h.logs()),
-        );
+        h.wait_job(*id, "COMPLETED");
         let runs = std::fs::read_to_string(ran.join(format!("ran.{id}"))).unwrap();
         assert_eq!(runs.lines().count(), 1, "job {id} ran {runs:?}");
     }
