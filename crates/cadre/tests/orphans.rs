@@ -168,3 +168,69 @@ impl Drop for StopOnDrop {
         }
     }
 }
+
+/// A job of an unprivileged user (`nobody`) tries to leave its cgroup, to make cgroups of
+/// its own under it, and to rewrite the record that tells the agent's next start what to
+/// kill: each is refused, and the job ran in the cgroup the agent made for it.
+#[test]
+fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let Some(c) = cluster() else { return };
+    let home = tempfile::tempdir().expect("a directory");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let state = c.run_dir().join("nodes/node001");
+    let record = state.join("cgroup");
+    let before = std::fs::read_to_string(&record).expect("the agent's record");
+    let attack = format!(
+        "cg=$(sed -n 's/^0:://p' /proc/self/cgroup); echo \"in $cg\"; \
+         echo $$ > /sys/fs/cgroup/unified/cgroup.procs 2>/dev/null && echo ESCAPED; \
+         mkdir \"/sys/fs/cgroup/unified$cg/mine\" 2>/dev/null && echo MADE; \
+         echo /sys/fs/cgroup/unified > {} 2>/dev/null && echo REWROTE; \
+         ln -s /etc/shadow {}/lock.new 2>/dev/null && echo LINKED; true",
+        record.display(),
+        state.display()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cadre"))
+        .args([
+            "submit",
+            "--parsable",
+            "-o",
+            "attack.out",
+            "--",
+            "sh",
+            "-c",
+            &attack,
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CADRE_DATA_DIR", c.data())
+        .current_dir(home.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("cadre submit runs as nobody");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a job id");
+    wait_until("the job ends", || state(&c, id) == "COMPLETED");
+    let said = std::fs::read_to_string(home.path().join("attack.out")).expect("its output");
+    let dir = before.trim().trim_start_matches("/sys/fs/cgroup/unified");
+    assert!(
+        said.lines()
+            .any(|l| l == format!("in {dir}/job{id}.0.task0")),
+        "{said}"
+    );
+    for marker in ["ESCAPED", "MADE", "REWROTE", "LINKED"] {
+        assert!(!said.contains(marker), "{marker}: {said}");
+    }
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), before);
+}
