@@ -180,8 +180,8 @@ fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills(
     let home = tempfile::tempdir().expect("a directory");
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
-    let state = c.run_dir().join("nodes/node001");
-    let record = state.join("cgroup");
+    let agent_dir = c.run_dir().join("nodes/node001");
+    let record = agent_dir.join("cgroup");
     let before = std::fs::read_to_string(&record).expect("the agent's record");
     let attack = format!(
         "cg=$(sed -n 's/^0:://p' /proc/self/cgroup); echo \"in $cg\"; \
@@ -190,7 +190,7 @@ fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills(
          echo /sys/fs/cgroup/unified > {} 2>/dev/null && echo REWROTE; \
          ln -s /etc/shadow {}/lock.new 2>/dev/null && echo LINKED; true",
         record.display(),
-        state.display()
+        agent_dir.display()
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cadre"))
         .args([
