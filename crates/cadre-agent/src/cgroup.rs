@@ -363,7 +363,6 @@ fn write_record(record: &Path, dir: &Path) -> io::Result<()> {
 /// this process's user's) or may be written by group or others.
 fn trusted_ancestors(dir: &Path) -> Result<(), CgroupError> {
     use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
     let mut at = Some(dir);
     while let Some(d) = at {
         if !d.join("cgroup.controllers").is_file() {
@@ -373,7 +372,7 @@ fn trusted_ancestors(dir: &Path) -> Result<(), CgroupError> {
             path: d.to_path_buf(),
             source,
         })?;
-        if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
+        if crate::prolog::others_may_change(&meta) {
             return Err(CgroupError::Untrusted {
                 path: d.to_path_buf(),
                 uid: meta.uid(),
