@@ -119,6 +119,11 @@ pub struct TaskCgroup {
 }
 
 impl TaskCgroup {
+    /// The cgroup at `path` a previous life of the agent made for a task it adopts.
+    pub(crate) fn existing(path: PathBuf) -> TaskCgroup {
+        TaskCgroup { path }
+    }
+
     /// Creates the cgroup of task `procid` of run `run` of the job (of its step `step`)
     /// under `parent`, limited to `mem_mib` when non-zero. One already there is an error:
     /// it holds what another start left, which this task must not join.
@@ -165,6 +170,16 @@ impl TaskCgroup {
     /// `cgroup.procs`, open for writing, for the child to join before exec.
     pub(crate) fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
         let path = self.path.join("cgroup.procs");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map(OwnedFd::from)
+            .map_err(|source| CgroupError::Open { path, source })
+    }
+
+    /// `cgroup.kill`, open for writing, for the task's keeper ([`crate::keeper`]).
+    pub(crate) fn kill_fd(&self) -> Result<OwnedFd, CgroupError> {
+        let path = self.path.join("cgroup.kill");
         fs::OpenOptions::new()
             .write(true)
             .open(&path)
@@ -237,10 +252,12 @@ pub enum Prepared {
 impl AgentCgroups {
     /// Finds or makes the agent's cgroup directory for node `node` by `setting`, recorded
     /// in `state_dir` (after [`sweep_previous_life`], which reads the previous record).
+    /// `reuse`: the previous life's directory, which holds the tasks this life adopts.
     pub fn prepare(
         setting: &CgroupSetting,
         node: &str,
         state_dir: &Path,
+        reuse: Option<&Path>,
     ) -> Result<Prepared, CgroupError> {
         let record = state_dir.join(RECORD);
         let parent = match setting {
@@ -255,6 +272,15 @@ impl AgentCgroups {
                 }
             },
         };
+        if let Some(dir) = reuse
+            && *setting != CgroupSetting::Off
+        {
+            trusted_ancestors(dir)?;
+            return Ok(Prepared::Ready(AgentCgroups {
+                path: dir.to_path_buf(),
+                record,
+            }));
+        }
         match AgentCgroups::make(&parent, node, record) {
             Ok(made) => Ok(Prepared::Ready(made)),
             Err(e) if *setting == CgroupSetting::Auto => Ok(Prepared::Without {
@@ -425,15 +451,27 @@ fn sweep(dirs: &[PathBuf], wait: Duration) -> Vec<(PathBuf, Vec<i32>)> {
     left
 }
 
-/// Kills and removes the cgroup directory a previous life of the agent recorded, and its
-/// task cgroups. The record names a directory only the agent writes; it is trusted only as
-/// far as being a `cadre.*` cgroup v2 directory.
-///
-/// Returns what survived SIGKILL, for the node's health: such processes may hold its
-/// GPUs, and the node is drained until the agent starts again without them.
-pub fn sweep_previous_life(state_dir: &Path) -> Option<String> {
+/// What [`sweep_previous_life`] left.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// What survived SIGKILL, for the node's health: such processes may hold its GPUs,
+    /// and the node is drained until the agent starts again without them.
+    pub left_running: Option<String>,
+    /// The previous life's directory, kept because it holds the task cgroups this life
+    /// adopts: this life goes on in it ([`AgentCgroups::prepare`]).
+    pub kept: Option<PathBuf>,
+}
+
+/// Kills and removes the task cgroups of the directory a previous life of the agent
+/// recorded, but those in `keep` (the tasks this life adopts), and the directory itself
+/// unless it keeps any. The record names a directory only the agent writes; it is trusted
+/// only as far as being a `cadre.*` cgroup v2 directory.
+pub fn sweep_previous_life(state_dir: &Path, keep: &[PathBuf]) -> Swept {
+    let mut swept = Swept::default();
     let record = state_dir.join(RECORD);
-    let text = fs::read_to_string(&record).ok()?;
+    let Ok(text) = fs::read_to_string(&record) else {
+        return swept;
+    };
     let old = PathBuf::from(text.trim());
     let ours = old.is_absolute()
         && old
@@ -448,28 +486,37 @@ pub fn sweep_previous_life(state_dir: &Path) -> Option<String> {
             .flatten()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.path())
+            .filter(|p| !keep.contains(p))
             .collect();
         if !tasks.is_empty() {
-            tracing::warn!(cgroup = %old.display(), tasks = tasks.len(), "killing the tasks a previous life of this agent left running (their runs were lost with it)");
+            tracing::warn!(cgroup = %old.display(), tasks = tasks.len(), "killing the tasks a previous life of this agent left running that it does not adopt (their runs are lost)");
         }
         let left = sweep(&tasks, SWEEP_WAIT);
         for (dir, pids) in &left {
             tracing::error!(cgroup = %dir.display(), ?pids, "processes of a previous life of this agent survive SIGKILL");
         }
-        let _ = fs::remove_dir(&old);
+        if keep
+            .iter()
+            .any(|k| k.parent() == Some(old.as_path()) && k.is_dir())
+        {
+            swept.kept = Some(old.clone());
+        } else {
+            let _ = fs::remove_dir(&old);
+        }
         if let Some((dir, pids)) = left.first() {
             // The record stays, for the next start to sweep again.
-            return Some(format!(
+            swept.left_running = Some(format!(
                 "{KILL_TASK_FAILED}: processes {} of a previous life of this agent in {} after SIGKILL",
                 some_pids(pids),
                 dir.display()
             ));
+            return swept;
         }
     }
     if !old.exists() {
         let _ = fs::remove_file(&record);
     }
-    None
+    swept
 }
 
 /// Slurm's words for processes that outlive SIGKILL, which sites' scripts look for.
@@ -674,13 +721,13 @@ mod tests {
         fs::write(elsewhere.path().join("cgroup.controllers"), "").unwrap();
         fs::create_dir(elsewhere.path().join("job1.task0")).unwrap();
         fs::write(&record, format!("{}\n", elsewhere.path().display())).unwrap();
-        assert_eq!(sweep_previous_life(state.path()), None);
+        assert_eq!(sweep_previous_life(state.path(), &[]), Swept::default());
         assert!(elsewhere.path().join("job1.task0").exists());
         // Named so, but not a cgroup (no cgroup.controllers): left alone too.
         let named = elsewhere.path().join("cadre.n1.1");
         fs::create_dir_all(named.join("job1.task0")).unwrap();
         fs::write(&record, format!("{}\n", named.display())).unwrap();
-        assert_eq!(sweep_previous_life(state.path()), None);
+        assert_eq!(sweep_previous_life(state.path(), &[]), Swept::default());
         assert!(named.join("job1.task0").exists());
         assert!(record.exists());
     }
@@ -693,10 +740,12 @@ mod tests {
         fs::write(parent.path().join("cgroup.controllers"), "").unwrap();
         let under = CgroupSetting::Under(parent.path().to_path_buf());
         let (s1, s2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let Prepared::Ready(a) = AgentCgroups::prepare(&under, "n1", s1.path()).unwrap() else {
+        let Prepared::Ready(a) = AgentCgroups::prepare(&under, "n1", s1.path(), None).unwrap()
+        else {
             panic!("no directory");
         };
-        let Prepared::Ready(b) = AgentCgroups::prepare(&under, "n/1", s2.path()).unwrap() else {
+        let Prepared::Ready(b) = AgentCgroups::prepare(&under, "n/1", s2.path(), None).unwrap()
+        else {
             panic!("no directory");
         };
         assert_ne!(a.path(), b.path());
@@ -731,6 +780,7 @@ mod tests {
             &CgroupSetting::Under(dir.path().to_path_buf()),
             "n1",
             state.path(),
+            None,
         )
         .unwrap_err();
         assert!(

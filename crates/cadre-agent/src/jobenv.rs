@@ -212,6 +212,9 @@ pub struct LocalNode {
     /// How long a task's processes may survive SIGKILL before the task is reported ended
     /// with them named (the supervisor's `Limits::kill_timeout`).
     pub kill_timeout: std::time::Duration,
+    /// Where each task's keeper keeps its status, and the agent's lease it enforces (see
+    /// [`crate::keeper`]); `None`: no keeper, the task is the agent's own child.
+    pub keepers: Option<crate::keeper::Keepers>,
 }
 
 /// A task's place in its job.
@@ -579,6 +582,7 @@ mod tests {
             os_cpus: vec![0, 1, 2, 3],
             cgroup_parent: None,
             kill_timeout: crate::cgroup::DEFAULT_KILL_TIMEOUT,
+            keepers: None,
         }
     }
 

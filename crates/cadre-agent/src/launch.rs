@@ -142,6 +142,7 @@ enum ChildStep {
     Namespace = 9,
     Bind = 10,
     Inherit = 11,
+    Keeper = 12,
 }
 
 impl ChildStep {
@@ -149,6 +150,7 @@ impl ChildStep {
         use ChildStep::*;
         [
             Cgroup, Affinity, Namespace, Bind, Groups, Gid, Uid, Chdir, Stdout, Stderr, Inherit,
+            Keeper,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -166,6 +168,8 @@ struct ChildBind {
 /// Everything the child needs between fork and exec, prepared by the parent.
 struct ChildPlan {
     cgroup_procs: Option<OwnedFd>,
+    /// The task's keeper, forked off right after the cgroup is joined ([`crate::keeper`]).
+    keeper: Option<crate::keeper::KeeperPlan>,
     cpus: Option<CpuSet>,
     /// Bind mounts made in a mount namespace of the task's own; none: the task shares the
     /// agent's.
@@ -206,6 +210,10 @@ impl ChildPlan {
         if let Some(fd) = &self.cgroup_procs {
             // "0" moves the writing process itself.
             nix::unistd::write(fd, b"0").map_err(|e| fail(ChildStep::Cgroup, e))?;
+        }
+        if let Some(k) = &self.keeper {
+            // Returns in the task's process only; the keeper stays behind as its parent.
+            k.split().map_err(|e| fail(ChildStep::Keeper, e))?;
         }
         if let Some(cpus) = &self.cpus {
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus)
@@ -502,6 +510,30 @@ pub(crate) fn launch_task_with(
         })?),
         None => None,
     };
+    let keeper_err = |source: io::Error| LaunchError::Keeper {
+        job: job.id,
+        source,
+    };
+    let (status, keeper) = match &node.keepers {
+        Some(k) => {
+            let name = crate::keeper::status_name(
+                job.id.0,
+                job.run,
+                job.step.as_ref().map(|s| s.id),
+                place.procid,
+            );
+            let status = crate::keeper::StatusFile::create(&k.dir, &name).map_err(keeper_err)?;
+            let plan = crate::keeper::KeeperPlan {
+                status: status.fd().map_err(keeper_err)?,
+                lease: k.lease.fd().map_err(keeper_err)?,
+                // Without `cgroup.kill` (before Linux 5.14) the keeper kills the task's
+                // process alone.
+                kill: cgroup.as_ref().and_then(|cg| cg.kill_fd().ok()),
+            };
+            (Some(status), Some(plan))
+        }
+        None => (None, None),
+    };
     let (report_read, report_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|source| LaunchError::Pipe {
             job: job.id,
@@ -509,6 +541,7 @@ pub(crate) fn launch_task_with(
         })?;
     let plan = ChildPlan {
         cgroup_procs,
+        keeper,
         cpus,
         switch: switch.clone(),
         files_only,
@@ -579,6 +612,9 @@ pub(crate) fn launch_task_with(
             if let Some(cg) = &cgroup {
                 cg.remove();
             }
+            if let Some(s) = &status {
+                s.remove();
+            }
             let step = describe_step(step, program, work_dir, &stdout, &stderr, &switch);
             return Err(LaunchError::Spawn {
                 job: job.id,
@@ -607,6 +643,7 @@ pub(crate) fn launch_task_with(
         cgroup,
     )
     .in_container(container.map(|c| (c.runtime.clone(), c.name.clone())))
+    .kept(status)
     .leftovers_outlive(job.leftovers_outlive))
 }
 
@@ -632,6 +669,7 @@ fn describe_step(
         Some(ChildStep::Bind) => {
             "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
         }
+        Some(ChildStep::Keeper) => "cannot fork the task's keeper".into(),
         Some(ChildStep::Inherit) => {
             "cannot pass the container's environment file to the runtime".into()
         }
@@ -719,11 +757,11 @@ mod tests {
 
     #[test]
     fn child_steps_round_trip_through_their_byte() {
-        for b in 0..=12u8 {
+        for b in 0..=13u8 {
             if let Some(s) = ChildStep::from_byte(b) {
                 assert_eq!(s as u8, b);
             } else {
-                assert!(b == 0 || b == 12);
+                assert!(b == 0 || b == 13);
             }
         }
     }

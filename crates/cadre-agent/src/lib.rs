@@ -17,6 +17,8 @@
 //! - [`supervise`]: a running task's time limit, `--signal` before the end, cancellation,
 //!   and its outcome as a [`cadre_core::job::JobState`].
 //! - [`gang`]: starting all of a job's tasks on this node, or none.
+//! - [`keeper`]: the process between the agent and each task, which keeps the task's exit
+//!   status for a restarted agent and kills the task when the agent's lease runs out.
 //! - [`cgroup`]: one cgroup v2 per task where the agent is given one, for out-of-memory
 //!   detection.
 //! - [`workload`]: a Kubernetes workload's contracts on this node: each task's program and
@@ -40,6 +42,7 @@ pub mod gang;
 pub mod gpu;
 pub mod health;
 pub mod jobenv;
+pub mod keeper;
 pub mod launch;
 pub mod launch_error;
 pub mod mountns;

@@ -75,7 +75,7 @@ impl Context {
 }
 
 /// What a prolog or epilog is told of the job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobFacts {
     pub job: JobId,
     pub user: String,

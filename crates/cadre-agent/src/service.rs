@@ -36,6 +36,7 @@
 //! Not here: TLS, the agent's own restart without losing its tasks (a restarted agent
 //! starts with none; its tasks died with it), health checks, log shipping.
 
+mod record;
 mod session;
 mod worker;
 
@@ -579,6 +580,8 @@ struct Service {
     session: Session,
     ctx: Arc<LaunchContext>,
     runs: BTreeMap<RunRef, RunHandle>,
+    /// The lease deadline its tasks' keepers enforce ([`crate::keeper`]).
+    lease_file: Arc<crate::keeper::LeaseFile>,
     events_tx: UnboundedSender<worker::Report>,
     conn: Conn,
     backoff: Backoff,
@@ -665,26 +668,51 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
     // One agent per state directory: a second one would sweep the first's tasks as its
     // own previous life's.
     let lock = lock_state_dir(&config.state_dir)?;
-    let left_running = {
+    let lease_file = Arc::new(crate::keeper::LeaseFile::open(&config.state_dir).map_err(
+        |source| AgentError::StateDir {
+            path: config.state_dir.join(crate::keeper::LEASE_FILE),
+            source,
+        },
+    )?);
+    // The runs a previous life of the agent wrote down: their tasks are adopted, not
+    // killed, where cgroups are still in use.
+    let (records, unreadable) = record::take_all(&config.state_dir);
+    for (path, why) in &unreadable {
+        tracing::warn!(record = %path.display(), %why, "a run record of a previous life cannot be read: its run is lost");
+    }
+    let records = if config.cgroups == CgroupSetting::Off {
+        Vec::new()
+    } else {
+        records
+    };
+    let keep: Vec<PathBuf> = records
+        .iter()
+        .flat_map(|r| r.tasks.iter().map(|t| t.cgroup.clone()))
+        .collect();
+    let swept = {
         let dir = config.state_dir.clone();
-        tokio::task::spawn_blocking(move || crate::cgroup::sweep_previous_life(&dir))
+        tokio::task::spawn_blocking(move || crate::cgroup::sweep_previous_life(&dir, &keep))
             .await
             .map_err(|e| AgentError::Internal {
                 what: format!("the sweep of a previous life did not finish: {e}"),
             })?
     };
+    let left_running = swept.left_running;
     let cgroups = {
-        let (setting, node, dir) = (
+        let (setting, node, dir, reuse) = (
             config.cgroups.clone(),
             config.node.clone(),
             config.state_dir.clone(),
+            swept.kept,
         );
-        tokio::task::spawn_blocking(move || AgentCgroups::prepare(&setting, &node, &dir))
-            .await
-            .map_err(|e| AgentError::Internal {
-                what: format!("the cgroup setup did not finish: {e}"),
-            })?
-            .map_err(AgentError::Cgroup)?
+        tokio::task::spawn_blocking(move || {
+            AgentCgroups::prepare(&setting, &node, &dir, reuse.as_deref())
+        })
+        .await
+        .map_err(|e| AgentError::Internal {
+            what: format!("the cgroup setup did not finish: {e}"),
+        })?
+        .map_err(AgentError::Cgroup)?
     };
     let cgroups = match cgroups {
         Prepared::Ready(cg) => {
@@ -752,6 +780,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         shape: found.shape,
         os_cpus: found.os_cpus,
         cgroup_parent: cgroups.as_ref().map(|c| c.path().to_path_buf()),
+        keepers: Some(crate::keeper::Keepers::new(
+            &config.state_dir,
+            Arc::clone(&lease_file),
+        )),
         kill_timeout: std::sync::RwLock::new(config.kill_timeout),
         scripts: std::sync::RwLock::new(config.scripts.clone()),
         state_dir: config.state_dir.clone(),
@@ -826,8 +858,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         clock_problem: None,
         left_running,
         health_rx,
+        lease_file,
         _lock: lock,
     };
+    service.adopt(records);
     service.tell_health().await;
     let result = service.main(shutdown, events_rx).await;
     health_loop.abort();
@@ -974,6 +1008,7 @@ impl Service {
             if self.done() {
                 return self.finish().await;
             }
+            self.publish_lease();
             let flush_at = self.flush_deadline;
             let (lease_end, lease_running) = (self.lease_end(), self.lease_running());
             tokio::select! {
@@ -994,6 +1029,105 @@ impl Service {
                 _ = sleep_until(lease_end), if lease_running => self.fence().await,
                 _ = sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {}
             }
+        }
+    }
+
+    /// Takes over the runs a previous life of the agent left ([`record`]): their tasks
+    /// are supervised as if this life had started them, and the controller hears of them
+    /// in the hello as running here. A run that cannot be adopted is killed (the
+    /// controller, not hearing of it, requeues it).
+    fn adopt(&mut self, records: Vec<record::RunRecord>) {
+        for rec in records {
+            let run = rec.order.run;
+            let gang = match self.adopted_gang(&rec) {
+                Ok(g) => g,
+                Err(why) => {
+                    tracing::warn!(job = %run.job, run = run.run, %why, "a run of a previous life of the agent cannot be adopted: killing its tasks");
+                    for t in &rec.tasks {
+                        let cg = crate::cgroup::TaskCgroup::existing(t.cgroup.clone());
+                        cg.kill_all();
+                        cg.remove();
+                    }
+                    continue;
+                }
+            };
+            let kill_wait = Duration::from_secs(rec.order.run_spec.kill_wait_secs);
+            let tasks = gang.tasks.len();
+            match worker::spawn_adopted(rec, gang, Arc::clone(&self.ctx), self.events_tx.clone()) {
+                Ok(handle) => {
+                    tracing::info!(job = %run.job, run = run.run, tasks, "adopted the run's tasks from a previous life of the agent");
+                    self.runs.insert(run, handle);
+                    let result = self.session.handle(Input::Adopted { run, kill_wait });
+                    if let Err(e) = result {
+                        tracing::error!(error = %e, "the session refused an adopted run");
+                    }
+                }
+                // The thread's closure, and the tasks with it, are dropped: killed.
+                Err(e) => {
+                    tracing::error!(job = %run.job, error = %e, "cannot start the thread of an adopted run: its tasks are killed")
+                }
+            }
+        }
+    }
+
+    /// The tasks of a recorded run, supervised again.
+    fn adopted_gang(&self, rec: &record::RunRecord) -> Result<crate::gang::Gang, String> {
+        use crate::supervise::{Limits, RunningTask, TaskFiles};
+        let parent = self
+            .ctx
+            .cgroup_parent
+            .as_deref()
+            .ok_or("this life of the agent runs without cgroups")?;
+        let order = &rec.order;
+        let start = crate::keeper::instant_of_ns(rec.started_ns);
+        let limits = Limits {
+            time_limit: order.time_limit_ms.map(Duration::from_millis),
+            kill_wait: Duration::from_secs(order.run_spec.kill_wait_secs),
+            signal: order.run_spec.signal,
+            kill_timeout: self.ctx.kill_timeout(),
+        };
+        let mut tasks = Vec::new();
+        for t in &rec.tasks {
+            if t.cgroup.parent() != Some(parent) {
+                return Err(format!(
+                    "its task cgroup {} is not under this life's {}",
+                    t.cgroup.display(),
+                    parent.display()
+                ));
+            }
+            let place = crate::jobenv::task_place(&order.allocation, t.index)
+                .ok_or_else(|| format!("its allocation has no task {}", t.index))?;
+            let status = crate::keeper::StatusFile::open(&t.status)
+                .map_err(|e| format!("its status file {}: {e}", t.status.display()))?;
+            let task = RunningTask::adopt(
+                order.run.job,
+                place,
+                t.keeper,
+                start,
+                limits,
+                TaskFiles {
+                    stdout: t.stdout.clone(),
+                    stderr: t.stderr.clone(),
+                    relayed: false,
+                },
+                crate::cgroup::TaskCgroup::existing(t.cgroup.clone()),
+                status,
+            )
+            .in_container(t.container.clone())
+            .leftovers_outlive(t.leftovers_outlive);
+            tasks.push(task);
+        }
+        Ok(crate::gang::Gang { tasks })
+    }
+
+    /// Tells the tasks' keepers the lease's end, once the controller gave one.
+    fn publish_lease(&self) {
+        if !matches!(self.session.link(), Link::Up { .. }) {
+            return;
+        }
+        let deadline = self.lease.map(|_| self.lease_end().into_std());
+        if let Err(e) = self.lease_file.publish(deadline) {
+            tracing::warn!(error = %e, "cannot write the lease file: the tasks' keepers may stop them at the previous deadline");
         }
     }
 

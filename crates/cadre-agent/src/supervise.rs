@@ -34,6 +34,7 @@ use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Child;
@@ -361,12 +362,36 @@ impl TaskCanceller {
     }
 }
 
+/// The process the agent supervises a task through: its own child, or (after the agent
+/// started again) the keeper its previous life left ([`crate::keeper`]).
+#[derive(Debug)]
+enum Proc {
+    Child(Child),
+    /// Not the agent's child: watched through a pidfd (`None`: it was gone already when
+    /// adopted), its end read from the task's status file.
+    Adopted {
+        pid: u32,
+        pidfd: Option<OwnedFd>,
+    },
+}
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        match self {
+            Proc::Child(c) => c.id(),
+            Proc::Adopted { pid, .. } => *pid,
+        }
+    }
+}
+
 /// A started task and its supervision.
 #[derive(Debug)]
 pub struct RunningTask {
     job: JobId,
     place: TaskPlace,
-    child: Child,
+    child: Proc,
+    /// The task's status file, when a keeper stands between the agent and the task.
+    kept: Option<crate::keeper::StatusFile>,
     supervisor: Supervisor,
     files: TaskFiles,
     cgroup: Option<TaskCgroup>,
@@ -393,10 +418,23 @@ impl RunningTask {
         files: TaskFiles,
         cgroup: Option<TaskCgroup>,
     ) -> RunningTask {
+        RunningTask::new_with(job, place, Proc::Child(child), start, limits, files, cgroup)
+    }
+
+    fn new_with(
+        job: JobId,
+        place: TaskPlace,
+        child: Proc,
+        start: Instant,
+        limits: Limits,
+        files: TaskFiles,
+        cgroup: Option<TaskCgroup>,
+    ) -> RunningTask {
         RunningTask {
             job,
             place,
             child,
+            kept: None,
             supervisor: Supervisor::new(start, limits),
             files,
             cgroup,
@@ -414,6 +452,51 @@ impl RunningTask {
     pub(crate) fn leftovers_outlive(mut self, outlive: bool) -> RunningTask {
         self.leftovers_outlive = outlive;
         self
+    }
+
+    /// A keeper stands between the agent and the task; its status file.
+    pub(crate) fn kept(mut self, status: Option<crate::keeper::StatusFile>) -> RunningTask {
+        self.kept = status;
+        self
+    }
+
+    /// Supervises again the task of keeper `pid` that a previous life of the agent
+    /// started at `start`, in `cgroup`, with its status file `status`. Refused when `pid` is
+    /// no longer that keeper (it ended, and the pid went to another process): then only the
+    /// status file tells how the task ended.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adopt(
+        job: JobId,
+        place: TaskPlace,
+        pid: u32,
+        start: Instant,
+        limits: Limits,
+        files: TaskFiles,
+        cgroup: TaskCgroup,
+        status: crate::keeper::StatusFile,
+    ) -> RunningTask {
+        // Opened first, checked after: a pidfd names one process for good, so a process
+        // found in the task's cgroup after the open is the keeper itself.
+        let pidfd = i32::try_from(pid)
+            .ok()
+            .and_then(|p| {
+                // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p, 0) };
+                // SAFETY: a descriptor just returned by the kernel, owned by nobody else.
+                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+            })
+            .filter(|_| in_cgroup(pid, cgroup.path()));
+        let mut task = RunningTask::new_with(
+            job,
+            place,
+            Proc::Adopted { pid, pidfd },
+            start,
+            limits,
+            files,
+            Some(cgroup),
+        );
+        task.kept = Some(status);
+        task
     }
 
     /// The task runs in this container (`(runtime command, container name)`).
@@ -435,9 +518,29 @@ impl RunningTask {
         self.job
     }
 
-    /// The main process (also the process group id).
+    /// The main process (also the process group id): the task's keeper where it has one.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
+    }
+
+    /// The task's status file, where a keeper keeps it.
+    pub fn status_file(&self) -> Option<&crate::keeper::StatusFile> {
+        self.kept.as_ref()
+    }
+
+    /// The task's container, `(runtime command, container name)`, if it runs in one.
+    pub fn container(&self) -> Option<&(Vec<String>, String)> {
+        self.container.as_ref()
+    }
+
+    /// Whether what the task leaves behind outlives it.
+    pub fn outlives(&self) -> bool {
+        self.leftovers_outlive
+    }
+
+    /// The cgroup the task runs in, if it has one.
+    pub fn cgroup(&self) -> Option<&TaskCgroup> {
+        self.cgroup.as_ref()
     }
 
     pub fn place(&self) -> TaskPlace {
@@ -510,7 +613,10 @@ impl RunningTask {
         Option<std::process::ChildStdout>,
         Option<std::process::ChildStderr>,
     ) {
-        (self.child.stdout.take(), self.child.stderr.take())
+        match &mut self.child {
+            Proc::Child(c) => (c.stdout.take(), c.stderr.take()),
+            Proc::Adopted { .. } => (None, None),
+        }
     }
 
     /// When [`RunningTask::poll`] next has something to do besides noticing an exit.
@@ -519,8 +625,8 @@ impl RunningTask {
     }
 
     fn pid_nix(&self) -> Pid {
-        // A child's pid always fits in pid_t: the kernel handed it out as one.
-        Pid::from_raw(self.child.id() as i32)
+        // A pid always fits in pid_t: the kernel handed it out as one.
+        Pid::from_raw(self.child.pid() as i32)
     }
 
     fn wait_error(&self, source: std::io::Error) -> LaunchError {
@@ -556,7 +662,14 @@ impl RunningTask {
                 }
             }
             SignalTarget::Leader if reaped => Ok(()),
-            SignalTarget::Leader => nix::sys::signal::kill(pid, action.signal),
+            // The task's own process, not its keeper (which ignores it).
+            SignalTarget::Leader => match &self.kept {
+                Some(k) => match k.wait_task_pid(Duration::from_millis(200)) {
+                    Some(task) => nix::sys::signal::kill(Pid::from_raw(task), action.signal),
+                    None => Ok(()),
+                },
+                None => nix::sys::signal::kill(pid, action.signal),
+            },
         };
         match sent {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
@@ -606,6 +719,9 @@ impl RunningTask {
             }
             _ => None,
         };
+        if let Some(k) = &self.kept {
+            k.remove();
+        }
         let oom = match &self.cgroup {
             Some(cg) => {
                 let check = cg.oom_check();
@@ -649,13 +765,23 @@ impl RunningTask {
         for a in actions {
             self.send(a)?;
         }
-        // WNOWAIT: see the exit without reaping, so the process group cannot vanish and
-        // its id be reused before the leftovers are killed.
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        match nix::sys::wait::waitid(Id::Pid(self.pid_nix()), flags) {
-            Ok(WaitStatus::StillAlive) => return Ok(None),
-            Ok(_) => {}
-            Err(e) => return Err(self.wait_error(e.into())),
+        match &self.child {
+            Proc::Child(_) => {
+                // WNOWAIT: see the exit without reaping, so the process group cannot
+                // vanish and its id be reused before the leftovers are killed.
+                let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+                match nix::sys::wait::waitid(Id::Pid(self.pid_nix()), flags) {
+                    Ok(WaitStatus::StillAlive) => return Ok(None),
+                    Ok(_) => {}
+                    Err(e) => return Err(self.wait_error(e.into())),
+                }
+            }
+            // Init reaps an adopted keeper: its cgroup, not its group, is signalled.
+            Proc::Adopted { pidfd, .. } => {
+                if pidfd.as_ref().is_some_and(|fd| !readable(fd)) {
+                    return Ok(None);
+                }
+            }
         }
         if !self.leftovers_outlive {
             if let Some(cg) = &self.cgroup {
@@ -666,13 +792,27 @@ impl RunningTask {
                 signal: Signal::SIGKILL,
             })?;
         }
-        let status = self.child.wait().map_err(|e| self.wait_error(e))?;
+        let status = match &mut self.child {
+            Proc::Child(c) => Some(c.wait()),
+            Proc::Adopted { .. } => None,
+        };
         self.remove_container();
-        Ok(Some(match (status.code(), status.signal()) {
-            (Some(code), _) => Termination::Exited(code),
-            (None, Some(sig)) => Termination::Signaled(sig),
-            // Neither exited nor signalled cannot come out of waitpid(WEXITED).
-            (None, None) => Termination::Exited(-1),
+        Ok(Some(match status {
+            Some(status) => {
+                let status = status.map_err(|e| self.wait_error(e))?;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => Termination::Exited(code),
+                    (None, Some(sig)) => Termination::Signaled(sig),
+                    // Neither exited nor signalled cannot come out of waitpid(WEXITED).
+                    (None, None) => Termination::Exited(-1),
+                }
+            }
+            // A keeper killed before it could write the end: the task went with it.
+            None => match self.kept.as_ref().and_then(|k| k.ended()) {
+                Some(crate::keeper::KeptEnd::Exited(c)) => Termination::Exited(c),
+                Some(crate::keeper::KeptEnd::Signaled(s)) => Termination::Signaled(s),
+                None => Termination::Signaled(Signal::SIGKILL as i32),
+            },
         }))
     }
 
@@ -692,6 +832,27 @@ impl RunningTask {
     }
 }
 
+/// Whether a pidfd says its process has ended, without waiting.
+fn readable(fd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// Whether process `pid` is in the cgroup directory `dir` (its `/proc/PID/cgroup` line of
+/// the unified hierarchy names a path `dir` ends with).
+fn in_cgroup(pid: u32, dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("0::"))
+            .any(|rel| rel != "/" && dir.ends_with(rel.trim_start_matches('/')))
+    })
+}
+
 impl Drop for RunningTask {
     /// A task is never left running unsupervised: dropping it kills what is left.
     fn drop(&mut self) {
@@ -705,7 +866,9 @@ impl Drop for RunningTask {
             if let Some(cg) = &self.cgroup {
                 cg.kill_all();
             }
-            let _ = self.child.wait();
+            if let Proc::Child(c) = &mut self.child {
+                let _ = c.wait();
+            }
             self.remove_container();
             if let Some(cg) = &self.cgroup {
                 cg.remove();

@@ -67,6 +67,7 @@ fn node() -> LocalNode {
         os_cpus: cpus,
         cgroup_parent: None,
         kill_timeout: cadre_agent::supervise::DEFAULT_KILL_TIMEOUT,
+        keepers: None,
     }
 }
 

@@ -1,8 +1,10 @@
 //! No process of a job outlives it: each task runs in a cgroup v2 of its own (see
 //! `cadre_agent::cgroup`), so that a daemon that left the task's process group with
 //! `setsid` and ignores SIGTERM (a data loader's worker, `orted`) is killed with its job,
-//! the job ends only once nothing of it runs, and an agent killed with SIGKILL kills what
-//! its previous life left running before its runs are started again elsewhere.
+//! the job ends only once nothing of it runs; an agent killed with SIGKILL and started
+//! again adopts the tasks its previous life left (their keepers kept their exit status),
+//! and one that is not started again has its tasks killed by their keepers when its lease
+//! ends, before the controller requeues their job.
 //!
 //! These need root and a writable cgroup v2 (the unified hierarchy): they say so and are
 //! skipped elsewhere, and fail under CI.
@@ -97,13 +99,9 @@ fn a_daemon_left_behind_by_a_task_that_completed_is_gone_once_its_job_has_ended(
     );
 }
 
-#[test]
-fn a_killed_agent_s_tasks_are_killed_when_it_starts_again_and_never_run_beside_their_requeue() {
-    let Some(c) = cluster() else { return };
-    let m = marker(3);
-    let id = submit(&c, &format!("exec sleep {m}"));
-    wait_until("the task runs", || processes_with(&m).len() == 1);
-    // The agent dies without stopping anything; its task runs on, unsupervised.
+/// The agent of node001's pid and command line, then kills it with SIGKILL and waits
+/// until it is gone (its tasks run on).
+fn kill_agent(c: &Cluster) -> Vec<String> {
     let agent = read_pid(&c.path("agents/node001.pid"));
     let argv: Vec<String> = std::fs::read(format!("/proc/{agent}/cmdline"))
         .expect("the agent's command line")
@@ -121,40 +119,117 @@ fn a_killed_agent_s_tasks_are_killed_when_it_starts_again_and_never_run_beside_t
             || std::fs::read_to_string(format!("/proc/{agent}/stat"))
                 .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
     });
-    assert_eq!(processes_with(&m).len(), 1, "the task died with its agent");
-    // The same agent again, as `cadre up` started it.
+    argv
+}
+
+/// The same agent again, as `cadre up` started it (`argv`), its log appended to.
+fn restart_agent(c: &Cluster, argv: &[String]) -> StopOnDrop {
     let log = std::fs::OpenOptions::new()
         .append(true)
         .open(c.path("agents/node001.log"))
         .expect("the agent's log");
-    let again = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("the agent starts again");
-    let again_pid = nix::unistd::Pid::from_raw(again.id() as i32);
-    let mut again = StopOnDrop(again);
-    // Its previous life's task is killed before the job is started again; from then on the
-    // job's task never runs twice at once.
-    wait_until("the job runs again", || {
-        let j = job(&c, id);
-        assert!(
-            processes_with(&m).len() <= 1,
-            "the job's task runs twice at once"
-        );
-        j["requeues"].as_u64() == Some(1) && j["state"] == "RUNNING"
+    StopOnDrop(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("the agent starts again"),
+    )
+}
+
+#[test]
+fn a_killed_agent_started_again_adopts_its_running_tasks_and_their_end_and_leaves_nothing_behind() {
+    let Some(c) = cluster() else { return };
+    let m = marker(3);
+    let dir = tempfile::tempdir().expect("a directory");
+    let d = dir.path().display();
+    // A task with a daemon of its own, which waits for `go` and then fails with 3.
+    let id = submit(
+        &c,
+        &format!(
+            "{} touch {d}/started; while [ ! -e {d}/go ]; do sleep 0.1; done; exit 3",
+            daemon(&m)
+        ),
+    );
+    wait_until("the task runs", || {
+        dir.path().join("started").exists() && processes_with(&m).len() == 1
     });
-    wait_until("its new run's task runs", || processes_with(&m).len() == 1);
-    c.ok(&["cancel", &id.to_string()]);
-    wait_until("the job ends", || state(&c, id) == "CANCELLED");
-    assert_eq!(processes_with(&m), Vec::<i32>::new());
-    // Stopped as `cadre down` would (the cluster's `cadre down` knows only the first).
-    nix::sys::signal::kill(again_pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let argv = kill_agent(&c);
+    assert_eq!(processes_with(&m).len(), 1, "the task died with its agent");
+    let mut again = restart_agent(&c, &argv);
+    wait_until("the agent adopts the run", || {
+        std::fs::read_to_string(c.path("agents/node001.log"))
+            .is_ok_and(|l| l.contains("adopted the run's tasks"))
+    });
+    // The task ends only now, under the new agent: its exit status reaches it through
+    // the task's keeper.
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    wait_until("the job ends", || state(&c, id) == "FAILED");
+    let j = job(&c, id);
+    assert_eq!(j["exit_code"], 3, "{j}");
+    assert_eq!(j["requeues"], 0, "the job was requeued, not adopted: {j}");
+    assert_eq!(
+        processes_with(&m),
+        Vec::<i32>::new(),
+        "the task's daemon outlived its job"
+    );
+    // The next job runs as usual under the new life.
+    let next = submit(&c, "exit 0");
+    wait_until("the next job ends", || state(&c, next) == "COMPLETED");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(again.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
     wait_until("the agent stops", || {
         again.0.try_wait().is_ok_and(|s| s.is_some())
     });
+}
+
+#[test]
+fn a_killed_agent_s_tasks_are_killed_by_their_keepers_at_its_lease_s_end_before_their_job_is_requeued()
+ {
+    if !nix::unistd::geteuid().is_root() {
+        skip_unless_ci::<()>("the cgroup tests", "they need root");
+        return;
+    }
+    let c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+        .nodes(1)
+        .args(&["--node-timeout", "6"])
+        .start();
+    let (m, d) = (marker(5), marker(6));
+    let id = submit(&c, &format!("{} exec sleep {m}", daemon(&d)));
+    wait_until("the task runs", || {
+        processes_with(&m).len() == 1 && processes_with(&d).len() == 1
+    });
+    kill_agent(&c);
+    // Nobody renews the lease: the keepers kill the task and its daemon at its end, before
+    // the controller declares the node lost and requeues the job.
+    cadre_test_support::wait_until_or(
+        "the job is requeued",
+        || {
+            let j = job(&c, id);
+            let requeued = j["requeues"].as_u64().unwrap_or(0) >= 1 || j["state"] != "RUNNING";
+            let left = [processes_with(&m), processes_with(&d)].concat();
+            assert!(
+                !requeued || left.is_empty(),
+                "processes {left:?} of the job run on after it was requeued: {j}"
+            );
+            requeued
+        },
+        || {
+            format!(
+                "\njob: {}\nprocesses: {:?}\nnodes: {}\nagent's log:\n{}\ncontroller's log:\n{}",
+                job(&c, id),
+                [processes_with(&m), processes_with(&d)].concat(),
+                c.api("GET", "/nodes", None).1,
+                std::fs::read_to_string(c.path("agents/node001.log")).unwrap_or_default(),
+                c.log()
+            )
+        },
+    );
 }
 
 /// The restarted agent, killed if the test ends before it stops it.

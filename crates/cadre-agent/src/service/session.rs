@@ -108,6 +108,9 @@ pub(crate) enum Input {
     LeaseExpired { kill_wait: Duration },
     /// The node's health checks found this wrong (`None`: nothing).
     Health(Option<String>),
+    /// A previous life of the agent left this run, whose tasks this life adopted: it is
+    /// running (listed in the next hello), with its own KillWait.
+    Adopted { run: RunRef, kill_wait: Duration },
 }
 
 /// What the caller must do.
@@ -252,10 +255,28 @@ impl Session {
             Input::Shutdown => Ok(self.shutdown()),
             Input::LeaseExpired { kill_wait } => Ok(self.fence(kill_wait)),
             Input::Health(problem) => Ok(self.health(problem)),
+            Input::Adopted { run, kill_wait } => self.adopted(run, kill_wait),
         };
         #[cfg(debug_assertions)]
         self.check_invariants();
         out
+    }
+
+    fn adopted(&mut self, run: RunRef, kill_wait: Duration) -> Result<Vec<Action>, SessionError> {
+        if self.runs.contains_key(&run) {
+            return Err(SessionError::Internal {
+                what: format!("run {}.{} adopted twice", run.job, run.run),
+            });
+        }
+        self.runs.insert(
+            run,
+            Run {
+                phase: RunPhase::Running,
+                started: true,
+                kill_wait,
+            },
+        );
+        Ok(Vec::new())
     }
 
     /// A change of the node's health is told at once when connected, and in every hello.
@@ -607,7 +628,7 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use cadre_core::alloc::Allocation;
     use cadre_core::cluster::NodeShape;
@@ -630,7 +651,7 @@ mod tests {
         RunRef::job_run(JobId(job), 0)
     }
 
-    fn order(job: u64) -> Box<LaunchOrder> {
+    pub(crate) fn order(job: u64) -> Box<LaunchOrder> {
         let mut run_spec = RunSpec::command(vec!["true".into()], "/".into());
         run_spec.kill_wait_secs = 7;
         Box::new(LaunchOrder {

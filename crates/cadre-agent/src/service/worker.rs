@@ -19,6 +19,7 @@
 //! help; when the node is (out of processes, a cgroup it cannot make, an allocation that
 //! does not match its shape), another try elsewhere can.
 
+use super::record;
 use crate::cgroup::KILL_TASK_FAILED;
 use crate::gang::{self, launch_gang};
 use crate::jobenv::{JobLaunch, LocalNode};
@@ -51,6 +52,8 @@ pub(crate) struct LaunchContext {
     /// The site's prolog and epilog, and the GPUs' job mapping (the agent's options, or
     /// the controller's settings).
     pub(crate) scripts: std::sync::RwLock<NodeScripts>,
+    /// Each task's keeper ([`crate::keeper`]).
+    pub(crate) keepers: Option<crate::keeper::Keepers>,
     /// Batch scripts go to `state_dir/job<ID>.<run>/script`.
     pub(crate) state_dir: PathBuf,
     /// The agent's effective uid.
@@ -170,6 +173,7 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | Pipe { .. }
         | EnvFile { .. }
         | Cgroup { .. }
+        | Keeper { .. }
         | Signal { .. }
         | Wait { .. } => false,
         // The program, the working directory or an output file is missing or forbidden
@@ -251,6 +255,7 @@ fn run_thread(
         os_cpus: ctx.os_cpus.clone(),
         cgroup_parent: ctx.cgroup_parent.clone(),
         kill_timeout: ctx.kill_timeout(),
+        keepers: ctx.keepers.clone(),
     };
     // A job's run (not a step) is framed by the site's prolog and epilog.
     let facts = match run.step {
@@ -287,10 +292,155 @@ fn run_thread(
         }
     };
     if gang.tasks.is_empty() {
+        record_run(
+            ctx,
+            order,
+            node_id,
+            &gang,
+            facts.as_ref(),
+            script_dir.as_deref(),
+        );
+        report(events, TaskEvent::Started { run });
+        return finish(
+            order,
+            gang,
+            Vec::new(),
+            facts,
+            script_dir,
+            ctx,
+            events,
+            commands,
+        );
+    }
+    let readers = if job.relay {
+        relay_output(&mut gang, run, events)
+    } else {
+        Vec::new()
+    };
+    let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
+    tracing::info!(user = %run_as.name, uid = run_as.uid, ?pids, "started");
+    if !job.relay {
+        record_run(
+            ctx,
+            order,
+            node_id,
+            &gang,
+            facts.as_ref(),
+            script_dir.as_deref(),
+        );
+    }
+    report(events, TaskEvent::Started { run });
+    finish(
+        order, gang, readers, facts, script_dir, ctx, events, commands,
+    );
+}
+
+/// Writes down the run for the agent's next life ([`record`]), when each of its tasks has
+/// a keeper and a cgroup (nothing else can be adopted); says why not otherwise.
+fn record_run(
+    ctx: &LaunchContext,
+    order: &LaunchOrder,
+    node_id: NodeId,
+    gang: &gang::Gang,
+    facts: Option<&JobFacts>,
+    script_dir: Option<&Path>,
+) {
+    let tasks: Option<Vec<record::TaskRecord>> = gang
+        .tasks
+        .iter()
+        .map(|t| {
+            Some(record::TaskRecord {
+                index: t.place().index,
+                keeper: t.pid(),
+                cgroup: t.cgroup()?.path().to_path_buf(),
+                status: t.status_file()?.path().to_path_buf(),
+                stdout: t.files().stdout.clone(),
+                stderr: t.files().stderr.clone(),
+                container: t.container().cloned(),
+                leftovers_outlive: t.outlives(),
+            })
+        })
+        .collect();
+    let Some(tasks) = tasks else {
+        tracing::debug!(
+            "the run's tasks have no keeper or cgroup: an agent restart cannot adopt them"
+        );
+        return;
+    };
+    let rec = record::RunRecord {
+        order: order.clone(),
+        node_id,
+        started_ns: crate::keeper::monotonic_now_ns(),
+        script_dir: script_dir.map(Path::to_path_buf),
+        facts: facts.cloned(),
+        tasks,
+    };
+    if let Err(e) = record::write(&ctx.state_dir, &rec) {
+        tracing::warn!(error = %e, "cannot write the run's record: an agent restart will lose it");
+    }
+}
+
+/// Starts the thread of a run a previous life of the agent left, whose tasks (`gang`) are
+/// adopted: it supervises them to their end as if it had started them.
+pub(crate) fn spawn_adopted(
+    rec: record::RunRecord,
+    gang: gang::Gang,
+    ctx: Arc<LaunchContext>,
+    events: UnboundedSender<Report>,
+) -> io::Result<RunHandle> {
+    let (tx, rx) = mpsc::channel();
+    let run = rec.order.run;
+    std::thread::Builder::new()
+        .name(format!("adopted-{}.{}", run.job, run.run))
+        .spawn(move || {
+            let span = tracing::info_span!("run", job = %run.job, run = run.run);
+            let _entered = span.enter();
+            // Written again: this life removes it at the end.
+            if let Err(e) = record::write(&ctx.state_dir, &rec) {
+                tracing::warn!(error = %e, "cannot write the run's record again");
+            }
+            let record::RunRecord {
+                order,
+                facts,
+                script_dir,
+                ..
+            } = rec;
+            finish(
+                &order,
+                gang,
+                Vec::new(),
+                facts,
+                script_dir,
+                &ctx,
+                &events,
+                &rx,
+            );
+        })?;
+    Ok(RunHandle { commands: tx })
+}
+
+/// The rest of a run once it has started: supervises its tasks (or holds its share of the
+/// node, when it has none here) to their end, runs what follows a job's end, reports it.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    order: &LaunchOrder,
+    mut gang: gang::Gang,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    facts: Option<JobFacts>,
+    script_dir: Option<PathBuf>,
+    ctx: &LaunchContext,
+    events: &UnboundedSender<Report>,
+    commands: &mpsc::Receiver<RunCommand>,
+) {
+    let run = order.run;
+    if gang.tasks.is_empty() {
         // Nothing to run here (an allocation, or a batch job's node other than the
         // script's): the node holds the job's share, for its steps, until the job stops.
-        report(events, TaskEvent::Started { run });
-        let state = hold(job.time_limit, commands, events);
+        let state = hold(
+            order.time_limit_ms.map(Duration::from_millis),
+            commands,
+            events,
+        );
         remove_script_dir(script_dir.as_deref());
         tracing::info!(state = %state, "holding ended");
         let ended = TaskEvent::Ended {
@@ -301,23 +451,17 @@ fn run_thread(
             drain: None,
         };
         report(events, after_run(ctx, facts.as_ref(), ended));
+        record::remove(&ctx.state_dir, run);
         return;
     }
-    let readers = if job.relay {
-        relay_output(&mut gang, run, events)
-    } else {
-        Vec::new()
-    };
-    let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
-    tracing::info!(user = %run_as.name, uid = run_as.uid, ?pids, "started");
-    report(events, TaskEvent::Started { run });
     // Which of the node's tasks belong to the groups whose end completes the job.
     let completing: Vec<bool> = match &order.run_spec.completing_groups {
         Some(groups) => gang
             .tasks
             .iter()
             .map(|t| {
-                job.allocation
+                order
+                    .allocation
                     .tasks
                     .get(t.place().index)
                     .is_some_and(|a| groups.contains(&a.group))
@@ -377,6 +521,7 @@ fn run_thread(
         tracing::info!(state = %state, ?exit_code, ?signal, "ended");
     }
     report(events, ended);
+    record::remove(&ctx.state_dir, run);
 }
 
 /// Who runs the job, its script, and the launch.

@@ -1,0 +1,172 @@
+//! What the agent writes down about each run it supervises, so that its next life can
+//! adopt the run's tasks instead of losing them (an agent killed with SIGKILL and started
+//! again): the controller's order, the node's id in it, when the tasks started, and for
+//! each task its keeper, cgroup and status file ([`crate::keeper`]).
+//!
+//! One file per run in `state_dir/runs/` (0700), written whole to a new file renamed over
+//! the old (a crash leaves the old record or the new, never half of one), 0600 and never
+//! through a link: it holds the order, with the job's token and environment. Written once
+//! the run's tasks have started; removed once its end was reported. Only runs whose every
+//! task has a keeper and a cgroup of its own get a record: only those can be told apart
+//! from whatever else runs on the node after a restart.
+
+use crate::prolog::JobFacts;
+use cadre_core::cluster::NodeId;
+use cadre_proto::agent::{LaunchOrder, RunRef};
+use serde::{Deserialize, Serialize};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The directory of the run records, in the agent's state directory.
+const RUNS_DIR: &str = "runs";
+
+/// The largest record read back: an order is bounded by the controller's own limits; a
+/// larger file is not the agent's.
+const MAX_RECORD: u64 = 64 << 20;
+
+/// One task of a recorded run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TaskRecord {
+    /// Its position in the allocation.
+    pub(crate) index: usize,
+    /// Its keeper's pid.
+    pub(crate) keeper: u32,
+    pub(crate) cgroup: PathBuf,
+    pub(crate) status: PathBuf,
+    pub(crate) stdout: PathBuf,
+    pub(crate) stderr: Option<PathBuf>,
+    /// `(runtime command, container name)` of a container task.
+    pub(crate) container: Option<(Vec<String>, String)>,
+    pub(crate) leftovers_outlive: bool,
+}
+
+/// A run the agent supervises, as written down.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunRecord {
+    pub(crate) order: LaunchOrder,
+    pub(crate) node_id: NodeId,
+    /// When its tasks started: CLOCK_MONOTONIC, in nanoseconds (the machine's clock since
+    /// boot, the same for every process), for its time limit.
+    pub(crate) started_ns: u64,
+    /// The run's directory (script, job files), removed at its end.
+    pub(crate) script_dir: Option<PathBuf>,
+    /// What its epilog is told, for a job's run (not a step's).
+    pub(crate) facts: Option<JobFacts>,
+    /// Empty: a run holding its share of the node with nothing to run (an allocation).
+    pub(crate) tasks: Vec<TaskRecord>,
+}
+
+fn file_name(run: RunRef) -> String {
+    match run.step {
+        None => format!("job{}.{}.json", run.job, run.run),
+        Some(s) => format!("job{}.{}.step{s}.json", run.job, run.run),
+    }
+}
+
+/// Writes the record of its run, replacing an older one.
+pub(crate) fn write(state_dir: &Path, record: &RunRecord) -> io::Result<()> {
+    let dir = state_dir.join(RUNS_DIR);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir)?;
+    let path = dir.join(file_name(record.order.run));
+    let tmp = path.with_extension("new");
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec(record).map_err(io::Error::other)?)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, &path)
+}
+
+/// Removes the record of `run`, if any.
+pub(crate) fn remove(state_dir: &Path, run: RunRef) {
+    let _ = std::fs::remove_file(state_dir.join(RUNS_DIR).join(file_name(run)));
+}
+
+/// Every record a previous life left, and what could not be read (path, why). Each record
+/// read is removed from the directory: the runs adopted write theirs again.
+pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, String)>) {
+    let (mut records, mut bad) = (Vec::new(), Vec::new());
+    let dir = state_dir.join(RUNS_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return (records, bad);
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let read = (|| -> Result<RunRecord, String> {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| e.to_string())?;
+            let meta = f.metadata().map_err(|e| e.to_string())?;
+            if !meta.is_file() || meta.len() > MAX_RECORD {
+                return Err(format!(
+                    "not a record (a regular file of at most {MAX_RECORD} bytes)"
+                ));
+            }
+            serde_json::from_reader(io::BufReader::new(f)).map_err(|e| e.to_string())
+        })();
+        match read {
+            Ok(r) if path.extension().is_some_and(|x| x == "json") => records.push(r),
+            Ok(_) => bad.push((path.clone(), "not a .json record".into())),
+            Err(why) => bad.push((path.clone(), why)),
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    records.sort_by_key(|r| r.order.run);
+    (records, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_private_read_back_whole_and_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut order = *super::super::session::tests::order(4);
+        order.run = RunRef::job_run(cadre_core::job::JobId(4), 2);
+        let record = RunRecord {
+            order,
+            node_id: NodeId(1),
+            started_ns: 5,
+            script_dir: None,
+            facts: None,
+            tasks: vec![TaskRecord {
+                index: 0,
+                keeper: 99,
+                cgroup: "/sys/fs/cgroup/x/job4.2.task0".into(),
+                status: "/state/tasks/job4.2.task0".into(),
+                stdout: "/home/a/out".into(),
+                stderr: None,
+                container: None,
+                leftovers_outlive: false,
+            }],
+        };
+        write(dir.path(), &record).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join("runs/job4.2.json");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::write(dir.path().join("runs/job5.0.json"), "{half").unwrap();
+        let (got, bad) = take_all(dir.path());
+        assert_eq!(got, vec![record]);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(take_all(dir.path()).0, Vec::new());
+    }
+}
