@@ -13,7 +13,13 @@
 //! - free space of the filesystem of the agent's state directory (where jobs' scripts and
 //!   files go) below the minimum;
 //! - GPUs: a node that started with real GPUs must still have as many through NVML (one
-//!   fallen off the bus, or NVML gone); emulated GPUs are not checked;
+//!   fallen off the bus, or NVML gone), and each must be sound ([`gpu_problems`], on
+//!   what [`crate::gpu::read_health`] reads): no uncorrectable ECC error since the driver
+//!   loaded, no row remapping pending or failed (Ampere and later), no page retirement
+//!   pending nor more than [`MAX_RETIRED_PAGES`] pages retired (before Ampere), no
+//!   critical XID of [`DRAINING_XIDS`] since the agent started, and NVML not saying it is
+//!   lost or needs a reset. A query the GPU does not support is not judged. Emulated GPUs
+//!   are not checked; without NVML only the count is (it says why);
 //! - RDMA: every port of `/sys/class/infiniband` that was `ACTIVE` at the start must still
 //!   be;
 //! - the clock (at each welcome): more than [`MAX_CLOCK_SKEW`] from the controller's.
@@ -21,9 +27,17 @@
 //! The problems found are joined into one reason (`; `), bounded to
 //! [`MAX_REASON`] characters; `None` when there are none.
 //!
-//! Not checked here (left for nodes with GPUs to test them on): XID errors, ECC counters
-//! and row remapping, which NVML reports per device.
+//! An XID is an event, not a state: NVML tells it once, and cannot tell later whether the
+//! GPU has been reset since. So a draining XID keeps its GPU failing until the agent
+//! restarts. Every XID of the list needs a GPU reset or a reboot, and a GPU reset
+//! (`nvidia-smi -r`) needs the agent stopped anyway (its NVML event set holds the device
+//! open): the restart that follows the repair is what lifts the drain. The counters that
+//! are states (ECC, rows, pages) lift it themselves once a reset clears them.
+//!
+//! Tested here on readings built in the tests (no GPU on CI); the NVML calls that make
+//! the readings have not been run on GPUs by these tests.
 
+use crate::gpu::{GpuHealthReading, XidLog};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -32,6 +46,33 @@ pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
 
 /// The longest reason sent, in characters.
 pub const MAX_REASON: usize = 512;
+
+/// The most retired pages a GPU (before Ampere) may have. The driver retires at most 64
+/// pages of a GPU; past 60 little room is left to retire the next bad one, and the GPU
+/// is due for replacement. Our choice, not a threshold read from NVIDIA's RMA policy.
+pub const MAX_RETIRED_PAGES: u64 = 60;
+
+/// The critical XIDs that drain a node: those after which the GPU needs a reset, a reboot
+/// or a replacement, as NVIDIA's XID documentation (docs.nvidia.com/deploy/xid-errors)
+/// and its dynamic page retirement and A100 memory error pages describe them. Not here:
+/// the XIDs an application causes (13, 31, 43, 45: NVML reports them as critical too, but
+/// the next job is not at risk), nor the rest, which NVIDIA's catalogue files under
+/// restarting the application.
+pub const DRAINING_XIDS: &[(u64, &str)] = &[
+    (48, "double-bit ECC error"),
+    (
+        63,
+        "ECC page retirement or row remapping recorded, pending a reset",
+    ),
+    (64, "ECC page retirement or row remapping failed"),
+    (74, "NVLink error"),
+    (79, "fallen off the bus"),
+    (92, "high single-bit ECC error rate"),
+    (94, "contained ECC error"),
+    (95, "uncontained ECC error"),
+    (119, "GSP RPC timeout"),
+    (120, "GSP error"),
+];
 
 /// What to check, and how often.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,19 +98,27 @@ impl Default for HealthChecks {
     }
 }
 
-/// What the node was at the start, to hold it to.
+/// What the node was at the start, to hold it to, and the critical XIDs seen since.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Baseline {
     /// Real GPUs discovered (0: none, or emulated ones, which are not checked).
     pub gpus: usize,
     /// RDMA ports `ACTIVE` at the start, as `device/port`.
     pub rdma_ports: Vec<String>,
+    /// Filled for the agent's life by a thread of its own when there are real GPUs.
+    pub xids: XidLog,
 }
 
 impl Baseline {
-    /// This node now: its RDMA ports under `sysfs_infiniband` (`/sys/class/infiniband`).
+    /// This node now: its RDMA ports under `sysfs_infiniband` (`/sys/class/infiniband`);
+    /// with real GPUs, their XIDs watched from now on.
     pub fn of(gpus: usize, sysfs_infiniband: &Path) -> Baseline {
         Baseline {
+            xids: if gpus > 0 {
+                XidLog::watch()
+            } else {
+                XidLog::default()
+            },
             gpus,
             rdma_ports: rdma_ports(sysfs_infiniband)
                 .into_iter()
@@ -108,6 +157,7 @@ impl HealthChecks {
             if let Some(p) = gpu_problem(baseline.gpus, probe.gpus.len(), &probe.notes) {
                 problems.push(p);
             }
+            problems.extend(gpu_problems(&crate::gpu::read_health(&baseline.xids)));
         }
         problems.extend(rdma_problems(
             &baseline.rdma_ports,
@@ -153,6 +203,61 @@ fn gpu_problem(expected: usize, found: usize, notes: &[String]) -> Option<String
             .map_or_else(String::new, |n| format!(" ({n})"));
         format!("NVML finds {found} of the node's {expected} GPUs{why}")
     })
+}
+
+/// What is wrong with each GPU, one problem per GPU (`GPU 3 (GPU-8f2…): 2 uncorrectable
+/// ECC errors since the driver loaded, …`). See the module doc for what is judged.
+pub fn gpu_problems(readings: &[GpuHealthReading]) -> Vec<String> {
+    readings
+        .iter()
+        .filter_map(|r| {
+            let mut wrong = Vec::new();
+            if let Some(why) = &r.unusable {
+                wrong.push(format!("NVML says: {why}"));
+            }
+            match r.ecc_uncorrectable {
+                Some(1) => wrong.push("1 uncorrectable ECC error since the driver loaded".into()),
+                Some(n) if n > 1 => wrong.push(format!(
+                    "{n} uncorrectable ECC errors since the driver loaded"
+                )),
+                _ => {}
+            }
+            if let Some(rows) = r.row_remapping {
+                if rows.failed {
+                    wrong.push("a row remapping failed (no spare rows left)".into());
+                }
+                if rows.pending {
+                    wrong.push("rows wait to be remapped at its next reset".into());
+                }
+            }
+            if let Some(pages) = r.page_retirement {
+                if pages.pending {
+                    wrong.push("pages wait to be retired at the next driver reload".into());
+                }
+                if pages.retired > MAX_RETIRED_PAGES {
+                    wrong.push(format!(
+                        "{} retired pages (at most {MAX_RETIRED_PAGES} wanted)",
+                        pages.retired
+                    ));
+                }
+            }
+            let xids: Vec<String> = r
+                .xids
+                .iter()
+                .filter_map(|x| {
+                    DRAINING_XIDS
+                        .iter()
+                        .find(|(d, _)| d == x)
+                        .map(|(d, what)| format!("XID {d} ({what})"))
+                })
+                .collect();
+            if !xids.is_empty() {
+                wrong.push(format!("{} since the agent started", xids.join(", ")));
+            }
+            (!wrong.is_empty())
+                .then(|| format!("GPU {} ({}): {}", r.index, r.uuid, wrong.join(", ")))
+        })
+        .collect()
 }
 
 /// Each RDMA port under `root` (`device/port`) and whether it is `ACTIVE`.
@@ -270,6 +375,111 @@ mod tests {
             found[0].starts_with("only ") && found[0].contains("MiB free"),
             "{found:?}"
         );
+    }
+
+    fn gpu(index: u32) -> GpuHealthReading {
+        GpuHealthReading {
+            index,
+            uuid: format!("GPU-{index}"),
+            ..GpuHealthReading::default()
+        }
+    }
+
+    #[test]
+    fn a_sound_gpu_or_one_whose_queries_are_not_supported_passes() {
+        use crate::gpu::{PageRetirement, RowRemapping};
+        let sound = GpuHealthReading {
+            ecc_uncorrectable: Some(0),
+            row_remapping: Some(RowRemapping {
+                uncorrectable_rows: 3,
+                pending: false,
+                failed: false,
+            }),
+            page_retirement: Some(PageRetirement {
+                retired: MAX_RETIRED_PAGES,
+                pending: false,
+            }),
+            // An application's own fault (an illegal address) is not the GPU's.
+            xids: vec![13, 31, 43],
+            ..gpu(0)
+        };
+        // Nothing supported (a consumer GPU without ECC): nothing judged.
+        let unsupported = gpu(1);
+        assert_eq!(gpu_problems(&[sound, unsupported]), Vec::<String>::new());
+        assert_eq!(gpu_problems(&[]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn uncorrectable_ecc_rows_pages_xids_and_a_lost_gpu_fail_naming_the_gpu() {
+        use crate::gpu::{PageRetirement, RowRemapping};
+        let readings = [
+            GpuHealthReading {
+                ecc_uncorrectable: Some(2),
+                ..gpu(3)
+            },
+            GpuHealthReading {
+                ecc_uncorrectable: Some(1),
+                row_remapping: Some(RowRemapping {
+                    uncorrectable_rows: 1,
+                    pending: true,
+                    failed: false,
+                }),
+                ..gpu(4)
+            },
+            GpuHealthReading {
+                row_remapping: Some(RowRemapping {
+                    failed: true,
+                    ..RowRemapping::default()
+                }),
+                ..gpu(5)
+            },
+            GpuHealthReading {
+                page_retirement: Some(PageRetirement {
+                    retired: MAX_RETIRED_PAGES + 1,
+                    pending: true,
+                }),
+                ..gpu(6)
+            },
+            GpuHealthReading {
+                xids: vec![13, 79, 48],
+                ..gpu(7)
+            },
+            GpuHealthReading {
+                unusable: Some("the GPU has fallen off the bus".into()),
+                ..gpu(8)
+            },
+        ];
+        assert_eq!(
+            gpu_problems(&readings),
+            vec![
+                "GPU 3 (GPU-3): 2 uncorrectable ECC errors since the driver loaded".to_string(),
+                "GPU 4 (GPU-4): 1 uncorrectable ECC error since the driver loaded, rows wait to \
+                 be remapped at its next reset"
+                    .to_string(),
+                "GPU 5 (GPU-5): a row remapping failed (no spare rows left)".to_string(),
+                "GPU 6 (GPU-6): pages wait to be retired at the next driver reload, 61 retired \
+                 pages (at most 60 wanted)"
+                    .to_string(),
+                "GPU 7 (GPU-7): XID 79 (fallen off the bus), XID 48 (double-bit ECC error) \
+                 since the agent started"
+                    .to_string(),
+                "GPU 8 (GPU-8): NVML says: the GPU has fallen off the bus".to_string(),
+            ]
+        );
+    }
+
+    /// On this machine (no NVIDIA driver, on CI): no readings, and an XID log that stays
+    /// empty, its thread ended; the GPU count check is what says NVML is missing.
+    #[test]
+    fn without_nvml_the_gpu_health_reads_nothing_and_fails_nothing() {
+        if Path::new("/dev/nvidia0").exists() {
+            return;
+        }
+        let log = XidLog::watch();
+        let readings = crate::gpu::read_health(&log);
+        assert!(readings.is_empty(), "{readings:?}");
+        assert!(log.seen().is_empty());
+        assert!(gpu_problems(&readings).is_empty());
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //! - [`service`]: the agent process ([`service::run`]): the connection to the controller
 //!   and the agent protocol, launching and supervising each run in a thread of its own.
 //!
-//! Not here (yet): health checks, log shipping. Only [`service`] is async (tokio); the
+//! Not here (yet): log shipping. Only [`service`] is async (tokio); the
 //! rest is blocking: supervision is a state machine ([`supervise::Supervisor`]) driven by
 //! the caller's clock readings, with blocking convenience loops on top.
 

@@ -863,6 +863,8 @@ async fn say_hello(
         outbox: Vec::new(),
         health: None,
         agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        // It sends no events: nothing to replay.
+        life: None,
     }));
     let text = serde_json::to_string(&hello).map_err(|e| Ended::Fatal(e.to_string()))?;
     ws.send(Message::text(text))

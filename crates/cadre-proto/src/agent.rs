@@ -10,8 +10,12 @@
 //! - task events are numbered ([`AgentMessage::Event`] `seq`, increasing over the agent's
 //!   life) and kept in the agent's outbox until the controller acknowledges them
 //!   ([`ControllerMessage::Ack`]), which it does only after committing what they say;
-//!   a new `Hello` carries the whole outbox again, and applying an event twice is harmless
-//!   (events name the run they belong to, and a run ends once);
+//!   a new `Hello` carries the whole outbox again. The controller applies each event at
+//!   most once: it remembers, per node, the last `seq` it applied in the agent's life
+//!   ([`Hello::life`]) and skips the outbox's events up to it (still acknowledging
+//!   them). Only a replay can repeat an event (each is sent by itself once), and a
+//!   repeated `Ended` that drained its node must not drain it again after an
+//!   administrator resumed it;
 //! - the `Hello` lists every run still alive on the node, so that a restarted controller
 //!   keeps what runs, stops what it no longer knows, and finishes or requeues runs whose
 //!   tasks are gone.
@@ -149,6 +153,12 @@ pub struct Hello {
     /// The agent's own version (cadre's), for `cadre nodes --long`; `None` from older ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// Which life of the agent this is: the same in every hello until the agent restarts,
+    /// another after (its first event's `seq`, numbered from its start time, so that a
+    /// restarted agent's outbox begins afresh). `seq`s are compared only within one life:
+    /// a new life may number lower (a clock stepped back). `None` from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life: Option<u64>,
 }
 
 /// A task event with its place in the agent's outbox.
@@ -496,6 +506,7 @@ mod tests {
             outbox: events.clone(),
             health: Some("only 12 MiB free for jobs in /var/lib/cadre-agent".into()),
             agent_version: Some("0.1.0".into()),
+            life: Some(1_700_000_000_000_000),
         };
         round_trip(&AgentMessage::Hello(Box::new(hello)));
         round_trip(&AgentMessage::Health { problem: None });

@@ -31,6 +31,7 @@
 
 pub mod presence;
 mod recover;
+mod replay;
 pub mod run;
 mod steps;
 #[cfg(test)]
@@ -66,6 +67,7 @@ use cadre_store::{
     QueueObjectRecord, RunUsage, StepRecord, StoreError, StoredJob,
 };
 use presence::{Presence, PresenceEvent};
+use replay::AppliedEvents;
 use run::{RunEvent, RunTrack};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -366,6 +368,9 @@ pub struct Controller {
     /// checks), which drains it until a later report is whole; apart from `admin`, which it
     /// never changes.
     health: Vec<NodeHealth>,
+    /// Which of each node's agent's events have been applied, so that a replayed one is
+    /// not applied again.
+    applied: Vec<AppliedEvents>,
     runs: HashMap<JobId, RunTrack>,
     /// Why a job's last launch failed, for the API.
     launch_errors: HashMap<JobId, String>,
@@ -532,7 +537,9 @@ impl Controller {
             Input::AgentHello { conn, hello } => self.hello(c, conn, *hello, now),
             Input::AgentEvent { conn, event } => {
                 if let Some(node) = self.node_of_conn(conn) {
+                    // Sent by itself, an event is never a repeat (only a hello replays).
                     self.task_event(c, node, event.event, wall);
+                    self.applied[node.0 as usize].applied(event.seq);
                     self.acks.insert(conn, event.seq);
                 }
             }
@@ -1618,10 +1625,23 @@ impl Controller {
         ));
         self.report_features(c, node, now);
         tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
+        let applied = &mut self.applied[node.0 as usize];
+        applied.hello(hello.life);
+        let skipped = hello
+            .outbox
+            .iter()
+            .filter(|e| !applied.is_new(e.seq))
+            .count();
+        if skipped > 0 {
+            tracing::info!(node = %hello.node, skipped, "replayed events already applied: skipped");
+        }
         let mut last_seq = None;
         for ev in hello.outbox {
             last_seq = Some(ev.seq);
-            self.task_event(c, node, ev.event, now);
+            if self.applied[node.0 as usize].is_new(ev.seq) {
+                self.task_event(c, node, ev.event, now);
+                self.applied[node.0 as usize].applied(ev.seq);
+            }
         }
         if let Some(seq) = last_seq {
             self.acks.insert(conn, seq);

@@ -171,6 +171,8 @@ pub(crate) struct Session {
     link: Link,
     node_id: Option<NodeId>,
     next_seq: u64,
+    /// This life of the agent, told in every hello ([`Hello::life`]): its first `seq`.
+    life: u64,
     outbox: VecDeque<SequencedEvent>,
     outbox_limit: usize,
     runs: BTreeMap<RunRef, Run>,
@@ -212,6 +214,7 @@ impl Session {
             link: Link::Down,
             node_id: None,
             next_seq: first_seq,
+            life: first_seq,
             outbox: VecDeque::new(),
             outbox_limit: outbox_limit.max(1),
             runs: BTreeMap::new(),
@@ -306,6 +309,7 @@ impl Session {
             outbox: self.outbox.iter().cloned().collect(),
             health: self.health.clone(),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            life: Some(self.life),
         };
         self.health_in_hello = self.health.clone();
         self.link = Link::AwaitingWelcome {
@@ -793,6 +797,9 @@ pub(crate) mod tests {
         assert!(h.running.is_empty());
         let seqs: Vec<u64> = h.outbox.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![1, 2]);
+        // The same life as in the first hello: the controller compares the replayed
+        // events' seqs with those it applied of this life.
+        assert_eq!(h.life, Some(1));
         // Nothing is sent twice on the same connection once welcomed.
         assert!(s.handle(welcome()).unwrap().is_empty());
     }

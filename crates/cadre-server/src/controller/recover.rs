@@ -274,6 +274,7 @@ impl Controller {
             described_features,
             admin,
             health: vec![NodeHealth::default(); node_count],
+            applied: vec![Default::default(); node_count],
             agent_versions: vec![None; node_count],
             launch_failures: HashMap::new(),
             runs,

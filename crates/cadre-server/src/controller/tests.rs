@@ -111,6 +111,8 @@ struct Harness {
     rec: Recorder,
     now: Now,
     next_reply: u64,
+    /// The life every agent's hello names.
+    agent_life: u64,
 }
 
 fn root() -> Principal {
@@ -197,6 +199,7 @@ impl Harness {
             rec,
             now,
             next_reply: 0,
+            agent_life: 1,
         }
     }
 
@@ -257,6 +260,7 @@ impl Harness {
             version,
             health,
             agent_version: Some("0.1.0".into()),
+            life: Some(self.agent_life),
             node: self.ctl.node_name(node).to_owned(),
             report: NodeReport {
                 shape,
@@ -1012,6 +1016,120 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
     .unwrap();
     h.tick(true);
     assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Up);
+}
+
+/// Regression: an `Ended` that drained its node, applied but not acknowledged before the
+/// connection dropped, comes again in the next hello's outbox; the administrator resumed
+/// the node in between, and the replay must not drain it again (nor end, requeue or count
+/// the run twice).
+#[test]
+fn a_replayed_ended_with_a_drain_does_not_drain_a_resumed_node_again_nor_count_twice() {
+    let mut h = Harness::new(2);
+    h.connect_all();
+    let id = h.start(gpu_job(4), program());
+    let run = RunRef::job_run(id, 0);
+    let node = h
+        .ctl
+        .sched()
+        .job(id)
+        .unwrap()
+        .allocation
+        .as_ref()
+        .unwrap()
+        .nodes()[0];
+    let conn = 100 + u64::from(node.0);
+    // The agent was stopping (NODE_FAIL, requeued) and some of the tasks outlived SIGKILL.
+    let what = "Kill task failed: processes [4242] in job1.task0 after SIGKILL";
+    let end = SequencedEvent {
+        seq: 5,
+        event: TaskEvent::Ended {
+            run,
+            state: JobState::NodeFail,
+            exit_code: None,
+            signal: Some(9),
+            drain: Some(what.into()),
+        },
+    };
+    h.feed(Input::AgentEvent {
+        conn,
+        event: end.clone(),
+    })
+    .unwrap();
+    h.tick(true);
+    assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Drain);
+    let requeues = |h: &Harness| h.ctl.sched().job(id).map(|j| (j.requeues, j.state));
+    let after_end = requeues(&h);
+    assert_eq!(after_end.map(|r| r.0), Some(1), "requeued once");
+    // The acknowledgement never reaches the agent: the connection drops.
+    h.feed(Input::AgentGone { conn }).unwrap();
+    h.tick(false);
+    // An administrator resumes the node.
+    let reply = h.reply_to();
+    h.feed(Input::Node {
+        who: root(),
+        name: h.ctl.node_name(node).to_owned(),
+        action: NodeAction::Resume,
+        reply,
+    })
+    .unwrap();
+    h.tick(false);
+    assert_ne!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Drain);
+    // The agent reconnects with the same event in its outbox.
+    let before = h.rec.log.len();
+    h.hello(node.0, 200 + u64::from(node.0), Vec::new(), vec![end]);
+    h.tick(true);
+    let n = h.ctl.sched().cluster().node(node);
+    assert_eq!(
+        (n.avail, n.reason.as_deref()),
+        (NodeAvail::Up, None),
+        "the replay drained the resumed node again"
+    );
+    assert_eq!(requeues(&h), after_end, "the replay changed the job");
+    assert!(
+        !h.rec.log[before..].iter().any(|e| matches!(
+            e,
+            Effect::Committed { jobs, .. } if jobs.iter().any(|(j, _)| *j == id)
+        )),
+        "the replay committed a change of the job"
+    );
+    // It is acknowledged all the same, so that the agent forgets it.
+    assert!(h.rec.log[before..].contains(&Effect::Sent(
+        200 + u64::from(node.0),
+        ControllerMessage::Ack { seq: 5 }
+    )));
+}
+
+/// A restarted agent numbers its events afresh, maybe lower than its previous life did (a
+/// clock stepped back): its replays are applied, not taken for repeats.
+#[test]
+fn a_restarted_agent_s_replayed_events_are_applied_though_numbered_lower() {
+    let mut h = Harness::new(1);
+    h.connect_all();
+    let first = h.start(gpu_job(4), program());
+    h.event(
+        0,
+        1000,
+        ended(RunRef::job_run(first, 0), JobState::Completed, 0),
+    );
+    h.tick(true);
+    assert!(h.committed_at(first, JobState::Completed).is_some());
+    // The agent restarts; its events now start at 5.
+    h.feed(Input::AgentGone { conn: 100 }).unwrap();
+    h.agent_life = 5;
+    h.hello(0, 100, Vec::new(), Vec::new());
+    h.tick(true);
+    let second = h.start(gpu_job(4), program());
+    let run = RunRef::job_run(second, 0);
+    assert_eq!(h.state(second), Some(JobState::Running));
+    // Its end is in the outbox of its next connection, never having been sent by itself.
+    h.feed(Input::AgentGone { conn: 100 }).unwrap();
+    let end = SequencedEvent {
+        seq: 5,
+        event: ended(run, JobState::Failed, 3),
+    };
+    h.hello(0, 101, Vec::new(), vec![end]);
+    h.tick(true);
+    assert!(h.committed_at(second, JobState::Failed).is_some());
 }
 
 #[test]
