@@ -547,6 +547,11 @@ async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
     }
 }
 
+/// How long fenced runs get between SIGTERM and SIGKILL: a third of the lease.
+fn fence_kill_wait(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(100))
+}
+
 /// Says goodbye on a connection about to be dropped; a controller that no longer reads
 /// cannot hold the agent up (the close frame is a courtesy).
 async fn close_quietly(ws: &mut Ws) {
@@ -1120,12 +1125,16 @@ impl Service {
         Ok(crate::gang::Gang { tasks })
     }
 
-    /// Tells the tasks' keepers the lease's end, once the controller gave one.
+    /// Tells the tasks' keepers when the agent's own fencing would have killed them (the
+    /// lease's end and the fence's kill wait), once the controller gave a lease: a keeper
+    /// kills no earlier than the agent would, so a fenced task gets its SIGTERM's grace.
     fn publish_lease(&self) {
         if !matches!(self.session.link(), Link::Up { .. }) {
             return;
         }
-        let deadline = self.lease.map(|_| self.lease_end().into_std());
+        let deadline = self
+            .lease
+            .map(|lease| (self.lease_end() + fence_kill_wait(lease)).into_std());
         if let Err(e) = self.lease_file.publish(deadline) {
             tracing::warn!(error = %e, "cannot write the lease file: the tasks' keepers may stop them at the previous deadline");
         }
@@ -1160,7 +1169,7 @@ impl Service {
         tracing::warn!(node = %self.node, runs = self.runs.len(), ?lease, "nothing from the controller for a lease: stopping every run (fencing)");
         self.fenced = true;
         let result = self.session.handle(Input::LeaseExpired {
-            kill_wait: (lease / 3).max(Duration::from_millis(100)),
+            kill_wait: fence_kill_wait(lease),
         });
         self.apply(result).await;
     }

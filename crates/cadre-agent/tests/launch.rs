@@ -2,6 +2,7 @@
 
 use cadre_agent::gang::{self, launch_gang};
 use cadre_agent::jobenv::{JobLaunch, LocalNode, OpenMode};
+use cadre_agent::keeper::{Keepers, KeptEnd, LeaseFile};
 use cadre_agent::launch::{LaunchError, RunAs, launch_task};
 use cadre_agent::rundir::BindSource;
 use cadre_agent::supervise::{PreEndSignal, SignalTarget};
@@ -13,6 +14,7 @@ use cadre_core::time::Dur;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -67,8 +69,18 @@ fn node() -> LocalNode {
         os_cpus: cpus,
         cgroup_parent: None,
         kill_timeout: cadre_agent::supervise::DEFAULT_KILL_TIMEOUT,
-        keepers: None,
+        // Every task here has its keeper, as under a real agent, with no lease (nothing
+        // is fenced) unless a test publishes one.
+        keepers: Some(keepers()),
     }
+}
+
+/// Keepers whose status files and lease live in a directory of their own (left for the
+/// system's temporary directory cleaning: tasks may outlive a test's scope).
+fn keepers() -> Keepers {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let lease = Arc::new(LeaseFile::open(&dir).unwrap());
+    Keepers::new(&dir, lease)
 }
 
 fn task(rank: u32, node: u32, cores: Vec<u32>, gpus: Vec<u32>) -> TaskAlloc {
@@ -255,6 +267,34 @@ fn exit_statuses_map_to_job_states() {
         o.oom,
         cadre_agent::cgroup::OomCheck::NotDetected { .. }
     ));
+}
+
+#[test]
+fn a_keeper_keeps_its_task_s_end_and_kills_it_when_the_lease_it_reads_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node();
+    let k = node.keepers.clone().unwrap();
+    // The keeper is the agent's child; the task is its own, and ends as the task did.
+    let j = job(dir.path(), &me().name, "exit 5", one_task(vec![]));
+    let mut t = launch_task(&j, &node, 0, &me()).unwrap();
+    let status = t.status_file().unwrap().path().to_path_buf();
+    let task_pid = t.status_file().unwrap().wait_task_pid(HANG_GUARD).unwrap();
+    assert_ne!(task_pid as u32, t.pid(), "the task runs under a keeper");
+    let o = without_hanging("the task", move || t.wait().unwrap());
+    assert_eq!((o.state, o.exit_code), (JobState::Failed, Some(5)));
+    assert!(!status.exists(), "the status file goes with the task's end");
+    // A lease that ends in a moment, which nobody renews: the keeper kills the task.
+    let j = job(dir.path(), &me().name, "exec sleep 600", one_task(vec![]));
+    k.lease
+        .publish(Some(Instant::now() + Duration::from_millis(300)))
+        .unwrap();
+    let mut t = launch_task(&j, &node, 0, &me()).unwrap();
+    let kept = cadre_agent::keeper::StatusFile::open(t.status_file().unwrap().path()).unwrap();
+    let o = without_hanging("the fenced task", move || t.wait().unwrap());
+    assert_eq!(o.signal, Some(9), "{o:?}");
+    assert!(kept.fenced());
+    assert_eq!(kept.ended(), Some(KeptEnd::Signaled(9)));
+    k.lease.publish(None).unwrap();
 }
 
 #[test]
