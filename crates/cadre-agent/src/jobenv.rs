@@ -215,6 +215,8 @@ pub struct LocalNode {
     /// Where each task's keeper keeps its status, and the agent's lease it enforces (see
     /// [`crate::keeper`]); `None`: no keeper, the task is the agent's own child.
     pub keepers: Option<crate::keeper::Keepers>,
+    /// The site's programs around each task (Slurm's TaskProlog and TaskEpilog).
+    pub task_scripts: crate::prolog::TaskScripts,
 }
 
 /// A task's place in its job.
@@ -583,6 +585,7 @@ mod tests {
             cgroup_parent: None,
             kill_timeout: crate::cgroup::DEFAULT_KILL_TIMEOUT,
             keepers: None,
+            task_scripts: Default::default(),
         }
     }
 

@@ -193,6 +193,8 @@ struct ChildPlan {
     stderr_flags: OFlag,
     /// Write end of the step-report pipe.
     report: OwnedFd,
+    /// What the task prolog prints, written to the task's standard output first.
+    preamble: Vec<u8>,
     /// A descriptor the program inherits (the container's environment file): close-on-exec
     /// in the agent, so that no other task inherits it, and cleared in the child.
     inherit: Option<OwnedFd>,
@@ -253,6 +255,17 @@ impl ChildPlan {
                         .map_err(|e| fail(ChildStep::Stderr, e))?;
                     nix::unistd::dup2_stderr(&err).map_err(|e| fail(ChildStep::Stderr, e))?;
                 }
+            }
+        }
+        let mut rest = self.preamble.as_slice();
+        while !rest.is_empty() {
+            // SAFETY: standard output, set up above (or by `Command` when relayed).
+            let out = unsafe { std::os::fd::BorrowedFd::borrow_raw(1) };
+            match nix::unistd::write(out, rest) {
+                Ok(0) => break,
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(fail(ChildStep::Stdout, e)),
             }
         }
         if let Some((uid, gid, groups)) = &self.files_only {
@@ -364,7 +377,7 @@ pub(crate) fn launch_task_with(
     run_as: &RunAs,
     open_modes: (OpenMode, OpenMode),
 ) -> Result<RunningTask, LaunchError> {
-    let env = jobenv::task_environment(job, node, index, run_as)?;
+    let mut env = jobenv::task_environment(job, node, index, run_as)?;
     let task = &job.allocation.tasks[index];
     let place = jobenv::task_place(&job.allocation, index).ok_or(LaunchError::NoSuchTask {
         job: job.id,
@@ -372,6 +385,45 @@ pub(crate) fn launch_task_with(
         tasks: job.allocation.tasks.len(),
     })?;
     let switch = user_switch(job, run_as)?;
+    let ids: crate::prolog::Ids = switch.as_ref().map(|s| {
+        (
+            s.uid.as_raw(),
+            s.gid.as_raw(),
+            s.groups.iter().map(|g| g.as_raw()).collect(),
+        )
+    });
+    // The site's task prolog, as the user, changes the task's environment and writes first
+    // to its output (see `crate::prolog::TaskScripts`).
+    let preamble = match &node.task_scripts.prolog {
+        Some(program) => {
+            let ran = crate::prolog::run_task_program(
+                program,
+                "prolog_task",
+                &ids,
+                &env,
+                node.task_scripts.timeout,
+            )
+            .map_err(|source| LaunchError::TaskProlog {
+                job: job.id,
+                procid: place.procid,
+                source: Box::new(source),
+            })?;
+            let says = crate::prolog::TaskPrologSays::parse(&ran.stdout);
+            says.apply(&mut env);
+            says.print.into_bytes()
+        }
+        None => Vec::new(),
+    };
+    let task_epilog =
+        node.task_scripts
+            .epilog
+            .as_ref()
+            .map(|program| crate::prolog::TaskEpilogRun {
+                program: program.clone(),
+                ids: ids.clone(),
+                env: env.clone(),
+                timeout: node.task_scripts.timeout,
+            });
     let container = job.programs.get(&index).and_then(|p| p.container.as_ref());
     // The runtime is the task's process: in a container of its own, or in another's.
     let in_runtime = container.is_some() || job.exec_in.is_some();
@@ -558,6 +610,7 @@ pub(crate) fn launch_task_with(
         stdout_flags: open_flags(open_modes.0),
         stderr_flags: open_flags(open_modes.1),
         report: report_write,
+        preamble,
         inherit: env_file,
     };
 
@@ -644,6 +697,7 @@ pub(crate) fn launch_task_with(
     )
     .in_container(container.map(|c| (c.runtime.clone(), c.name.clone())))
     .kept(status)
+    .after_task(task_epilog)
     .leftovers_outlive(job.leftovers_outlive))
 }
 

@@ -99,6 +99,12 @@ pub enum LaunchError {
     },
     #[error("job {job}: {source}")]
     Cgroup { job: JobId, source: CgroupError },
+    #[error("job {job}, task {procid}: {source}")]
+    TaskProlog {
+        job: JobId,
+        procid: u32,
+        source: Box<crate::prolog::ScriptError>,
+    },
     #[error("job {job}: cannot make the task's status file for its keeper: {source}")]
     Keeper { job: JobId, source: std::io::Error },
     #[error("failed to send {signal} to task {procid} of job {job} (pid {pid}): {source}")]

@@ -44,6 +44,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct NodeScripts {
     pub prolog: Option<PathBuf>,
     pub epilog: Option<PathBuf>,
+    /// Run as the job's user before each task's program, in the task's environment, which
+    /// its output changes (Slurm's TaskProlog; see [`TaskScripts`]).
+    pub task_prolog: Option<PathBuf>,
+    /// Run as the job's user after each task has ended (Slurm's TaskEpilog).
+    pub task_epilog: Option<PathBuf>,
     /// How long each may run; `None`: [`DEFAULT_TIMEOUT`].
     pub timeout: Option<Duration>,
     /// Where the DCGM exporter reads which job holds which GPU (`--hpc-job-mapping-dir`).
@@ -171,6 +176,12 @@ impl NodeScripts {
         if let Some(p) = &self.epilog {
             trusted(p, "--epilog", false)?;
         }
+        if let Some(p) = &self.task_prolog {
+            trusted(p, "--task-prolog", false)?;
+        }
+        if let Some(p) = &self.task_epilog {
+            trusted(p, "--task-epilog", false)?;
+        }
         if let Some(d) = &self.dcgm_job_mapping_dir {
             trusted(d, "--dcgm-job-mapping-dir", true)?;
         }
@@ -192,6 +203,15 @@ impl NodeScripts {
             facts,
             self.timeout.unwrap_or(DEFAULT_TIMEOUT),
         )
+    }
+
+    /// The programs around each task.
+    pub fn task_scripts(&self) -> TaskScripts {
+        TaskScripts {
+            prolog: self.task_prolog.clone(),
+            epilog: self.task_epilog.clone(),
+            timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        }
     }
 
     /// The job holds `facts.gpus` here from now: their mapping files say so.
@@ -285,7 +305,178 @@ fn run_program(
     }
 }
 
-/// `exit status 3`, `killed by signal 9`.
+/// The site's programs around each task (Slurm's `TaskProlog` and `TaskEpilog`), run as
+/// the job's user (its uid, primary group and groups), in `/`, with no standard input, in
+/// the task's own environment and `SLURM_SCRIPT_CONTEXT` (`prolog_task`, `epilog_task`),
+/// in a process group of their own killed whole when they end or at the timeout:
+/// - the task prolog runs before the task's program starts; the lines of its standard
+///   output (the first [`OUTPUT_KEPT`] bytes) change the task: `export NAME=value` sets a
+///   variable of its environment, `unset NAME` removes one, `print TEXT` writes TEXT to the
+///   task's standard output before the program does; other lines are ignored. A task prolog
+///   that fails (non-zero status, a signal, its timeout) fails the task's launch, as the
+///   prolog does the run's;
+/// - the task epilog runs once the task has ended (before the job's epilog); its failure
+///   is logged, as Slurm does, and changes nothing.
+///
+/// `SLURM_TASK_PID` is not given: the task prolog runs before the task's process exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskScripts {
+    pub prolog: Option<PathBuf>,
+    pub epilog: Option<PathBuf>,
+    pub timeout: Duration,
+}
+
+impl Default for TaskScripts {
+    /// None, with the default timeout.
+    fn default() -> TaskScripts {
+        TaskScripts {
+            prolog: None,
+            epilog: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// A task epilog to run once its task has ended: the program, who as, and the task's
+/// environment as it started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskEpilogRun {
+    pub program: PathBuf,
+    pub ids: Ids,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub timeout: Duration,
+}
+
+impl TaskEpilogRun {
+    /// Runs it; a failure is logged (and changes nothing, as in Slurm).
+    pub fn run(&self, job: JobId, procid: u32) {
+        match run_task_program(
+            &self.program,
+            "epilog_task",
+            &self.ids,
+            &self.env,
+            self.timeout,
+        ) {
+            Ok(ran) if !ran.output.trim().is_empty() => {
+                tracing::info!(%job, procid, program = %self.program.display(), "task epilog said: {}", ran.output.trim());
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%job, procid, error = %e, "task epilog failed"),
+        }
+    }
+}
+
+/// What a task prolog's output asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskPrologSays {
+    pub export: Vec<(String, String)>,
+    pub unset: Vec<String>,
+    /// Lines to write to the task's standard output first, each ending with a newline.
+    pub print: String,
+}
+
+impl TaskPrologSays {
+    /// Reads a task prolog's standard output; lines with a variable name that is not one
+    /// (`[A-Za-z_][A-Za-z0-9_]*`) or a NUL byte are ignored.
+    pub fn parse(stdout: &str) -> TaskPrologSays {
+        let name_ok = |n: &str| {
+            let mut c = n.chars();
+            c.next()
+                .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+                && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+        };
+        let mut says = TaskPrologSays::default();
+        for line in stdout.lines().filter(|l| !l.contains('\0')) {
+            if let Some(rest) = line.strip_prefix("export ") {
+                if let Some((n, v)) = rest.trim_start().split_once('=')
+                    && name_ok(n)
+                {
+                    says.unset.retain(|u| u != n);
+                    says.export.push((n.to_string(), v.to_string()));
+                }
+            } else if let Some(n) = line.strip_prefix("unset ") {
+                let n = n.trim();
+                if name_ok(n) {
+                    says.export.retain(|(e, _)| e != n);
+                    says.unset.push(n.to_string());
+                }
+            } else if let Some(text) = line.strip_prefix("print ") {
+                says.print.push_str(text);
+                says.print.push('\n');
+            }
+        }
+        says
+    }
+
+    /// Applies the variables to a task's environment.
+    pub fn apply(&self, env: &mut std::collections::BTreeMap<String, String>) {
+        for n in &self.unset {
+            env.remove(n);
+        }
+        for (n, v) in &self.export {
+            env.insert(n.clone(), v.clone());
+        }
+    }
+}
+
+/// Who a task program runs as: uid, primary gid, supplementary groups; `None`: the agent.
+pub type Ids = Option<(u32, u32, Vec<u32>)>;
+
+/// Runs a task prolog or epilog (`context`: `"prolog_task"` or `"epilog_task"`) as `ids`,
+/// with the task's environment `env`; blocks until it ends or its timeout.
+pub fn run_task_program(
+    program: &Path,
+    context: &'static str,
+    ids: &Ids,
+    env: &std::collections::BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Ran, ScriptError> {
+    let word = if context == "prolog_task" {
+        "task prolog"
+    } else {
+        "task epilog"
+    };
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
+        .envs(env)
+        .env("SLURM_SCRIPT_CONTEXT", context)
+        .current_dir("/");
+    if let Some((uid, gid, groups)) = ids.clone() {
+        let groups: Vec<nix::unistd::Gid> =
+            groups.into_iter().map(nix::unistd::Gid::from_raw).collect();
+        // SAFETY: runs between fork and exec; setgroups, setgid and setuid are system calls
+        // on data prepared before the fork (no allocation, no lock).
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::unistd::setgroups(&groups)?;
+                nix::unistd::setgid(nix::unistd::Gid::from_raw(gid))?;
+                nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
+                Ok(())
+            });
+        }
+    }
+    let ran = supervise_program(cmd, timeout).map_err(|e| ScriptError::Start {
+        context: word,
+        program: program.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    match ran.status {
+        None => Err(ScriptError::TimedOut {
+            context: word,
+            program: program.to_path_buf(),
+            timeout,
+        }),
+        Some(status) if status.success() => Ok(ran),
+        Some(status) => Err(ScriptError::Failed {
+            context: word,
+            program: program.to_path_buf(),
+            how: how_it_ended(status),
+            output: ran.output,
+        }),
+    }
+}
+
+/// `exit status 3`, `killed by signal 9` (how a program ended).
 pub(crate) fn how_it_ended(status: std::process::ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
@@ -296,9 +487,11 @@ pub(crate) fn how_it_ended(status: std::process::ExitStatus) -> String {
 
 /// What a site program did: how it ended (`None`: killed at its timeout) and the first
 /// [`OUTPUT_KEPT`] bytes of its output (stdout, then stderr).
-pub(crate) struct Ran {
-    pub(crate) status: Option<std::process::ExitStatus>,
-    pub(crate) output: String,
+pub struct Ran {
+    pub status: Option<std::process::ExitStatus>,
+    pub output: String,
+    /// The standard output alone (its first [`OUTPUT_KEPT`] bytes).
+    pub stdout: String,
 }
 
 /// Runs one of the site's programs as the agent's user: in `/`, with no standard input,
@@ -316,8 +509,14 @@ pub(crate) fn run_site_program(
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         )
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir("/")
-        .stdin(Stdio::null())
+        .current_dir("/");
+    supervise_program(cmd, timeout)
+}
+
+/// Runs `cmd` with no standard input, its output read (bounded), in a process group of its
+/// own that is killed whole when it ends or at `timeout`.
+fn supervise_program(mut cmd: Command, timeout: Duration) -> std::io::Result<Ran> {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -353,12 +552,12 @@ pub(crate) fn run_site_program(
     if status.is_none() {
         let _ = child.wait();
     }
-    let output: String = readers
-        .into_iter()
-        .filter_map(|t| t.join().ok())
-        .collect::<Vec<_>>()
-        .join("");
-    Ok(Ran { status, output })
+    let outputs: Vec<String> = readers.into_iter().filter_map(|t| t.join().ok()).collect();
+    Ok(Ran {
+        status,
+        output: outputs.join(""),
+        stdout: outputs.into_iter().next().unwrap_or_default(),
+    })
 }
 
 /// Up to [`OUTPUT_KEPT`] bytes of `r` as text; the rest is read and dropped.

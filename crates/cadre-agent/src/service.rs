@@ -258,6 +258,8 @@ pub enum AgentError {
 pub struct OwnSettings {
     pub prolog: bool,
     pub epilog: bool,
+    pub task_prolog: bool,
+    pub task_epilog: bool,
     pub prolog_timeout: bool,
     pub health_check_program: bool,
     pub health_check_interval: bool,
@@ -1495,6 +1497,12 @@ impl Service {
         }
         if !self.own.epilog {
             scripts.epilog = program(&theirs.epilog, "epilog");
+        }
+        if !self.own.task_prolog {
+            scripts.task_prolog = program(&theirs.task_prolog, "task prolog");
+        }
+        if !self.own.task_epilog {
+            scripts.task_epilog = program(&theirs.task_epilog, "task epilog");
         }
         if !self.own.prolog_timeout {
             scripts.timeout = secs(theirs.prolog_timeout_secs).or(self.own_scripts.timeout);

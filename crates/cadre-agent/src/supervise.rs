@@ -392,6 +392,8 @@ pub struct RunningTask {
     child: Proc,
     /// The task's status file, when a keeper stands between the agent and the task.
     kept: Option<crate::keeper::StatusFile>,
+    /// The site's task epilog, run once the task has ended (taken once).
+    after: Option<crate::prolog::TaskEpilogRun>,
     supervisor: Supervisor,
     files: TaskFiles,
     cgroup: Option<TaskCgroup>,
@@ -435,6 +437,7 @@ impl RunningTask {
             place,
             child,
             kept: None,
+            after: None,
             supervisor: Supervisor::new(start, limits),
             files,
             cgroup,
@@ -452,6 +455,20 @@ impl RunningTask {
     pub(crate) fn leftovers_outlive(mut self, outlive: bool) -> RunningTask {
         self.leftovers_outlive = outlive;
         self
+    }
+
+    /// The site's task epilog to run once the task has ended.
+    pub(crate) fn after_task(
+        mut self,
+        epilog: Option<crate::prolog::TaskEpilogRun>,
+    ) -> RunningTask {
+        self.after = epilog;
+        self
+    }
+
+    /// The task epilog, once (the worker runs it after the task's end).
+    pub fn take_task_epilog(&mut self) -> Option<crate::prolog::TaskEpilogRun> {
+        self.after.take()
     }
 
     /// A keeper stands between the agent and the task; its status file.

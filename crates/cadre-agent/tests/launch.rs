@@ -72,6 +72,7 @@ fn node() -> LocalNode {
         // Every task here has its keeper, as under a real agent, with no lease (nothing
         // is fenced) unless a test publishes one.
         keepers: Some(keepers()),
+        task_scripts: Default::default(),
     }
 }
 
@@ -199,6 +200,69 @@ fn a_task_is_pinned_to_its_cores() {
     let text = std::fs::read_to_string(dir.path().join("slurm-77.out")).unwrap();
     let list = text.split_once(':').unwrap().1.trim();
     assert_eq!(list, cpus[last as usize].to_string());
+}
+
+/// An executable script `name` in `dir`.
+fn program(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn the_task_prolog_changes_the_task_s_environment_and_output_and_the_task_epilog_follows_it() {
+    let dir = open_dir();
+    let d = dir.path().display();
+    let mut n = node();
+    n.task_scripts.prolog = Some(program(
+        dir.path(),
+        "task-prolog",
+        &format!(
+            "echo \"$SLURM_SCRIPT_CONTEXT $(id -u) $SLURM_PROCID\" > {d}/prolog-ran\n\
+             echo 'export FROM_PROLOG=a=b'\necho 'unset FROM_SUBMITTER'\n\
+             echo 'print hello from the task prolog'\necho 'export bad-name=x'\necho noise"
+        ),
+    ));
+    n.task_scripts.epilog = Some(program(
+        dir.path(),
+        "task-epilog",
+        &format!("echo \"$SLURM_SCRIPT_CONTEXT $FROM_PROLOG\" > {d}/epilog-ran"),
+    ));
+    let me = me();
+    let mut j = job(
+        dir.path(),
+        &me.name,
+        "echo \"FROM_PROLOG=$FROM_PROLOG\"; echo \"FROM_SUBMITTER=${FROM_SUBMITTER-unset}\"",
+        one_task(vec![]),
+    );
+    j.stdout = Some(format!("{d}/out"));
+    let mut t = launch_task(&j, &n, 0, &me).unwrap();
+    let o = t.wait().unwrap();
+    assert_eq!(o.state, JobState::Completed, "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out")).unwrap(),
+        "hello from the task prolog\nFROM_PROLOG=a=b\nFROM_SUBMITTER=unset\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("prolog-ran")).unwrap(),
+        format!("prolog_task {} 0\n", me.uid)
+    );
+    assert!(!dir.path().join("epilog-ran").exists());
+    t.take_task_epilog()
+        .expect("a task epilog")
+        .run(JobId(77), 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("epilog-ran")).unwrap(),
+        "epilog_task a=b\n"
+    );
+    // A failing task prolog fails the task's launch, saying why.
+    n.task_scripts.prolog = Some(program(dir.path(), "failing", "echo no quota; exit 4"));
+    let err = launch_task(&j, &n, 0, &me).unwrap_err().to_string();
+    assert!(
+        err.contains("task prolog") && err.contains("exit status 4") && err.contains("no quota"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -449,6 +513,19 @@ fn a_root_agent_runs_tasks_as_their_user() {
     );
     let meta = std::fs::metadata(&out).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (nobody.uid, nobody.gid));
+
+    // The task prolog runs as the user too (root's program, the user's identity).
+    let mut n = node();
+    n.task_scripts.prolog = Some(program(
+        dir.path(),
+        "task-prolog",
+        &format!("id -u > {}/prolog-uid", dir.path().display()),
+    ));
+    launch_task(&j, &n, 0, &nobody).unwrap().wait().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("prolog-uid")).unwrap(),
+        format!("{}\n", nobody.uid)
+    );
 
     // The task opens its files as the user: where the user may not write, it does not start.
     let closed = tempfile::tempdir().unwrap();

@@ -284,6 +284,11 @@ pub struct AgentSettings {
     pub health_check_interval_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_timeout_secs: Option<u64>,
+    /// Slurm's TaskProlog and TaskEpilog, run as the job's user around each task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_prolog: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_epilog: Option<String>,
 }
 
 impl AgentSettings {

@@ -37,8 +37,9 @@ const DEF_MEM: &str =
 const ACCOUNTING: &str = "cadre keeps its accounting in its own store (`--database`); \
      associations and limits come from the policy file (`auto_associations`, [quotas])";
 const PROLOG: &str = "each node's agent runs the site's prolog and epilog around a job's run \
-     there (`cadre agent --prolog`, `--epilog`, `--prolog-timeout`); task prologs and epilogs, \
-     and prologs on the controller, are not run";
+     there (`cadre agent --prolog`, `--epilog`, `--prolog-timeout`), and the task prolog and \
+     epilog as the user around each task (`--task-prolog`, `--task-epilog`); prologs on the \
+     controller and srun's are not run";
 const HEALTH: &str = "each node's agent runs the site's health check and its own checks \
      (`cadre agent --health-check-program`, `--health-check-interval`), and a failing one \
      drains the node until it passes; a node whose agent is away longer than `--node-timeout` \

@@ -119,6 +119,18 @@ pub struct AgentArgs {
     /// controller's --agent-epilog, else none].
     #[arg(long, value_name = "PROGRAM")]
     pub epilog: Option<PathBuf>,
+    /// A program run as the job's user before each task's program starts (Slurm's
+    /// TaskProlog), in the task's environment; lines of its output change the task:
+    /// `export NAME=value`, `unset NAME`, `print TEXT` (to the task's output). When it
+    /// fails, the task's launch fails. It must be root's and writable by root alone
+    /// [default: the controller's --agent-task-prolog, else none].
+    #[arg(long, value_name = "PROGRAM")]
+    pub task_prolog: Option<PathBuf>,
+    /// A program run as the job's user after each task has ended (Slurm's TaskEpilog), in
+    /// the task's environment; its failure is logged [default: the controller's
+    /// --agent-task-epilog, else none].
+    #[arg(long, value_name = "PROGRAM")]
+    pub task_epilog: Option<PathBuf>,
     /// Seconds the prolog or epilog may run before it is killed (and counts as failed)
     /// [default: the controller's --agent-prolog-timeout, else 300].
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -229,6 +241,8 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     config.scripts = NodeScripts {
         prolog: args.prolog.clone(),
         epilog: args.epilog.clone(),
+        task_prolog: args.task_prolog.clone(),
+        task_epilog: args.task_epilog.clone(),
         timeout: args.prolog_timeout.map(secs),
         dcgm_job_mapping_dir: args.dcgm_job_mapping_dir.clone(),
     };
@@ -236,6 +250,8 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
     config.own = OwnSettings {
         prolog: args.prolog.is_some(),
         epilog: args.epilog.is_some(),
+        task_prolog: args.task_prolog.is_some(),
+        task_epilog: args.task_epilog.is_some(),
         prolog_timeout: args.prolog_timeout.is_some(),
         health_check_program: args.health_check_program.is_some(),
         health_check_interval: args.health_check_interval.is_some(),

@@ -59,6 +59,12 @@ pub struct AgentSettingsArgs {
     /// Seconds between the agents' health checks (as `cadre agent --health-check-interval`).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub agent_health_check_interval: Option<u64>,
+    /// The agents' task prolog (as `cadre agent --task-prolog`).
+    #[arg(long, value_name = "PROGRAM")]
+    pub agent_task_prolog: Option<String>,
+    /// The agents' task epilog (as `cadre agent --task-epilog`).
+    #[arg(long, value_name = "PROGRAM")]
+    pub agent_task_epilog: Option<String>,
     /// Seconds a task's processes may outlive SIGKILL (as `cadre agent --kill-timeout`).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub agent_kill_timeout: Option<u64>,
@@ -73,6 +79,8 @@ impl AgentSettingsArgs {
             health_check_program: self.agent_health_check_program.clone(),
             health_check_interval_secs: self.agent_health_check_interval,
             kill_timeout_secs: self.agent_kill_timeout,
+            task_prolog: self.agent_task_prolog.clone(),
+            task_epilog: self.agent_task_epilog.clone(),
         }
     }
 }

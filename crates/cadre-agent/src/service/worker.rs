@@ -174,6 +174,7 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | EnvFile { .. }
         | Cgroup { .. }
         | Keeper { .. }
+        | TaskProlog { .. }
         | Signal { .. }
         | Wait { .. } => false,
         // The program, the working directory or an output file is missing or forbidden
@@ -256,6 +257,7 @@ fn run_thread(
         cgroup_parent: ctx.cgroup_parent.clone(),
         kill_timeout: ctx.kill_timeout(),
         keepers: ctx.keepers.clone(),
+        task_scripts: ctx.scripts().task_scripts(),
     };
     // A job's run (not a step) is framed by the site's prolog and epilog.
     let facts = match run.step {
@@ -470,6 +472,11 @@ fn finish(
         None => Vec::new(),
     };
     let supervised = supervise(&mut gang, run, &completing, events, commands);
+    for t in &mut gang.tasks {
+        if let Some(epilog) = t.take_task_epilog() {
+            epilog.run(run.job, t.place().procid);
+        }
+    }
     // The output is all read once the tasks' pipes close; not waited for long, since a
     // process the task left behind may hold them open.
     let until = std::time::Instant::now() + RELAY_DRAIN;
