@@ -167,6 +167,11 @@ impl NodeIdentity {
         }))
     }
 
+    /// The node its certificate names.
+    pub fn node(&self) -> Option<String> {
+        cadre_tls::node_of_pem(&self.cert_pem)
+    }
+
     /// Keeps the identity in `state_dir` (the key first, 0600).
     pub fn save(&self, state_dir: &Path) -> Result<(), EnrolError> {
         let dir = identity_dir(state_dir, true)?.ok_or_else(|| EnrolError::Unsafe {
@@ -207,17 +212,22 @@ fn https_authority(controller: &str) -> Result<(String, String), EnrolError> {
 
 /// Enrols node `node` with the controller at `controller` (`https://`), trusting the CA of
 /// `ca_pem` alone: makes the node's key, sends its certificate request with the join token,
-/// and returns the identity (to [`NodeIdentity::save`]).
+/// and returns the identity (to [`NodeIdentity::save`]). `node` empty: the node the join
+/// token was made for, else `host_node`.
+#[allow(clippy::too_many_arguments)]
 pub async fn enrol(
     controller: &str,
     node: &str,
+    host_node: Option<&str>,
     token: &str,
     ca_pem: &str,
     ca_path: &Path,
     timeout: Duration,
 ) -> Result<NodeIdentity, EnrolError> {
     let (host, authority) = https_authority(controller)?;
-    let (csr_pem, key_pem) = cadre_tls::node_request(node)?;
+    // The controller takes only the request's key and names the certificate itself: a node
+    // whose name comes from its join token asks under a placeholder.
+    let (csr_pem, key_pem) = cadre_tls::node_request(if node.is_empty() { "node" } else { node })?;
     let config = cadre_tls::client_config(ca_pem, ca_path, None)?;
     let connect = |why: String| EnrolError::Connect {
         address: controller.to_owned(),
@@ -232,6 +242,7 @@ pub async fn enrol(
     let body = serde_json::to_vec(&EnrolRequest {
         token: token.to_owned(),
         node: node.to_owned(),
+        host_node: host_node.filter(|_| node.is_empty()).map(str::to_owned),
         csr_pem,
     })
     .map_err(|e| connect(e.to_string()))?;
@@ -277,7 +288,7 @@ pub async fn enrol(
     }
     let answer: EnrolResponse =
         serde_json::from_slice(&bytes).map_err(|e| connect(format!("unreadable answer: {e}")))?;
-    if answer.node != node {
+    if !node.is_empty() && answer.node != node {
         return Err(connect(format!(
             "the certificate is for node `{}`, not `{node}`",
             answer.node

@@ -619,6 +619,7 @@ impl Bench<'_> {
                 let identity = cadre_agent::enrol::enrol(
                     &url,
                     &node,
+                    None,
                     &token,
                     &ca_pem,
                     &ca_path,

@@ -669,7 +669,14 @@ pub struct JoinTokenView {
 #[serde(deny_unknown_fields)]
 pub struct EnrolRequest {
     pub token: String,
+    /// The node's name; empty (or absent): the one its join token was made for, else
+    /// `host_node`.
+    #[serde(default)]
     pub node: String,
+    /// The machine's host name, the node's name when neither `node` nor the join token
+    /// gives one (sent only with an empty `node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_node: Option<String>,
     /// A PKCS #10 certificate request in PEM, made on the node (its key stays there).
     pub csr_pem: String,
 }

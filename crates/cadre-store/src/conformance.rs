@@ -1327,6 +1327,11 @@ pub(crate) fn join_tokens_enrol_once_and_a_node_has_one_live_certificate<H: Harn
     ok(s.create_join_token(&token("any-2", None, 500)));
     let dup = s.create_join_token(&token("any", None, 900));
     assert!(matches!(dup, Err(StoreError::DuplicateToken)), "{dup:?}");
+    // The node a token was made for names an agent that does not say its own.
+    let named = |s: &mut H::Store, secret: &str| ok(s.join_token_node(&TokenHash::of(secret)));
+    assert_eq!(named(&mut s, "for-b"), Some("b".to_string()));
+    assert_eq!(named(&mut s, "any"), None);
+    assert_eq!(named(&mut s, "nope"), None);
     let enrol = |s: &mut H::Store, secret: &str, c: &NodeCertRecord| {
         ok(s.enrol_node(&TokenHash::of(secret), c))
     };

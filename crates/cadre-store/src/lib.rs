@@ -161,6 +161,9 @@ pub trait Store: Send {
         cert: &NodeCertRecord,
     ) -> Result<Result<(), JoinRefused>, StoreError>;
 
+    /// The node a join token was made for, if the token exists and names one.
+    fn join_token_node(&mut self, hash: &TokenHash) -> Result<Option<String>, StoreError>;
+
     /// The node certificate of serial `serial`, if the controller issued it.
     fn node_cert(&mut self, serial: &str) -> Result<Option<NodeCertRecord>, StoreError>;
 
@@ -326,6 +329,10 @@ impl<B: Transact> Store for B {
         cert: &NodeCertRecord,
     ) -> Result<Result<(), JoinRefused>, StoreError> {
         self.transact(Mode::Write, &mut |tx| ops::enrol_node(tx, hash, cert))
+    }
+
+    fn join_token_node(&mut self, hash: &TokenHash) -> Result<Option<String>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::join_token_node(tx, hash))
     }
 
     fn node_cert(&mut self, serial: &str) -> Result<Option<NodeCertRecord>, StoreError> {

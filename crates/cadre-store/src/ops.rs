@@ -797,6 +797,20 @@ pub(crate) fn create_join_token(tx: &mut dyn Tx, token: &NewJoinToken) -> Result
 /// Takes a join token for `cert`'s node (once, before it expires, for the node it names)
 /// and records the certificate as the node's one live certificate: the node's earlier
 /// ones are revoked in the same transaction.
+pub(crate) fn join_token_node(
+    tx: &mut dyn Tx,
+    hash: &TokenHash,
+) -> Result<Option<String>, StoreError> {
+    let rows = tx.query(
+        "SELECT node FROM join_tokens WHERE hash = $1",
+        &[Value::Text(hash.to_hex())],
+    )?;
+    match rows.first() {
+        Some(row) => Ok(row.opt_text(0)?.map(str::to_owned)),
+        None => Ok(None),
+    }
+}
+
 pub(crate) fn enrol_node(
     tx: &mut dyn Tx,
     hash: &TokenHash,

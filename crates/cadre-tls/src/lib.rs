@@ -421,6 +421,14 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
+/// The node a certificate in PEM names (its common name), if it is one.
+pub fn node_of_pem(pem: &str) -> Option<String> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()?
+        .ok()?;
+    peer_cert(&der).map(|p| p.name)
+}
+
 /// What a peer's (already verified) certificate says of it.
 pub fn peer_cert(cert: &CertificateDer<'_>) -> Option<PeerCert> {
     let (_, x509) = x509_parser::parse_x509_certificate(cert).ok()?;

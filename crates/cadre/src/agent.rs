@@ -59,8 +59,10 @@ pub struct AgentArgs {
     /// the same machine.
     #[arg(long, env = "CADRE_SERVER", value_name = "URL")]
     pub controller: String,
-    /// This node's name in the controller's cluster [default: this machine's host name, up
-    /// to its first dot].
+    /// This node's name in the controller's cluster [default: with --state-dir and an
+    /// https:// controller, the node its certificate names (when it enrols, the node its
+    /// join token was made for, `cadre node token create --node NAME`, else the host
+    /// name); otherwise this machine's host name, up to its first dot].
     #[arg(long, env = "CADRE_NODE", value_name = "NAME")]
     pub node: Option<String>,
     /// A file holding the cluster's agent key (the controller's agent.key). Without it, the
@@ -194,15 +196,19 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         // Colours on a terminal only: not in journald or a log file.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let node = match &args.node {
+    let data_dir = data_dir();
+    let secure = args.controller.starts_with("https://") || args.controller.starts_with("wss://");
+    // The node's name: given; else, with a state directory of its own over TLS, the one
+    // its certificate (or, to enrol, its join token) names; else the host's.
+    let named_by_controller = args.node.is_none() && secure && args.state_dir.is_some();
+    let mut node = match &args.node {
         Some(n) => n.clone(),
+        None if named_by_controller => String::new(),
         None => {
             let host = service::host_name()?;
             host.split('.').next().unwrap_or(&host).to_string()
         }
     };
-    let data_dir = data_dir();
-    let secure = args.controller.starts_with("https://") || args.controller.starts_with("wss://");
     let key = match read_key(args.key_file.as_deref(), data_dir.as_deref()) {
         Ok(key) => key,
         // Over TLS the node's certificate is the credential.
@@ -219,7 +225,11 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
         }
     };
     let tls = if secure {
-        Some(node_tls(args, &node, &state_dir)?)
+        let (config, named) = node_tls(args, &node, &state_dir)?;
+        if node.is_empty() {
+            node = named;
+        }
+        Some(config)
     } else {
         None
     };
@@ -300,12 +310,13 @@ pub fn run(args: &AgentArgs) -> Result<ExitCode> {
 
 /// The node's TLS for an https:// controller: its identity kept in the state directory, or
 /// one enrolled now with the join token (`--join-file`, `$CADRE_JOIN_TOKEN`) and the CA of
-/// `--ca`.
+/// `--ca`; with the node's name as its certificate says. `node` empty: the name is the
+/// certificate's (at enrolment, the one the join token was made for).
 fn node_tls(
     args: &AgentArgs,
     node: &str,
     state_dir: &Path,
-) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+) -> Result<(std::sync::Arc<rustls::ClientConfig>, String)> {
     use cadre_agent::enrol::{NodeIdentity, enrol};
     service::prepare_state_dir(state_dir)?;
     let identity = match NodeIdentity::load(state_dir)? {
@@ -337,9 +348,10 @@ fn node_tls(
                 }
                 (None, Ok(token)) if !token.trim().is_empty() => token.trim().to_string(),
                 _ => bail!(
-                    "node `{node}` has not enrolled with this controller yet: give a join token \
+                    "node `{}` has not enrolled with this controller yet: give a join token \
                      (`cadre node token create` on the controller) in --join-file FILE or \
-                     CADRE_JOIN_TOKEN, and the cluster's CA in --ca FILE"
+                     CADRE_JOIN_TOKEN, and the cluster's CA in --ca FILE",
+                    if node.is_empty() { "(unnamed)" } else { node }
                 ),
             };
             let ca_path = args.ca.as_deref().context(
@@ -351,9 +363,12 @@ fn node_tls(
                 .enable_all()
                 .build()
                 .context("failed to start the enrolment's runtime")?;
+            let host = service::host_name()?;
+            let host = host.split('.').next().unwrap_or(&host).to_string();
             let identity = rt.block_on(enrol(
                 &args.controller,
                 node,
+                Some(&host),
                 &token,
                 &ca_pem,
                 ca_path,
@@ -361,13 +376,19 @@ fn node_tls(
             ))?;
             identity.save(state_dir)?;
             eprintln!(
-                "cadre agent: node `{node}` enrolled; its certificate is kept in {}",
+                "cadre agent: node `{}` enrolled; its certificate is kept in {}",
+                identity.node().unwrap_or_default(),
                 state_dir.join(cadre_agent::enrol::IDENTITY_DIR).display()
             );
             identity
         }
     };
-    Ok(identity.client_config(state_dir)?)
+    // A --node other than the certificate's is the controller's to refuse (it knows the
+    // agent by its certificate alone).
+    let named = identity
+        .node()
+        .context("the node's certificate names no node (its common name)")?;
+    Ok((identity.client_config(state_dir)?, named))
 }
 
 /// `--container-allowed-capabilities`, each named as [`cadre_k8s::capability`] names it.

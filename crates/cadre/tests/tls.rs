@@ -89,12 +89,16 @@ impl Setup {
     }
 
     /// `cadre agent` for `node` against the TLS address, as on another machine: none of
-    /// the cluster's variables, no agent key; its state in `state`.
+    /// the cluster's variables, no agent key; its state in `state`. `node` empty: no
+    /// `--node` (the controller names it).
     fn agent(&self, node: &str, state: &Path, ca: &Path, join: Option<&Path>) -> Command {
         let mut cmd = clean_command(env!("CARGO_BIN_EXE_cadre"), self.c.root());
         cmd.env("HOME", state)
-            .args(["agent", "--controller", &self.url, "--node", node])
-            .arg("--state-dir")
+            .args(["agent", "--controller", &self.url]);
+        if !node.is_empty() {
+            cmd.args(["--node", node]);
+        }
+        cmd.arg("--state-dir")
             .arg(state)
             .arg("--ca")
             .arg(ca)
@@ -227,6 +231,32 @@ fn a_node_enrols_once_with_its_token_and_acts_only_as_itself() {
     wait_until("n2 is away", || !s.connected("n2"));
     let out = s.agent("n2", &state, &s.ca(), None).output().unwrap();
     fails_with(&out, "HTTP 403");
+
+    // Named by the controller: without --node, a node enrols as the node its join token
+    // was made for (else as its host's name), and is from then on the node its certificate
+    // names.
+    let unnamed = states.path().join("unnamed");
+    let any = s.join_token("any.token", &[]);
+    // A token made for any node leaves the name to the host's (not one of this cluster's).
+    let out = s.agent("", &unnamed, &s.ca(), Some(&any)).output().unwrap();
+    fails_with(&out, "is not in the cluster");
+    let for_n2 = s.join_token("n2c.token", &["--node", "n2"]);
+    let mut agent = s
+        .agent("", &unnamed, &s.ca(), Some(&for_n2))
+        .spawn()
+        .unwrap();
+    wait_until("n2, named by its join token, connects", || {
+        s.connected("n2")
+    });
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    wait_until("n2 is away", || !s.connected("n2"));
+    let mut agent = s.agent("", &unnamed, &s.ca(), None).spawn().unwrap();
+    wait_until("n2, named by its certificate, connects again", || {
+        s.connected("n2")
+    });
+    agent.kill().unwrap();
+    agent.wait().unwrap();
 }
 
 #[test]

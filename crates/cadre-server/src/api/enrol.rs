@@ -113,6 +113,20 @@ pub(super) async fn enrol(
             "this controller has no TLS (it was started with --insecure): nodes cannot enrol",
         ));
     };
+    let mut req = req;
+    if req.node.is_empty() {
+        // The name its join token was made for (`cadre node token create --node NAME`).
+        let hash = TokenHash::of(&req.token);
+        req.node = read_store(&st, move |s| s.join_token_node(&hash))
+            .await?
+            .or(req.host_node.take())
+            .ok_or_else(|| {
+                ApiError::because(
+                    ErrorReason::JoinRefused,
+                    "the join token names no node (or is not one): give the agent its name (--node NAME)",
+                )
+            })?;
+    }
     cadre_tls::check_node_name(&req.node)
         .map_err(|e| ApiError::because(ErrorReason::InvalidRequest, e.to_string()))?;
     known_node(&st, &req.node).await?;
