@@ -169,17 +169,16 @@ impl TaskCgroup {
 
     /// `cgroup.procs`, open for writing, for the child to join before exec.
     pub(crate) fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
-        let path = self.path.join("cgroup.procs");
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map(OwnedFd::from)
-            .map_err(|source| CgroupError::Open { path, source })
+        self.open_for_writing("cgroup.procs")
     }
 
     /// `cgroup.kill`, open for writing, for the task's keeper ([`crate::keeper`]).
     pub(crate) fn kill_fd(&self) -> Result<OwnedFd, CgroupError> {
-        let path = self.path.join("cgroup.kill");
+        self.open_for_writing("cgroup.kill")
+    }
+
+    fn open_for_writing(&self, file: &str) -> Result<OwnedFd, CgroupError> {
+        let path = self.path.join(file);
         fs::OpenOptions::new()
             .write(true)
             .open(&path)

@@ -293,27 +293,8 @@ fn run_thread(
             return failed(e.to_string(), is_permanent(&e.source));
         }
     };
-    if gang.tasks.is_empty() {
-        record_run(
-            ctx,
-            order,
-            node_id,
-            &gang,
-            facts.as_ref(),
-            script_dir.as_deref(),
-        );
-        report(events, TaskEvent::Started { run });
-        return finish(
-            order,
-            gang,
-            Vec::new(),
-            facts,
-            script_dir,
-            ctx,
-            events,
-            commands,
-        );
-    }
+    // A gang with no task here (an allocation, a batch job's other nodes) holds its share
+    // of the node until the job stops (see `finish`).
     let readers = if job.relay {
         relay_output(&mut gang, run, events)
     } else {
