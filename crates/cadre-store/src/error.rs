@@ -48,6 +48,11 @@ pub enum StoreError {
          (at most {supported}); upgrade cadre before using this database"
     )]
     SchemaTooNew { found: u32, supported: u32 },
+    #[error(
+        "this controller is no longer the leader: it led with epoch {mine}, and the lease is \
+         now at epoch {now} (another controller took over); it writes nothing more"
+    )]
+    Deposed { mine: u64, now: u64 },
     #[error("failed to apply schema migration {version} (`{name}`)")]
     Migration {
         version: u32,

@@ -26,6 +26,8 @@ mod bench;
 #[cfg(test)]
 mod conformance;
 mod error;
+#[cfg(feature = "postgres")]
+mod leader;
 mod ops;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -36,6 +38,8 @@ mod sqlite;
 
 pub use bench::{SubmitBench, bench_submit};
 pub use error::StoreError;
+#[cfg(feature = "postgres")]
+pub use leader::{LeaderInfo, LeaderLease};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
@@ -350,6 +354,24 @@ impl<B: Transact> Store for B {
 
 /// Opens the database `--database` names: a `postgres://` or `postgresql://` URL, or else
 /// a path to an SQLite file (created if missing). Migrates it to [`SCHEMA_VERSION`].
+/// [`open`], for the leader of replicated controllers: every write transaction checks
+/// first that the leader lease is still at `epoch` ([`LeaderLease`]), and fails with
+/// [`StoreError::Deposed`] once another controller has taken it. PostgreSQL only.
+pub fn open_fenced(database: &str, epoch: u64) -> Result<Box<dyn Store>, StoreError> {
+    #[cfg(feature = "postgres")]
+    if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+        let mut store = PostgresStore::connect(database)?;
+        store.fence(epoch);
+        return Ok(Box::new(store));
+    }
+    let _ = epoch;
+    Err(StoreError::PostgresUrl {
+        message: format!(
+            "replicated controllers share a PostgreSQL database (postgres://...), not `{database}`"
+        ),
+    })
+}
+
 pub fn open(database: &str) -> Result<Box<dyn Store>, StoreError> {
     if database.starts_with("postgres://") || database.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]

@@ -29,6 +29,8 @@ const RETRIES: usize = 3;
 pub struct PostgresStore {
     config: PostgresConfig,
     client: Client,
+    /// The leader's epoch its writes are fenced with ([`PostgresStore::fence`]).
+    epoch: Option<u64>,
     /// Prepared statements of this connection, by SQL text.
     statements: HashMap<String, Statement>,
 }
@@ -102,8 +104,34 @@ impl PostgresStore {
         Ok(PostgresStore {
             config,
             client,
+            epoch: None,
             statements: HashMap::new(),
         })
+    }
+}
+
+impl PostgresStore {
+    /// Fences every later write transaction with the leader lease's `epoch`: each first
+    /// reads the lease row `FOR SHARE` (a takeover, which updates it, waits for the write to
+    /// end, and the write waits for a takeover under way) and fails with
+    /// [`StoreError::Deposed`] when another leader has taken it since. So a leader that was
+    /// paused or cut off while a standby took over commits nothing more.
+    pub fn fence(&mut self, epoch: u64) {
+        self.epoch = Some(epoch);
+    }
+}
+
+/// The check of [`PostgresStore::fence`].
+fn check_epoch(tx: &mut dyn Tx, mine: u64) -> Result<(), StoreError> {
+    let rows = tx.query("SELECT epoch FROM leadership WHERE id = 1 FOR SHARE", &[])?;
+    let now = match rows.first() {
+        Some(row) => u64::try_from(row.int(0)?).unwrap_or(0),
+        None => 0,
+    };
+    if now == mine {
+        Ok(())
+    } else {
+        Err(StoreError::Deposed { mine, now })
     }
 }
 
@@ -277,10 +305,15 @@ impl Transact for PostgresStore {
                 .read_only(mode == Mode::Read)
                 .start()
                 .map_err(|e| failed("BEGIN", e))?;
-            let result = f(&mut PgTx {
+            let mut ptx = PgTx {
                 tx: &mut tx,
                 statements: &mut self.statements,
-            });
+            };
+            let result = match self.epoch {
+                Some(mine) if mode == Mode::Write => check_epoch(&mut ptx, mine),
+                _ => Ok(()),
+            }
+            .and_then(|()| f(&mut ptx));
             let result = match result {
                 Ok(out) => tx.commit().map_err(|e| failed("COMMIT", e)).map(|()| out),
                 // Dropping `tx` rolls it back.
@@ -381,6 +414,68 @@ mod tests {
     }
 
     conformance_suite!(harness);
+
+    #[test]
+    fn one_controller_leads_at_a_time_and_a_deposed_leader_writes_nothing() {
+        use crate::{LeaderLease, Store};
+        let Some(h) = harness() else { return };
+        let lease = Duration::from_millis(300);
+        let open = |who: &str| {
+            LeaderLease::from_config(
+                h.config().unwrap(),
+                who,
+                &format!("https://{who}:6817"),
+                lease,
+            )
+            .unwrap()
+        };
+        let (mut a, mut b) = (open("a"), open("b"));
+        assert_eq!(
+            a.current().unwrap().holder,
+            "",
+            "nobody leads a new database"
+        );
+        let first = a.try_take().unwrap().expect("a free lease is taken");
+        assert_eq!(b.try_take().unwrap(), None, "a held lease is not taken");
+        let info = b.current().unwrap();
+        assert_eq!(
+            (info.epoch, info.holder.as_str(), info.address.as_str()),
+            (first, "a", "https://a:6817")
+        );
+        assert!(info.live());
+        let mut store = PostgresStore::from_config(h.config().unwrap()).unwrap();
+        store.fence(first);
+        let token = |s: &str| crate::NewJoinToken {
+            hash: crate::TokenHash::of(s),
+            node: None,
+            created: cadre_core::time::Time(1),
+            expires: cadre_core::time::Time(2),
+        };
+        store
+            .create_join_token(&token("one"))
+            .expect("the leader writes");
+        // Renewed, it stays a's.
+        std::thread::sleep(lease / 2);
+        assert!(a.renew(first).unwrap());
+        std::thread::sleep(lease / 2);
+        assert_eq!(b.try_take().unwrap(), None);
+        // a stops renewing (paused): b takes over with the next epoch...
+        std::thread::sleep(lease + Duration::from_millis(100));
+        let second = b.try_take().unwrap().expect("a lapsed lease is taken");
+        assert_eq!(second, first + 1);
+        // ...and a, waking, can neither renew nor write; reads still work.
+        assert!(!a.renew(first).unwrap());
+        let err = store.create_join_token(&token("two")).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Deposed { mine, now } if mine == first && now == second),
+            "{err}"
+        );
+        assert!(err.to_string().contains("no longer the leader"), "{err}");
+        assert!(store.node_certs().is_ok());
+        // A leader that resigns hands over at once.
+        b.resign(second).unwrap();
+        assert_eq!(a.try_take().unwrap(), Some(second + 1));
+    }
 
     #[test]
     fn bad_url_says_what_was_wrong() {

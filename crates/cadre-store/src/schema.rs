@@ -186,6 +186,25 @@ CREATE TABLE node_certs (
 CREATE INDEX node_certs_by_node ON node_certs (node);
 ",
     },
+    // The leader lease of replicated controllers (PostgreSQL; one row). Each leader takes
+    // it with a new epoch; every write of the leader's checks its epoch (see `leader`).
+    Migration {
+        version: 6,
+        name: "leader lease",
+        sql: "
+CREATE TABLE leadership (
+    id BIGINT PRIMARY KEY,
+    epoch BIGINT NOT NULL,
+    holder TEXT NOT NULL,
+    address TEXT NOT NULL,
+    renewed_ms BIGINT NOT NULL,
+    lease_ms BIGINT NOT NULL,
+    since_ms BIGINT NOT NULL
+);
+INSERT INTO leadership (id, epoch, holder, address, renewed_ms, lease_ms, since_ms)
+    VALUES (1, 0, '', '', 0, 0, 0);
+",
+    },
 ];
 
 /// The schema version this build writes.
