@@ -857,6 +857,9 @@ pub enum ErrorReason {
     Conflict,
     /// 503: the controller is stopping or its store failed.
     Unavailable,
+    /// 503: this controller is a standby of replicated controllers (`subject`: the
+    /// leader's address, when one leads).
+    NotLeader,
     /// 500: a bug.
     Internal,
 }
@@ -875,7 +878,7 @@ impl ErrorReason {
             Forbidden | ForbiddenField | JoinRefused | TlsRequired => ErrorCode::Forbidden,
             NotFound => ErrorCode::NotFound,
             Conflict => ErrorCode::Conflict,
-            Unavailable => ErrorCode::Unavailable,
+            Unavailable | NotLeader => ErrorCode::Unavailable,
             Internal => ErrorCode::Internal,
         }
     }

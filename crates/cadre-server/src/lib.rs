@@ -33,6 +33,7 @@ pub mod listen;
 pub mod metrics;
 pub mod queues;
 pub mod read_store;
+pub mod replica;
 pub mod state;
 pub mod ui;
 
@@ -77,6 +78,9 @@ pub struct ServerConfig {
     /// TLS on the TCP address (the cluster's CA and the controller's certificate); `None`:
     /// plain TCP, which `cadre server` allows only with `--insecure`.
     pub tls: Option<Arc<TlsSetup>>,
+    /// The leader lease's epoch this controller's writes are fenced with, when it leads
+    /// replicated controllers ([`replica`]); `None`: a single controller.
+    pub fence: Option<u64>,
 }
 
 /// The controller's TLS: the cluster's CA (which signs nodes' certificates at enrolment)
@@ -129,7 +133,7 @@ pub enum ServerError {
 
 /// Binds the Unix socket at `path`, removing a stale socket file left by a controller that
 /// is gone (and refusing one that still answers).
-async fn bind_socket(path: &PathBuf) -> Result<tokio::net::UnixListener, ServerError> {
+pub(crate) async fn bind_socket(path: &PathBuf) -> Result<tokio::net::UnixListener, ServerError> {
     if path.exists() {
         if tokio::net::UnixStream::connect(path).await.is_ok() {
             return Err(ServerError::SocketInUse { path: path.clone() });
@@ -153,8 +157,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     ready: impl FnOnce(),
 ) -> Result<(), ServerError> {
-    let open = |database: &str| {
-        cadre_store::open(database).map_err(|source| ServerError::Store {
+    let fence = config.fence;
+    let open = move |database: &str| {
+        match fence {
+            Some(epoch) => cadre_store::open_fenced(database, epoch),
+            None => cadre_store::open(database),
+        }
+        .map_err(|source| ServerError::Store {
             database: database.to_owned(),
             source,
         })
@@ -228,7 +237,9 @@ pub async fn serve(
         handle.clone(),
         state.dashboard.clone(),
     ));
-    let app = api::router(state.clone()).merge(ui::router(state));
+    let app = api::router(state.clone())
+        .merge(ui::router(state))
+        .merge(replica::probes(true));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let unix_task = tokio::spawn(listen::serve(
         socket,

@@ -172,6 +172,34 @@ pub struct ControllerArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_connections_per_peer: u32,
+    /// Run as one of two or three replicated controllers on one PostgreSQL --database
+    /// (`cadre server` only): one leads, holding the leader lease, the others stand by
+    /// (`/readyz` 503, requests answered `not_leader` with the leader's address) and take
+    /// over when its lease lapses. Give every replica the same site CA (--ca-cert,
+    /// --ca-key) and agent key (the data directory's agent.key).
+    #[arg(long, env = "CADRE_REPLICA", requires = "listen")]
+    pub replica: bool,
+    /// With --replica: where clients and agents reach this replica, told to them by the
+    /// standbys [default: https://ADDRESS:PORT of --listen, this machine's host name for
+    /// an unspecified address].
+    #[arg(
+        long,
+        env = "CADRE_ADVERTISE",
+        value_name = "URL",
+        requires = "replica"
+    )]
+    pub advertise: Option<String>,
+    /// With --replica: seconds a leader may go without renewing its lease before a
+    /// standby takes over (it renews every quarter of it). Shorter fails over sooner;
+    /// longer rides out slower database answers.
+    #[arg(
+        long,
+        env = "CADRE_LEADER_LEASE",
+        value_name = "SECS",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u64).range(1..=600)
+    )]
+    pub leader_lease: u64,
 }
 
 /// `cadre up`.
@@ -489,14 +517,59 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
                 max_per_peer: args.max_connections_per_peer as usize,
             },
             tls: tls_setup(args, layout)?,
+            fence: None,
         },
         cluster,
     ))
 }
 
+/// `--replica`'s settings: its name, its address for clients and agents, its lease.
+fn replica_config(
+    args: &ControllerArgs,
+    config: &ServerConfig,
+) -> Result<cadre_server::replica::ReplicaConfig> {
+    if !(config.database.starts_with("postgres://") || config.database.starts_with("postgresql://"))
+    {
+        bail!(
+            "--replica needs --database postgres://...: replicated controllers share a \
+             PostgreSQL database (SQLite serves one controller)"
+        );
+    }
+    let host = cadre_agent::service::host_name()?;
+    let advertise = match (&args.advertise, args.listen) {
+        (Some(url), _) => url.clone(),
+        (None, Some(addr)) => {
+            let scheme = if config.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            let at = if addr.ip().is_unspecified() {
+                host.clone()
+            } else {
+                addr.ip().to_string()
+            };
+            match addr {
+                SocketAddr::V6(_) if !addr.ip().is_unspecified() => {
+                    format!("{scheme}://[{at}]:{}", addr.port())
+                }
+                _ => format!("{scheme}://{at}:{}", addr.port()),
+            }
+        }
+        (None, None) => {
+            bail!("--replica needs --listen: the replicas' clients and agents reach them over TCP")
+        }
+    };
+    Ok(cadre_server::replica::ReplicaConfig {
+        name: format!("{host}:{}", std::process::id()),
+        advertise,
+        lease: Duration::from_secs(args.leader_lease),
+    })
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CADRE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,postgres=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -528,12 +601,26 @@ pub fn server(args: &ControllerArgs) -> Result<ExitCode> {
     let layout = Layout::new(args.data_dir.clone(), args.run_dir.clone())?;
     let (config, _) = server_config(args, &layout)?;
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(cadre_server::serve(config, termination(), || {}))?;
+    if args.replica {
+        let replica = replica_config(args, &config)?;
+        rt.block_on(cadre_server::replica::serve_replica(
+            config,
+            replica,
+            termination(),
+        ))?;
+    } else {
+        rt.block_on(cadre_server::serve(config, termination(), || {}))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `cadre up`.
 pub fn up(args: &UpArgs) -> Result<ExitCode> {
+    if args.controller.replica {
+        bail!(
+            "--replica is for `cadre server` (each replica on its own host, or port and data directory)"
+        );
+    }
     restrict_umask();
     let layout = Layout::new(
         args.controller.data_dir.clone(),
