@@ -44,6 +44,8 @@ const ENDED_AT: u64 = 4;
 const STATUS_AT: u64 = 8;
 const FENCED_AT: u64 = 12;
 const STATUS_LEN: usize = 16;
+/// The `ended` word of a task the keeper could not wait for.
+const ENDED_UNKNOWN: u32 = 2;
 
 /// The directory of the status files, in the agent's state directory.
 pub const TASKS_DIR: &str = "tasks";
@@ -126,7 +128,7 @@ impl LeaseFile {
     /// A descriptor of the file for a keeper (close-on-exec: the task's program does not
     /// get it).
     pub(crate) fn fd(&self) -> io::Result<OwnedFd> {
-        Ok(OwnedFd::from(self.file.try_clone()?))
+        above_stdio(OwnedFd::from(self.file.try_clone()?))
     }
 }
 
@@ -135,6 +137,8 @@ impl LeaseFile {
 pub enum KeptEnd {
     Exited(i32),
     Signaled(i32),
+    /// The keeper lost its task (it could not wait for it): how it ended is unknown.
+    Unknown,
 }
 
 /// A task's status file, as the agent reads it.
@@ -194,8 +198,10 @@ impl StatusFile {
 
     /// How the task ended, once it has.
     pub fn ended(&self) -> Option<KeptEnd> {
-        if self.word(ENDED_AT)? != 1 {
-            return None;
+        match self.word(ENDED_AT)? {
+            1 => {}
+            ENDED_UNKNOWN => return Some(KeptEnd::Unknown),
+            _ => return None,
         }
         let status = self.word(STATUS_AT)? as i32;
         Some(if libc::WIFSIGNALED(status) {
@@ -226,7 +232,7 @@ impl StatusFile {
 
     /// A descriptor for the keeper.
     pub(crate) fn fd(&self) -> io::Result<OwnedFd> {
-        Ok(OwnedFd::from(self.file.try_clone()?))
+        above_stdio(OwnedFd::from(self.file.try_clone()?))
     }
 
     /// Removes the file (the task's end was told).
@@ -270,26 +276,6 @@ pub(crate) struct KeeperPlan {
     pub(crate) kill: Option<OwnedFd>,
 }
 
-/// The signals the keeper ignores: everything catchable that the agent or a user may send
-/// to the task's process group or cgroup.
-const IGNORED: [libc::c_int; 15] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGPIPE,
-    libc::SIGALRM,
-    libc::SIGTERM,
-    libc::SIGTSTP,
-    libc::SIGTTIN,
-    libc::SIGTTOU,
-    libc::SIGXCPU,
-    libc::SIGXFSZ,
-    libc::SIGVTALRM,
-    libc::SIGPROF,
-];
-
 impl KeeperPlan {
     /// In the child of the agent's fork, before anything else changes it but its cgroup:
     /// forks the task's process and returns in it; the keeper never returns.
@@ -312,8 +298,29 @@ impl KeeperPlan {
         // owns and on stack buffers; no allocation, no lock, nothing of the parent's state.
         unsafe {
             pwrite_all(status, &(task as u32).to_le_bytes(), PID_AT);
-            for sig in IGNORED {
-                libc::signal(sig, libc::SIG_IGN);
+            // Deaf to every signal but SIGKILL and SIGSTOP, which cannot be caught, and
+            // SIGCHLD, whose default it needs to wait for its task: whatever reaches the
+            // task's process group (`scancel --signal=ABRT`) leaves it be. Never dumped: it
+            // is a copy of the agent's memory.
+            for sig in 1..libc::SIGRTMAX() {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+            }
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            // The last the kernel kills for lack of memory: its task's end depends on it.
+            let adj = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if adj >= 0 {
+                libc::write(adj, b"-1000".as_ptr().cast(), 5);
+                libc::close(adj);
             }
             // Nothing of the task's: its output pipes (the agent must see them close when
             // the task's close), std's exec-error pipe, the launch report pipe.
@@ -326,8 +333,13 @@ impl KeeperPlan {
             let mut wait_status: libc::c_int = 0;
             loop {
                 let got = libc::waitpid(task, &mut wait_status, libc::WNOHANG);
-                if got == task || (got == -1 && *libc::__errno_location() == libc::ECHILD) {
+                if got == task {
                     break;
+                }
+                if got == -1 && *libc::__errno_location() == libc::ECHILD {
+                    // Cannot happen to a parent that does not ignore SIGCHLD; said if it does.
+                    pwrite_all(status, &ENDED_UNKNOWN.to_le_bytes(), ENDED_AT);
+                    libc::_exit(255);
                 }
                 let deadline = read_u64(lease);
                 let now = now_ns();
@@ -429,13 +441,58 @@ unsafe fn close_others(keep: &mut [libc::c_int; 3]) {
         }
         let k = k as libc::c_uint;
         if k > from {
-            // SAFETY: close_range on this process's own descriptors.
-            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) };
+            // SAFETY: this process's own descriptors.
+            unsafe { close_range(from, k - 1) };
         }
         from = k + 1;
     }
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
+    unsafe { close_range(from, libc::c_uint::MAX) };
+}
+
+/// Closes descriptors `from..=to`: `close_range` (Linux 5.9), else one by one up to the
+/// process's limit (older kernels, and seccomp profiles that refuse it).
+unsafe fn close_range(from: libc::c_uint, to: libc::c_uint) {
+    // SAFETY: this process's own descriptors; getrlimit on a stack struct.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, from, to, 0) == 0 {
+            return;
+        }
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_uint
+        } else {
+            1024
+        };
+        let mut fd = from;
+        while fd <= to && fd < top {
+            libc::close(fd as libc::c_int);
+            fd += 1;
+        }
+    }
+}
+
+/// `fd` moved above the standard descriptors (0 to 2, which the child's own standard
+/// input and outputs replace), close-on-exec: what a keeper keeps must not be among them.
+pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))?;
+    // SAFETY: a descriptor F_DUPFD_CLOEXEC just returned; nothing else owns it.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+}
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`'s 22nd field):
+/// with its pid, what tells one process from a later one given the same pid.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields after its last `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The name of a task's status file: its cgroup's (`job<J>.<R>[.step<S>].task<T>`).

@@ -209,13 +209,15 @@ impl ChildPlan {
             let _ = nix::unistd::write(&self.report, &[step as u8]);
             io::Error::from_raw_os_error(e as i32)
         };
+        if let Some(k) = &self.keeper {
+            // Returns in the task's process only; the keeper stays behind as its parent,
+            // outside the task's cgroup (which its fencing kills, and whose memory limit
+            // and freezing are the task's).
+            k.split().map_err(|e| fail(ChildStep::Keeper, e))?;
+        }
         if let Some(fd) = &self.cgroup_procs {
             // "0" moves the writing process itself.
             nix::unistd::write(fd, b"0").map_err(|e| fail(ChildStep::Cgroup, e))?;
-        }
-        if let Some(k) = &self.keeper {
-            // Returns in the task's process only; the keeper stays behind as its parent.
-            k.split().map_err(|e| fail(ChildStep::Keeper, e))?;
         }
         if let Some(cpus) = &self.cpus {
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus)
@@ -393,7 +395,21 @@ pub(crate) fn launch_task_with(
         )
     });
     // The site's task prolog, as the user, changes the task's environment and writes first
-    // to its output (see `crate::prolog::TaskScripts`).
+    // to its output (see `crate::prolog::TaskScripts`); it and the task epilog run in
+    // cgroups of their own beside the task's.
+    let program_cgroup = |what: &str| {
+        node.cgroup_parent.as_ref().map(|p| {
+            p.join(format!(
+                "{}.{what}",
+                crate::keeper::status_name(
+                    job.id.0,
+                    job.run,
+                    job.step.as_ref().map(|s| s.id),
+                    place.procid
+                )
+            ))
+        })
+    };
     let preamble = match &node.task_scripts.prolog {
         Some(program) => {
             let ran = crate::prolog::run_task_program(
@@ -402,6 +418,7 @@ pub(crate) fn launch_task_with(
                 &ids,
                 &env,
                 node.task_scripts.timeout,
+                program_cgroup("prolog").as_deref(),
             )
             .map_err(|source| LaunchError::TaskProlog {
                 job: job.id,
@@ -423,6 +440,7 @@ pub(crate) fn launch_task_with(
                 ids: ids.clone(),
                 env: env.clone(),
                 timeout: node.task_scripts.timeout,
+                cgroup: program_cgroup("epilog"),
             });
     let container = job.programs.get(&index).and_then(|p| p.container.as_ref());
     // The runtime is the task's process: in a container of its own, or in another's.
@@ -580,7 +598,10 @@ pub(crate) fn launch_task_with(
                 lease: k.lease.fd().map_err(keeper_err)?,
                 // Without `cgroup.kill` (before Linux 5.14) the keeper kills the task's
                 // process alone.
-                kill: cgroup.as_ref().and_then(|cg| cg.kill_fd().ok()),
+                kill: cgroup
+                    .as_ref()
+                    .and_then(|cg| cg.kill_fd().ok())
+                    .and_then(|fd| crate::keeper::above_stdio(fd).ok()),
             };
             (Some(status), Some(plan))
         }

@@ -345,6 +345,8 @@ pub struct TaskEpilogRun {
     pub ids: Ids,
     pub env: std::collections::BTreeMap<String, String>,
     pub timeout: Duration,
+    /// The cgroup to make for it (see [`run_task_program`]).
+    pub cgroup: Option<PathBuf>,
 }
 
 impl TaskEpilogRun {
@@ -356,6 +358,7 @@ impl TaskEpilogRun {
             &self.ids,
             &self.env,
             self.timeout,
+            self.cgroup.as_deref(),
         ) {
             Ok(ran) if !ran.output.trim().is_empty() => {
                 tracing::info!(%job, procid, program = %self.program.display(), "task epilog said: {}", ran.output.trim());
@@ -424,42 +427,70 @@ pub type Ids = Option<(u32, u32, Vec<u32>)>;
 
 /// Runs a task prolog or epilog (`context`: `"prolog_task"` or `"epilog_task"`) as `ids`,
 /// with the task's environment `env`; blocks until it ends or its timeout.
+///
+/// `cgroup`: a cgroup v2 directory to make for it (beside the task's), which it runs in and
+/// which is killed whole and removed when it ends: what it leaves behind (a process that
+/// left its group with `setsid`) goes with it. `None`: its process group only.
 pub fn run_task_program(
     program: &Path,
     context: &'static str,
     ids: &Ids,
     env: &std::collections::BTreeMap<String, String>,
     timeout: Duration,
+    cgroup: Option<&Path>,
 ) -> Result<Ran, ScriptError> {
     let word = if context == "prolog_task" {
         "task prolog"
     } else {
         "task epilog"
     };
+    let start_err = |why: String| ScriptError::Start {
+        context: word,
+        program: program.to_path_buf(),
+        why,
+    };
+    let cgroup = cgroup
+        .map(ProgramCgroup::make)
+        .transpose()
+        .map_err(|e| start_err(format!("cannot make its cgroup: {e}")))?;
+    let join = cgroup
+        .as_ref()
+        .map(|c| std::os::fd::AsRawFd::as_raw_fd(&c.procs));
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .envs(env)
         .env("SLURM_SCRIPT_CONTEXT", context)
         .current_dir("/");
-    if let Some((uid, gid, groups)) = ids.clone() {
-        let groups: Vec<nix::unistd::Gid> =
-            groups.into_iter().map(nix::unistd::Gid::from_raw).collect();
-        // SAFETY: runs between fork and exec; setgroups, setgid and setuid are system calls
-        // on data prepared before the fork (no allocation, no lock).
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::unistd::setgroups(&groups)?;
-                nix::unistd::setgid(nix::unistd::Gid::from_raw(gid))?;
-                nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
-                Ok(())
-            });
-        }
+    let ids: Option<(nix::unistd::Uid, nix::unistd::Gid, Vec<nix::unistd::Gid>)> =
+        ids.clone().map(|(uid, gid, groups)| {
+            (
+                nix::unistd::Uid::from_raw(uid),
+                nix::unistd::Gid::from_raw(gid),
+                groups.into_iter().map(nix::unistd::Gid::from_raw).collect(),
+            )
+        });
+    // SAFETY: runs between fork and exec; write, setgroups, setgid and setuid are system
+    // calls on data prepared before the fork (no allocation, no lock). The cgroup's
+    // `cgroup.procs` descriptor stays open in the parent until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = join {
+                // "0": the writing process itself, before it gives root up.
+                nix::unistd::write(std::os::fd::BorrowedFd::borrow_raw(fd), b"0")?;
+            }
+            if let Some((uid, gid, groups)) = &ids {
+                nix::unistd::setgroups(groups)?;
+                nix::unistd::setgid(*gid)?;
+                nix::unistd::setuid(*uid)?;
+            }
+            Ok(())
+        });
     }
-    let ran = supervise_program(cmd, timeout).map_err(|e| ScriptError::Start {
-        context: word,
-        program: program.to_path_buf(),
-        why: e.to_string(),
-    })?;
+    let ran = supervise_program(cmd, timeout, cgroup.as_ref().map(|c| &c.cg));
+    if let Some(c) = cgroup {
+        c.finish();
+    }
+    let ran = ran.map_err(|e| start_err(e.to_string()))?;
     match ran.status {
         None => Err(ScriptError::TimedOut {
             context: word,
@@ -510,12 +541,16 @@ pub(crate) fn run_site_program(
         )
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir("/");
-    supervise_program(cmd, timeout)
+    supervise_program(cmd, timeout, None)
 }
 
 /// Runs `cmd` with no standard input, its output read (bounded), in a process group of its
 /// own that is killed whole when it ends or at `timeout`.
-fn supervise_program(mut cmd: Command, timeout: Duration) -> std::io::Result<Ran> {
+fn supervise_program(
+    mut cmd: Command,
+    timeout: Duration,
+    cgroup: Option<&crate::cgroup::TaskCgroup>,
+) -> std::io::Result<Ran> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -524,7 +559,9 @@ fn supervise_program(mut cmd: Command, timeout: Duration) -> std::io::Result<Ran
     let mut child = cmd.spawn()?;
     // The output is read on threads of its own, so that a program writing more than a
     // pipe holds never blocks on it; only the first OUTPUT_KEPT bytes are kept.
-    let readers: Vec<_> = [
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut readers = 0;
+    for (i, r) in [
         child
             .stdout
             .take()
@@ -535,29 +572,84 @@ fn supervise_program(mut cmd: Command, timeout: Duration) -> std::io::Result<Ran
             .map(|r| Box::new(r) as Box<dyn Read + Send>),
     ]
     .into_iter()
-    .flatten()
-    .map(|r| std::thread::spawn(move || read_bounded(r)))
-    .collect();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= timeout => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(_) => break None,
+    .enumerate()
+    {
+        if let Some(r) = r {
+            readers += 1;
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send((i, read_bounded(r)));
+            });
+        }
+    }
+    drop(tx);
+    // Its end is seen without reaping it (WNOWAIT), so that its process group id stays
+    // its own while the group is killed.
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    let ended = loop {
+        match waitid(Id::Pid(pid), flags) {
+            Ok(WaitStatus::StillAlive) if started.elapsed() >= timeout => break false,
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+            Ok(_) | Err(_) => break true,
         }
     };
-    // The whole group, whether the program ended or not: what it started goes too.
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    if status.is_none() {
-        let _ = child.wait();
+    // The whole group and cgroup, whether the program ended or not: what it started goes.
+    let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+    if let Some(cg) = cgroup {
+        cg.kill_all();
     }
-    let outputs: Vec<String> = readers.into_iter().filter_map(|t| t.join().ok()).collect();
+    let status = child.wait().ok().filter(|_| ended);
+    // Its output, unless something it left (outside a cgroup) holds its pipes open: then
+    // what was read within a second more.
+    let mut outputs = [String::new(), String::new()];
+    let until = Instant::now() + Duration::from_secs(1);
+    for _ in 0..readers {
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok((i, text)) => outputs[i] = text,
+            Err(_) => break,
+        }
+    }
+    let [stdout, stderr] = outputs;
     Ok(Ran {
         status,
-        output: outputs.join(""),
-        stdout: outputs.into_iter().next().unwrap_or_default(),
+        output: format!("{stdout}{stderr}"),
+        stdout,
     })
+}
+
+/// A cgroup of its own for a task program ([`run_task_program`]).
+struct ProgramCgroup {
+    cg: crate::cgroup::TaskCgroup,
+    procs: std::os::fd::OwnedFd,
+}
+
+impl ProgramCgroup {
+    /// Makes `dir` (anew: an empty one left by an earlier try goes first).
+    fn make(dir: &Path) -> std::io::Result<ProgramCgroup> {
+        let _ = std::fs::remove_dir(dir);
+        std::fs::create_dir(dir)?;
+        let cg = crate::cgroup::TaskCgroup::existing(dir.to_path_buf());
+        match cg.procs_fd() {
+            Ok(procs) => Ok(ProgramCgroup { cg, procs }),
+            Err(e) => {
+                cg.remove();
+                Err(std::io::Error::other(e))
+            }
+        }
+    }
+
+    /// Kills what is left in it, waits a moment for it to empty, and removes it (one that
+    /// will not empty is left for the run's end, which sweeps its cgroups).
+    fn finish(self) {
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.cg.populated() && Instant::now() < until {
+            self.cg.kill_all();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.cg.remove();
+    }
 }
 
 /// Up to [`OUTPUT_KEPT`] bytes of `r` as text; the rest is read and dropped.

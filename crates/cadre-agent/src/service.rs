@@ -688,6 +688,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         tracing::warn!(record = %path.display(), %why, "a run record of a previous life cannot be read: its run is lost");
     }
     let records = if config.cgroups == CgroupSetting::Off {
+        for r in &records {
+            record::forget(&config.state_dir, r);
+        }
         Vec::new()
     } else {
         records
@@ -1055,6 +1058,7 @@ impl Service {
                         cg.kill_all();
                         cg.remove();
                     }
+                    record::forget(&self.ctx.state_dir, &rec);
                     continue;
                 }
             };
@@ -1110,6 +1114,7 @@ impl Service {
                 order.run.job,
                 place,
                 t.keeper,
+                t.keeper_start,
                 start,
                 limits,
                 TaskFiles {

@@ -477,15 +477,17 @@ impl RunningTask {
         self
     }
 
-    /// Supervises again the task of keeper `pid` that a previous life of the agent
-    /// started at `start`, in `cgroup`, with its status file `status`. Refused when `pid` is
-    /// no longer that keeper (it ended, and the pid went to another process): then only the
-    /// status file tells how the task ended.
+    /// Supervises again the task of keeper `pid` (started at `keeper_start`, in clock
+    /// ticks since boot, as `/proc/PID/stat` says) that a previous life of the agent
+    /// started at `start`, in `cgroup`, with its status file `status`. When the status file
+    /// says the task ended, or `pid` is no longer that keeper (it ended, and the pid went to
+    /// another process), only the status file tells how the task ended.
     #[allow(clippy::too_many_arguments)]
     pub fn adopt(
         job: JobId,
         place: TaskPlace,
         pid: u32,
+        keeper_start: u64,
         start: Instant,
         limits: Limits,
         files: TaskFiles,
@@ -493,16 +495,17 @@ impl RunningTask {
         status: crate::keeper::StatusFile,
     ) -> RunningTask {
         // Opened first, checked after: a pidfd names one process for good, so a process
-        // found in the task's cgroup after the open is the keeper itself.
+        // with the keeper's start time after the open is the keeper itself.
         let pidfd = i32::try_from(pid)
             .ok()
+            .filter(|_| status.ended().is_none())
             .and_then(|p| {
                 // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
                 let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p, 0) };
                 // SAFETY: a descriptor just returned by the kernel, owned by nobody else.
                 (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
             })
-            .filter(|_| in_cgroup(pid, cgroup.path()));
+            .filter(|_| crate::keeper::start_time(pid) == Some(keeper_start));
         let mut task = RunningTask::new_with(
             job,
             place,
@@ -672,7 +675,10 @@ impl RunningTask {
                     (Some(cg), signal) => cg.signal_all(signal),
                     (None, _) => false,
                 };
-                if through_cgroup || reaped {
+                // An adopted keeper is not this agent's child: its group id may have
+                // been reused, and only its cgroup is signalled.
+                let adopted = matches!(self.child, Proc::Adopted { .. });
+                if through_cgroup || reaped || adopted {
                     Ok(())
                 } else {
                     nix::sys::signal::killpg(pid, action.signal)
@@ -681,6 +687,8 @@ impl RunningTask {
             SignalTarget::Leader if reaped => Ok(()),
             // The task's own process, not its keeper (which ignores it).
             SignalTarget::Leader => match &self.kept {
+                // Never to a task that has ended: its pid may be anyone's by now.
+                Some(k) if k.ended().is_some() => Ok(()),
                 Some(k) => match k.wait_task_pid(Duration::from_millis(200)) {
                     Some(task) => nix::sys::signal::kill(Pid::from_raw(task), action.signal),
                     None => Ok(()),
@@ -736,9 +744,6 @@ impl RunningTask {
             }
             _ => None,
         };
-        if let Some(k) = &self.kept {
-            k.remove();
-        }
         let oom = match &self.cgroup {
             Some(cg) => {
                 let check = cg.oom_check();
@@ -828,7 +833,9 @@ impl RunningTask {
             None => match self.kept.as_ref().and_then(|k| k.ended()) {
                 Some(crate::keeper::KeptEnd::Exited(c)) => Termination::Exited(c),
                 Some(crate::keeper::KeptEnd::Signaled(s)) => Termination::Signaled(s),
-                None => Termination::Signaled(Signal::SIGKILL as i32),
+                Some(crate::keeper::KeptEnd::Unknown) | None => {
+                    Termination::Signaled(Signal::SIGKILL as i32)
+                }
             },
         }))
     }
@@ -858,16 +865,6 @@ fn readable(fd: &OwnedFd) -> bool {
     };
     // SAFETY: one pollfd on the stack, no wait.
     unsafe { libc::poll(&mut p, 1, 0) > 0 }
-}
-
-/// Whether process `pid` is in the cgroup directory `dir` (its `/proc/PID/cgroup` line of
-/// the unified hierarchy names a path `dir` ends with).
-fn in_cgroup(pid: u32, dir: &std::path::Path) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("0::"))
-            .any(|rel| rel != "/" && dir.ends_with(rel.trim_start_matches('/')))
-    })
 }
 
 impl Drop for RunningTask {

@@ -346,7 +346,11 @@ fn a_keeper_keeps_its_task_s_end_and_kills_it_when_the_lease_it_reads_runs_out()
     assert_ne!(task_pid as u32, t.pid(), "the task runs under a keeper");
     let o = without_hanging("the task", move || t.wait().unwrap());
     assert_eq!((o.state, o.exit_code), (JobState::Failed, Some(5)));
-    assert!(!status.exists(), "the status file goes with the task's end");
+    // The status file stays (the agent's worker removes it once the run's end is told).
+    let kept = cadre_agent::keeper::StatusFile::open(&status).unwrap();
+    assert_eq!(kept.ended(), Some(KeptEnd::Exited(5)));
+    assert_eq!(kept.task_pid(), Some(task_pid));
+    kept.remove();
     // A lease that ends in a moment, which nobody renews: the keeper kills the task.
     let j = job(dir.path(), &me().name, "exec sleep 600", one_task(vec![]));
     k.lease

@@ -232,6 +232,37 @@ fn a_killed_agent_s_tasks_are_killed_by_their_keepers_at_its_lease_s_end_before_
     );
 }
 
+#[test]
+fn a_task_prolog_from_the_controller_sets_the_task_s_variables_and_leaves_no_process_behind() {
+    if !nix::unistd::geteuid().is_root() {
+        skip_unless_ci::<()>("the cgroup tests", "they need root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let files = tempfile::tempdir().expect("a directory");
+    let m = marker(7);
+    let prolog = files.path().join("task-prolog");
+    std::fs::write(
+        &prolog,
+        format!(
+            "#!/bin/sh\nsetsid sh -c 'exec sleep {m}' </dev/null >/dev/null 2>&1 &\n\
+             echo export FROM_TASK_PROLOG=yes\n"
+        ),
+    )
+    .expect("the task prolog");
+    std::fs::set_permissions(&prolog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
+        .nodes(1)
+        .args(&["--agent-task-prolog", &prolog.display().to_string()])
+        .start();
+    let out = files.path().join("out");
+    let id = submit(&c, &format!("echo $FROM_TASK_PROLOG > {}", out.display()));
+    wait_until("the job ends", || state(&c, id) == "COMPLETED");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "yes\n");
+    // What the task prolog left in its cgroup went with it.
+    assert_eq!(processes_with(&m), Vec::<i32>::new());
+}
+
 /// The restarted agent, killed if the test ends before it stops it.
 struct StopOnDrop(std::process::Child);
 

@@ -30,8 +30,10 @@ const MAX_RECORD: u64 = 64 << 20;
 pub(crate) struct TaskRecord {
     /// Its position in the allocation.
     pub(crate) index: usize,
-    /// Its keeper's pid.
+    /// Its keeper's pid, and when that process started (clock ticks since boot), which
+    /// tells it from a later process given the same pid.
     pub(crate) keeper: u32,
+    pub(crate) keeper_start: u64,
     pub(crate) cgroup: PathBuf,
     pub(crate) status: PathBuf,
     pub(crate) stdout: PathBuf,
@@ -90,13 +92,22 @@ pub(crate) fn write(state_dir: &Path, record: &RunRecord) -> io::Result<()> {
     std::fs::rename(&tmp, &path)
 }
 
+/// Drops a record whose run is not adopted: the record, and its tasks' status files.
+pub(crate) fn forget(state_dir: &Path, record: &RunRecord) {
+    for t in &record.tasks {
+        let _ = std::fs::remove_file(&t.status);
+    }
+    remove(state_dir, record.order.run);
+}
+
 /// Removes the record of `run`, if any.
 pub(crate) fn remove(state_dir: &Path, run: RunRef) {
     let _ = std::fs::remove_file(state_dir.join(RUNS_DIR).join(file_name(run)));
 }
 
-/// Every record a previous life left, and what could not be read (path, why). Each record
-/// read is removed from the directory: the runs adopted write theirs again.
+/// Every record a previous life left, and what could not be read (path, why; removed).
+/// The records read stay until their runs end here ([`remove`]), or are dropped
+/// ([`forget`]).
 pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, String)>) {
     let (mut records, mut bad) = (Vec::new(), Vec::new());
     let dir = state_dir.join(RUNS_DIR);
@@ -120,7 +131,10 @@ pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, Strin
             serde_json::from_reader(io::BufReader::new(f)).map_err(|e| e.to_string())
         })();
         match read {
-            Ok(r) if path.extension().is_some_and(|x| x == "json") => records.push(r),
+            Ok(r) if path.extension().is_some_and(|x| x == "json") => {
+                records.push(r);
+                continue;
+            }
             Ok(_) => bad.push((path.clone(), "not a .json record".into())),
             Err(why) => bad.push((path.clone(), why)),
         }
@@ -148,6 +162,7 @@ mod tests {
             tasks: vec![TaskRecord {
                 index: 0,
                 keeper: 99,
+                keeper_start: 1234,
                 cgroup: "/sys/fs/cgroup/x/job4.2.task0".into(),
                 status: "/state/tasks/job4.2.task0".into(),
                 stdout: "/home/a/out".into(),
@@ -165,8 +180,11 @@ mod tests {
         );
         std::fs::write(dir.path().join("runs/job5.0.json"), "{half").unwrap();
         let (got, bad) = take_all(dir.path());
-        assert_eq!(got, vec![record]);
+        assert_eq!(got, vec![record.clone()]);
         assert_eq!(bad.len(), 1, "{bad:?}");
+        // The unreadable one is gone; the record stays until its run ends or is dropped.
+        assert_eq!(take_all(dir.path()), (vec![record.clone()], Vec::new()));
+        forget(dir.path(), &record);
         assert_eq!(take_all(dir.path()).0, Vec::new());
     }
 }

@@ -335,6 +335,7 @@ fn record_run(
             Some(record::TaskRecord {
                 index: t.place().index,
                 keeper: t.pid(),
+                keeper_start: crate::keeper::start_time(t.pid())?,
                 cgroup: t.cgroup()?.path().to_path_buf(),
                 status: t.status_file()?.path().to_path_buf(),
                 stdout: t.files().stdout.clone(),
@@ -452,6 +453,13 @@ fn finish(
             .collect(),
         None => Vec::new(),
     };
+    // The status files stay until the run's end is told: a restart before that reads
+    // from them how its tasks ended.
+    let statuses: Vec<PathBuf> = gang
+        .tasks
+        .iter()
+        .filter_map(|t| t.status_file().map(|s| s.path().to_path_buf()))
+        .collect();
     let supervised = supervise(&mut gang, run, &completing, events, commands);
     for t in &mut gang.tasks {
         if let Some(epilog) = t.take_task_epilog() {
@@ -510,6 +518,9 @@ fn finish(
     }
     report(events, ended);
     record::remove(&ctx.state_dir, run);
+    for s in statuses {
+        let _ = std::fs::remove_file(s);
+    }
 }
 
 /// Who runs the job, its script, and the launch.
