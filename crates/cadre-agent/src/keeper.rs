@@ -54,7 +54,7 @@ pub const LEASE_FILE: &str = "lease";
 
 /// The instant of CLOCK_MONOTONIC (the clock of [`Instant`], shared by every process of
 /// the machine) at `at`, in nanoseconds.
-fn monotonic_ns(at: Instant) -> u64 {
+pub fn monotonic_ns(at: Instant) -> u64 {
     // SAFETY: no argument.
     let now = unsafe { now_ns() };
     let read_at = Instant::now();
@@ -66,7 +66,7 @@ fn monotonic_ns(at: Instant) -> u64 {
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn monotonic_now_ns() -> u64 {
+fn monotonic_now_ns() -> u64 {
     // SAFETY: no argument.
     unsafe { now_ns() }
 }

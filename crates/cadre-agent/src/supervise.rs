@@ -124,6 +124,11 @@ impl Supervisor {
         self.phase
     }
 
+    /// When the task started (its time limit counts from here).
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.phase {
             Phase::Running => None,

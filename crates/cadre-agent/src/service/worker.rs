@@ -313,9 +313,19 @@ fn run_thread(
         );
     }
     report(events, TaskEvent::Started { run });
+    let started = started_at(&gang);
     finish(
-        order, gang, readers, facts, script_dir, ctx, events, commands,
+        order, gang, readers, facts, script_dir, started, ctx, events, commands,
     );
+}
+
+/// When the run started here: its first task's start (a run without tasks: now).
+fn started_at(gang: &gang::Gang) -> std::time::Instant {
+    gang.tasks
+        .iter()
+        .map(|t| t.supervisor().start())
+        .min()
+        .unwrap_or_else(std::time::Instant::now)
 }
 
 /// Writes down the run for the agent's next life ([`record`]), when each of its tasks has
@@ -354,7 +364,7 @@ fn record_run(
     let rec = record::RunRecord {
         order: order.clone(),
         node_id,
-        started_ns: crate::keeper::monotonic_now_ns(),
+        started_ns: crate::keeper::monotonic_ns(started_at(gang)),
         script_dir: script_dir.map(Path::to_path_buf),
         facts: facts.cloned(),
         tasks,
@@ -383,6 +393,7 @@ pub(crate) fn spawn_adopted(
             if let Err(e) = record::write(&ctx.state_dir, &rec) {
                 tracing::warn!(error = %e, "cannot write the run's record again");
             }
+            let started = crate::keeper::instant_of_ns(rec.started_ns);
             let record::RunRecord {
                 order,
                 facts,
@@ -395,6 +406,7 @@ pub(crate) fn spawn_adopted(
                 Vec::new(),
                 facts,
                 script_dir,
+                started,
                 &ctx,
                 &events,
                 &rx,
@@ -412,6 +424,7 @@ fn finish(
     readers: Vec<std::thread::JoinHandle<()>>,
     facts: Option<JobFacts>,
     script_dir: Option<PathBuf>,
+    started: std::time::Instant,
     ctx: &LaunchContext,
     events: &UnboundedSender<Report>,
     commands: &mpsc::Receiver<RunCommand>,
@@ -422,6 +435,7 @@ fn finish(
         // script's): the node holds the job's share, for its steps, until the job stops.
         let state = hold(
             order.time_limit_ms.map(Duration::from_millis),
+            started,
             commands,
             events,
         );
@@ -835,10 +849,10 @@ fn utf8_prefix_len(bytes: &[u8]) -> usize {
 /// time limit passes (TIMEOUT).
 fn hold(
     limit: Option<Duration>,
+    start: std::time::Instant,
     commands: &mpsc::Receiver<RunCommand>,
     events: &UnboundedSender<Report>,
 ) -> JobState {
-    let start = std::time::Instant::now();
     let mut limit = limit;
     loop {
         let wait = match limit {
