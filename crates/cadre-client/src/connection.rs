@@ -33,17 +33,97 @@ fn tls_config(
     cadre_tls::client_config(&pem, &path, None).map_err(|e| trust(e.to_string()))
 }
 
+/// How long a client waits through a failover of replicated controllers (a standby's
+/// `not_leader` with no leader yet, or the leader gone mid-request) before it gives up.
+const FAILOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One HTTP/1.1 connection to the controller, kept open across requests.
 pub struct Connection {
+    /// The controller connected to.
     target: Target,
+    /// Every controller it may reach (replicas), `target` among them.
+    each: Vec<Target>,
     token: Option<String>,
     sender: SendRequest<Full<Bytes>>,
 }
 
+/// Whether an answer is a standby's, and the leader it names.
+fn not_leader(status: StatusCode, bytes: &[u8]) -> Option<Option<String>> {
+    if status != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let f = ApiFailure::of_answer(status, bytes);
+    (f.reason == Some(cadre_proto::api::ErrorReason::NotLeader)).then_some(f.subject)
+}
+
+/// A key that makes a request's retries one request to the controller (a submission
+/// retried after a failover is committed once): this process, now, and a counter.
+fn idempotency_key() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}-{nanos:x}-{n:x}", std::process::id())
+}
+
 impl Connection {
-    /// Connects to `target`, sending `token` (if any) as the bearer of every request. The
-    /// one place where the transport is chosen.
+    /// Connects to `target` (the first of its controllers that answers), sending `token`
+    /// (if any) as the bearer of every request.
     pub async fn open(target: &Target, token: Option<String>) -> Result<Connection> {
+        let each = target.each();
+        let mut last = None;
+        for t in &each {
+            match Connection::open_one(t, token.clone()).await {
+                Ok(mut c) => {
+                    c.each = each.clone();
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::UnsupportedAddress {
+            address: target.to_string(),
+        }))
+    }
+
+    /// Connects again after a failover: to the leader a standby named, if it is one of
+    /// this client's controllers, else to the next that answers after the current one.
+    async fn reconnect(&mut self, hint: Option<&str>) -> Result<()> {
+        let n = self.each.len();
+        let at = self
+            .each
+            .iter()
+            .position(|t| *t == self.target)
+            .unwrap_or(0);
+        let mut order: Vec<Target> = Vec::with_capacity(n);
+        if let Some(h) = hint
+            && let Some(t) = self
+                .each
+                .iter()
+                .find(|t| t.to_string() == h.trim_end_matches('/'))
+        {
+            order.push(t.clone());
+        }
+        order.extend((1..=n).map(|i| self.each[(at + i) % n].clone()));
+        let mut last = None;
+        for t in order {
+            match Connection::open_one(&t, self.token.clone()).await {
+                Ok(c) => {
+                    self.target = c.target;
+                    self.sender = c.sender;
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::UnsupportedAddress {
+            address: self.target.to_string(),
+        }))
+    }
+
+    /// Connects to one controller. The one place where the transport is chosen.
+    async fn open_one(target: &Target, token: Option<String>) -> Result<Connection> {
         let unreachable = |source| Error::Unreachable {
             target: target.clone(),
             source,
@@ -64,6 +144,11 @@ impl Connection {
                     source,
                 })?;
                 handshake(stream).await?
+            }
+            Target::Any(all) => {
+                return Err(Error::UnsupportedAddress {
+                    address: format!("a list within a list ({})", Target::Any(all.clone())),
+                });
             }
             Target::Https {
                 authority,
@@ -96,6 +181,7 @@ impl Connection {
         };
         Ok(Connection {
             target: target.clone(),
+            each: vec![target.clone()],
             token,
             sender,
         })
@@ -112,11 +198,15 @@ impl Connection {
         method: Method,
         uri: &str,
         body: Option<Vec<u8>>,
+        key: Option<&str>,
     ) -> Result<Request<Full<Bytes>>> {
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
             .header(header::HOST, "cadre");
+        if let Some(key) = key {
+            req = req.header(cadre_proto::api::IDEMPOTENCY_KEY, key);
+        }
         if let Some(token) = &self.token {
             req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
@@ -136,8 +226,9 @@ impl Connection {
         method: Method,
         uri: &str,
         body: Option<Vec<u8>>,
+        key: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>> {
-        let req = self.request(method, uri, body)?;
+        let req = self.request(method, uri, body, key)?;
         self.sender.ready().await.map_err(|source| Error::Closed {
             target: self.target.clone(),
             source,
@@ -152,19 +243,54 @@ impl Connection {
     }
 
     /// Sends a request to `PREFIX + path` (`/metrics` and paths already under the prefix
-    /// as they are) and returns the status and body, whatever the status.
+    /// as they are) and returns the status and body, whatever the status. With replicated
+    /// controllers, a standby's `not_leader` is followed to the leader, and a request the
+    /// leader did not answer (it went away) is sent again to the next one, for up to
+    /// [`FAILOVER_WAIT`]: reads and `POST`s (which carry an idempotency key, so that the
+    /// controller runs a retried submission once); other writes only when refused.
     pub async fn send_raw(
         &mut self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes)> {
+        let key = (method == Method::POST).then(idempotency_key);
+        let retry_lost = method == Method::GET || method == Method::POST;
+        let until = std::time::Instant::now() + FAILOVER_WAIT;
+        loop {
+            let sent = self
+                .send_once(method.clone(), path, body.clone(), key.as_deref())
+                .await;
+            let hint = match &sent {
+                Ok((status, bytes)) => match not_leader(*status, bytes) {
+                    Some(hint) => hint,
+                    None => return sent,
+                },
+                Err(e) if retry_lost && e.is_lost_connection() && self.each.len() > 1 => None,
+                Err(_) => return sent,
+            };
+            if std::time::Instant::now() >= until {
+                return sent;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            // No controller answering yet is a failover under way: keep trying.
+            let _ = self.reconnect(hint.as_deref()).await;
+        }
+    }
+
+    async fn send_once(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        key: Option<&str>,
+    ) -> Result<(StatusCode, Bytes)> {
         let uri = if path.starts_with('/') && !path.starts_with(PREFIX) && path != "/metrics" {
             format!("{PREFIX}{path}")
         } else {
             path.to_owned()
         };
-        let resp = self.exchange(method, &uri, body).await?;
+        let resp = self.exchange(method, &uri, body, key).await?;
         let status = resp.status();
         let bytes = resp
             .into_body()
@@ -189,7 +315,7 @@ impl Connection {
     ) -> Result<()> {
         let uri = format!("{PREFIX}{path}");
         let body = encode(path, body)?;
-        let resp = self.exchange(Method::POST, &uri, Some(body)).await?;
+        let resp = self.exchange(Method::POST, &uri, Some(body), None).await?;
         let status = resp.status();
         let mut body = resp.into_body();
         let cut = |source| Error::Cut {
@@ -295,6 +421,11 @@ impl Client {
         body: Option<&B>,
     ) -> Result<R> {
         self.rt.block_on(self.conn.call(method, path, body))
+    }
+
+    /// The controller this client is connected to now (the leader, of replicated ones).
+    pub fn target(&self) -> &Target {
+        self.conn.target()
     }
 
     /// Sends a request and returns the status and body, whatever the status.

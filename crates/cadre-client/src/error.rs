@@ -91,6 +91,20 @@ pub enum Error {
 
 impl Error {
     /// The API's refusal, if that is what this is.
+    /// Whether the controller went away before answering (the request may or may not have
+    /// been carried out): what a failover looks like from a client.
+    pub fn is_lost_connection(&self) -> bool {
+        matches!(
+            self,
+            Error::Unreachable { .. }
+                | Error::Closed { .. }
+                | Error::Request { .. }
+                | Error::Cut { .. }
+                | Error::Tls { .. }
+                | Error::Handshake(_)
+        )
+    }
+
     pub fn api_failure(&self) -> Option<&ApiFailure> {
         match self {
             Error::Api(f) => Some(f),

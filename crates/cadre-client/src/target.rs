@@ -16,11 +16,40 @@ pub enum Target {
         host: String,
         ca: Option<PathBuf>,
     },
+    /// Replicated controllers (`https://a:p,https://b:p`): whichever leads. A client
+    /// connects to the first that answers and follows a standby's `not_leader` to the
+    /// leader it names.
+    Any(Vec<Target>),
 }
 
 impl Target {
-    /// `unix:///path`, `https://host[:port]`, `http://host:port`, or a bare socket path.
+    /// `unix:///path`, `https://host[:port]`, `http://host:port`, or a bare socket path;
+    /// several, separated by commas, for replicated controllers.
     pub fn parse(text: &str) -> Result<Target> {
+        if text.contains(',') {
+            let all = text
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(Target::parse_one)
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(match all.len() {
+                1 => all.into_iter().next().unwrap_or(Target::Any(Vec::new())),
+                _ => Target::Any(all),
+            });
+        }
+        Target::parse_one(text)
+    }
+
+    /// Each controller this target may reach, in the order to try them.
+    pub fn each(&self) -> Vec<Target> {
+        match self {
+            Target::Any(all) => all.clone(),
+            one => vec![one.clone()],
+        }
+    }
+
+    fn parse_one(text: &str) -> Result<Target> {
         if let Some(path) = text.strip_prefix("unix://") {
             return Ok(Target::Unix(PathBuf::from(path)));
         }
@@ -59,6 +88,9 @@ impl Target {
     /// The same target, trusting the CA of `ca` over TLS.
     pub fn with_ca(self, ca: Option<PathBuf>) -> Target {
         match (self, ca) {
+            (Target::Any(all), ca) => {
+                Target::Any(all.into_iter().map(|t| t.with_ca(ca.clone())).collect())
+            }
             (
                 Target::Https {
                     authority, host, ..
@@ -98,6 +130,10 @@ impl std::fmt::Display for Target {
             Target::Unix(p) => write!(f, "unix://{}", p.display()),
             Target::Tcp(a) => write!(f, "http://{a}"),
             Target::Https { authority, .. } => write!(f, "https://{authority}"),
+            Target::Any(all) => {
+                let each: Vec<String> = all.iter().map(Target::to_string).collect();
+                f.write_str(&each.join(","))
+            }
         }
     }
 }
@@ -131,6 +167,18 @@ mod tests {
             Target::parse("https://ctl:1").unwrap().to_string(),
             "https://ctl:1"
         );
+    }
+
+    #[test]
+    fn replicated_controllers_are_a_list_tried_in_order() {
+        let t = Target::parse("https://a:1, https://b:2").unwrap();
+        assert_eq!(t.each().len(), 2);
+        assert_eq!(t.to_string(), "https://a:1,https://b:2");
+        assert_eq!(
+            Target::parse("https://a:1,").unwrap(),
+            Target::parse("https://a:1").unwrap()
+        );
+        assert!(Target::parse("https://a:1,ftp://b").is_err());
     }
 
     #[test]

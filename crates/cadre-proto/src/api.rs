@@ -663,6 +663,12 @@ pub struct JoinTokenView {
     pub expires_at: u64,
 }
 
+/// The header of a request whose retries are one request (`POST /jobs`: a submission sent
+/// again after a failover is committed once); at most [`MAX_IDEMPOTENCY_KEY`] of
+/// `[A-Za-z0-9._:-]`.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const MAX_IDEMPOTENCY_KEY: usize = 128;
+
 /// `POST /nodes/enrol`: a node's certificate request, with its join token.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

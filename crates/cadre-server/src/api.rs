@@ -237,11 +237,13 @@ async fn whoami(who: Principal) -> Json<WhoAmI> {
 async fn submit(
     State(st): State<AppState>,
     who: Principal,
+    headers: axum::http::HeaderMap,
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     if req.jobs.is_empty() {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "no jobs given"));
     }
+    let key = idempotency_key(&headers)?;
     let mut jobs = Vec::with_capacity(req.jobs.len());
     for (
         i,
@@ -286,6 +288,7 @@ async fn submit(
         .ask(|reply| Command::Submit {
             jobs,
             dry_run,
+            key,
             reply,
         })
         .await?;
@@ -295,6 +298,35 @@ async fn submit(
         StatusCode::CREATED
     };
     Ok((status, Json(SubmitResponse { job_ids })))
+}
+
+/// A request's `Idempotency-Key`, checked: at most
+/// [`cadre_proto::api::MAX_IDEMPOTENCY_KEY`] of `[A-Za-z0-9._:-]`.
+fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    use cadre_proto::api::{IDEMPOTENCY_KEY, MAX_IDEMPOTENCY_KEY};
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::because(
+            ErrorReason::InvalidRequest,
+            format!(
+                "the {IDEMPOTENCY_KEY} header must be 1 to {MAX_IDEMPOTENCY_KEY} of letters, \
+                 digits and `._:-`"
+            ),
+        )
+    };
+    let key = value.to_str().map_err(|_| bad())?;
+    let ok = !key.is_empty()
+        && key.len() <= MAX_IDEMPOTENCY_KEY
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(Some(key.to_owned()))
+    } else {
+        Err(bad())
+    }
 }
 
 /// Filters of `GET /jobs`.

@@ -63,7 +63,7 @@ use cadre_proto::api::{
     StepView,
 };
 use cadre_store::{
-    AssocUsage, JobChange, JobEvent, JobStatus, NewJob, NodeRecord, QueueObjectKey,
+    AssocUsage, JobChange, JobEvent, JobStatus, NewJob, NewSubmitKey, NodeRecord, QueueObjectKey,
     QueueObjectRecord, RunUsage, StepRecord, StoreError, StoredJob,
 };
 use presence::{Presence, PresenceEvent};
@@ -136,6 +136,9 @@ pub enum Input {
     Submit {
         jobs: Vec<NewJob>,
         dry_run: bool,
+        /// The request's idempotency key: a request with a key already committed (by this
+        /// controller or a replica that led before) is answered with that one's jobs.
+        key: Option<String>,
         reply: ReplyTo,
     },
     Job {
@@ -255,7 +258,7 @@ impl Transaction {
 /// tests implement it by recording.
 pub trait Comm {
     /// Commits new jobs, returning their ids in order.
-    fn submit(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError>;
+    fn submit(&mut self, jobs: &[NewJob], keys: &[NewSubmitKey]) -> Result<Vec<JobId>, StoreError>;
     /// Commits a transaction.
     fn commit(&mut self, tx: &Transaction) -> Result<(), StoreError>;
     /// A job as stored (a finished job is no longer in the scheduler).
@@ -272,6 +275,10 @@ pub trait Comm {
     fn step_ended(&mut self, job: JobId, step: u32, event: StepEvent);
     fn metric(&mut self, metric: Metric);
 }
+
+/// How long a submission's idempotency key answers its retries: a day, far longer than
+/// any client waits through a failover.
+pub const KEYS_KEPT: Dur = Dur(24 * 3600);
 
 /// Launch failures of one job on its nodes (a failing prolog, a node that cannot start it)
 /// after which it is held rather than requeued again: each drained a node.
@@ -379,8 +386,12 @@ pub struct Controller {
     launch_failures: HashMap<JobId, u32>,
     /// What waits for the batch's commit.
     tx: Transaction,
-    /// Submissions waiting for the batch's end.
-    submissions: Vec<(Vec<NewJob>, ReplyTo)>,
+    /// Submissions waiting for the batch's end, with their idempotency keys.
+    submissions: Vec<(Vec<NewJob>, Option<String>, ReplyTo)>,
+    /// The jobs of each committed submission with an idempotency key (its user's, the
+    /// key), for [`KEYS_KEPT`]; and when each was committed, oldest first.
+    submit_keys: HashMap<(String, String), Vec<JobId>>,
+    submit_key_times: std::collections::VecDeque<(Time, (String, String))>,
     /// The state each job not yet ended was last recorded in: a change of it is an event.
     recorded_state: HashMap<JobId, JobState>,
     /// The last pending reason recorded as an event, per pending job.
@@ -475,6 +486,7 @@ impl Controller {
                 mut jobs,
                 dry_run: true,
                 reply,
+                ..
             } => {
                 let checked = jobs
                     .iter_mut()
@@ -485,8 +497,9 @@ impl Controller {
             Input::Submit {
                 jobs,
                 dry_run: false,
+                key,
                 reply,
-            } => self.submissions.push((jobs, reply)),
+            } => self.submissions.push((jobs, key, reply)),
             Input::Job {
                 who,
                 id,
@@ -670,11 +683,37 @@ impl Controller {
         if self.submissions.is_empty() || self.fatal.is_some() {
             return;
         }
-        let mut accepted: Vec<(Vec<NewJob>, ReplyTo)> = Vec::new();
-        for (mut jobs, reply) in std::mem::take(&mut self.submissions) {
+        self.forget_old_keys(now);
+        type Key = (String, String);
+        let mut accepted: Vec<(Vec<NewJob>, Option<Key>, ReplyTo)> = Vec::new();
+        // Requests whose key an earlier one of this batch has: answered as that one.
+        let mut repeats: Vec<(Key, ReplyTo)> = Vec::new();
+        for (mut jobs, key, reply) in std::mem::take(&mut self.submissions) {
+            let key = key.map(|k| {
+                let user = jobs
+                    .first()
+                    .map(|j| j.spec.user.clone())
+                    .unwrap_or_default();
+                (user, k)
+            });
+            if let Some(k) = &key {
+                if let Some(ids) = self.submit_keys.get(k) {
+                    tracing::info!(user = %k.0, key = %k.1, ?ids, "a submission sent again: answered with its jobs");
+                    self.replies
+                        .push((reply, Answer::Submitted(Ok(ids.clone()))));
+                    continue;
+                }
+                if accepted
+                    .iter()
+                    .any(|(_, other, _)| other.as_ref() == Some(k))
+                {
+                    repeats.push((k.clone(), reply));
+                    continue;
+                }
+            }
             match jobs.iter_mut().try_for_each(|job| self.prepare(job, now)) {
                 Err(e) => self.replies.push((reply, Answer::Submitted(Err(e)))),
-                Ok(()) => accepted.push((jobs, reply)),
+                Ok(()) => accepted.push((jobs, key, reply)),
             }
         }
         if accepted.is_empty() {
@@ -682,22 +721,31 @@ impl Controller {
         }
         // One batch for every request; array positions become positions in the batch.
         let mut all: Vec<NewJob> = Vec::new();
+        let mut keys: Vec<NewSubmitKey> = Vec::new();
         let mut replies = Vec::with_capacity(accepted.len());
-        for (jobs, reply) in accepted {
+        for (jobs, key, reply) in accepted {
             let offset = all.len();
-            replies.push((jobs.len(), reply));
+            if let Some((user, key)) = &key {
+                keys.push(NewSubmitKey {
+                    user: user.clone(),
+                    key: key.clone(),
+                    first: offset,
+                    count: jobs.len(),
+                });
+            }
+            replies.push((jobs.len(), key, reply));
             all.extend(jobs.into_iter().map(|mut j| {
                 j.array_of = j.array_of.map(|p| p + offset);
                 j
             }));
         }
-        let ids = match c.submit(&all) {
+        let ids = match c.submit(&all, &keys) {
             Ok(ids) => ids,
             Err(e) => return self.fail(e),
         };
         c.metric(Metric::Submitted(ids.len() as u64));
         let mut jobs = all.into_iter().zip(ids.iter().copied());
-        for (n, reply) in replies {
+        for (n, key, reply) in replies {
             let mut mine = Vec::with_capacity(n);
             for (mut job, id) in jobs.by_ref().take(n) {
                 job.resolve_array(&ids);
@@ -709,10 +757,38 @@ impl Controller {
                 }
                 mine.push(id);
             }
+            if let Some(k) = key {
+                self.submit_keys.insert(k.clone(), mine.clone());
+                self.submit_key_times.push_back((now, k));
+            }
             // Committed already: answered at once, as the batch's commit adds nothing to it.
             c.reply(reply, Answer::Submitted(Ok(mine)));
         }
+        for (k, reply) in repeats {
+            let answer = self.submit_keys.get(&k).cloned().ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "the first submission with idempotency key `{}` was refused",
+                        k.1
+                    ),
+                )
+            });
+            c.reply(reply, Answer::Submitted(answer));
+        }
         self.dirty = true;
+    }
+
+    /// Forgets the idempotency keys older than [`KEYS_KEPT`].
+    fn forget_old_keys(&mut self, now: Time) {
+        while let Some((at, _)) = self.submit_key_times.front() {
+            if at.0.saturating_add(KEYS_KEPT.0) >= now.0 {
+                break;
+            }
+            if let Some((_, k)) = self.submit_key_times.pop_front() {
+                self.submit_keys.remove(&k);
+            }
+        }
     }
 
     /// Makes a job ready to commit, or says why it cannot be: its submit time, its default

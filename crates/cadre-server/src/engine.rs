@@ -27,7 +27,7 @@ use cadre_proto::agent::{ControllerMessage, Hello, OutputChunk, SequencedEvent};
 use cadre_proto::api::{
     ErrorCode, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest, StepView,
 };
-use cadre_store::{NewJob, StepFilter, StepRecord, Store, StoreError, StoredJob};
+use cadre_store::{NewJob, NewSubmitKey, StepFilter, StepRecord, Store, StoreError, StoredJob};
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -48,6 +48,8 @@ pub enum Command {
     Submit {
         jobs: Vec<NewJob>,
         dry_run: bool,
+        /// The request's idempotency key (`Idempotency-Key`).
+        key: Option<String>,
         reply: Reply<Vec<JobId>>,
     },
     Job {
@@ -225,8 +227,8 @@ impl World {
 }
 
 impl Comm for World {
-    fn submit(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
-        self.store.submit_batch(jobs)
+    fn submit(&mut self, jobs: &[NewJob], keys: &[NewSubmitKey]) -> Result<Vec<JobId>, StoreError> {
+        self.store.submit_batch_keyed(jobs, keys)
     }
 
     fn commit(&mut self, tx: &Transaction) -> Result<(), StoreError> {
@@ -322,7 +324,7 @@ impl Engine {
         metrics: Arc<Metrics>,
         io: IoHub,
     ) -> Result<Engine, RecoverError> {
-        let snapshot = Snapshot::load(store.as_mut())?;
+        let snapshot = Snapshot::load(store.as_mut(), wall_now())?;
         let started = Instant::now();
         let mut world = World {
             store,
@@ -423,10 +425,12 @@ impl Engine {
             Command::Submit {
                 jobs,
                 dry_run,
+                key,
                 reply,
             } => Input::Submit {
                 jobs,
                 dry_run,
+                key,
                 reply: w.wait(Waiting::Ids(reply)),
             },
             Command::Job {

@@ -56,6 +56,7 @@ macro_rules! conformance_suite {
             a_failed_queue_object_change_commits_nothing,
             job_events_read_back_in_order_and_need_their_job,
             join_tokens_enrol_once_and_a_node_has_one_live_certificate,
+            submission_keys_commit_with_their_jobs_once,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
@@ -101,6 +102,42 @@ fn spec(user: &str, account: &str, name: &str) -> JobSpec {
     s.name = name.into();
     s.submit_time = Time(1_700_000_000);
     s
+}
+
+pub(crate) fn submission_keys_commit_with_their_jobs_once<H: Harness>(h: &H) {
+    let mut s = open(h);
+    let jobs = vec![
+        new_job("alice", "a", "p"),
+        new_job("bob", "b", "p"),
+        new_job("bob", "b", "p"),
+    ];
+    let key = |user: &str, key: &str, first, count| NewSubmitKey {
+        user: user.into(),
+        key: key.into(),
+        first,
+        count,
+    };
+    let ids = ok(s.submit_batch_keyed(&jobs, &[key("bob", "k1", 1, 2)]));
+    let keys = ok(s.submit_keys(Time(0)));
+    assert_eq!(
+        keys,
+        vec![SubmitKey {
+            user: "bob".into(),
+            key: "k1".into(),
+            first: ids[1],
+            count: 2,
+            at: Time(1_700_000_000),
+        }]
+    );
+    assert!(ok(s.submit_keys(Time(1_700_000_001))).is_empty());
+    // The same key again is refused, and its batch with it (the controller answers a
+    // retry from its keys before it submits anything).
+    let again = s.submit_batch_keyed(&jobs[..1], &[key("bob", "k1", 0, 1)]);
+    assert!(again.is_err(), "{again:?}");
+    assert_eq!(ok(s.submit_keys(Time(0))).len(), 1);
+    // Another user's key of the same text is another key.
+    ok(s.submit_batch_keyed(&jobs[..1], &[key("alice", "k1", 0, 1)]));
+    assert_eq!(ok(s.submit_keys(Time(0))).len(), 2);
 }
 
 fn new_job(user: &str, account: &str, partition: &str) -> NewJob {

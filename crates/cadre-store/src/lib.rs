@@ -44,8 +44,9 @@ pub use leader::{LeaderInfo, LeaderLease};
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
-    JoinRefused, NewJob, NewJoinToken, NewToken, NodeCertRecord, NodeRecord, QueueObjectKey,
-    QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
+    JoinRefused, NewJob, NewJoinToken, NewSubmitKey, NewToken, NodeCertRecord, NodeRecord,
+    QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, SubmitKey,
+    TokenHash, TokenRecord,
 };
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{SqliteDurability, SqliteStore};
@@ -62,7 +63,20 @@ pub trait Store: Send {
 
     /// Commits many submissions at once and returns their ids, in the order given. Ids are
     /// strictly increasing and never reused. All of them are committed, or none.
-    fn submit_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError>;
+    fn submit_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
+        self.submit_batch_keyed(jobs, &[])
+    }
+
+    /// [`Store::submit_batch`], with the idempotency keys of the batch's requests
+    /// committed in the same transaction.
+    fn submit_batch_keyed(
+        &mut self,
+        jobs: &[NewJob],
+        keys: &[NewSubmitKey],
+    ) -> Result<Vec<JobId>, StoreError>;
+
+    /// The idempotency keys of submissions committed at `since` or later, oldest first.
+    fn submit_keys(&mut self, since: Time) -> Result<Vec<SubmitKey>, StoreError>;
 
     /// Commits job changes in the order given (all, or none: an unknown job fails the
     /// whole batch). A change that ends a run also writes its accounting row.
@@ -191,11 +205,19 @@ impl<B: Transact> Store for B {
         })
     }
 
-    fn submit_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
+    fn submit_batch_keyed(
+        &mut self,
+        jobs: &[NewJob],
+        keys: &[NewSubmitKey],
+    ) -> Result<Vec<JobId>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.transact(Mode::Write, &mut |tx| ops::submit_batch(tx, jobs))
+        self.transact(Mode::Write, &mut |tx| ops::submit_batch(tx, jobs, keys))
+    }
+
+    fn submit_keys(&mut self, since: Time) -> Result<Vec<SubmitKey>, StoreError> {
+        self.transact(Mode::Read, &mut |tx| ops::submit_keys(tx, since))
     }
 
     fn record(&mut self, changes: &[JobChange]) -> Result<(), StoreError> {

@@ -4,8 +4,9 @@
 use crate::error::StoreError;
 use crate::records::{
     AccountingFilter, AccountingRecord, AssocUsage, JobChange, JobEvent, JobFilter, JobStatus,
-    JoinRefused, NewJob, NewJoinToken, NewToken, NodeCertRecord, NodeRecord, QueueObjectKey,
-    QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, TokenHash, TokenRecord,
+    JoinRefused, NewJob, NewJoinToken, NewSubmitKey, NewToken, NodeCertRecord, NodeRecord,
+    QueueObjectKey, QueueObjectRecord, RunUsage, StepFilter, StepRecord, StoredJob, SubmitKey,
+    TokenHash, TokenRecord,
 };
 use crate::sql::{Row, Tx, Value};
 use cadre_core::cluster::NodeAvail;
@@ -99,7 +100,11 @@ fn take_ids(tx: &mut dyn Tx, name: &str, n: u64) -> Result<u64, StoreError> {
     from_i64("counter", name, row.int(0)?)
 }
 
-pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
+pub(crate) fn submit_batch(
+    tx: &mut dyn Tx,
+    jobs: &[NewJob],
+    keys: &[NewSubmitKey],
+) -> Result<Vec<JobId>, StoreError> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -144,7 +149,47 @@ pub(crate) fn submit_batch(tx: &mut dyn Tx, jobs: &[NewJob]) -> Result<Vec<JobId
         )?;
         ids.push(JobId(id));
     }
+    for k in keys {
+        let Some(first) = ids.get(k.first) else {
+            return Err(StoreError::Corrupt {
+                what: "submission key",
+                row: k.key.clone(),
+                message: format!("names job {} of a batch of {}", k.first, ids.len()),
+            });
+        };
+        let at = jobs.get(k.first).map_or(Time(0), |j| j.spec.submit_time);
+        tx.execute(
+            "INSERT INTO submit_keys (user_name, idem_key, first_job, jobs, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[
+                Value::from(k.user.as_str()),
+                Value::from(k.key.as_str()),
+                Value::Int(to_i64("job id", first.0)?),
+                Value::Int(to_i64("job count", k.count as u64)?),
+                time("submit time", at)?,
+            ],
+        )?;
+    }
     Ok(ids)
+}
+
+pub(crate) fn submit_keys(tx: &mut dyn Tx, since: Time) -> Result<Vec<SubmitKey>, StoreError> {
+    let rows = tx.query(
+        "SELECT user_name, idem_key, first_job, jobs, created_at FROM submit_keys \
+         WHERE created_at >= $1 ORDER BY created_at",
+        &[time("key time", since)?],
+    )?;
+    rows.iter()
+        .map(|r| {
+            Ok(SubmitKey {
+                user: r.text(0)?.to_owned(),
+                key: r.text(1)?.to_owned(),
+                first: JobId(u64::try_from(r.int(2)?).unwrap_or(0)),
+                count: u64::try_from(r.int(3)?).unwrap_or(0),
+                at: read_time("key time", "submit_keys", r.int(4)?)?,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn record(tx: &mut dyn Tx, changes: &[JobChange]) -> Result<(), StoreError> {
@@ -991,9 +1036,9 @@ mod tests {
     /// the controller takes most often.
     #[test]
     fn submissions_and_changes_reuse_the_same_statement_texts() {
-        let one = texts(|tx| submit_batch(tx, &[submission("u", 0)]).map(drop));
+        let one = texts(|tx| submit_batch(tx, &[submission("u", 0)], &[]).map(drop));
         let many: Vec<NewJob> = (0..64).map(|i| submission(&format!("u{i}"), i)).collect();
-        assert_eq!(texts(|tx| submit_batch(tx, &many).map(drop)), one);
+        assert_eq!(texts(|tx| submit_batch(tx, &many, &[]).map(drop)), one);
         assert_eq!(one.len(), 2, "{one:#?}");
 
         let first = texts(|tx| record(tx, &[change(1, JobState::Completed, true)]));

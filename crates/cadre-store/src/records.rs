@@ -10,6 +10,27 @@ use cadre_core::time::Time;
 use sha2::{Digest, Sha256};
 use std::fmt;
 
+/// A submission's idempotency key, committed with its jobs ([`crate::Store::submit_batch_keyed`]):
+/// the request of `user` whose jobs are `count` jobs of the batch from position `first`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewSubmitKey {
+    pub user: String,
+    pub key: String,
+    pub first: usize,
+    pub count: usize,
+}
+
+/// A committed submission's idempotency key: its request's jobs are `count` ids from
+/// `first` (a request's jobs get consecutive ids).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmitKey {
+    pub user: String,
+    pub key: String,
+    pub first: JobId,
+    pub count: u64,
+    pub at: Time,
+}
+
 /// A submission, before the store has given it an id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewJob {

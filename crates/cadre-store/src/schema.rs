@@ -205,6 +205,23 @@ INSERT INTO leadership (id, epoch, holder, address, renewed_ms, lease_ms, since_
     VALUES (1, 0, '', '', 0, 0, 0);
 ",
     },
+    // A submission's idempotency key, committed with its jobs: a request sent again (a
+    // client's retry after a failover) is answered with the jobs of the first.
+    Migration {
+        version: 7,
+        name: "submission idempotency keys",
+        sql: "
+CREATE TABLE submit_keys (
+    user_name TEXT NOT NULL,
+    idem_key TEXT NOT NULL,
+    first_job BIGINT NOT NULL,
+    jobs BIGINT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (user_name, idem_key)
+);
+CREATE INDEX submit_keys_by_time ON submit_keys (created_at);
+",
+    },
 ];
 
 /// The schema version this build writes.

@@ -570,9 +570,10 @@ pub struct UiArgs {
 
 /// `cadre ui`: a one-time login link to the dashboard for the current user.
 pub fn ui(conn: &ConnectArgs, args: &UiArgs) -> Result<ExitCode> {
-    let target = conn.target()?;
     let mut client = conn.client()?;
     let link: UiLinkView = client.send::<(), _>(Method::POST, "/ui/links", None)?;
+    // The controller that made the link (the leader, of replicated ones).
+    let target = client.target().clone();
     let base = match (&args.url, &target, &link.listen) {
         (Some(url), _, _) => url.trim_end_matches('/').to_owned(),
         (None, Target::Tcp(addr), _) => format!("http://{addr}"),
@@ -582,7 +583,7 @@ pub fn ui(conn: &ConnectArgs, args: &UiArgs) -> Result<ExitCode> {
             if link.tls { "https" } else { "http" },
             browser_address(listen)
         ),
-        (None, Target::Unix(_), None) => anyhow::bail!(
+        (None, Target::Any(_), _) | (None, Target::Unix(_), None) => anyhow::bail!(
             "the controller serves the dashboard on its TCP listener, and it has none: start it \
              with `cadre up --listen ADDR` (or `cadre server --listen ADDR`)"
         ),

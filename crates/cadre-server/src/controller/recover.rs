@@ -15,8 +15,10 @@ use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_core::job::{JobId, JobState};
 use cadre_core::run::RunSpec;
 use cadre_core::scheduler::{CoreError, Event, Hold, PendingReason, Scheduler};
+use cadre_core::time::Time;
 use cadre_store::{
-    AssocUsage, NodeRecord, QueueObjectRecord, StepFilter, StepRecord, Store, StoreError, StoredJob,
+    AssocUsage, NodeRecord, QueueObjectRecord, StepFilter, StepRecord, Store, StoreError,
+    StoredJob, SubmitKey,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -33,11 +35,14 @@ pub struct Snapshot {
     pub run_specs: HashMap<JobId, RunSpec>,
     /// Steps not yet ended.
     pub steps: Vec<StepRecord>,
+    /// The idempotency keys of recent submissions.
+    pub submit_keys: Vec<SubmitKey>,
 }
 
 impl Snapshot {
     /// Reads what recovery needs.
-    pub fn load(store: &mut dyn Store) -> Result<Snapshot, StoreError> {
+    /// `now`: the wall clock, for the idempotency keys still answered ([`super::KEYS_KEPT`]).
+    pub fn load(store: &mut dyn Store, now: Time) -> Result<Snapshot, StoreError> {
         let unfinished = store.unfinished_jobs()?;
         let mut ended = HashMap::new();
         for job in &unfinished {
@@ -69,6 +74,7 @@ impl Snapshot {
                 jobs: Vec::new(),
                 unfinished: true,
             })?,
+            submit_keys: store.submit_keys(Time(now.0.saturating_sub(super::KEYS_KEPT.0)))?,
         })
     }
 }
@@ -116,6 +122,7 @@ impl Controller {
             ended,
             mut run_specs,
             steps,
+            submit_keys,
         } = snapshot;
         let node_count = sched.cluster().nodes.len();
         // The description's word first (a node described drained or down stays so), then
@@ -281,6 +288,17 @@ impl Controller {
             launch_errors: HashMap::new(),
             tx: Transaction::default(),
             submissions: Vec::new(),
+            submit_keys: submit_keys
+                .iter()
+                .map(|k| {
+                    let ids = (0..k.count).map(|i| JobId(k.first.0 + i)).collect();
+                    ((k.user.clone(), k.key.clone()), ids)
+                })
+                .collect(),
+            submit_key_times: submit_keys
+                .into_iter()
+                .map(|k| (k.at, (k.user, k.key)))
+                .collect(),
             recorded_state,
             recorded_reason: HashMap::new(),
             queue_objects,

@@ -10,7 +10,7 @@ use cadre_core::job::{JobSpec, RequeuePolicy};
 use cadre_core::policy::Policy;
 use cadre_core::resources::TaskResources;
 use cadre_proto::agent::{NodeReport, OLDEST_AGENT_VERSION};
-use cadre_store::Store;
+use cadre_store::{NewSubmitKey, Store};
 
 /// What the controller did, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,8 +38,8 @@ struct Recorder {
 }
 
 impl Comm for Recorder {
-    fn submit(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>, StoreError> {
-        let ids = self.store.submit_batch(jobs)?;
+    fn submit(&mut self, jobs: &[NewJob], keys: &[NewSubmitKey]) -> Result<Vec<JobId>, StoreError> {
+        let ids = self.store.submit_batch_keyed(jobs, keys)?;
         self.log.push(Effect::Submitted(ids.clone()));
         Ok(ids)
     }
@@ -175,7 +175,7 @@ impl Harness {
     /// A controller rebuilt from what `store` holds, at `mono` on the fake clock.
     fn recover(nodes: u32, mut store: Box<dyn Store>, mono: Duration) -> Harness {
         let sched = Scheduler::new(Cluster::flat_gpu(nodes, 4), Policy::default()).unwrap();
-        let snapshot = Snapshot::load(store.as_mut()).unwrap();
+        let snapshot = Snapshot::load(store.as_mut(), Time(1_000)).unwrap();
         let mut rec = Recorder {
             store,
             log: Vec::new(),
@@ -292,6 +292,7 @@ impl Harness {
         self.feed(Input::Submit {
             jobs: vec![new_job(spec, run)],
             dry_run: false,
+            key: None,
             reply,
         })
         .unwrap();
@@ -819,6 +820,73 @@ fn queue_objects_replaced_while_gangs_run() {
     );
 }
 
+/// Feeds submissions of one job each with idempotency key `key` (one batch), then ends
+/// the batch: their answers, and how many jobs were committed.
+fn submit_keyed(h: &mut Harness, keys: &[&str]) -> (Vec<Result<String, String>>, usize) {
+    let before = h.rec.log.len();
+    let replies: Vec<ReplyTo> = keys
+        .iter()
+        .map(|k| {
+            let reply = h.reply_to();
+            h.feed(Input::Submit {
+                jobs: vec![new_job(gpu_job(1), program())],
+                dry_run: false,
+                key: Some((*k).to_string()),
+                reply,
+            })
+            .unwrap();
+            reply
+        })
+        .collect();
+    h.tick(false);
+    let log = &h.rec.log[before..];
+    let answers = replies
+        .iter()
+        .map(|reply| {
+            log.iter()
+                .find_map(|e| match e {
+                    Effect::Replied(to, r) if to == reply => Some(r.clone()),
+                    _ => None,
+                })
+                .expect("answered")
+        })
+        .collect();
+    let committed = log
+        .iter()
+        .map(|e| match e {
+            Effect::Submitted(ids) => ids.len(),
+            _ => 0,
+        })
+        .sum();
+    (answers, committed)
+}
+
+#[test]
+fn a_submission_sent_again_with_its_key_gets_its_jobs_once_also_from_the_next_leader() {
+    let mut h = Harness::new(2);
+    h.connect_all();
+    let (first, n) = submit_keyed(&mut h, &["k1"]);
+    assert_eq!(n, 1);
+    assert!(first[0].is_ok(), "{first:?}");
+    // Sent again (its answer was lost): the same job, nothing committed.
+    let (again, n) = submit_keyed(&mut h, &["k1"]);
+    assert_eq!((again, n), (first.clone(), 0));
+    // Twice in one batch: committed once, both answered with it.
+    let (both, n) = submit_keyed(&mut h, &["k2", "k2"]);
+    assert_eq!(n, 1);
+    assert_eq!(both[0], both[1]);
+    assert_ne!(both[0], first[0]);
+    // Another controller, from the store (a failover): the keys answer there too.
+    let dir = h._dir.take();
+    let Harness { rec, .. } = h;
+    let mut r = Harness::recover(2, rec.store, Duration::from_secs(500));
+    r._dir = dir;
+    let (after, n) = submit_keyed(&mut r, &["k1", "k2", "k3"]);
+    assert_eq!(n, 1, "only the new key commits");
+    assert_eq!(after[0], first[0]);
+    assert_eq!(after[1], both[0]);
+}
+
 #[test]
 fn restart_recovery_from_a_store_snapshot() {
     let mut h = Harness::new(2);
@@ -878,6 +946,7 @@ fn a_dry_run_checks_a_job_exactly_as_its_submission_and_commits_nothing() {
         h.feed(Input::Submit {
             jobs: vec![new_job(spec, program())],
             dry_run,
+            key: None,
             reply,
         })
         .unwrap();
