@@ -223,6 +223,11 @@ async fn serve_agent(
         let Some(frame) = frame else {
             break;
         };
+        // A read error (a connection reset) is no frame from the agent: its lease still
+        // counts from the last one.
+        if frame.is_err() {
+            break;
+        }
         last_heard = std::time::Instant::now();
         engine.io().heard(&node_name);
         match frame {
