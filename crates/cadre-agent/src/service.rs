@@ -16,8 +16,14 @@
 //!   2 s ([`AgentConfig::reconnect_min`], [`AgentConfig::reconnect_max`]), for ever;
 //!   the delay goes back to the minimum once a connection is welcomed. Meanwhile the runs
 //!   go on, supervised, and their events wait in the outbox for the next `Hello`.
-//! - The agent pings every [`AgentConfig::keepalive`] and drops a connection on which
-//!   nothing came for three of those (a controller gone without a word, a lost network).
+//! - The agent pings every [`AgentConfig::keepalive`] (every sixth of the controller's
+//!   lease at most, see [`ping_interval`]) and drops a connection on which nothing came
+//!   for three of those, or for a lease when it is longer (a controller gone without a
+//!   word, a lost network).
+//! - The lease (fencing, `lease`): renewed only by the controller's welcome (from when
+//!   the hello was sent) and by pongs answering the agent's own numbered pings (from when
+//!   each ping was sent); a kill wait before it ends, every run is stopped (SIGKILL at the
+//!   end), and reported NODE_FAIL once the controller is heard again.
 //! - Reconnecting cannot help and the agent exits with an error (after stopping any runs)
 //!   when the controller rejects the key (HTTP 401 or 403 on the upgrade), refuses the
 //!   agent (`Refused`), or welcomes it with another protocol version.
@@ -33,9 +39,10 @@
 //! up to [`AgentConfig::flush_timeout`] for the controller to acknowledge the last events,
 //! closes the connection and returns.
 //!
-//! Not here: TLS, the agent's own restart without losing its tasks (a restarted agent
-//! starts with none; its tasks died with it), health checks, log shipping.
+//! A restarted agent adopts the runs its previous life wrote down ([`record`], tasks
+//! kept by their keepers: [`crate::keeper`]). Not here: TLS, health checks, log shipping.
 
+mod lease;
 mod record;
 mod session;
 mod worker;
@@ -50,8 +57,9 @@ use cadre_proto::agent::{
 };
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use lease::Lease;
 use session::{Action, Input, Link, Session, SessionError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -72,13 +80,22 @@ use worker::{LaunchContext, RunCommand, RunHandle};
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 
 /// How often the agent pings, given its configured keepalive and the lease of the
-/// controller's welcome: every third of the lease at most, so that the lease is renewed
-/// (by the pongs) as long as the controller answers.
+/// controller's welcome: every sixth of the lease at most. Only the pongs renew the lease,
+/// from their pings' sending, and fencing starts two thirds into it: the pings sent in
+/// between (three) give a pong half a lease to come back before any run is stopped.
 pub fn ping_interval(keepalive: Duration, lease: Option<Duration>) -> Duration {
     match lease {
-        Some(lease) => keepalive.min(lease / 3).max(Duration::from_millis(10)),
+        Some(lease) => keepalive.min(lease / 6).max(Duration::from_millis(10)),
         None => keepalive,
     }
+}
+
+/// How long a connection may stay silent before the agent drops it, given its ping
+/// interval and the controller's lease: three pings, or the lease when that is longer (a
+/// lost pong or two must not cost the connection; the controller waits a lease too).
+pub fn connection_silence(ping_every: Duration, lease: Option<Duration>) -> Duration {
+    let pings = ping_every * 3;
+    lease.map_or(pings, |lease| lease.max(pings))
 }
 
 /// How the agent runs. [`AgentConfig::new`] gives the defaults.
@@ -524,7 +541,9 @@ enum ConnEvent {
     Silent,
 }
 
-async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
+/// The next event of the connection: pings every `keepalive`, silent after `silence`
+/// without a frame.
+async fn next_conn_event(conn: &mut Conn, keepalive: Duration, silence: Duration) -> ConnEvent {
     match conn {
         Conn::Waiting { at } => {
             sleep_until(*at).await;
@@ -536,7 +555,7 @@ async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
             last_heard,
             last_ping,
         } => {
-            let dead_at = *last_heard + keepalive * 3;
+            let dead_at = *last_heard + silence;
             let ping_at = *last_ping + keepalive;
             tokio::select! {
                 m = ws.next() => ConnEvent::Received(m),
@@ -547,11 +566,6 @@ async fn next_conn_event(conn: &mut Conn, keepalive: Duration) -> ConnEvent {
         }
         Conn::Closed => std::future::pending().await,
     }
-}
-
-/// How long fenced runs get between SIGTERM and SIGKILL: a third of the lease.
-fn fence_kill_wait(lease: Duration) -> Duration {
-    (lease / 3).max(Duration::from_millis(100))
 }
 
 /// Says goodbye on a connection about to be dropped; a controller that no longer reads
@@ -576,12 +590,10 @@ struct Service {
     keepalive: Duration,
     /// The keepalive configured, before a lease shortens it.
     configured_keepalive: Duration,
-    /// The lease the controller gave at its welcome (fencing); `None`: none.
-    lease: Option<Duration>,
-    /// When the controller was last heard (any frame, pongs included).
-    heard_at: Instant,
-    /// Whether the lease ran out since the controller was last heard (runs stopped).
-    fenced: bool,
+    /// The lease the controller gave at its welcome, and what renews it (fencing).
+    lease: Lease,
+    /// The runs stopped because the lease ran out, since it was last renewed.
+    fenced: BTreeSet<RunRef>,
     connect_timeout: Duration,
     flush_timeout: Duration,
     session: Session,
@@ -844,9 +856,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         endpoint,
         keepalive: config.keepalive.max(Duration::from_millis(10)),
         configured_keepalive: config.keepalive.max(Duration::from_millis(10)),
-        lease: None,
-        heard_at: Instant::now(),
-        fenced: false,
+        lease: Lease::new(Instant::now()),
+        fenced: BTreeSet::new(),
         connect_timeout: config.connect_timeout,
         flush_timeout: config.flush_timeout,
         ctx,
@@ -1020,7 +1031,8 @@ impl Service {
             }
             self.publish_lease();
             let flush_at = self.flush_deadline;
-            let (lease_end, lease_running) = (self.lease_end(), self.lease_running());
+            let (fence_at, lease_running) = (self.fence_at(), self.lease_running());
+            let silence = self.silence();
             tokio::select! {
                 _ = &mut shutdown, if !shutdown_seen => {
                     shutdown_seen = true;
@@ -1035,8 +1047,8 @@ impl Service {
                     worker::Report::Event(event) => self.on_report(event).await,
                     worker::Report::Output(chunk) => self.relay(chunk).await,
                 },
-                event = next_conn_event(&mut self.conn, self.keepalive) => self.on_conn_event(event).await,
-                _ = sleep_until(lease_end), if lease_running => self.fence().await,
+                event = next_conn_event(&mut self.conn, self.keepalive, silence) => self.on_conn_event(event).await,
+                _ = sleep_until(fence_at), if lease_running => self.fence().await,
                 _ = sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {}
             }
         }
@@ -1132,36 +1144,44 @@ impl Service {
         Ok(crate::gang::Gang { tasks })
     }
 
-    /// Tells the tasks' keepers when the agent's own fencing would have killed them (the
-    /// lease's end and the fence's kill wait), once the controller gave a lease: a keeper
-    /// kills no earlier than the agent would, so a fenced task gets its SIGTERM's grace.
+    /// Tells the tasks' keepers the lease's end, by which the agent's own fencing has
+    /// killed them, once the controller gave a lease: a keeper kills no earlier than the
+    /// agent would, so a fenced task gets its SIGTERM's grace.
     fn publish_lease(&self) {
         if !matches!(self.session.link(), Link::Up { .. }) {
             return;
         }
-        let deadline = self
-            .lease
-            .map(|lease| (self.lease_end() + fence_kill_wait(lease)).into_std());
+        let deadline = self.lease.end().map(|end| end.into_std());
         if let Err(e) = self.lease_file.publish(deadline) {
             tracing::warn!(error = %e, "cannot write the lease file: the tasks' keepers may stop them at the previous deadline");
         }
     }
 
-    /// When the lease runs out, unless the controller is heard before.
-    fn lease_end(&self) -> Instant {
-        self.heard_at + self.lease.unwrap_or(Duration::MAX / 4)
+    /// When fencing starts (a kill wait before the lease ends), unless it is renewed.
+    fn fence_at(&self) -> Instant {
+        self.lease
+            .fence_at()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365))
     }
 
-    /// Whether a lapse of the lease would stop anything.
+    /// Whether a lapse of the lease would stop anything: a run not stopped by it yet.
     fn lease_running(&self) -> bool {
-        self.lease.is_some() && !self.fenced && !self.runs.is_empty() && self.stopping.is_none()
+        self.lease.length().is_some()
+            && self.stopping.is_none()
+            && self.runs.keys().any(|run| !self.fenced.contains(run))
     }
 
-    /// The lease ran out: the controller may be about to declare this node lost and
-    /// requeue its runs elsewhere, so they stop here first (SIGKILL within a third of the
-    /// lease), reported NODE_FAIL.
+    /// How long the connection may stay silent before it is dropped.
+    fn silence(&self) -> Duration {
+        connection_silence(self.keepalive, self.lease.length())
+    }
+
+    /// The lease is about to run out: the controller may declare this node lost and
+    /// requeue its runs elsewhere once it has, so they stop here first: SIGTERM now,
+    /// SIGKILL at the lease's end; reported NODE_FAIL. Runs launched after the lease ran
+    /// out (orders still reach an agent the controller no longer hears) stop at once.
     async fn fence(&mut self) {
-        // Frames that arrived while the loop was busy elsewhere renew the lease first: only
+        // Pongs that arrived while the loop was busy elsewhere renew the lease first: only
         // a real silence fences.
         while let Conn::Open { ws, .. } = &mut self.conn {
             match ws.next().now_or_never() {
@@ -1169,16 +1189,23 @@ impl Service {
                 None => break,
             }
         }
-        if !self.lease_running() || Instant::now() < self.lease_end() {
+        let (Some(fence_at), Some(end)) = (self.lease.fence_at(), self.lease.end()) else {
+            return;
+        };
+        let now = Instant::now();
+        if !self.lease_running() || now < fence_at {
             return;
         }
-        let lease = self.lease.unwrap_or_default();
-        tracing::warn!(node = %self.node, runs = self.runs.len(), ?lease, "nothing from the controller for a lease: stopping every run (fencing)");
-        self.fenced = true;
-        let result = self.session.handle(Input::LeaseExpired {
-            kill_wait: fence_kill_wait(lease),
-        });
+        let kill_wait = end.saturating_duration_since(now);
+        tracing::warn!(node = %self.node, runs = self.runs.len(), lease = ?self.lease.length(), ?kill_wait, "the lease was not renewed (no answer from the controller): stopping every run (fencing)");
+        self.fenced.extend(self.runs.keys().copied());
+        let result = self.session.handle(Input::LeaseExpired { kill_wait });
         self.apply(result).await;
+    }
+
+    /// The lease was renewed: runs launched from now on are protected by it again.
+    fn renewed(&mut self) {
+        self.fenced.clear();
     }
 
     /// Whether the agent may leave now.
@@ -1387,6 +1414,7 @@ impl Service {
         self.conn = Conn::Waiting {
             at: Instant::now() + delay,
         };
+        self.lease.disconnected();
         let _ = self.session.handle(Input::Disconnected);
     }
 
@@ -1407,6 +1435,7 @@ impl Service {
             ConnEvent::Connected(Ok(ws)) => {
                 tracing::debug!(controller = %self.controller, "connected; saying hello");
                 let now = Instant::now();
+                self.lease.hello_sent(now);
                 self.conn = Conn::Open {
                     ws,
                     last_heard: now,
@@ -1440,9 +1469,10 @@ impl Service {
                 if let Conn::Open { last_heard, .. } = &mut self.conn {
                     *last_heard = Instant::now();
                 }
-                if matches!(self.session.link(), Link::Up { .. }) {
-                    self.heard_at = Instant::now();
-                    self.fenced = false;
+                // Only once welcomed: the controller's engine then holds this connection
+                // as the node's, and counts its silence from its last frame.
+                if matches!(self.session.link(), Link::Up { .. }) && self.lease.heard(&message) {
+                    self.renewed();
                 }
                 match message {
                     Message::Text(text) => match serde_json::from_str::<ControllerMessage>(&text) {
@@ -1468,13 +1498,16 @@ impl Service {
             ConnEvent::PingDue => {
                 if let Conn::Open { ws, last_ping, .. } = &mut self.conn {
                     *last_ping = Instant::now();
-                    if let Err(e) = ws.send(Message::Ping(Default::default())).await {
+                    // Numbered, and counted from before it is sent: its pong renews the
+                    // lease from then (see `lease`).
+                    let number = self.lease.ping(*last_ping);
+                    if let Err(e) = ws.send(Message::Ping(number.to_vec().into())).await {
                         self.lose_connection(&format!("failed to ping: {e}"));
                     }
                 }
             }
             ConnEvent::Silent => {
-                let why = format!("nothing from the controller in {:?}", self.keepalive * 3);
+                let why = format!("nothing from the controller in {:?}", self.silence());
                 self.lose_connection(&why);
             }
         }
@@ -1567,10 +1600,10 @@ impl Service {
             } => {
                 self.backoff.reset();
                 self.failures = 0;
-                self.heard_at = Instant::now();
-                self.fenced = false;
-                self.lease = lease_ms.map(Duration::from_millis);
-                self.keepalive = ping_interval(self.configured_keepalive, self.lease);
+                if self.lease.welcomed(lease_ms.map(Duration::from_millis)) {
+                    self.renewed();
+                }
+                self.keepalive = ping_interval(self.configured_keepalive, self.lease.length());
                 tracing::info!(
                     controller = %self.controller,
                     node = %self.node,
@@ -1683,11 +1716,11 @@ mod tests {
     }
 
     #[test]
-    fn the_agent_pings_every_third_of_the_lease_at_most() {
+    fn the_agent_pings_every_sixth_of_the_lease_at_most() {
         let s = Duration::from_secs;
-        assert_eq!(ping_interval(DEFAULT_KEEPALIVE, Some(s(15))), s(5));
+        assert_eq!(ping_interval(DEFAULT_KEEPALIVE, Some(s(30))), s(5));
         assert_eq!(
-            ping_interval(DEFAULT_KEEPALIVE, Some(s(60))),
+            ping_interval(DEFAULT_KEEPALIVE, Some(s(120))),
             DEFAULT_KEEPALIVE
         );
         assert_eq!(ping_interval(DEFAULT_KEEPALIVE, None), DEFAULT_KEEPALIVE);

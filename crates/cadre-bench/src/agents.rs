@@ -3,7 +3,8 @@
 //!
 //! **Given** `--agents N`: a controller (`cadre server`, its own process, SQLite in a
 //! temporary data directory) listening over TLS on a free port of 127.0.0.1 with a
-//! cluster file of N tiny nodes (1 core, 256 MiB, no GPU) and `--node-timeout`. In this
+//! cluster file of N tiny nodes (1 core, 256 MiB, no GPU), `--node-lease` and
+//! `--lease-margin`. In this
 //! process, N simulated agents as tokio tasks, each one node, each its own WebSocket over
 //! TLS from a loopback address of its own (127.0.0.2, 127.0.0.3, ...: the controller caps
 //! the connections of one peer address, and real nodes have an address each).
@@ -12,8 +13,9 @@
 //! opened by the agent's own code ([`cadre_agent::service::open_connection`]); it says
 //! `Hello` (protocol [`PROTOCOL_VERSION`], a node report of exactly the described shape),
 //! waits for the `Welcome`, then pings as the real agent does, every
-//! [`cadre_agent::service::ping_interval`] (a third of the lease at the default keepalive),
-//! drops a connection silent for three of those and reconnects with backoff. It runs
+//! [`cadre_agent::service::ping_interval`] (a sixth of the lease at the default keepalive),
+//! drops a connection silent for as long as the real agent does
+//! ([`cadre_agent::service::connection_silence`]) and reconnects with backoff. It runs
 //! nothing (no job is submitted). The first `--enrol` nodes enrol first, each with a join
 //! token of its own, through the agent's own enrolment ([`cadre_agent::enrol::enrol`]:
 //! the node's key and certificate request made here, the certificate signed by the
@@ -35,7 +37,9 @@
 //!   (as when its process dies: the kernel closes the socket), another goes silent with
 //!   its connection left open (as when its host loses power or its network); for each,
 //!   the time until the controller reports it not connected, and until it reports it
-//!   down, polled every 100 ms with `GET /nodes/NAME`.
+//!   down, polled every 100 ms with `GET /nodes/NAME`, against the target of the lease +
+//!   2 s (the controller declares a node lost the lease and its margin after its last
+//!   frame, which came up to a ping interval before the stop).
 //!
 //! Open files: each agent holds a socket here and one in the controller; the soft limit
 //! of `RLIMIT_NOFILE` is raised for this process (and so for the controller it starts,
@@ -43,7 +47,9 @@
 
 use crate::api::{DataDir, cadre, rss_mib, stop, wait_ready};
 use anyhow::{Context, Result, bail};
-use cadre_agent::service::{AgentSocket, DEFAULT_KEEPALIVE, open_connection, ping_interval};
+use cadre_agent::service::{
+    AgentSocket, DEFAULT_KEEPALIVE, connection_silence, open_connection, ping_interval,
+};
 use cadre_client::{Connection, Target};
 use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_proto::agent::{AgentMessage, ControllerMessage, Hello, NodeReport, PROTOCOL_VERSION};
@@ -67,9 +73,13 @@ pub struct AgentsBenchArgs {
     /// Simulated agents, one node each.
     #[arg(long, default_value_t = 1000)]
     agents: u32,
-    /// The controller's --node-timeout in seconds (its default); the lease is half of it.
-    #[arg(long, default_value_t = 30)]
-    node_timeout: u64,
+    /// The controller's --node-lease in seconds (its default); `--node-timeout` is its old
+    /// name.
+    #[arg(long, alias = "node-timeout", default_value_t = 30)]
+    node_lease: u64,
+    /// The controller's --lease-margin in seconds (its default).
+    #[arg(long, default_value_t = 2)]
+    lease_margin: u64,
     /// Nodes that enrol first, with a join token each, and connect with their own
     /// certificate [default: the agents, at most 1000]; the others connect with the
     /// cluster's agent key over TLS.
@@ -105,7 +115,10 @@ struct AgentsReport {
     enrolled: u32,
     /// Agents that connect with the cluster's agent key over TLS.
     keyed: u32,
-    node_timeout_s: u64,
+    /// The controller's lease and margin, as configured.
+    node_lease_s: u64,
+    lease_margin_s: u64,
+    /// The lease its welcomes granted the simulated agents.
     lease_s: f64,
     ping_interval_s: f64,
     join_tokens_s: f64,
@@ -140,6 +153,8 @@ struct AgentsReport {
     lost_silent: Option<LossReport>,
     /// The target for declaring a node lost: the lease + 2 s.
     target_lost_s: f64,
+    /// Whether both stopped nodes were declared down within the target.
+    target_met: bool,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -318,7 +333,7 @@ impl CpuWatch {
 
 pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.agents > 0, "--agents must be positive");
-    anyhow::ensure!(args.node_timeout > 0, "--node-timeout must be positive");
+    anyhow::ensure!(args.node_lease > 0, "--node-lease must be positive");
     anyhow::ensure!(args.seconds > 0, "--seconds must be positive");
     anyhow::ensure!(
         args.enrol_concurrency > 0,
@@ -366,8 +381,10 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
         .arg(&run_dir)
         .arg("--cluster")
         .arg(&cluster_file)
-        .args(["--listen", &listen, "--node-timeout"])
-        .arg(args.node_timeout.to_string())
+        .args(["--listen", &listen, "--node-lease"])
+        .arg(args.node_lease.to_string())
+        .arg("--lease-margin")
+        .arg(args.lease_margin.to_string())
         .env("CADRE_LOG", "info")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -558,11 +575,17 @@ impl Bench<'_> {
                 .map(|t| stopped_at.saturating_duration_since(t).as_secs_f64());
             l
         });
+        let target_lost_s = lease.as_secs_f64() + 2.0;
+        let target_met = [Some(&lost_closed), lost_silent.as_ref()]
+            .into_iter()
+            .flatten()
+            .all(|l| l.down_s.is_some_and(|s| s <= target_lost_s));
         Ok(AgentsReport {
             agents: args.agents,
             enrolled: self.enrol,
             keyed: args.agents - self.enrol,
-            node_timeout_s: args.node_timeout,
+            node_lease_s: args.node_lease,
+            lease_margin_s: args.lease_margin,
             lease_s: lease.as_secs_f64(),
             ping_interval_s: ping_every.as_secs_f64(),
             join_tokens_s,
@@ -589,7 +612,8 @@ impl Bench<'_> {
             agent_reconnects,
             lost_closed,
             lost_silent,
-            target_lost_s: lease.as_secs_f64() + 2.0,
+            target_lost_s,
+            target_met,
         })
     }
 
@@ -701,8 +725,8 @@ impl Bench<'_> {
             victims.join(" and ")
         ));
         let give_up = stopped_at
-            + Duration::from_secs(self.args.node_timeout)
             + lease
+            + Duration::from_secs(self.args.lease_margin)
             + Duration::from_secs(30);
         let mut conn = Connection::open(target, None).await?;
         while losses.iter().any(|l| l.down_s.is_none()) && Instant::now() < give_up {
@@ -818,13 +842,9 @@ async fn simulated_agent(
             .lease_ms
             .store(lease.as_millis() as u64, Ordering::Relaxed);
         tally.up.fetch_add(1, Ordering::Relaxed);
-        let ended = keep_alive(
-            ws,
-            ping_interval(DEFAULT_KEEPALIVE, Some(lease)),
-            &tally,
-            &mut order,
-        )
-        .await;
+        let every = ping_interval(DEFAULT_KEEPALIVE, Some(lease));
+        let silence = connection_silence(every, Some(lease));
+        let ended = keep_alive(ws, every, silence, &tally, &mut order).await;
         tally.up.fetch_sub(1, Ordering::Relaxed);
         match ended {
             Ended::Dropped(_) => {
@@ -902,10 +922,11 @@ async fn say_hello(
 }
 
 /// Keeps a welcomed connection alive as the real agent does: a ping every `every`,
-/// dropped when nothing came for three of them; ends it as `order` says.
+/// dropped when nothing came for `silence`; ends it as `order` says.
 async fn keep_alive(
     mut ws: Box<AgentSocket>,
     every: Duration,
+    silence: Duration,
     tally: &Tally,
     order: &mut Option<oneshot::Receiver<Fate>>,
 ) -> Ended {
@@ -914,7 +935,7 @@ async fn keep_alive(
     let mut sent = heard;
     let mut ping_at = heard + every;
     loop {
-        let dead_at = heard + every * 3;
+        let dead_at = heard + silence;
         let told = async {
             match order.as_mut() {
                 Some(rx) => rx.await.ok(),
@@ -937,7 +958,7 @@ async fn keep_alive(
             },
             _ = sleep_until(ping_at.min(dead_at)) => {
                 if Instant::now() >= dead_at {
-                    return Ended::Dropped("nothing from the controller for three pings".into());
+                    return Ended::Dropped("nothing from the controller for too long".into());
                 }
                 ping_at = Instant::now() + every;
                 if let Err(e) = ws.send(Message::Ping(Default::default())).await {
@@ -974,8 +995,8 @@ fn print(r: &AgentsReport, json: bool) -> Result<()> {
         return Ok(());
     }
     println!(
-        "controller: cadre server, {} nodes of 1 core and 256 MiB, node timeout {} s, lease {:.1} s; simulated agents ping every {:.1} s",
-        r.agents, r.node_timeout_s, r.lease_s, r.ping_interval_s
+        "controller: cadre server, {} nodes of 1 core and 256 MiB, lease {:.1} s, margin {} s; simulated agents ping every {:.1} s",
+        r.agents, r.lease_s, r.lease_margin_s, r.ping_interval_s
     );
     if r.enrolled > 0 {
         println!(
@@ -1029,8 +1050,10 @@ fn print(r: &AgentsReport, json: bool) -> Result<()> {
         );
     }
     println!(
-        "target: a lost node declared within lease + 2 s = {:.1} s; the controller marks a node down after the node timeout ({} s) away",
-        r.target_lost_s, r.node_timeout_s
+        "target: a lost node declared within lease + 2 s = {:.1} s: {}; the controller declares a node down the lease and margin ({} s) after its last frame",
+        r.target_lost_s,
+        if r.target_met { "met" } else { "not met" },
+        r.node_lease_s + r.lease_margin_s
     );
     Ok(())
 }

@@ -39,10 +39,23 @@ use std::collections::BTreeMap;
 /// Version 4: agents report their node's health ([`Hello::health`],
 /// [`AgentMessage::Health`]); the welcome carries the controller's clock
 /// ([`ControllerMessage::Welcome`] `now_ms`).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// Version 5: no message changed, the lease did ([`LEASE_FROM_PINGS_VERSION`]).
+pub const PROTOCOL_VERSION: u32 = 5;
+
+/// From this version on the agent renews its lease ([`ControllerMessage::Welcome`]
+/// `lease_ms`) only by the welcome, counted from when it sent its hello, and by WebSocket
+/// pongs answering its own pings (each ping's payload its number, 8 bytes big-endian),
+/// counted from when it sent the ping; no other frame renews it. It sends SIGTERM to every
+/// run a third of the lease before the lease ends, and SIGKILL at the end. The controller
+/// counts such an agent's lease from the last frame it heard from it. Before: any frame
+/// renewed it from when it was heard, and SIGKILL came a third of the lease after its end;
+/// the controller grants such agents less and counts from the disconnection (see
+/// `cadre_server::controller::lease_for`).
+pub const LEASE_FROM_PINGS_VERSION: u32 = 5;
 
 /// The oldest agent protocol a controller still serves: an agent of version 3 reports no
-/// health and is welcomed in its own version, so that agents can be upgraded after their
+/// health and is welcomed in its own version, an agent before version 5 holds a shorter
+/// lease (see [`LEASE_FROM_PINGS_VERSION`]), so that agents can be upgraded after their
 /// controller, one node at a time.
 pub const OLDEST_AGENT_VERSION: u32 = 3;
 
@@ -231,10 +244,11 @@ pub enum ControllerMessage {
         version: u32,
         /// The node's id in the controller's cluster (what allocations name).
         node_id: NodeId,
-        /// The agent's lease, in milliseconds: an agent that hears nothing from the
-        /// controller for this long stops every run it holds (fencing), well before the
-        /// controller declares the node lost and requeues them elsewhere (at its node
-        /// timeout, twice the lease). `None` (an older controller): no lease.
+        /// The agent's lease, in milliseconds: an agent that cannot renew it (see
+        /// [`LEASE_FROM_PINGS_VERSION`]) stops every run it holds by its end (fencing),
+        /// before the controller declares the node lost and requeues them elsewhere (the
+        /// lease and a margin after the agent's last frame). `None` (an older
+        /// controller): no lease.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
         /// The controller's wall clock at the welcome, in milliseconds since 1970 (version

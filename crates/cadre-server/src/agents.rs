@@ -8,8 +8,9 @@
 //! machine; 401 otherwise). The first message must be a `Hello` (within
 //! [`HELLO_TIMEOUT`]); after it, the engine's messages for the node go out in order, and
 //! the agent's events come in. A `Refused` closes the connection once sent; so does the
-//! revocation of a certificate-identified node, and a lease (half the node timeout) without
-//! a frame from the agent, which pings every third of it.
+//! revocation of a certificate-identified node, and a lease without a frame from the agent,
+//! which pings every sixth of it. When a connection closes, the engine is told when its
+//! last frame came: the agent's lease is counted from then.
 
 use crate::auth::{bearer, same_secret};
 use crate::engine::{Command, EngineHandle};
@@ -157,6 +158,9 @@ async fn serve_agent(
         return;
     }
     let node_name = hello.node.clone();
+    // When the last frame came: the agent's lease, as the controller counts it, starts
+    // there (a frame is read at or after its arrival, so this is never early).
+    let mut last_heard = std::time::Instant::now();
     engine.io().heard(&node_name);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ControllerMessage>();
     let to_agent = tx.clone();
@@ -219,6 +223,12 @@ async fn serve_agent(
         let Some(frame) = frame else {
             break;
         };
+        // A read error (a connection reset) is no frame from the agent: its lease still
+        // counts from the last one.
+        if frame.is_err() {
+            break;
+        }
+        last_heard = std::time::Instant::now();
         engine.io().heard(&node_name);
         match frame {
             Ok(Message::Text(text)) => match serde_json::from_str::<AgentMessage>(&text) {
@@ -251,5 +261,5 @@ async fn serve_agent(
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
     }
     writer.abort();
-    let _ = engine.send(Command::AgentGone { conn });
+    let _ = engine.send(Command::AgentGone { conn, last_heard });
 }

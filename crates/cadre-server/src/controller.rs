@@ -55,8 +55,8 @@ use cadre_core::scheduler::{CoreError, Decision, Event, Hold, PendingReason, Sch
 use cadre_core::time::{Dur, Time};
 use cadre_k8s::CONTAINER_RUNTIME_FEATURE;
 use cadre_proto::agent::{
-    AgentSettings, ControllerMessage, Hello, LaunchOrder, OLDEST_AGENT_VERSION, PROTOCOL_VERSION,
-    RunRef, SequencedEvent, TaskEvent,
+    AgentSettings, ControllerMessage, Hello, LEASE_FROM_PINGS_VERSION, LaunchOrder,
+    OLDEST_AGENT_VERSION, PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
 use cadre_proto::api::{
     ErrorCode, ErrorReason, QueueObjectsRequest, QueueObjectsResponse, StepEvent, StepRequest,
@@ -189,8 +189,11 @@ pub enum Input {
         conn: u64,
         problem: Option<String>,
     },
+    /// A connection closed; `last_heard`: when its last frame came, on the controller's
+    /// monotonic clock (from which its agent's lease is counted).
     AgentGone {
         conn: u64,
+        last_heard: Duration,
     },
     /// The end of a batch of inputs: the batch's submissions are committed and given to
     /// the scheduler, nodes away too long are lost, a scheduling pass runs if `pass`, and
@@ -318,13 +321,21 @@ impl NodeHealth {
     }
 }
 
-/// The agents' lease for a node timeout: half of it. An agent that hears nothing for its
-/// lease stops its runs (SIGKILL at most a third of the lease later), so that they are gone
-/// well before the controller, which declares a node lost only after the whole timeout
-/// without its agent (and notices a silent connection only after a lease), requeues them
-/// elsewhere.
-pub fn lease_of(node_timeout: Duration) -> Duration {
-    node_timeout / 2
+/// The lease a welcome grants an agent of protocol `version`.
+///
+/// An agent of [`LEASE_FROM_PINGS_VERSION`] or later renews it only by its welcome and
+/// the pongs of its own pings, each counted from when it sent the hello or ping, and
+/// stops its runs (SIGKILL) by the lease's end: it gets the whole lease, counted by the
+/// controller from the agent's last frame. An older agent renews it by any frame it
+/// hears, from when it hears it, and SIGKILLs a third of its lease after it ends: it is
+/// granted three quarters of the lease, so that its last SIGKILL falls within the lease
+/// counted by the controller from the disconnection (after which nothing is sent to it).
+pub fn lease_for(lease: Duration, version: u32) -> Duration {
+    if version >= LEASE_FROM_PINGS_VERSION {
+        lease
+    } else {
+        lease * 3 / 4
+    }
 }
 
 /// The store failed: the controller stopped, and what it decided after its last good
@@ -336,9 +347,12 @@ pub struct StoreFailed(pub String);
 /// The controller's settings.
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
-    /// How long a node's agent may stay away before the node is marked down and its jobs
-    /// are requeued (Slurm's `SlurmdTimeout`).
-    pub node_timeout: Duration,
+    /// The agents' lease (Slurm's `SlurmdTimeout`): an agent that cannot renew it stops
+    /// its runs by its end; a connection silent for a lease is closed.
+    pub node_lease: Duration,
+    /// How much longer than the lease the controller waits, from the agent's last frame,
+    /// before it declares the node lost and requeues its gangs (slow SIGKILLs, clocks).
+    pub lease_margin: Duration,
     /// Nodes whose GPUs are declared, not discovered.
     pub emulated_gpus: bool,
     /// The key job tokens are made with (the cluster's agent key): the controller puts
@@ -561,10 +575,21 @@ impl Controller {
                     self.checked_health(c, node, problem, wall);
                 }
             }
-            Input::AgentGone { conn } => {
+            Input::AgentGone { conn, last_heard } => {
                 if let Some(node) = self.node_of_conn(conn) {
-                    self.move_presence(node, PresenceEvent::Gone { conn }, now);
-                    tracing::warn!(node = %self.node_name(node), "agent disconnected");
+                    // An older agent renews its lease by whatever it hears, which may be
+                    // as late as the disconnection: its lease counts from then.
+                    let version = self.agent_versions[node.0 as usize]
+                        .as_ref()
+                        .map_or(0, |(_, v)| *v);
+                    let since = if version >= LEASE_FROM_PINGS_VERSION {
+                        last_heard
+                    } else {
+                        now.mono
+                    };
+                    self.move_presence(node, PresenceEvent::Gone { conn, since }, now);
+                    let silent_ms = now.mono.saturating_sub(since).as_millis() as u64;
+                    tracing::warn!(node = %self.node_name(node), silent_ms, "agent disconnected");
                     self.refresh_avail(c, node, wall);
                 }
             }
@@ -1379,19 +1404,33 @@ impl Controller {
         self.dirty = true;
     }
 
+    /// How long after an away agent's last frame its node is lost: the lease and margin.
+    fn grace(&self) -> Duration {
+        self.config
+            .node_lease
+            .saturating_add(self.config.lease_margin)
+    }
+
+    /// When the next away node is to be declared lost, on the monotonic clock: the
+    /// engine wakes for it.
+    pub fn next_loss_at(&self) -> Option<Duration> {
+        let grace = self.grace();
+        self.presence.iter().filter_map(|p| p.lost_at(grace)).min()
+    }
+
     /// Marks nodes whose agents stayed away too long as lost: their runs' tasks count as
     /// gone (the scheduler stops the rest of each gang and requeues it by policy).
     fn check_presence(&mut self, c: &mut dyn Comm, now: Now) {
-        let timeout = self.config.node_timeout;
+        let grace = self.grace();
         for n in 0..self.presence.len() {
-            if self.presence[n].timed_out(now.mono, timeout) {
+            if self.presence[n].timed_out(now.mono, grace) {
                 let node = NodeId(n as u32);
                 tracing::warn!(node = %self.node_name(node), "agent lost: node down");
                 self.move_presence(
                     node,
                     PresenceEvent::Timeout {
                         now: now.mono,
-                        timeout,
+                        grace,
                     },
                     now,
                 );
@@ -1681,7 +1720,7 @@ impl Controller {
                 settings: (!self.config.agent_settings.is_empty())
                     .then(|| self.config.agent_settings.clone()),
                 node_id: node,
-                lease_ms: Some(lease_of(self.config.node_timeout).as_millis() as u64),
+                lease_ms: Some(lease_for(self.config.node_lease, hello.version).as_millis() as u64),
             },
         );
         if let Some(old) = self.presence[node.0 as usize].conn() {

@@ -100,8 +100,10 @@ pub enum Command {
         conn: u64,
         problem: Option<String>,
     },
+    /// A connection closed; `last_heard`: when its last frame came.
     AgentGone {
         conn: u64,
+        last_heard: Instant,
     },
     Shutdown {
         reply: oneshot::Sender<()>,
@@ -111,9 +113,11 @@ pub enum Command {
 /// The engine's settings.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// How long a node's agent may stay away before the node is marked down and its jobs
-    /// are requeued (Slurm's `SlurmdTimeout`).
-    pub node_timeout: Duration,
+    /// The agents' lease (Slurm's `SlurmdTimeout`).
+    pub node_lease: Duration,
+    /// How much longer than the lease, after an agent's last frame, before its node is
+    /// declared lost and its gangs requeued.
+    pub lease_margin: Duration,
     /// Longest time between scheduling passes when nothing happens.
     pub sched_interval: Duration,
     /// Nodes whose GPUs are declared, not discovered.
@@ -337,7 +341,8 @@ impl Engine {
         let controller = Controller::recover(
             sched,
             ControllerConfig {
-                node_timeout: config.node_timeout,
+                node_lease: config.node_lease,
+                lease_margin: config.lease_margin,
                 emulated_gpus: config.emulated_gpus,
                 job_token_key: config.job_token_key.clone(),
                 agent_settings: config.agent_settings.clone(),
@@ -495,9 +500,12 @@ impl Engine {
             }
             Command::AgentEvent { conn, event } => Input::AgentEvent { conn, event },
             Command::AgentHealth { conn, problem } => Input::AgentHealth { conn, problem },
-            Command::AgentGone { conn } => {
+            Command::AgentGone { conn, last_heard } => {
                 w.links.remove(&conn);
-                Input::AgentGone { conn }
+                Input::AgentGone {
+                    conn,
+                    last_heard: last_heard.saturating_duration_since(self.started),
+                }
             }
             Command::Read(_) | Command::Shutdown { .. } => {
                 unreachable!("reads and the shutdown are not the controller's inputs")
@@ -505,8 +513,17 @@ impl Engine {
         }
     }
 
-    /// Time to wait for commands before the next pass is due.
+    /// Time to wait for commands before the next pass is due, or an away node's lease and
+    /// margin have passed (it is declared lost on time, not at the next pass).
     fn until_next_pass(&self) -> Duration {
+        let pass = self.until_pass();
+        match self.controller.next_loss_at() {
+            Some(at) => pass.min(at.saturating_sub(self.started.elapsed())),
+            None => pass,
+        }
+    }
+
+    fn until_pass(&self) -> Duration {
         match self.last_pass {
             None => Duration::ZERO,
             Some((at, took)) => {

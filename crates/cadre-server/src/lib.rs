@@ -69,7 +69,12 @@ pub struct ServerConfig {
     pub agent_key: String,
     /// The cluster's settings for its agents, told in every welcome (configless).
     pub agent_settings: cadre_proto::agent::AgentSettings,
-    pub node_timeout: Duration,
+    /// The agents' lease: an agent that cannot renew it stops its runs by its end; a
+    /// connection silent for a lease is closed.
+    pub node_lease: Duration,
+    /// How much longer than the lease after an agent's last frame its node is declared
+    /// lost and its gangs requeued.
+    pub lease_margin: Duration,
     pub sched_interval: Duration,
     /// Whether the nodes' GPUs are declared, not discovered (until each agent reports).
     pub emulated_gpus: bool,
@@ -172,7 +177,8 @@ pub async fn serve(
         .map_err(ServerError::Scheduler)?;
     let metrics = Arc::new(Metrics::new());
     let engine_config = EngineConfig {
-        node_timeout: config.node_timeout,
+        node_lease: config.node_lease,
+        lease_margin: config.lease_margin,
         sched_interval: config.sched_interval,
         emulated_gpus: config.emulated_gpus,
         job_token_key: config.agent_key.clone(),
@@ -231,7 +237,7 @@ pub async fn serve(
         )),
         tls: config.tls.clone(),
         revoked: tokio::sync::broadcast::channel(64).0,
-        agent_silence: crate::controller::lease_of(config.node_timeout),
+        agent_silence: config.node_lease,
     };
     let watcher = tokio::spawn(ui::live::watch_changes(
         handle.clone(),

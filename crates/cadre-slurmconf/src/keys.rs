@@ -42,13 +42,14 @@ const PROLOG: &str = "each node's agent runs the site's prolog and epilog around
      controller and srun's are not run";
 const HEALTH: &str = "each node's agent runs the site's health check and its own checks \
      (`cadre agent --health-check-program`, `--health-check-interval`), and a failing one \
-     drains the node until it passes; a node whose agent is away longer than `--node-timeout` \
-     is down";
+     drains the node until it passes; a node whose agent cannot renew its lease \
+     (`--node-lease`) is down";
 const UNKILLABLE: &str = "`cadre agent --kill-timeout` sets how long a task's processes may \
      outlive SIGKILL before its node is drained \"Kill task failed\"";
 const POWER: &str = "cadre does not power nodes down or up";
-const TIMEOUT: &str = "`cadre up --node-timeout` (or `cadre server --node-timeout`) sets how \
-     long an agent may be away before its node is down";
+const TIMEOUT: &str = "`cadre up --node-lease` (or `cadre server --node-lease`) sets the \
+     agents' lease: an agent that cannot renew it stops its runs, and its node is down once the \
+     lease and `--lease-margin` have passed since its last word";
 const KILL_WAIT: &str =
     "cadre signals a job's tasks with SIGTERM at their end and SIGKILL 30 s later";
 const OVER_TIME: &str = "cadre ends a job at its time limit";

@@ -132,10 +132,32 @@ pub struct ControllerArgs {
     /// The site CA's key (PEM, mode 0600).
     #[arg(long, env = "CADRE_CA_KEY", value_name = "FILE", requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
-    /// Seconds a node's agent may stay away before the node is marked down and its jobs
-    /// requeued (Slurm's SlurmdTimeout).
-    #[arg(long, default_value_t = 30)]
-    pub node_timeout: u64,
+    /// The agents' lease in seconds (Slurm's SlurmdTimeout): an agent that cannot renew it
+    /// (its pings unanswered) stops every run it holds by its end, SIGTERM a third of it
+    /// before; the controller closes a connection silent for a lease. A shorter lease
+    /// finds a lost node sooner; a controller stopped or unreachable for longer than it
+    /// stops every job on the nodes that cannot reach it. `--node-timeout` is its old
+    /// name.
+    #[arg(
+        long,
+        alias = "node-timeout",
+        env = "CADRE_NODE_LEASE",
+        value_name = "SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    pub node_lease: u64,
+    /// Seconds the controller waits beyond the lease, counted from a node's last frame,
+    /// before it declares the node lost and requeues its gangs: room for a SIGKILL that
+    /// is slow to take (processes in D state) and for the hosts' clocks to drift.
+    #[arg(
+        long,
+        env = "CADRE_LEASE_MARGIN",
+        value_name = "SECS",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u64).range(0..=3_600)
+    )]
+    pub lease_margin: u64,
     #[command(flatten)]
     pub agents: AgentSettingsArgs,
     /// Longest time between scheduling passes, in milliseconds (passes also run on every
@@ -508,7 +530,8 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
             policy,
             agent_key: agent_key(layout)?,
             agent_settings: args.agents.settings(),
-            node_timeout: Duration::from_secs(args.node_timeout),
+            node_lease: Duration::from_secs(args.node_lease),
+            lease_margin: Duration::from_secs(args.lease_margin),
             sched_interval: Duration::from_millis(args.sched_interval_ms.max(1)),
             emulated_gpus,
             connections: cadre_server::listen::ConnectionLimits {

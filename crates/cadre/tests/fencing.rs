@@ -1,6 +1,7 @@
-//! Fencing: an agent that hears nothing from its controller for its lease (half the node
-//! timeout) stops its runs itself, before the controller could requeue them elsewhere, and
-//! reports them NODE_FAIL once it is heard again, so that the job is requeued whole.
+//! Fencing: an agent whose pings its controller no longer answers cannot renew its lease,
+//! and stops its runs itself by the lease's end, before the controller could requeue them
+//! elsewhere (the lease and a margin after the agent's last frame); it reports them
+//! NODE_FAIL once it is heard again, so that the job is requeued whole.
 
 use cadre_test_support::{Cluster, read_pid, wait_until};
 
@@ -27,7 +28,7 @@ fn signal(pid: i32, sig: nix::sys::signal::Signal) {
 fn an_agent_cut_off_from_its_controller_stops_its_runs_before_they_are_requeued() {
     let c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
         .nodes(1)
-        .args(&["--node-timeout", "6"])
+        .args(&["--node-lease", "3"])
         .start();
     // A command line no other test runs.
     let marker = ["sleep", "4217.5"];

@@ -47,15 +47,16 @@ struct Hosts {
 }
 
 impl Hosts {
-    /// Hosts 0 to 3, the controller up on host 0 with a node timeout of `node_timeout`
+    /// Hosts 0 to 3, the controller up on host 0 with a lease of `lease` seconds (and the
+    /// default margin, 2 s)
     /// seconds; no agent yet. `None` (skipped) where namespaces cannot be made.
-    fn new(node_timeout: u32) -> Option<Hosts> {
-        Hosts::with(node_timeout, |_| Vec::new())
+    fn new(lease: u32) -> Option<Hosts> {
+        Hosts::with(lease, |_| Vec::new())
     }
 
     /// [`Hosts::new`], the controller with more options, made from the files' directory
     /// (where programs for the nodes can be written first).
-    fn with(node_timeout: u32, more: impl FnOnce(&Path) -> Vec<String>) -> Option<Hosts> {
+    fn with(lease: u32, more: impl FnOnce(&Path) -> Vec<String>) -> Option<Hosts> {
         let net = match Network::new(4) {
             Ok(net) => net,
             Err(why) => return skip_unless_ci("the multi-host tests", &why),
@@ -65,7 +66,7 @@ impl Hosts {
         let more: Vec<&str> = more.iter().map(String::as_str).collect();
         let file = files.path().join("cluster.toml");
         std::fs::write(&file, CLUSTER).expect("the cluster file");
-        let timeout = node_timeout.to_string();
+        let lease = lease.to_string();
         let mut c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
             .in_netns(&net.host(0).ns)
             .args(&[
@@ -75,8 +76,8 @@ impl Hosts {
                 "0",
                 "--listen",
                 LISTEN,
-                "--node-timeout",
-                &timeout,
+                "--node-lease",
+                &lease,
             ])
             .args(&more)
             .prepare();
@@ -293,7 +294,7 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
     for i in 1..=3 {
         let n = h.node(&format!("n{i}"));
         assert_eq!(n["address"], format!("10.231.0.{}", i + 1), "{n}");
-        assert_eq!(n["agent_protocol"], 4, "{n}");
+        assert_eq!(n["agent_protocol"], 5, "{n}");
         assert_eq!(n["agent_version"], env!("CARGO_PKG_VERSION"), "{n}");
         assert!(
             n["last_heard"].as_u64().is_some_and(|t| t + 60 > now),
@@ -308,7 +309,7 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
         .find(|l| l.starts_with("n2 "))
         .expect("n2 listed");
     assert!(
-        n2.contains("(p4)") && n2.contains("10.231.0.3") && n2.ends_with("ok"),
+        n2.contains("(p5)") && n2.contains("10.231.0.3") && n2.ends_with("ok"),
         "{long}"
     );
     // A used token enrols nothing more, and plain text gets no answer.
@@ -426,9 +427,9 @@ fn now_secs() -> f64 {
 
 #[test]
 fn a_host_cut_off_stops_its_tasks_before_its_gang_runs_again_elsewhere() {
-    // Lease 3 s (half the timeout): the cut host's tasks stop by about 4 s, the node is
-    // declared lost after 6 s.
-    let Some(mut h) = Hosts::new(6) else { return };
+    // Lease 3 s: the cut host's agent sends SIGTERM 2 s after its last answered ping and
+    // SIGKILL at 3 s; the node is declared lost 5 s after the controller last heard it.
+    let Some(mut h) = Hosts::new(3) else { return };
     for i in 1..=3 {
         h.start_agent(i);
     }
@@ -496,7 +497,8 @@ fn a_host_cut_off_stops_its_tasks_before_its_gang_runs_again_elsewhere() {
 
 #[test]
 fn a_host_losing_a_fifth_of_its_packets_keeps_its_node_and_its_jobs_complete() {
-    let Some(mut h) = Hosts::new(6) else { return };
+    // Lease 3 s: pings every 0.5 s, fencing would start 2 s after the last answered one.
+    let Some(mut h) = Hosts::new(3) else { return };
     for i in 1..=3 {
         h.start_agent(i);
     }

@@ -39,7 +39,7 @@ fn cluster() -> Option<Cluster> {
     }
     let c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
         .nodes(1)
-        .args(&["--node-timeout", "30"])
+        .args(&["--node-lease", "30"])
         .start();
     let log = std::fs::read_to_string(c.path("agents/node001.log")).unwrap_or_default();
     if !log.contains("each task runs in a cgroup of its own") {

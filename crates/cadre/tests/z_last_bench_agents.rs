@@ -37,8 +37,8 @@ fn bench_agents_connects_every_agent_and_finds_the_lost_ones() {
         "--seconds",
         "3",
         // A lease of 2 s: short, with room for a loaded machine's pauses.
-        "--node-timeout",
-        "4",
+        "--node-lease",
+        "2",
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -48,6 +48,8 @@ fn bench_agents_connects_every_agent_and_finds_the_lost_ones() {
     assert_eq!(v["keyed"], 3, "{v}");
     assert_eq!(v["connected"], 5, "every agent connected: {v}");
     assert_eq!(v["lease_s"], 2.0, "{v}");
+    assert_eq!(v["lease_margin_s"], 2, "{v}");
+    assert!(v["target_met"].is_boolean(), "{v}");
     for key in [
         "enrol_s",
         "controller_cpu_pct",

@@ -1,9 +1,12 @@
 //! Where a node's agent is, and the one function that moves it.
 //!
-//! **Given** the agent's connections coming and going, and time passing. **Decided** here:
-//! the node's presence after each. **Must hold**: a node is `Connected` through exactly one
-//! connection (the newest); it goes `Away` only when that connection goes; it is `Lost`
-//! only once it has been away for the whole node timeout; any other move is refused.
+//! **Given** the agent's connections coming and going (each going with the instant from
+//! which the agent's lease is counted: its last frame heard), and time passing.
+//! **Decided** here: the node's presence after each. **Must hold**: a node is `Connected`
+//! through exactly one connection (the newest); it goes `Away` (suspect: nothing new
+//! starts on it) only when that connection goes; it is `Lost` only once the agent's lease,
+//! counted from its last frame, has surely expired: `grace` (the lease plus the margin)
+//! after it; any other move is refused.
 
 use std::time::Duration;
 
@@ -12,10 +15,11 @@ use std::time::Duration;
 pub enum Presence {
     /// Its agent is connected through this connection.
     Connected { conn: u64 },
-    /// Not connected since this instant of the controller's monotonic clock (its start,
-    /// or the disconnection).
+    /// Not connected (suspect); its agent's lease counts from this instant of the
+    /// controller's monotonic clock (the last frame heard from it, or the controller's
+    /// start).
     Away { since: Duration },
-    /// Away longer than the node timeout: the node is down.
+    /// Away longer than the lease and its margin: the node is down.
     Lost,
 }
 
@@ -24,10 +28,11 @@ pub enum Presence {
 pub enum PresenceEvent {
     /// The agent said hello on this connection (a newer connection replaces an older one).
     Hello { conn: u64 },
-    /// This connection closed.
-    Gone { conn: u64 },
-    /// The node timeout is checked at `now`.
-    Timeout { now: Duration, timeout: Duration },
+    /// This connection closed; the agent's lease counts from `since` (no later than the
+    /// closing).
+    Gone { conn: u64, since: Duration },
+    /// The lease is checked at `now`: lost once `grace` (lease + margin) has passed.
+    Timeout { now: Duration, grace: Duration },
 }
 
 /// A move the presence of a node cannot make.
@@ -44,11 +49,15 @@ impl Presence {
         let illegal = Err(IllegalPresence { from: self, event });
         match (self, event) {
             (_, PresenceEvent::Hello { conn }) => Ok(Presence::Connected { conn }),
-            (Presence::Connected { conn }, PresenceEvent::Gone { conn: gone }) if conn == gone => {
-                Ok(Presence::Away { since: now })
+            (Presence::Connected { conn }, PresenceEvent::Gone { conn: gone, since })
+                if conn == gone =>
+            {
+                Ok(Presence::Away {
+                    since: since.min(now),
+                })
             }
-            (Presence::Away { since }, PresenceEvent::Timeout { now, timeout })
-                if now.saturating_sub(since) >= timeout =>
+            (Presence::Away { .. }, PresenceEvent::Timeout { now, grace })
+                if self.timed_out(now, grace) =>
             {
                 Ok(Presence::Lost)
             }
@@ -64,9 +73,17 @@ impl Presence {
         }
     }
 
-    /// Whether it has been away for the whole `timeout` at `now`.
-    pub fn timed_out(self, now: Duration, timeout: Duration) -> bool {
-        matches!(self, Presence::Away { since } if now.saturating_sub(since) >= timeout)
+    /// When it is to be declared lost, `grace` after its lease began, if away.
+    pub fn lost_at(self, grace: Duration) -> Option<Duration> {
+        match self {
+            Presence::Away { since } => Some(since.saturating_add(grace)),
+            Presence::Connected { .. } | Presence::Lost => None,
+        }
+    }
+
+    /// Whether it has been away for the whole `grace` at `now`.
+    pub fn timed_out(self, now: Duration, grace: Duration) -> bool {
+        self.lost_at(grace).is_some_and(|at| now >= at)
     }
 }
 
@@ -91,42 +108,41 @@ mod tests {
     }
 
     #[test]
-    fn only_the_current_connection_going_makes_a_node_away() {
+    fn only_the_current_connection_going_makes_a_node_away_since_its_last_frame() {
         let c = Presence::Connected { conn: 3 };
+        let gone = |conn, since| PresenceEvent::Gone { conn, since };
+        // Closed at 5 s, last heard at 2 s: the lease counts from 2 s.
         assert_eq!(
-            c.next(PresenceEvent::Gone { conn: 3 }, 5 * S),
+            c.next(gone(3, 2 * S), 5 * S),
+            Ok(Presence::Away { since: 2 * S })
+        );
+        // Never from later than the closing.
+        assert_eq!(
+            c.next(gone(3, 9 * S), 5 * S),
             Ok(Presence::Away { since: 5 * S })
         );
-        assert!(c.next(PresenceEvent::Gone { conn: 2 }, 5 * S).is_err());
-        assert!(
-            Presence::Lost
-                .next(PresenceEvent::Gone { conn: 3 }, S)
-                .is_err()
-        );
-        assert!(
-            Presence::Away { since: S }
-                .next(PresenceEvent::Gone { conn: 3 }, S)
-                .is_err()
-        );
+        assert!(c.next(gone(2, S), 5 * S).is_err());
+        assert!(Presence::Lost.next(gone(3, S), S).is_err());
+        assert!(Presence::Away { since: S }.next(gone(3, S), S).is_err());
     }
 
     #[test]
-    fn a_node_is_lost_only_after_the_whole_timeout_away() {
-        let away = Presence::Away { since: S };
-        let timeout = 10 * S;
-        let early = PresenceEvent::Timeout {
-            now: 10 * S,
-            timeout,
-        };
-        let due = PresenceEvent::Timeout {
-            now: 11 * S,
-            timeout,
-        };
-        assert!(away.next(early, 10 * S).is_err());
-        assert!(!away.timed_out(10 * S, timeout));
-        assert_eq!(away.next(due, 11 * S), Ok(Presence::Lost));
-        assert!(away.timed_out(11 * S, timeout));
-        assert!(Presence::Connected { conn: 1 }.next(due, 11 * S).is_err());
-        assert!(Presence::Lost.next(due, 11 * S).is_err());
+    fn a_node_is_lost_only_once_its_lease_and_margin_have_passed_since_its_last_frame() {
+        // Last heard at 1 s, closed (silent for the lease) at 31 s.
+        let away = Presence::Connected { conn: 1 }
+            .next(PresenceEvent::Gone { conn: 1, since: S }, 31 * S)
+            .unwrap();
+        let grace = 30 * S + 2 * S;
+        assert_eq!(away.lost_at(grace), Some(33 * S));
+        let early = PresenceEvent::Timeout { now: 32 * S, grace };
+        let due = PresenceEvent::Timeout { now: 33 * S, grace };
+        assert!(away.next(early, 32 * S).is_err());
+        assert!(!away.timed_out(32 * S, grace));
+        assert_eq!(away.next(due, 33 * S), Ok(Presence::Lost));
+        assert!(away.timed_out(33 * S, grace));
+        assert!(Presence::Connected { conn: 1 }.next(due, 33 * S).is_err());
+        assert!(Presence::Lost.next(due, 33 * S).is_err());
+        assert_eq!(Presence::Lost.lost_at(grace), None);
+        assert_eq!(Presence::Connected { conn: 1 }.lost_at(grace), None);
     }
 }

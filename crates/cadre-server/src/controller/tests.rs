@@ -101,7 +101,8 @@ impl Comm for Recorder {
     }
 }
 
-const NODE_TIMEOUT: Duration = Duration::from_secs(30);
+const NODE_LEASE: Duration = Duration::from_secs(30);
+const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// A controller over `nodes` nodes of 4 GPUs, its recorder, and a fake clock.
 struct Harness {
@@ -186,7 +187,8 @@ impl Harness {
             mono,
         };
         let config = ControllerConfig {
-            node_timeout: NODE_TIMEOUT,
+            node_lease: NODE_LEASE,
+            lease_margin: LEASE_MARGIN,
             emulated_gpus: true,
             job_token_key: "the cluster key".into(),
             agent_settings: Default::default(),
@@ -219,6 +221,12 @@ impl Harness {
     fn later(&mut self, secs: u64) {
         self.now.wall.0 += secs;
         self.now.mono += Duration::from_secs(secs);
+    }
+
+    /// Connection `conn` closes, its last frame heard now.
+    fn gone(&mut self, conn: u64) {
+        let last_heard = self.now.mono;
+        self.feed(Input::AgentGone { conn, last_heard }).unwrap();
     }
 
     fn tick(&mut self, pass: bool) {
@@ -483,7 +491,11 @@ fn a_store_failure_stops_the_controller_and_nothing_after_it_is_sent() {
     let before = h.rec.log.len();
     assert!(h.feed(Input::Tick { pass: true }).is_err());
     assert!(
-        h.feed(Input::AgentGone { conn: 100 }).is_err(),
+        h.feed(Input::AgentGone {
+            conn: 100,
+            last_heard: h.now.mono
+        })
+        .is_err(),
         "a stopped controller takes no input"
     );
     assert_eq!(h.rec.log.len(), before, "{:#?}", &h.rec.log[before..]);
@@ -514,7 +526,7 @@ fn agents_are_reconciled_on_hello_kept_finished_requeued_stopped() {
     let before = h.rec.log.len();
     for (i, (&id, node)) in [kept, finished, requeued].iter().zip(&nodes).enumerate() {
         let conn = 100 + u64::from(node.0);
-        h.feed(Input::AgentGone { conn }).unwrap();
+        h.gone(conn);
         let run = RunRef::job_run(id, 0);
         let (running, outbox) = match i {
             // Still running, with a run the controller does not know.
@@ -564,19 +576,30 @@ fn agents_are_reconciled_on_hello_kept_finished_requeued_stopped() {
 }
 
 #[test]
-fn a_node_away_past_the_timeout_requeues_its_gang_whole() {
+fn a_node_away_past_its_lease_and_margin_from_its_last_frame_requeues_its_gang_whole() {
     let mut h = Harness::new(2);
     h.connect_all();
     let id = h.start(gpu_job(8), program());
     let run = RunRef::job_run(id, 0);
-    h.feed(Input::AgentGone { conn: 101 }).unwrap();
-    h.later(NODE_TIMEOUT.as_secs() - 1);
+    // Its last frame came 10 s before its connection was closed as silent.
+    let last_heard = h.now.mono;
+    h.later(10);
+    h.feed(Input::AgentGone {
+        conn: 101,
+        last_heard,
+    })
+    .unwrap();
+    assert_eq!(
+        h.ctl.next_loss_at(),
+        Some(last_heard + NODE_LEASE + LEASE_MARGIN)
+    );
+    h.later((NODE_LEASE + LEASE_MARGIN).as_secs() - 10 - 1);
     let before = h.rec.log.len();
     h.tick(false);
     assert_eq!(
         h.state(id),
         Some(JobState::Running),
-        "not before the timeout"
+        "not before the lease and margin"
     );
     assert_eq!(h.stops_to(before, 100, run), 0);
     h.later(1);
@@ -595,6 +618,84 @@ fn a_node_away_past_the_timeout_requeues_its_gang_whole() {
     let job = h.ctl.sched().job(id).expect("requeued");
     assert_eq!((job.state, job.requeues), (JobState::Pending, 1));
     assert!(h.committed_at(id, JobState::Pending).is_some());
+}
+
+#[test]
+fn nothing_new_starts_on_a_suspect_node_and_it_is_lost_only_after_its_lease_and_margin() {
+    let mut h = Harness::new(2);
+    h.connect_all();
+    h.gone(101);
+    h.tick(true);
+    let node = h.ctl.sched().cluster().node(NodeId(1));
+    assert_eq!(
+        (node.avail, node.reason.as_deref()),
+        (NodeAvail::Unknown, Some("agent not connected"))
+    );
+    // A gang of both nodes waits; a job of one node goes to the other.
+    let both = h.start(gpu_job(8), program());
+    let one = h.start(gpu_job(4), program());
+    h.tick(true);
+    assert_eq!(h.state(both), Some(JobState::Pending));
+    assert_eq!(h.state(one), Some(JobState::Running));
+    let placed = h.ctl.sched().job(one).and_then(|j| j.allocation.as_ref());
+    assert_eq!(placed.map(|a| a.nodes()), Some(vec![NodeId(0)]));
+    assert!(
+        !h.rec
+            .log
+            .iter()
+            .any(|e| matches!(e, Effect::Sent(101, ControllerMessage::Launch(_)))),
+        "nothing is sent to the suspect node"
+    );
+    // Not lost one second before its lease and margin have passed; back before, it runs
+    // the gang (once the single-node job is done).
+    h.later((NODE_LEASE + LEASE_MARGIN).as_secs() - 1);
+    h.tick(true);
+    assert_eq!(
+        h.ctl.sched().cluster().node(NodeId(1)).avail,
+        NodeAvail::Unknown
+    );
+    h.hello(1, 201, Vec::new(), Vec::new());
+    h.event(0, 1, ended(RunRef::job_run(one, 0), JobState::Completed, 0));
+    h.tick(true);
+    assert_eq!(h.ctl.sched().cluster().node(NodeId(1)).avail, NodeAvail::Up);
+    assert_eq!(h.state(both), Some(JobState::Running));
+    assert_eq!(h.ctl.next_loss_at(), None);
+}
+
+#[test]
+fn an_older_agent_is_granted_three_quarters_of_the_lease_counted_from_its_disconnection() {
+    let mut h = Harness::new(2);
+    let shape = h.ctl.sched().cluster().shape(NodeId(0)).clone();
+    let old = LEASE_FROM_PINGS_VERSION - 1;
+    h.hello_full(0, 100, old, shape.clone(), Vec::new(), Vec::new(), None);
+    h.hello(1, 101, Vec::new(), Vec::new());
+    let lease = |conn: u64| {
+        h.rec.log.iter().find_map(|e| match e {
+            Effect::Sent(c, ControllerMessage::Welcome { lease_ms, .. }) if *c == conn => *lease_ms,
+            _ => None,
+        })
+    };
+    assert_eq!(lease(100), Some(NODE_LEASE.as_millis() as u64 * 3 / 4));
+    assert_eq!(lease(101), Some(NODE_LEASE.as_millis() as u64));
+    // Both last heard at 0 s, their connections closed at 20 s: the older agent may have
+    // heard the controller until then, and its lease counts from then.
+    let last_heard = h.now.mono;
+    h.later(20);
+    for conn in [100, 101] {
+        h.feed(Input::AgentGone { conn, last_heard }).unwrap();
+    }
+    h.later((NODE_LEASE + LEASE_MARGIN).as_secs() - 20);
+    h.tick(false);
+    let avail = |h: &Harness, n: u32| h.ctl.sched().cluster().node(NodeId(n)).avail;
+    assert_eq!(avail(&h, 1), NodeAvail::Down, "lost from its last frame");
+    assert_eq!(
+        avail(&h, 0),
+        NodeAvail::Unknown,
+        "older: from its disconnection"
+    );
+    h.later(20);
+    h.tick(false);
+    assert_eq!(avail(&h, 0), NodeAvail::Down);
 }
 
 #[test]
@@ -922,7 +1023,7 @@ fn restart_recovery_from_a_store_snapshot() {
         r.rec.log
     );
     // The other node's agent never comes back: its absence counts from the restart.
-    r.later(NODE_TIMEOUT.as_secs());
+    r.later((NODE_LEASE + LEASE_MARGIN).as_secs());
     r.tick(false);
     let other = NodeId(1 - node.0);
     assert_eq!(r.ctl.sched().cluster().node(other).avail, NodeAvail::Down);
@@ -1010,7 +1111,7 @@ fn a_node_with_fewer_gpus_than_described_is_drained_saying_so_until_it_has_them(
     );
     assert_eq!(h.state(id), Some(JobState::Pending));
     // Its agent comes back whole (the GPU reseated): the drain is lifted, the job runs.
-    h.feed(Input::AgentGone { conn: 100 }).unwrap();
+    h.gone(100);
     h.hello_as(0, 101, whole, Vec::new(), Vec::new());
     h.tick(true);
     assert_eq!(h.ctl.sched().cluster().node(NodeId(0)).avail, NodeAvail::Up);
@@ -1130,7 +1231,7 @@ fn a_replayed_ended_with_a_drain_does_not_drain_a_resumed_node_again_nor_count_t
     let after_end = requeues(&h);
     assert_eq!(after_end.map(|r| r.0), Some(1), "requeued once");
     // The acknowledgement never reaches the agent: the connection drops.
-    h.feed(Input::AgentGone { conn }).unwrap();
+    h.gone(conn);
     h.tick(false);
     // An administrator resumes the node.
     let reply = h.reply_to();
@@ -1183,7 +1284,7 @@ fn a_restarted_agent_s_replayed_events_are_applied_though_numbered_lower() {
     h.tick(true);
     assert!(h.committed_at(first, JobState::Completed).is_some());
     // The agent restarts; its events now start at 5.
-    h.feed(Input::AgentGone { conn: 100 }).unwrap();
+    h.gone(100);
     h.agent_life = 5;
     h.hello(0, 100, Vec::new(), Vec::new());
     h.tick(true);
@@ -1191,7 +1292,7 @@ fn a_restarted_agent_s_replayed_events_are_applied_though_numbered_lower() {
     let run = RunRef::job_run(second, 0);
     assert_eq!(h.state(second), Some(JobState::Running));
     // Its end is in the outbox of its next connection, never having been sent by itself.
-    h.feed(Input::AgentGone { conn: 100 }).unwrap();
+    h.gone(100);
     let end = SequencedEvent {
         seq: 5,
         event: ended(run, JobState::Failed, 3),
