@@ -586,7 +586,10 @@ struct Service {
     controller: String,
     node: String,
     key: String,
-    endpoint: Endpoint,
+    /// Each controller's address and endpoint (two or three for replicated controllers),
+    /// and the one connected to or tried next.
+    endpoints: Vec<(String, Endpoint)>,
+    at: usize,
     keepalive: Duration,
     /// The keepalive configured, before a lease shortens it.
     configured_keepalive: Duration,
@@ -669,13 +672,32 @@ async fn health_loop(
 /// Runs the agent until `shutdown` resolves (then stops every run and returns `Ok`), or
 /// until an error that reconnecting cannot fix. See the module doc.
 pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), AgentError> {
-    let endpoint = Endpoint::parse(&config.controller, config.tls.as_ref()).map_err(|why| {
-        AgentError::InvalidController {
+    // Replicated controllers: every address, tried in turn (the standbys refuse the agent
+    // until one of them leads).
+    let endpoints = config
+        .controller
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            Endpoint::parse(a, config.tls.as_ref())
+                .map(|e| (a.to_owned(), e))
+                .map_err(|why| AgentError::InvalidController {
+                    address: a.to_owned(),
+                    why,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let Some((_, endpoint)) = endpoints.first() else {
+        return Err(AgentError::InvalidController {
             address: config.controller.clone(),
-            why,
-        }
-    })?;
-    check_config(&config, &endpoint)?;
+            why: "no address given".into(),
+        });
+    };
+    for (_, e) in &endpoints {
+        check_config(&config, e)?;
+    }
+    let _ = endpoint;
     let opts = config.discovery.clone();
     let found = tokio::task::spawn_blocking(move || discovery::discover(&opts))
         .await
@@ -853,7 +875,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         controller: config.controller,
         node: config.node,
         key: config.key,
-        endpoint,
+        endpoints,
+        at: 0,
         keepalive: config.keepalive.max(Duration::from_millis(10)),
         configured_keepalive: config.keepalive.max(Duration::from_millis(10)),
         lease: Lease::new(Instant::now()),
@@ -1421,9 +1444,11 @@ impl Service {
     async fn on_conn_event(&mut self, event: ConnEvent) {
         match event {
             ConnEvent::ConnectDue => {
+                let (address, endpoint) = &self.endpoints[self.at];
+                self.controller = address.clone();
                 let connecting = tokio::time::timeout(
                     self.connect_timeout,
-                    connect(self.endpoint.clone(), self.key.clone(), None),
+                    connect(endpoint.clone(), self.key.clone(), None),
                 );
                 let timeout = self.connect_timeout;
                 self.conn = Conn::Connecting(
@@ -1453,7 +1478,14 @@ impl Service {
             }
             ConnEvent::Connected(Err(e)) => {
                 self.failures += 1;
-                let delay = self.backoff.next_delay();
+                // The next controller (a standby refuses the agent: 503); the backoff once
+                // every one was tried.
+                self.at = (self.at + 1) % self.endpoints.len();
+                let delay = if self.at == 0 {
+                    self.backoff.next_delay()
+                } else {
+                    Duration::from_millis(100)
+                };
                 // The first failure and then one in 30: a controller that is down for
                 // long must not flood the log.
                 if self.failures == 1 || self.failures % 30 == 0 {

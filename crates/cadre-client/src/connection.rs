@@ -262,10 +262,12 @@ impl Connection {
                 .send_once(method.clone(), path, body.clone(), key.as_deref())
                 .await;
             let hint = match &sent {
-                Ok((status, bytes)) => match not_leader(*status, bytes) {
+                // With one controller, a standby's answer is the answer.
+                Ok((status, bytes)) if self.each.len() > 1 => match not_leader(*status, bytes) {
                     Some(hint) => hint,
                     None => return sent,
                 },
+                Ok(_) => return sent,
                 Err(e) if retry_lost && e.is_lost_connection() && self.each.len() > 1 => None,
                 Err(_) => return sent,
             };

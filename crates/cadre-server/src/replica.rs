@@ -127,6 +127,7 @@ pub async fn serve_replica(
             }
             return result;
         }
+        drop_blocking(lease).await;
         match result {
             Ok(()) => tracing::warn!(epoch, "deposed: stepping down to standby"),
             Err(e) => {
@@ -134,6 +135,11 @@ pub async fn serve_replica(
             }
         }
     }
+}
+
+/// Drops `t` off the async threads: a PostgreSQL client closes its connection blocking.
+async fn drop_blocking<T: Send + 'static>(t: T) {
+    let _ = tokio::task::spawn_blocking(move || drop(t)).await;
 }
 
 /// Stands by on the controller's addresses until this replica takes the lease (`None`:
@@ -218,6 +224,9 @@ async fn stand_by(
             _ = stop.changed() => {}
         }
     };
+    if taken.is_none() {
+        drop_blocking(lease).await;
+    }
     let _ = serving_tx.send(true);
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;

@@ -45,6 +45,21 @@ pub fn wait_until_or(what: &str, mut done: impl FnMut() -> bool, explain: impl F
     }
 }
 
+/// The test PostgreSQL server's URL (`.ci/run` starts one and sets `CADRE_TEST_POSTGRES`;
+/// CI must have it, elsewhere its tests are skipped).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("CADRE_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CADRE_TEST_POSTGRES is unset in CI: .ci/run starts a server and sets it"
+            );
+            None
+        }
+    }
+}
+
 /// Bytes of a program's output as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -56,7 +56,8 @@ status 0. Exit status 1: the agent could not start, or the controller rejected o
 pub struct AgentArgs {
     /// The controller: https://HOST:PORT (with --ca; enrolled with --join-file on the first
     /// start), http://HOST:PORT (an --insecure controller), or unix:///PATH/TO/SOCKET on
-    /// the same machine.
+    /// the same machine; replicated controllers: their addresses separated by commas, tried
+    /// in turn (a standby refuses the agent until it leads).
     #[arg(long, env = "CADRE_SERVER", value_name = "URL")]
     pub controller: String,
     /// This node's name in the controller's cluster [default: with --state-dir and an
@@ -365,15 +366,34 @@ fn node_tls(
                 .context("failed to start the enrolment's runtime")?;
             let host = service::host_name()?;
             let host = host.split('.').next().unwrap_or(&host).to_string();
-            let identity = rt.block_on(enrol(
-                &args.controller,
-                node,
-                Some(&host),
-                &token,
-                &ca_pem,
-                ca_path,
-                std::time::Duration::from_secs(30),
-            ))?;
+            // With replicated controllers, the leader enrols: a standby refuses (503).
+            let mut enrolled = None;
+            for controller in args
+                .controller
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+            {
+                let tried = rt.block_on(enrol(
+                    controller,
+                    node,
+                    Some(&host),
+                    &token,
+                    &ca_pem,
+                    ca_path,
+                    std::time::Duration::from_secs(30),
+                ));
+                let standby =
+                    matches!(
+                        &tried,
+                        Err(cadre_agent::enrol::EnrolError::Refused { status: 503, .. })
+                    ) || matches!(&tried, Err(cadre_agent::enrol::EnrolError::Connect { .. }));
+                enrolled = Some(tried);
+                if !standby {
+                    break;
+                }
+            }
+            let identity = enrolled.context("no controller address given")??;
             identity.save(state_dir)?;
             eprintln!(
                 "cadre agent: node `{}` enrolled; its certificate is kept in {}",

@@ -889,19 +889,7 @@ fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_
     assert!(!run_dir_of(c.data()).join("cadre.sock").exists());
 }
 
-/// The test PostgreSQL server's URL (`.ci/run` starts one and sets it; CI must have it).
-fn postgres_url() -> Option<String> {
-    match std::env::var("CADRE_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CADRE_TEST_POSTGRES is unset in CI: .ci/run starts a server and sets it"
-            );
-            None
-        }
-    }
-}
+use cadre_test_support::postgres_url;
 
 /// The production store behind the same controller: `cadre up --database postgres://...`
 /// runs a job, writes it to PostgreSQL (and no SQLite file), and a restart finds it there.

@@ -1,0 +1,307 @@
+//! Replicated controllers (`cadre server --replica`) on one PostgreSQL database: the leader
+//! killed during a storm of submissions from clients that know every replica, and a
+//! leader paused past its lease. They need the test PostgreSQL server (`.ci/run` starts it
+//! and sets `CADRE_TEST_POSTGRES`); elsewhere they are skipped.
+
+use cadre_test_support::{Target, api, postgres_url, text, wait_until_or};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A schema of its own in the test database (dropped at the end) and the URL that uses it.
+struct Schema {
+    url: String,
+    admin: postgres::Client,
+    name: String,
+}
+
+impl Schema {
+    fn new(tag: &str) -> Option<Schema> {
+        let url = postgres_url()?;
+        let name = format!("cadre_replicas_{tag}_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("test database");
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
+            .expect("test schema");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        Some(Schema {
+            url: format!("{url}{sep}options=-c%20search_path%3D{name}"),
+            admin,
+            name,
+        })
+    }
+
+    /// The jobs committed, by name.
+    fn jobs(&mut self) -> Vec<(String, i64)> {
+        self.admin
+            .query(&format!("SELECT name, id FROM {}.jobs", self.name), &[])
+            .expect("the jobs")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let _ = self
+            .admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+    }
+}
+
+/// One `cadre server --replica`.
+struct Replica {
+    child: Child,
+    data: PathBuf,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(dir: &Path, name: &str, database: &str) -> Replica {
+        let data = dir.join(name);
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("the log");
+        let child = Command::new(env!("CARGO_BIN_EXE_cadre"))
+            .args(["server", "--replica", "--nodes", "2", "--leader-lease", "2"])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--database", database])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .env("CADRE_LOG", "info")
+            .env_remove("CADRE_DATA_DIR")
+            .env_remove("CADRE_SERVER")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("cadre server --replica starts");
+        Replica { child, data, log }
+    }
+
+    fn socket(&self) -> PathBuf {
+        let mut run = self.data.clone().into_os_string();
+        run.push(".run");
+        PathBuf::from(run).join("cadre.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether it has taken the lease and serves (it logs that it is ready after it).
+    fn leads(&self) -> bool {
+        let log = self.log();
+        log.rfind("took the leader lease")
+            .is_some_and(|took| log[took..].contains("controller ready"))
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal)
+            .expect("signalled");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A second replica's data directory: the first's CA and agent key (every replica signs
+/// and checks with the same).
+fn share_keys(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for f in ["ca.crt", "ca.key", "agent.key"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+}
+
+/// Replicas `a` (the leader) and `b` (standing by) on `database`.
+fn two(dir: &Path, database: &str) -> (Replica, Replica) {
+    let a = Replica::start(dir, "a", database);
+    wait_until_or("a leads", || a.leads(), || a.log());
+    share_keys(&a.data, &dir.join("b"));
+    let b = Replica::start(dir, "b", database);
+    wait_until_or(
+        "b stands by",
+        || b.log().contains("standing by"),
+        || b.log(),
+    );
+    (a, b)
+}
+
+fn cadre(servers: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cadre"))
+        .args(args)
+        .env("CADRE_SERVER", servers)
+        .env_remove("CADRE_DATA_DIR")
+        .output()
+        .expect("cadre runs")
+}
+
+#[test]
+fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits_none_twice() {
+    let Some(mut schema) = Schema::new("storm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, b) = two(dir.path(), &schema.url);
+    // A gang that runs through the failover, on an agent that knows both replicas.
+    let servers = format!(
+        "unix://{},unix://{}",
+        a.socket().display(),
+        b.socket().display()
+    );
+    let agent_state = dir.path().join("agent");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_cadre"))
+        .args(["agent", "--controller", &servers, "--node", "node001"])
+        .arg("--key-file")
+        .arg(a.data.join("agent.key"))
+        .arg("--state-dir")
+        .arg(&agent_state)
+        .env_remove("CADRE_SERVER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("agent.log")).unwrap())
+        .spawn()
+        .expect("the agent starts");
+    let out = cadre(
+        &servers,
+        &["submit", "--parsable", "-J", "gang", "--", "sleep", "600"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let gang: u64 = text(&out.stdout).trim().parse().expect("an id");
+    let job = |t: &Target| api(t, None, "GET", &format!("/jobs/{gang}"), None).1;
+    let a_target = Target::Unix(a.socket());
+    wait_until_or(
+        "the gang runs",
+        || job(&a_target)["state"] == "RUNNING",
+        || format!("{}\n{}", job(&a_target), a.log()),
+    );
+    // 8 clients, 100 submissions each; the leader is killed after 200 are acknowledged.
+    let acked: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let failed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let (acked, failed, servers) = (acked.clone(), failed.clone(), servers.clone());
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    let name = format!("s{c}-{i}");
+                    let out = cadre(
+                        &servers,
+                        &["submit", "--parsable", "-J", &name, "--", "true"],
+                    );
+                    match text(&out.stdout).trim().parse::<u64>() {
+                        Ok(id) if out.status.success() => {
+                            acked.lock().unwrap().insert(name, id);
+                        }
+                        _ => failed
+                            .lock()
+                            .unwrap()
+                            .push(format!("{name}: {}", text(&out.stderr))),
+                    }
+                }
+            })
+        })
+        .collect();
+    while acked.lock().unwrap().len() < 200 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    let _ = a.child.wait();
+    wait_until_or("b leads", || b.leads(), || b.log());
+    eprintln!("failover: b led {:?} after a was killed", killed.elapsed());
+    for c in clients {
+        c.join().expect("a client");
+    }
+    let failed = failed.lock().unwrap();
+    assert!(failed.is_empty(), "submissions failed: {failed:?}");
+    let acked = acked.lock().unwrap();
+    assert_eq!(acked.len(), 800);
+    // Every acknowledged job is there, with its id, once; nothing else was committed.
+    let stored = schema.jobs();
+    let mut names: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (name, id) in &stored {
+        names.entry(name.clone()).or_default().push(*id);
+    }
+    let twice: Vec<_> = names.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(twice.is_empty(), "committed twice: {twice:?}");
+    for (name, id) in acked.iter() {
+        assert_eq!(names.get(name), Some(&vec![*id as i64]), "{name}");
+    }
+    let expected: BTreeSet<&str> = acked.keys().map(String::as_str).chain(["gang"]).collect();
+    let found: BTreeSet<&str> = names.keys().map(String::as_str).collect();
+    assert_eq!(found, expected);
+    // The gang went on through the failover: the new leader adopted it from its agent.
+    let b_target = Target::Unix(b.socket());
+    wait_until_or(
+        "the agent reconnects to b",
+        || {
+            let (_, nodes) = api(&b_target, None, "GET", "/nodes", None);
+            nodes["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|n| n["name"] == "node001" && n["connected"] == true)
+        },
+        || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default() + &b.log(),
+    );
+    let j = job(&b_target);
+    assert_eq!(j["state"], "RUNNING", "{j}");
+    assert_eq!(j["requeues"], 0, "{j}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() {
+    let Some(mut schema) = Schema::new("pause") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two(dir.path(), &schema.url);
+    a.signal(nix::sys::signal::Signal::SIGSTOP);
+    wait_until_or("b takes over", || b.leads(), || b.log());
+    let servers = format!("unix://{}", b.socket().display());
+    let out = cadre(
+        &servers,
+        &["submit", "--parsable", "-J", "on-b", "--", "true"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = schema.jobs();
+    a.signal(nix::sys::signal::Signal::SIGCONT);
+    wait_until_or(
+        "a steps down",
+        || a.log().contains("stepping down to standby"),
+        || a.log(),
+    );
+    wait_until_or(
+        "a stands by again",
+        || a.log().matches("standing by").count() >= 2,
+        || a.log(),
+    );
+    // Whatever a had under way when it was paused, it committed nothing after: the jobs
+    // are b's alone, and b still leads.
+    assert_eq!(schema.jobs(), before);
+    let (status, body) = api(&Target::Unix(a.socket()), None, "GET", "/jobs", None);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["reason"], "not_leader", "{body}");
+    let (status, _) = api(&Target::Unix(b.socket()), None, "GET", "/jobs", None);
+    assert_eq!(status, 200);
+}
