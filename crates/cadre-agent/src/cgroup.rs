@@ -397,7 +397,7 @@ fn trusted_ancestors(dir: &Path) -> Result<(), CgroupError> {
             path: d.to_path_buf(),
             source,
         })?;
-        if crate::prolog::others_may_change(&meta) {
+        if crate::trust::others_may_change(&meta) {
             return Err(CgroupError::Untrusted {
                 path: d.to_path_buf(),
                 uid: meta.uid(),

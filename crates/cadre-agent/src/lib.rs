@@ -52,4 +52,5 @@ pub mod run_as;
 pub mod rundir;
 pub mod service;
 pub mod supervise;
+mod trust;
 pub mod workload;

@@ -126,14 +126,6 @@ fn first_line(output: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether anyone but root (or this process's user) may change what `meta` describes: it
-/// is another user's, or group or others may write it.
-pub(crate) fn others_may_change(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
-    (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0
-}
-
 /// Refuses a program (or directory, with `dir`) that anyone but root (or the agent's own
 /// user) could change, or whose directory they could: the agent runs it as itself, and a
 /// program another user can rewrite is that user's way to run anything as root. `what`
@@ -152,7 +144,7 @@ pub fn trusted(path: &Path, what: &str, dir: bool) -> Result<(), String> {
         checked.push((parent.to_path_buf(), meta));
     }
     for (p, meta) in checked {
-        if others_may_change(&meta) {
+        if crate::trust::others_may_change(&meta) {
             return Err(format!(
                 "{what}: {} may be changed by others (owner uid {}, mode {:o}); it must be \
                  root's (or this agent's user's) and writable by its owner alone",

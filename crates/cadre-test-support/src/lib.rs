@@ -60,6 +60,20 @@ pub fn postgres_url() -> Option<String> {
     }
 }
 
+/// The pids of processes whose command line holds `marker` as a word.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|w| w == marker.as_bytes()))
+        })
+        .collect()
+}
+
 /// Bytes of a program's output as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

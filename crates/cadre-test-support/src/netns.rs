@@ -106,8 +106,13 @@ impl Network {
 
     /// `program` run on host `i`.
     pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.hosts[i].ns]).arg(program);
+        // `nsenter` into the network namespace alone: `ip netns exec` would also give the
+        // program a mount namespace with `/sys` mounted again, where the cgroup hierarchy
+        // is not, and an agent there could make no task cgroups.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.hosts[i].ns))
+            .arg("--")
+            .arg(program);
         cmd
     }
 

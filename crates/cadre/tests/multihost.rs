@@ -496,6 +496,74 @@ fn a_host_cut_off_stops_its_tasks_before_its_gang_runs_again_elsewhere() {
 }
 
 #[test]
+fn an_agent_killed_during_a_gang_and_started_again_adopts_its_task_and_nothing_outlives_the_job() {
+    let Some(mut h) = Hosts::new(30) else { return };
+    for i in 1..=3 {
+        h.start_agent(i);
+    }
+    let dir = h.files.path().to_path_buf();
+    let d = dir.display();
+    // Each rank leaves a daemon of its own (a `sleep` no other process runs) and waits
+    // for `go`.
+    let marker = format!("{}.{}", 87_000, std::process::id());
+    let script = format!(
+        "setsid sleep {marker} </dev/null >/dev/null 2>&1 & touch {d}/started.$SLURM_PROCID; \
+         while [ ! -e {d}/go ]; do sleep 0.1; done"
+    );
+    let out = h.c.ok(&[
+        "submit",
+        "--parsable",
+        "-N",
+        "3",
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let id: u64 = out.trim().parse().expect("a job id");
+    wait_until("every rank has started", || {
+        (0..3).all(|r| dir.join(format!("started.{r}")).exists())
+            && cadre_test_support::processes_with(&marker).len() == 3
+    });
+    // Host 2's agent dies without stopping anything, and is started again.
+    let mut killed = h.agents[2].take().expect("host 2's agent");
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reaped");
+    assert_eq!(
+        cadre_test_support::processes_with(&marker).len(),
+        3,
+        "a rank died with its agent"
+    );
+    let join = h.files.path().join("n2.token");
+    let again = h
+        .agent_command(2, &join)
+        .spawn()
+        .expect("the agent starts again");
+    h.agents[2] = Some(again);
+    cadre_test_support::wait_until_or(
+        "host 2's agent adopts its rank",
+        || {
+            std::fs::read_to_string(dir.join("n2.log"))
+                .is_ok_and(|l| l.contains("adopted the run's tasks"))
+        },
+        || h.logs(),
+    );
+    h.wait_node("n2", "back", |n| n["connected"] == true);
+    // The gang never stopped: it ends as its ranks do, with no requeue, and nothing of it
+    // is left on any host.
+    std::fs::write(dir.join("go"), "").expect("go");
+    h.wait_job(id, "COMPLETED");
+    assert_eq!(h.job(id)["requeues"], 0, "{}", h.job(id));
+    assert_eq!(
+        cadre_test_support::processes_with(&marker),
+        Vec::<i32>::new(),
+        "a rank's daemon outlived the job"
+    );
+}
+
+#[test]
 fn a_host_losing_a_fifth_of_its_packets_keeps_its_node_and_its_jobs_complete() {
     // Lease 3 s: pings every 0.5 s, fencing would start 2 s after the last answered one.
     let Some(mut h) = Hosts::new(3) else { return };

@@ -9,22 +9,8 @@
 //! These need root and a writable cgroup v2 (the unified hierarchy): they say so and are
 //! skipped elsewhere, and fail under CI.
 
-use cadre_test_support::{Cluster, read_pid, skip_unless_ci, wait_until};
+use cadre_test_support::{Cluster, processes_with, read_pid, skip_unless_ci, wait_until};
 use std::process::{Command, Stdio};
-
-/// The pids of processes whose command line holds `marker` as a word.
-fn processes_with(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|w| w == marker.as_bytes()))
-        })
-        .collect()
-}
 
 /// A `sleep` argument no other test or process uses.
 fn marker(n: u32) -> String {
