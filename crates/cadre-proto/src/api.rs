@@ -663,6 +663,34 @@ pub struct JoinTokenView {
     pub expires_at: u64,
 }
 
+/// `GET /status`: what this controller is, for `cadre status` (no authentication: it says
+/// nothing about jobs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ControllerStatus {
+    /// `single` (not replicated), `leader` or `standby`.
+    pub role: String,
+    /// cadre's version.
+    pub version: String,
+    /// This replica's name (`host:pid`), when replicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// The leader as the lease says (this replica when it leads), when one holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderStatus>,
+}
+
+/// The leader of replicated controllers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LeaderStatus {
+    pub name: String,
+    pub address: String,
+    pub epoch: u64,
+    /// Since when it leads, in seconds since the Unix epoch.
+    pub since: u64,
+}
+
 /// The header of a request whose retries are one request (`POST /jobs`: a submission sent
 /// again after a failover is committed once); at most [`MAX_IDEMPOTENCY_KEY`] of
 /// `[A-Za-z0-9._:-]`.

@@ -117,6 +117,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/openapi.json", get(openapi))
         .route("/whoami", get(whoami))
+        .route("/status", get(controller_status))
         .route("/jobs", post(submit).get(list_jobs))
         .route("/jobs/{id}", get(get_job).delete(cancel).patch(update_job))
         .route("/jobs/{id}/cancel", post(cancel_with))
@@ -170,6 +171,7 @@ pub fn router(state: AppState) -> Router {
     ),
     paths(
         whoami,
+        controller_status,
         submit,
         list_jobs,
         get_job,
@@ -219,6 +221,13 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(openapi_document())
+}
+
+/// What this controller is: alone, or the leader of replicated ones (standbys answer this
+/// too). No authentication: it tells nothing of jobs.
+#[utoipa::path(get, path = "/status", responses((status = 200, body = ControllerStatus)))]
+async fn controller_status(State(st): State<AppState>) -> Json<cadre_proto::api::ControllerStatus> {
+    Json(st.status.clone())
 }
 
 /// Who the controller takes the caller for.
@@ -1480,6 +1489,7 @@ mod tests {
         let paths = doc["paths"].as_object().unwrap();
         for p in [
             "/whoami",
+            "/status",
             "/jobs",
             "/jobs/{id}",
             "/jobs/{id}/cancel",

@@ -86,6 +86,9 @@ pub struct ServerConfig {
     /// The leader lease's epoch this controller's writes are fenced with, when it leads
     /// replicated controllers ([`replica`]); `None`: a single controller.
     pub fence: Option<u64>,
+    /// The lease it leads under, and how long the cluster went without a leader before,
+    /// when it leads replicated controllers.
+    pub leading: Option<(cadre_proto::api::LeaderStatus, Option<Duration>)>,
 }
 
 /// The controller's TLS: the cluster's CA (which signs nodes' certificates at enrolment)
@@ -176,6 +179,20 @@ pub async fn serve(
     let sched = Scheduler::new(config.cluster.clone(), config.policy.clone())
         .map_err(ServerError::Scheduler)?;
     let metrics = Arc::new(Metrics::new());
+    if let Some((leader, gap)) = &config.leading {
+        metrics.set_leader(leader.epoch, leader.since, *gap);
+    }
+    let status = cadre_proto::api::ControllerStatus {
+        role: if config.leading.is_some() {
+            "leader"
+        } else {
+            "single"
+        }
+        .into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        replica: config.leading.as_ref().map(|(l, _)| l.name.clone()),
+        leader: config.leading.as_ref().map(|(l, _)| l.clone()),
+    };
     let engine_config = EngineConfig {
         node_lease: config.node_lease,
         lease_margin: config.lease_margin,
@@ -238,6 +255,7 @@ pub async fn serve(
         tls: config.tls.clone(),
         revoked: tokio::sync::broadcast::channel(64).0,
         agent_silence: config.node_lease,
+        status,
     };
     let watcher = tokio::spawn(ui::live::watch_changes(
         handle.clone(),

@@ -36,6 +36,9 @@ pub struct Metrics {
     wait: Histogram,
     submitted: Counter,
     cycles: slurm::CycleStats,
+    leader_epoch: Gauge,
+    leader_since: Gauge,
+    takeover: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -84,13 +87,44 @@ impl Metrics {
         );
         let cycles = slurm::CycleStats::default();
         cycles.register(&mut registry);
+        let leader_epoch = Gauge::default();
+        let leader_since = Gauge::default();
+        let takeover = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "cadre_replica_leader_epoch",
+            "Epoch of the leader lease this replicated controller leads under (0: not replicated)",
+            leader_epoch.clone(),
+        );
+        registry.register(
+            "cadre_replica_leader_since_seconds",
+            "When this replicated controller took the leader lease, in seconds since the Unix epoch (0: not replicated)",
+            leader_since.clone(),
+        );
+        registry.register(
+            "cadre_replica_takeover_seconds",
+            "Time the cluster went without a leader before this replica took over: from the previous leader's last renewal (0: none before, or it resigned)",
+            takeover.clone(),
+        );
         Metrics {
             registry,
             cycles,
+            leader_epoch,
+            leader_since,
+            takeover,
             cycle,
             wait,
             submitted,
         }
+    }
+
+    /// This controller leads replicated ones under `epoch`, since `since` (seconds since
+    /// the Unix epoch), after `gap` without a leader.
+    pub fn set_leader(&self, epoch: u64, since: u64, gap: Option<Duration>) {
+        self.leader_epoch
+            .set(i64::try_from(epoch).unwrap_or(i64::MAX));
+        self.leader_since
+            .set(i64::try_from(since).unwrap_or(i64::MAX));
+        self.takeover.set(gap.map_or(0.0, |g| g.as_secs_f64()));
     }
 
     pub fn observe_cycle(&self, took: Duration) {

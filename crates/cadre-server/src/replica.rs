@@ -29,7 +29,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use cadre_proto::api::ErrorReason;
-use cadre_store::{LeaderInfo, LeaderLease};
+use cadre_proto::api::{ControllerStatus, LeaderStatus};
+use cadre_store::{LeaderInfo, LeaderLease, Taken};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -113,11 +114,12 @@ pub async fn serve_replica(
     });
     let stopped = |rx: &tokio::sync::watch::Receiver<bool>| *rx.borrow();
     loop {
-        let Some((lease, epoch)) = stand_by(&config, &replica, stop_rx.clone()).await? else {
+        let Some((lease, taken)) = stand_by(&config, &replica, stop_rx.clone()).await? else {
             return Ok(());
         };
+        let epoch = taken.epoch;
         tracing::warn!(replica = %replica.name, epoch, advertise = %replica.advertise, "took the leader lease: serving as the controller");
-        let (result, lease) = lead(&config, &replica, lease, epoch, stop_rx.clone()).await;
+        let (result, lease) = lead(&config, &replica, lease, taken, stop_rx.clone()).await;
         if stopped(&stop_rx) {
             if let Some(mut lease) = lease {
                 let resigned = tokio::task::spawn_blocking(move || lease.resign(epoch)).await;
@@ -148,15 +150,36 @@ async fn stand_by(
     config: &ServerConfig,
     replica: &ReplicaConfig,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<Option<(LeaderLease, u64)>, ServerError> {
+) -> Result<Option<(LeaderLease, Taken)>, ServerError> {
     let known = Known::default();
-    let app = probes(false).fallback({
-        let known = known.clone();
+    let status = {
+        let (known, name) = (known.clone(), replica.name.clone());
         move || {
-            let known = known.clone();
-            async move { not_leader(&known) }
+            let (known, name) = (known.clone(), name.clone());
+            async move {
+                axum::Json(ControllerStatus {
+                    role: "standby".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    replica: Some(name),
+                    leader: known.leader().map(|l| LeaderStatus {
+                        name: l.holder,
+                        address: l.address,
+                        epoch: l.epoch,
+                        since: l.since_ms / 1000,
+                    }),
+                })
+            }
         }
-    });
+    };
+    let app = probes(false)
+        .route(&format!("{}/status", cadre_proto::api::PREFIX), get(status))
+        .fallback({
+            let known = known.clone();
+            move || {
+                let known = known.clone();
+                async move { not_leader(&known) }
+            }
+        });
     let (serving_tx, serving_rx) = tokio::sync::watch::channel(false);
     let socket = crate::bind_socket(&config.socket).await?;
     let mut tasks = vec![tokio::spawn(listen::serve(
@@ -200,7 +223,7 @@ async fn stand_by(
                     Some(l) => l,
                     None => LeaderLease::connect(&database, &r.name, &r.advertise, r.lease)?,
                 };
-                let taken = lease.try_take()?;
+                let taken = lease.take()?;
                 let info = lease.current().ok();
                 Ok((lease, taken, info))
             })
@@ -208,7 +231,7 @@ async fn stand_by(
             .map_err(|_| ServerError::EnginePanicked)?
         };
         match attempt {
-            Ok((l, Some(epoch), _)) => break Some((l, epoch)),
+            Ok((l, Some(taken), _)) => break Some((l, taken)),
             Ok((l, None, info)) => {
                 known.set(info);
                 lease = Some(l);
@@ -241,9 +264,10 @@ async fn lead(
     config: &ServerConfig,
     replica: &ReplicaConfig,
     lease: LeaderLease,
-    epoch: u64,
+    taken: Taken,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> (Result<(), ServerError>, Option<LeaderLease>) {
+    let epoch = taken.epoch;
     let (deposed_tx, mut deposed_rx) = tokio::sync::watch::channel(false);
     let renewing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let every = replica.lease / 4;
@@ -291,6 +315,22 @@ async fn lead(
     };
     let mut cfg = config.clone();
     cfg.fence = Some(epoch);
+    cfg.leading = Some((
+        LeaderStatus {
+            name: replica.name.clone(),
+            address: replica.advertise.clone(),
+            epoch,
+            since: taken.since_ms / 1000,
+        },
+        taken.gap,
+    ));
+    if let Some(gap) = taken.gap {
+        tracing::warn!(
+            epoch,
+            gap_ms = gap.as_millis() as u64,
+            "the cluster went this long without a leader"
+        );
+    }
     let mut stop_for_serve = stop.clone();
     let shutdown = async move {
         tokio::select! {

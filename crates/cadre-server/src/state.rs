@@ -22,6 +22,8 @@ pub struct AppState {
     pub revoked: tokio::sync::broadcast::Sender<String>,
     /// How long an agent's connection may stay silent (the agents' lease).
     pub agent_silence: std::time::Duration,
+    /// What this controller is (`GET /status`).
+    pub status: cadre_proto::api::ControllerStatus,
 }
 
 pub use crate::auth::random_secret;

@@ -46,6 +46,17 @@ impl LeaderInfo {
     }
 }
 
+/// The lease, as taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    pub epoch: u64,
+    /// From the previous leader's last renewal to this takeover (`None`: there was none,
+    /// or it resigned).
+    pub gap: Option<Duration>,
+    /// When it was taken, in milliseconds since the Unix epoch (the database's clock).
+    pub since_ms: u64,
+}
+
 /// One controller's handle on the lease: a connection of its own.
 pub struct LeaderLease {
     client: Client,
@@ -125,19 +136,33 @@ impl LeaderLease {
     /// Takes the lease if nobody holds it (never taken, resigned, or not renewed for a
     /// whole lease): its new epoch, or `None` when another controller holds it.
     pub fn try_take(&mut self) -> Result<Option<u64>, StoreError> {
+        Ok(self.take()?.map(|t| t.epoch))
+    }
+
+    /// [`LeaderLease::try_take`], saying also how long the cluster went without a leader.
+    pub fn take(&mut self) -> Result<Option<Taken>, StoreError> {
+        // The previous holder's row is read in the same statement (locked), for the gap.
         let sql = format!(
-            "UPDATE leadership SET epoch = epoch + 1, holder = $1, address = $2, \
-             renewed_ms = {NOW_MS}, since_ms = {NOW_MS}, lease_ms = $3 \
-             WHERE id = 1 AND (holder = '' OR renewed_ms + lease_ms < {NOW_MS}) \
-             RETURNING epoch"
+            "WITH old AS (SELECT holder, renewed_ms FROM leadership WHERE id = 1 FOR UPDATE) \
+             UPDATE leadership SET epoch = epoch + 1, holder = $1, address = $2, \
+             renewed_ms = {NOW_MS}, since_ms = {NOW_MS}, lease_ms = $3 FROM old \
+             WHERE id = 1 AND (old.holder = '' OR old.renewed_ms + leadership.lease_ms < {NOW_MS}) \
+             RETURNING leadership.epoch, old.holder, leadership.since_ms - old.renewed_ms, \
+             leadership.since_ms"
         );
         let rows = self
             .client
             .query(&sql, &[&self.holder, &self.address, &ms(self.lease)])
             .map_err(|e| failed("take the leader lease", e))?;
-        Ok(rows
-            .first()
-            .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
+        Ok(rows.first().map(|r| {
+            let nonneg = |v: i64| u64::try_from(v).unwrap_or(0);
+            let previous: String = r.get(1);
+            Taken {
+                epoch: nonneg(r.get(0)),
+                gap: (!previous.is_empty()).then(|| Duration::from_millis(nonneg(r.get(2)))),
+                since_ms: nonneg(r.get(3)),
+            }
+        }))
     }
 
     /// Renews the lease of `epoch`: `false` when another controller has taken it since.

@@ -39,7 +39,7 @@ mod sqlite;
 pub use bench::{SubmitBench, bench_submit};
 pub use error::StoreError;
 #[cfg(feature = "postgres")]
-pub use leader::{LeaderInfo, LeaderLease};
+pub use leader::{LeaderInfo, LeaderLease, Taken};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 pub use records::{

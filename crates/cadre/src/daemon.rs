@@ -541,6 +541,7 @@ fn server_config(args: &ControllerArgs, layout: &Layout) -> Result<(ServerConfig
             },
             tls: tls_setup(args, layout)?,
             fence: None,
+            leading: None,
         },
         cluster,
     ))

@@ -195,6 +195,19 @@ API token (`cadre token create`).",
         #[command(flatten)]
         args: native::UiArgs,
     },
+    /// Show each controller of --server ($CADRE_SERVER): alone, the leader of replicated
+    /// ones (its epoch and since when), a standby, or unreachable. Exits 0 when one serves
+    /// (alone or leading), 1 when none does.
+    #[command(after_help = "Examples:
+  cadre status
+  CADRE_SERVER=https://ctl-a:6817,https://ctl-b:6817 cadre status")]
+    Status {
+        #[command(flatten)]
+        connect: ConnectArgs,
+        /// Print the answers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Enrol nodes and cut them off (administrators): one-time join tokens, revocation of a
     /// node's certificate.
     #[command(after_help = "Examples:
@@ -443,6 +456,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => native::wait(&connect, &jobs, timeout),
         Command::Token { connect, command } => native::token(&connect, &command),
         Command::Ui { connect, args } => native::ui(&connect, &args),
+        Command::Status { connect, json } => native::status(&connect, json),
         Command::Node { connect, command } => native::node(&connect, &command),
         Command::Apply { connect, args } => k8s::apply(&connect, &args),
         Command::Get { connect, args } => k8s::get(&connect, &args),

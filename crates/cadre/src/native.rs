@@ -568,6 +568,68 @@ pub struct UiArgs {
     pub json: bool,
 }
 
+/// `cadre status`: what each controller of the target is.
+pub fn status(conn: &ConnectArgs, json: bool) -> Result<ExitCode> {
+    use cadre_proto::api::ControllerStatus;
+    let mut rows: Vec<(String, std::result::Result<ControllerStatus, String>)> = Vec::new();
+    for t in conn.target()?.each() {
+        let answer = cadre_client::Client::connect(&t, conn.token.clone())
+            .and_then(|mut c| c.get::<ControllerStatus>("/status"))
+            .map_err(|e| e.to_string());
+        rows.push((t.to_string(), answer));
+    }
+    let serving = rows.iter().any(|(_, r)| {
+        r.as_ref()
+            .is_ok_and(|s| s.role == "leader" || s.role == "single")
+    });
+    if json {
+        let all: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(at, r)| match r {
+                Ok(s) => serde_json::json!({ "address": at, "status": s }),
+                Err(e) => serde_json::json!({ "address": at, "error": e }),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    } else {
+        for (at, r) in &rows {
+            match r {
+                Ok(s) => {
+                    let leader = s.leader.as_ref().map_or_else(
+                        || "no leader now".to_string(),
+                        |l| {
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_secs());
+                            format!(
+                                "leader {} at {}, epoch {}, leading for {}",
+                                l.name,
+                                l.address,
+                                l.epoch,
+                                cadre_core::time::format_duration(now.saturating_sub(l.since))
+                            )
+                        },
+                    );
+                    match s.role.as_str() {
+                        "single" => println!("{at}: the controller (cadre {})", s.version),
+                        role => println!(
+                            "{at}: {role} {} (cadre {}); {leader}",
+                            s.replica.as_deref().unwrap_or("?"),
+                            s.version
+                        ),
+                    }
+                }
+                Err(e) => println!("{at}: unreachable: {e}"),
+            }
+        }
+    }
+    Ok(if serving {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 /// `cadre ui`: a one-time login link to the dashboard for the current user.
 pub fn ui(conn: &ConnectArgs, args: &UiArgs) -> Result<ExitCode> {
     let mut client = conn.client()?;

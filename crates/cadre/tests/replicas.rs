@@ -265,6 +265,28 @@ fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits
     let j = job(&b_target);
     assert_eq!(j["state"], "RUNNING", "{j}");
     assert_eq!(j["requeues"], 0, "{j}");
+    // `cadre status` says who serves; the new leader's metrics say since when and after
+    // how long without a leader.
+    let out = cadre(&servers, &["status"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(said.contains(": unreachable"), "{said}");
+    assert!(
+        said.contains(": leader ") && said.contains("epoch 2"),
+        "{said}"
+    );
+    let mut metrics = cadre_client::Client::connect(&b_target, None).expect("b");
+    let (_, body) = metrics
+        .send_raw(hyper::Method::GET, "/metrics", None)
+        .expect("metrics");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert!(body.contains("cadre_replica_leader_epoch 2"), "{body}");
+    let gap: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("cadre_replica_takeover_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the takeover gap");
+    assert!(gap > 0.0, "{gap}");
     let _ = agent.kill();
     let _ = agent.wait();
 }
