@@ -47,13 +47,19 @@ pub struct Connection {
     sender: SendRequest<Full<Bytes>>,
 }
 
-/// Whether an answer is a standby's, and the leader it names.
+/// Whether an answer is a failover's: a standby's (with the leader it names), or a leader
+/// that is stopping or lost its store (503 `unavailable`).
 fn not_leader(status: StatusCode, bytes: &[u8]) -> Option<Option<String>> {
+    use cadre_proto::api::ErrorReason;
     if status != StatusCode::SERVICE_UNAVAILABLE {
         return None;
     }
     let f = ApiFailure::of_answer(status, bytes);
-    (f.reason == Some(cadre_proto::api::ErrorReason::NotLeader)).then_some(f.subject)
+    match f.reason {
+        Some(ErrorReason::NotLeader) => Some(f.subject),
+        Some(ErrorReason::Unavailable) => Some(None),
+        _ => None,
+    }
 }
 
 /// A key that makes a request's retries one request to the controller (a submission
@@ -245,7 +251,8 @@ impl Connection {
     /// Sends a request to `PREFIX + path` (`/metrics` and paths already under the prefix
     /// as they are) and returns the status and body, whatever the status. With replicated
     /// controllers, a standby's `not_leader` is followed to the leader, and a request the
-    /// leader did not answer (it went away) is sent again to the next one, for up to
+    /// leader refused as `unavailable` (stopping, its store lost) or did not answer (it went
+    /// away) is sent again to the next one, for up to
     /// [`FAILOVER_WAIT`]: reads and `POST`s (which carry an idempotency key, so that the
     /// controller runs a retried submission once); other writes only when refused.
     pub async fn send_raw(

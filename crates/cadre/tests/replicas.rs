@@ -3,7 +3,7 @@
 //! leader paused past its lease. They need the test PostgreSQL server (`.ci/run` starts it
 //! and sets `CADRE_TEST_POSTGRES`); elsewhere they are skipped.
 
-use cadre_test_support::{Target, api, postgres_url, text, wait_until_or};
+use cadre_test_support::{Target, api, postgres_url, skip_unless_ci, text, wait_until_or};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -326,4 +326,222 @@ fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() 
     assert_eq!(body["error"]["reason"], "not_leader", "{body}");
     let (status, _) = api(&Target::Unix(b.socket()), None, "GET", "/jobs", None);
     assert_eq!(status, 200);
+}
+
+/// A PostgreSQL server of the test's own (its binaries, run as `postgres`), which the
+/// test may stop and start: the shared test server must not be restarted under the other
+/// tests. `None` (skipped) without root or PostgreSQL's binaries.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl OwnPostgres {
+    fn start() -> Option<OwnPostgres> {
+        if !nix::unistd::geteuid().is_root() {
+            return skip_unless_ci(
+                "the PostgreSQL restart test",
+                "it runs a server as root's postgres user",
+            );
+        }
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists())
+            .max();
+        let Some(bin) = bin else {
+            return skip_unless_ci("the PostgreSQL restart test", "no PostgreSQL binaries");
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let chown = Command::new("chown")
+            .args(["postgres:", &dir.path().display().to_string()])
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let pg = OwnPostgres {
+            dir,
+            bin,
+            port: free_port(),
+        };
+        pg.as_postgres(
+            "initdb",
+            &[
+                "-D",
+                &pg.data(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        pg.ctl_start();
+        pg.as_postgres(
+            "psql",
+            &[
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &pg.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                "CREATE ROLE cadre LOGIN",
+                "-c",
+                "CREATE DATABASE cadre_test OWNER cadre",
+            ],
+        );
+        Some(pg)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://cadre@127.0.0.1:{}/cadre_test", self.port)
+    }
+
+    fn as_postgres(&self, tool: &str, args: &[&str]) {
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(tool))
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("a PostgreSQL tool runs");
+        assert!(
+            out.status.success(),
+            "{tool}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+
+    fn ctl_start(&self) {
+        let log = self.dir.path().join("server.log").display().to_string();
+        let options = format!(
+            "-k {} -p {} -h 127.0.0.1",
+            self.dir.path().display(),
+            self.port
+        );
+        self.as_postgres(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                &options,
+                "start",
+            ],
+        );
+    }
+
+    fn ctl_stop(&self) {
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args(["-D", &self.data(), "-m", "immediate", "stop"])
+            .current_dir(self.dir.path())
+            .output();
+    }
+}
+
+#[test]
+fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_cluster_resumes() {
+    if postgres_url().is_none() {
+        return;
+    }
+    let Some(pg) = OwnPostgres::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two(dir.path(), &pg.url());
+    let servers = format!(
+        "unix://{},unix://{}",
+        a.socket().display(),
+        b.socket().display()
+    );
+    let submit = |servers: &str, name: &str| {
+        let out = cadre(servers, &["submit", "--parsable", "-J", name, "--", "true"]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        text(&out.stdout).trim().parse::<u64>().expect("an id")
+    };
+    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..10 {
+        let name = format!("before-{i}");
+        acked.insert(name.clone(), submit(&servers, &name));
+    }
+    // The database goes away: nothing can be committed, and whoever led stops leading.
+    pg.ctl_stop();
+    let stopped = Instant::now();
+    let during = {
+        let servers = servers.clone();
+        std::thread::spawn(move || {
+            // Sent while the database is down: the client keeps trying through it.
+            let out = cadre(
+                &servers,
+                &["submit", "--parsable", "-J", "during", "--", "true"],
+            );
+            (out.status.success(), text(&out.stdout), text(&out.stderr))
+        })
+    };
+    wait_until_or(
+        "the leader stops leading",
+        || (a.log() + &b.log()).contains("stepping down to standby"),
+        || a.log() + &b.log(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    pg.ctl_start();
+    eprintln!("database down for {:?}", stopped.elapsed());
+    let (ok, stdout, stderr) = during.join().expect("the submitting client");
+    assert!(
+        ok,
+        "the submission sent while the database was down failed: {stderr}"
+    );
+    acked.insert("during".into(), stdout.trim().parse().expect("an id"));
+    for i in 0..10 {
+        let name = format!("after-{i}");
+        acked.insert(name.clone(), submit(&servers, &name));
+    }
+    // Every acknowledged job is there, once, with its id.
+    let mut admin = postgres::Client::connect(&pg.url(), postgres::NoTls).expect("the database");
+    let stored: Vec<(String, i64)> = admin
+        .query("SELECT name, id FROM jobs", &[])
+        .expect("the jobs")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let found: BTreeMap<String, Vec<i64>> =
+        stored.iter().fold(BTreeMap::new(), |mut m, (n, id)| {
+            m.entry(n.clone()).or_insert_with(Vec::new).push(*id);
+            m
+        });
+    assert_eq!(found.len(), acked.len(), "{found:?}");
+    for (name, id) in &acked {
+        assert_eq!(
+            found.get(name),
+            Some(&vec![*id as i64]),
+            "{name}: {found:?}"
+        );
+    }
 }
