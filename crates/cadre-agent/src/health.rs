@@ -344,7 +344,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let checks = |body: &str| HealthChecks {
             program: Some(program(dir.path(), body)),
-            timeout: Duration::from_millis(500),
+            // Long enough for a loaded machine; the hung case waits it out once.
+            timeout: Duration::from_secs(2),
             min_free_mib: 0,
             ..HealthChecks::default()
         };

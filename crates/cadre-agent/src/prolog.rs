@@ -583,7 +583,9 @@ fn supervise_program(
     let ended = loop {
         match waitid(Id::Pid(pid), flags) {
             Ok(WaitStatus::StillAlive) if started.elapsed() >= timeout => break false,
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
             Ok(_) | Err(_) => break true,
         }
     };

@@ -98,6 +98,15 @@ pub fn connection_silence(ping_every: Duration, lease: Option<Duration>) -> Dura
     lease.map_or(pings, |lease| lease.max(pings))
 }
 
+/// [`connection_silence`] for an agent that knows several controllers (replicas): half
+/// the lease, so that a leader cut off (its connection silent, not closed) is left for
+/// the next replica before fencing starts two thirds into the lease, and the new leader's
+/// welcome renews it in time.
+pub fn replica_silence(ping_every: Duration, lease: Option<Duration>) -> Duration {
+    let pings = ping_every * 3;
+    lease.map_or(pings, |lease| (lease / 2).max(pings))
+}
+
 /// How the agent runs. [`AgentConfig::new`] gives the defaults.
 #[derive(Clone)]
 pub struct AgentConfig {
@@ -1196,7 +1205,11 @@ impl Service {
 
     /// How long the connection may stay silent before it is dropped.
     fn silence(&self) -> Duration {
-        connection_silence(self.keepalive, self.lease.length())
+        if self.endpoints.len() > 1 {
+            replica_silence(self.keepalive, self.lease.length())
+        } else {
+            connection_silence(self.keepalive, self.lease.length())
+        }
     }
 
     /// The lease is about to run out: the controller may declare this node lost and
@@ -1745,6 +1758,21 @@ mod tests {
 
     fn time_now() -> cadre_tls::OffsetDateTime {
         cadre_tls::OffsetDateTime::now_utc()
+    }
+
+    #[test]
+    fn an_agent_of_replicas_leaves_a_silent_leader_before_fencing_would_start() {
+        let s = Duration::from_secs;
+        let lease = s(30);
+        let every = ping_interval(DEFAULT_KEEPALIVE, Some(lease));
+        let silence = replica_silence(every, Some(lease));
+        assert_eq!(silence, s(15));
+        assert!(
+            silence < lease * 2 / 3,
+            "fencing starts two thirds into the lease"
+        );
+        // One controller: the connection is kept for a whole lease, as before.
+        assert_eq!(connection_silence(every, Some(lease)), lease);
     }
 
     #[test]

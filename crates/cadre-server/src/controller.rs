@@ -1535,20 +1535,7 @@ impl Controller {
                 return;
             }
         };
-        let (node_names, node_addresses) = self.names_and_addresses(&nodes);
-        let job_token = self.job_token(run);
-        let order = LaunchOrder {
-            run,
-            spec,
-            partition,
-            allocation,
-            node_names,
-            node_addresses,
-            run_spec,
-            time_limit_ms,
-            step: None,
-            job_token: job_token.clone(),
-        };
+        let order = self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms);
         for node in nodes {
             if self.is_connected(node) {
                 self.outgoing
@@ -1558,6 +1545,53 @@ impl Controller {
                 self.node_launch_failed(c, id, node, "agent not connected".into(), false, now);
             }
         }
+    }
+
+    /// The order that starts `run` of a job on its nodes.
+    fn launch_order(
+        &self,
+        run: RunRef,
+        spec: cadre_core::job::JobSpec,
+        partition: String,
+        allocation: Allocation,
+        run_spec: RunSpec,
+        time_limit_ms: Option<u64>,
+    ) -> LaunchOrder {
+        let (node_names, node_addresses) = self.names_and_addresses(&allocation.nodes());
+        LaunchOrder {
+            run,
+            spec,
+            partition,
+            allocation,
+            node_names,
+            node_addresses,
+            run_spec,
+            time_limit_ms,
+            step: None,
+            job_token: self.job_token(run),
+        }
+    }
+
+    /// Sends `node` the launch order of job `id`'s current run again: its agent came back
+    /// without the run and had never reported it started (the order was lost with the
+    /// connection). `false`: it cannot be (the job or its run spec is gone).
+    fn launch_again(&mut self, c: &mut dyn Comm, id: JobId, node: NodeId) -> bool {
+        let (Some(job), Some(track)) = (self.sched.job(id), self.runs.get(&id)) else {
+            return false;
+        };
+        let run = RunRef::job_run(id, track.run);
+        let spec = job.spec.clone();
+        let partition = self.sched.cluster().partition(job.partition).name.clone();
+        let time_limit_ms = (spec.time_limit.0 > 0).then(|| spec.time_limit.0.saturating_mul(1000));
+        let allocation = track.allocation.clone();
+        let Some(Some(run_spec)) = self.read(c.run_spec(id)) else {
+            return false;
+        };
+        let order = self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms);
+        tracing::info!(job = %id, node = %self.node_name(node), "launch order sent again: the agent came back without it");
+        self.outgoing
+            .push((node, ControllerMessage::Launch(Box::new(order))));
+        true
     }
 
     /// Tells `nodes` to stop `run` (SIGTERM, then SIGKILL after `kill_wait_secs`), once the
@@ -1771,10 +1805,17 @@ impl Controller {
             .collect();
         for (id, run, stop) in mine {
             let r = RunRef::job_run(id, run);
+            let never_started = stop.is_none()
+                && self
+                    .runs
+                    .get(&id)
+                    .is_some_and(|t| !t.started_on.contains(&node) && t.launch_failed.is_none());
             if alive.contains(&r) {
                 if let Some(kill_wait_secs) = stop {
                     self.send_stop(r, [node], kill_wait_secs);
                 }
+            } else if never_started && self.launch_again(c, id, node) {
+                // Its Started or LaunchFailed will come.
             } else {
                 tracing::warn!(job = %id, node = %hello.node, "run's tasks are gone from the node");
                 self.node_done(c, id, node, JobState::NodeFail, None, now);
@@ -1827,6 +1868,9 @@ impl Controller {
         match event {
             TaskEvent::Started { .. } => {
                 tracing::debug!(job = %run.job, node = %self.node_name(node), "tasks started");
+                if let Some(t) = self.runs.get_mut(&run.job) {
+                    t.started_on.insert(node);
+                }
             }
             TaskEvent::LaunchFailed {
                 reason, permanent, ..

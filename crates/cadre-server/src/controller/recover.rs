@@ -259,6 +259,8 @@ impl Controller {
                     if let Some(r) = &run_spec {
                         track.shape_by(r);
                     }
+                    // It ran before the restart: started wherever it still runs.
+                    track.started_on = track.nodes_left.clone();
                     runs.insert(id, track);
                 }
                 _ => {}

@@ -114,6 +114,10 @@ pub(crate) struct RunTrack {
     pub(crate) completing_left: BTreeSet<NodeId>,
     /// The run spec's completing groups (what a node's `Completing` report is about).
     pub(crate) completing_groups: Option<Vec<u16>>,
+    /// Nodes whose agent reported the run's tasks started (a run adopted at recovery: all
+    /// of them). A node that comes back without the run and never reported it started
+    /// lost its launch order on the way: it is sent again, not taken for a lost run.
+    pub(crate) started_on: BTreeSet<NodeId>,
 }
 
 impl RunTrack {
@@ -146,6 +150,7 @@ impl RunTrack {
             batch_step: None,
             completing_left,
             completing_groups: completing.map(<[u16]>::to_vec),
+            started_on: BTreeSet::new(),
         }
     }
 

@@ -989,6 +989,47 @@ fn a_submission_sent_again_with_its_key_gets_its_jobs_once_also_from_the_next_le
 }
 
 #[test]
+fn an_agent_back_without_a_launch_it_never_got_is_sent_it_again_and_one_that_ran_it_is_not() {
+    let mut h = Harness::new(2);
+    h.connect_all();
+    let id = h.start(gpu_job(4), program());
+    let node = h.ctl.runs[&id].allocation.nodes()[0];
+    let run = RunRef::job_run(id, 0);
+    let conn = 100 + u64::from(node.0);
+    assert!(h.launch_at(run, conn).is_some(), "launched");
+    // The connection drops before the order arrives; the agent comes back without the run.
+    h.gone(conn);
+    h.hello(node.0, 300, Vec::new(), Vec::new());
+    h.tick(false);
+    assert!(h.launch_at(run, 300).is_some(), "the launch is sent again");
+    assert_eq!(h.state(id), Some(JobState::Running), "not taken for lost");
+    assert_eq!(h.ctl.sched().job(id).unwrap().requeues, 0);
+    // Now it starts there; an agent that comes back without a run it started lost it.
+    h.feed(Input::AgentEvent {
+        conn: 300,
+        event: SequencedEvent {
+            seq: 1,
+            event: TaskEvent::Started { run },
+        },
+    })
+    .unwrap();
+    h.tick(false);
+    h.gone(300);
+    h.hello(node.0, 301, Vec::new(), Vec::new());
+    h.tick(true);
+    assert!(
+        h.launch_at(run, 301).is_none(),
+        "a started run is not launched again"
+    );
+    let j = h.ctl.sched().job(id).unwrap();
+    assert!(
+        j.requeues == 1 || j.state != JobState::Running,
+        "the run lost on the node ended it: {:?}",
+        j.state
+    );
+}
+
+#[test]
 fn restart_recovery_from_a_store_snapshot() {
     let mut h = Harness::new(2);
     h.connect_all();
