@@ -1447,6 +1447,9 @@ impl Service {
         }
         let delay = self.backoff.next_delay();
         tracing::warn!(controller = %self.controller, reason = why, retry_in_ms = delay.as_millis() as u64, "connection lost");
+        // Replicas: the next one first (a leader cut off would only time out again; a
+        // standby refuses at once and the turn comes back).
+        self.at = (self.at + 1) % self.endpoints.len();
         self.conn = Conn::Waiting {
             at: Instant::now() + delay,
         };

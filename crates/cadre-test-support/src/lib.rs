@@ -14,6 +14,7 @@
 
 pub mod browser;
 pub mod netns;
+pub mod pg;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -4,8 +4,9 @@
 //! exist only inside these namespaces: nothing of the machine's own network is touched,
 //! and several networks (tests running at once) each have their own bridge.
 //!
-//! Processes run on a host through `ip netns exec` ([`Network::command`]); they share the
-//! machine's files (as hosts with a shared filesystem do) and its clock, so tasks on
+//! Processes run on a host through `nsenter --net` ([`Network::command`]): in its network
+//! namespace only, so they see the machine's mounts (the cgroup hierarchy among them) and
+//! share its files (as hosts with a shared filesystem do) and its clock, so tasks on
 //! different hosts can stamp one file with one clock. Faults come from nftables inside a
 //! host's namespace ([`Network::cut`], [`Network::drop_randomly`], [`Network::heal`]):
 //! `tc netem` is not available on every kernel this runs on.

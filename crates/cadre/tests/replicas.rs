@@ -71,15 +71,22 @@ struct Replica {
 
 impl Replica {
     fn start(dir: &Path, name: &str, database: &str) -> Replica {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cadre"));
+        cmd.args(["server", "--nodes", "2"])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
+        Replica::start_with(cmd, dir, name, database)
+    }
+
+    /// `cmd` (a `cadre server` with its cluster and --listen) as a replica of `database`.
+    fn start_with(mut cmd: Command, dir: &Path, name: &str, database: &str) -> Replica {
         let data = dir.join(name);
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("the log");
-        let child = Command::new(env!("CARGO_BIN_EXE_cadre"))
-            .args(["server", "--replica", "--nodes", "2", "--leader-lease", "2"])
+        let child = cmd
+            .args(["--replica", "--leader-lease", "2"])
             .arg("--data-dir")
             .arg(&data)
             .args(["--database", database])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .env("CADRE_LOG", "info")
             .env_remove("CADRE_DATA_DIR")
             .env_remove("CADRE_SERVER")
@@ -328,151 +335,17 @@ fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() 
     assert_eq!(status, 200);
 }
 
-/// A PostgreSQL server of the test's own (its binaries, run as `postgres`), which the
-/// test may stop and start: the shared test server must not be restarted under the other
-/// tests. `None` (skipped) without root or PostgreSQL's binaries.
-struct OwnPostgres {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-}
-
-impl OwnPostgres {
-    fn start() -> Option<OwnPostgres> {
-        if !nix::unistd::geteuid().is_root() {
-            return skip_unless_ci(
-                "the PostgreSQL restart test",
-                "it runs a server as root's postgres user",
-            );
-        }
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path().join("bin"))
-            .filter(|b| b.join("initdb").exists())
-            .max();
-        let Some(bin) = bin else {
-            return skip_unless_ci("the PostgreSQL restart test", "no PostgreSQL binaries");
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let chown = Command::new("chown")
-            .args(["postgres:", &dir.path().display().to_string()])
-            .status()
-            .expect("chown");
-        assert!(chown.success());
-        let pg = OwnPostgres {
-            dir,
-            bin,
-            port: free_port(),
-        };
-        pg.as_postgres(
-            "initdb",
-            &[
-                "-D",
-                &pg.data(),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
-        pg.ctl_start();
-        pg.as_postgres(
-            "psql",
-            &[
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &pg.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                "CREATE ROLE cadre LOGIN",
-                "-c",
-                "CREATE DATABASE cadre_test OWNER cadre",
-            ],
-        );
-        Some(pg)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://cadre@127.0.0.1:{}/cadre_test", self.port)
-    }
-
-    fn as_postgres(&self, tool: &str, args: &[&str]) {
-        let out = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join(tool))
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("a PostgreSQL tool runs");
-        assert!(
-            out.status.success(),
-            "{tool}: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-
-    fn ctl_start(&self) {
-        let log = self.dir.path().join("server.log").display().to_string();
-        let options = format!(
-            "-k {} -p {} -h 127.0.0.1",
-            self.dir.path().display(),
-            self.port
-        );
-        self.as_postgres(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-l",
-                &log,
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                &options,
-                "start",
-            ],
-        );
-    }
-
-    fn ctl_stop(&self) {
-        self.as_postgres("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
-    }
-}
-
-impl Drop for OwnPostgres {
-    fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .args(["-D", &self.data(), "-m", "immediate", "stop"])
-            .current_dir(self.dir.path())
-            .output();
-    }
-}
-
 #[test]
 fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_cluster_resumes() {
     if postgres_url().is_none() {
         return;
     }
-    let Some(pg) = OwnPostgres::start() else {
-        return;
+    let pg = match cadre_test_support::pg::OwnPostgres::start("127.0.0.1", None) {
+        Ok(pg) => pg,
+        Err(why) => {
+            skip_unless_ci::<()>("the PostgreSQL restart test", &why);
+            return;
+        }
     };
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = two(dir.path(), &pg.url());
@@ -492,7 +365,7 @@ fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_clust
         acked.insert(name.clone(), submit(&servers, &name));
     }
     // The database goes away: nothing can be committed, and whoever led stops leading.
-    pg.ctl_stop();
+    pg.ctl_stop().expect("the database stops");
     let stopped = Instant::now();
     let during = {
         let servers = servers.clone();
@@ -511,7 +384,7 @@ fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_clust
         || a.log() + &b.log(),
     );
     std::thread::sleep(Duration::from_secs(1));
-    pg.ctl_start();
+    pg.ctl_start().expect("the database starts again");
     eprintln!("database down for {:?}", stopped.elapsed());
     let (ok, stdout, stderr) = during.join().expect("the submitting client");
     assert!(
@@ -543,5 +416,187 @@ fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_clust
             Some(&vec![*id as i64]),
             "{name}: {found:?}"
         );
+    }
+}
+
+/// Nodes `n2` and `n3`, one core each, for agents on hosts 2 and 3.
+const HOSTS_CLUSTER: &str = r#"version = 1
+name = "replicas"
+
+[[shape]]
+name = "tiny"
+cores = 1
+memory = "256M"
+
+[[nodes]]
+names = "n[2-3]"
+shape = "tiny"
+
+[[partition]]
+name = "all"
+nodes = "ALL"
+"#;
+
+#[test]
+fn a_leader_cut_off_from_its_database_and_agents_is_replaced_and_rejoins_as_a_standby() {
+    use cadre_test_support::netns::Network;
+    if postgres_url().is_none() {
+        return;
+    }
+    // Hosts: 0 and 1 the replicas, 2 and 3 the agents, 4 the database.
+    let net = match Network::new(5) {
+        Ok(net) => net,
+        Err(why) => {
+            skip_unless_ci::<()>("the multi-host replica test", &why);
+            return;
+        }
+    };
+    let db_host = net.host(4).addr.to_string();
+    let pg = cadre_test_support::pg::OwnPostgres::start(&db_host, Some(&net.host(4).ns))
+        .expect("a PostgreSQL server on host 4");
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(&cluster, HOSTS_CLUSTER).unwrap();
+    let replica = |i: usize, name: &str| {
+        let mut cmd = net.command(i, env!("CARGO_BIN_EXE_cadre"));
+        cmd.args(["server", "--nodes", "0", "--node-lease", "9"])
+            .arg("--cluster")
+            .arg(&cluster)
+            .args(["--listen", &format!("{}:6817", net.host(i).addr)]);
+        Replica::start_with(cmd, dir.path(), name, &pg.url())
+    };
+    let a = replica(0, "a");
+    wait_until_or("a leads", || a.leads(), || a.log());
+    share_keys(&a.data, &dir.path().join("b"));
+    let b = replica(1, "b");
+    wait_until_or(
+        "b stands by",
+        || b.log().contains("standing by"),
+        || b.log(),
+    );
+    let a_local = format!("unix://{}", a.socket().display());
+    // Agents on hosts 2 and 3 know both replicas.
+    let controllers = format!(
+        "https://{}:6817,https://{}:6817",
+        net.host(0).addr,
+        net.host(1).addr
+    );
+    let mut agents = Vec::new();
+    for i in [2, 3] {
+        let node = format!("n{i}");
+        let out = cadre(&a_local, &["node", "token", "create", "--node", &node]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let token = dir.path().join(format!("{node}.token"));
+        std::fs::write(&token, text(&out.stdout)).unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let log = std::fs::File::create(dir.path().join(format!("{node}.log"))).unwrap();
+        let child = net
+            .command(i, env!("CARGO_BIN_EXE_cadre"))
+            .args(["agent", "--controller", &controllers, "--node", &node])
+            .args(["--address", &net.host(i).addr.to_string()])
+            .arg("--state-dir")
+            .arg(dir.path().join(format!("{node}.state")))
+            .arg("--ca")
+            .arg(a.data.join("ca.crt"))
+            .arg("--join-file")
+            .arg(&token)
+            .env_remove("CADRE_SERVER")
+            .env_remove("CADRE_DATA_DIR")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the agent starts");
+        agents.push(StopAgent(child));
+    }
+    let out = cadre(
+        &a_local,
+        &[
+            "submit",
+            "--parsable",
+            "-N",
+            "2",
+            "-n",
+            "2",
+            "--",
+            "sleep",
+            "600",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: u64 = text(&out.stdout).trim().parse().expect("an id");
+    let job = |t: &Target| api(t, None, "GET", &format!("/jobs/{id}"), None).1;
+    let logs = || {
+        let mut all = a.log() + &b.log();
+        for n in ["n2", "n3"] {
+            all +=
+                &std::fs::read_to_string(dir.path().join(format!("{n}.log"))).unwrap_or_default();
+        }
+        all
+    };
+    wait_until_or(
+        "the gang runs",
+        || job(&Target::Unix(a.socket()))["state"] == "RUNNING",
+        logs,
+    );
+    // a's host loses the network: its database and its agents are out of reach.
+    net.cut(0);
+    wait_until_or("b takes over", || b.leads(), logs);
+    let b_local = Target::Unix(b.socket());
+    wait_until_or(
+        "the agents reconnect to b",
+        || {
+            let (_, nodes) = api(&b_local, None, "GET", "/nodes", None);
+            nodes["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| n["connected"] == true)
+                .count()
+                == 2
+        },
+        logs,
+    );
+    // The gang went on: adopted by b, not requeued.
+    let j = job(&b_local);
+    assert_eq!(
+        (j["state"].as_str(), j["requeues"].as_u64()),
+        (Some("RUNNING"), Some(0)),
+        "{j}\n{}",
+        logs()
+    );
+    // Back on the network, a finds it was replaced and stands by.
+    net.heal(0);
+    wait_until_or(
+        "a stands by again",
+        || a.log().matches("standing by").count() >= 2,
+        logs,
+    );
+    let out = cadre(
+        &format!("{a_local},unix://{}", b.socket().display()),
+        &["status"],
+    );
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(": standby ") && said.contains(": leader "),
+        "{said}"
+    );
+}
+
+/// An agent, stopped at the end of the test.
+struct StopAgent(Child);
+
+impl Drop for StopAgent {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.0.try_wait().is_ok_and(|s| s.is_none()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
