@@ -195,6 +195,23 @@ impl Hosts {
         );
     }
 
+    /// Submits `sh -c script` as a gang of one task on each of the three nodes.
+    fn gang(&self, script: &str) -> u64 {
+        let out = self.c.ok(&[
+            "submit",
+            "--parsable",
+            "-N",
+            "3",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        out.trim().parse().expect("a job id")
+    }
+
     fn job(&self, id: u64) -> Value {
         self.c.api("GET", &format!("/jobs/{id}"), None).1
     }
@@ -510,19 +527,7 @@ fn an_agent_killed_during_a_gang_and_started_again_adopts_its_task_and_nothing_o
         "setsid sleep {marker} </dev/null >/dev/null 2>&1 & touch {d}/started.$SLURM_PROCID; \
          while [ ! -e {d}/go ]; do sleep 0.1; done"
     );
-    let out = h.c.ok(&[
-        "submit",
-        "--parsable",
-        "-N",
-        "3",
-        "-n",
-        "3",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    let id: u64 = out.trim().parse().expect("a job id");
+    let id = h.gang(&script);
     wait_until("every rank has started", || {
         (0..3).all(|r| dir.join(format!("started.{r}")).exists())
             && cadre_test_support::processes_with(&marker).len() == 3
@@ -577,19 +582,7 @@ fn a_host_losing_a_fifth_of_its_packets_keeps_its_node_and_its_jobs_complete() {
     let mut ids = Vec::new();
     // Gangs of all three nodes, one after the other: each launch and end crosses n2's link.
     for _ in 0..3 {
-        let out = h.c.ok(&[
-            "submit",
-            "--parsable",
-            "-N",
-            "3",
-            "-n",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            "sleep 2",
-        ]);
-        ids.push(out.trim().parse::<u64>().expect("a job id"));
+        ids.push(h.gang("sleep 2"));
     }
     // For three leases at least, and until the jobs are done, n2 is never lost (a
     // connection dropped and made again within the lease is not a loss).
