@@ -17,8 +17,9 @@
 //! stands by) before the next failover. Then the same state under one `cadre server`
 //! without `--replica` (on the first replica's data directory and address), killed with
 //! SIGKILL and started again at once by the bench, `--restarts` times: the same figures.
-//! Counted: nodes declared lost (down) after each, and by the controllers' logs (`agent
-//! lost`); jobs lost (every acknowledged job id must be in the database at the end).
+//! Counted: nodes declared lost (down) after each, by the controllers' logs (`agent
+//! lost`), or not connected again within a minute (a controller declares a node lost only
+//! after a whole node lease away, so one back sooner never is); jobs lost (every acknowledged job id must be in the database at the end).
 //! Printed (never asserted): p50/p90/p99/max of each figure, against the target
 //! (p50 <= 5 s, p99 <= 10 s, no job lost, no node lost).
 
@@ -35,7 +36,7 @@ use cadre_core::run::RunSpec;
 use cadre_core::time::Dur;
 use cadre_proto::agent::NodeReport;
 use cadre_proto::api::{
-    ControllerStatus, JobSubmission, JobView, NodeList, SubmitRequest, SubmitResponse,
+    ControllerStatus, JobSubmission, JobView, NodeList, NodeView, SubmitRequest, SubmitResponse,
 };
 use cadre_sim::report::percentile;
 use clap::Args;
@@ -145,6 +146,8 @@ struct Outage {
     reconnected_s: Option<f64>,
     /// Nodes the controller reported down once every node was connected again.
     down: usize,
+    /// Nodes still not connected when the bench gave up waiting (counted lost).
+    not_reconnected: usize,
 }
 
 #[derive(Serialize)]
@@ -188,8 +191,9 @@ struct FailoverReport {
     single: Phase,
     failovers: Vec<Outage>,
     restarts: Vec<Outage>,
-    /// Nodes declared lost across the failovers: reported down after one, or logged as
-    /// lost by a leader.
+    /// Nodes declared lost across the failovers: reported down after one, logged as lost
+    /// by a leader, or not connected again within a minute (a node is declared lost only
+    /// after a whole node lease away: one back sooner never is).
     nodes_lost: usize,
     nodes_lost_names: Vec<String>,
     /// The same across the single controller's restarts.
@@ -592,6 +596,11 @@ impl Bench<'_> {
                 .wait_connected(&target, &tally, Some(killed))
                 .await
                 .ok();
+            if outage.reconnected_s.is_none() {
+                let away = self.away_nodes(&target).await?;
+                outage.not_reconnected = away.len();
+                lost.extend(away);
+            }
             servers[leader].wait_role("standby").await?;
             let down = self.down_nodes(&target).await?;
             outage.down = down.len();
@@ -631,6 +640,11 @@ impl Bench<'_> {
                 .wait_connected(&target, &tally, Some(killed))
                 .await
                 .ok();
+            if outage.reconnected_s.is_none() {
+                let away = self.away_nodes(&target).await?;
+                outage.not_reconnected = away.len();
+                lost_single.extend(away);
+            }
             let down = self.down_nodes(&target).await?;
             outage.down = down.len();
             lost_single.extend(down);
@@ -764,6 +778,20 @@ impl Bench<'_> {
 
     /// The nodes the controller at `target` reports down.
     async fn down_nodes(&self, target: &Target) -> Result<Vec<String>> {
+        self.nodes_where(target, |n| n.avail == NodeAvail::Down)
+            .await
+    }
+
+    /// The nodes the controller at `target` reports not connected.
+    async fn away_nodes(&self, target: &Target) -> Result<Vec<String>> {
+        self.nodes_where(target, |n| !n.connected).await
+    }
+
+    async fn nodes_where(
+        &self,
+        target: &Target,
+        keep: impl Fn(&NodeView) -> bool,
+    ) -> Result<Vec<String>> {
         let nodes: NodeList = Connection::open(target, None)
             .await?
             .call::<(), _>(Method::GET, "/nodes", None)
@@ -771,7 +799,7 @@ impl Bench<'_> {
         Ok(nodes
             .nodes
             .into_iter()
-            .filter(|n| n.avail == NodeAvail::Down)
+            .filter(|n| keep(n))
             .map(|n| n.name)
             .collect())
     }
