@@ -15,8 +15,11 @@
 //! waits for the `Welcome`, then pings as the real agent does, every
 //! [`cadre_agent::service::ping_interval`] (a sixth of the lease at the default keepalive),
 //! drops a connection silent for as long as the real agent does
-//! ([`cadre_agent::service::connection_silence`]) and reconnects with backoff. It runs
-//! nothing (no job is submitted). The first `--enrol` nodes enrol first, each with a join
+//! ([`cadre_agent::service::connection_silence`]) and reconnects with backoff, to the next
+//! controller of its list when one refuses it (a standby) or cannot be reached, as the real
+//! agent does. It runs nothing (this bench submits no job); a launch order is answered
+//! with `Started` at once, and the run is then reported alive in every later hello until
+//! the controller stops it (what `cadre bench failover` relies on). The first `--enrol` nodes enrol first, each with a join
 //! token of its own, through the agent's own enrolment ([`cadre_agent::enrol::enrol`]:
 //! the node's key and certificate request made here, the certificate signed by the
 //! controller) and connect with their certificate (mutual TLS); the others connect over
@@ -52,7 +55,11 @@ use cadre_agent::service::{
 };
 use cadre_client::{Connection, Target};
 use cadre_core::cluster::{NodeAvail, NodeId};
-use cadre_proto::agent::{AgentMessage, ControllerMessage, Hello, NodeReport, PROTOCOL_VERSION};
+use cadre_core::job::JobState;
+use cadre_proto::agent::{
+    AgentMessage, ControllerMessage, Hello, NodeReport, PROTOCOL_VERSION, RunRef, SequencedEvent,
+    TaskEvent,
+};
 use cadre_proto::api::{JoinTokenRequest, JoinTokenView, NodeList, NodeView};
 use clap::Args;
 use futures_util::{SinkExt, StreamExt};
@@ -172,7 +179,7 @@ struct LossReport {
 
 /// How a simulated agent ends, when told to.
 #[derive(Copy, Clone, Debug)]
-enum Fate {
+pub(crate) enum Fate {
     /// Drop the connection without a close frame (the kernel closes the socket).
     Close,
     /// Send and read nothing more, the connection left open.
@@ -181,9 +188,9 @@ enum Fate {
 
 /// What the simulated agents have seen, together.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     /// Agents welcomed on their current connection.
-    up: AtomicUsize,
+    pub(crate) up: AtomicUsize,
     /// Connections that dropped under an agent.
     drops: AtomicU64,
     pings: AtomicU64,
@@ -191,6 +198,8 @@ struct Tally {
     lease_ms: AtomicU64,
     /// The first errors that stopped an agent for good.
     fatal: Mutex<Vec<String>>,
+    /// Launch orders answered with `Started`.
+    pub(crate) launched: AtomicU64,
     /// Connection attempts that failed (retried).
     failed: AtomicU64,
     last_failure: Mutex<Option<String>>,
@@ -206,18 +215,84 @@ impl Tally {
             f.push(why);
         }
     }
-    fn first_fatal(&self) -> Option<String> {
+    pub(crate) fn first_fatal(&self) -> Option<String> {
         self.fatal.lock().ok().and_then(|f| f.first().cloned())
     }
 }
 
 /// One simulated agent's identity and where it connects from.
-struct AgentSpec {
-    node: String,
+pub(crate) struct AgentSpec {
+    pub(crate) node: String,
     /// The cluster's agent key, or empty when the node shows its certificate.
-    key: String,
-    tls: Arc<rustls::ClientConfig>,
-    from: IpAddr,
+    pub(crate) key: String,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) from: IpAddr,
+}
+
+/// What a simulated agent runs, kept across its connections as the real agent keeps it:
+/// the runs it was told to launch (reported alive in each hello until stopped) and the
+/// events not yet acknowledged (sent again in each hello).
+struct AgentRuns {
+    running: BTreeSet<RunRef>,
+    outbox: Vec<SequencedEvent>,
+    /// This life of the agent: its first event's number.
+    life: u64,
+    next_seq: u64,
+}
+
+impl AgentRuns {
+    fn new() -> AgentRuns {
+        // Numbered from the start time, as the real agent's are.
+        let life = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64);
+        AgentRuns {
+            running: BTreeSet::new(),
+            outbox: Vec::new(),
+            life,
+            next_seq: life,
+        }
+    }
+
+    /// Records `event` in the outbox and returns the message that sends it.
+    fn event(&mut self, event: TaskEvent) -> AgentMessage {
+        let sequenced = SequencedEvent {
+            seq: self.next_seq,
+            event,
+        };
+        self.next_seq += 1;
+        self.outbox.push(sequenced.clone());
+        AgentMessage::Event(sequenced)
+    }
+
+    /// What the controller's message asks of the node, answered as a node whose tasks
+    /// start at once and end only when stopped: the message to send back, if any.
+    fn answer(&mut self, message: ControllerMessage) -> Option<AgentMessage> {
+        match message {
+            ControllerMessage::Launch(order) => {
+                let run = order.run;
+                // A launch sent again (a replay) is of a run that runs already.
+                self.running
+                    .insert(run)
+                    .then(|| self.event(TaskEvent::Started { run }))
+            }
+            ControllerMessage::Stop { run, .. } => {
+                self.running.remove(&run);
+                Some(self.event(TaskEvent::Ended {
+                    run,
+                    state: JobState::Cancelled,
+                    exit_code: None,
+                    signal: Some(15),
+                    drain: None,
+                }))
+            }
+            ControllerMessage::Ack { seq } => {
+                self.outbox.retain(|e| e.seq > seq);
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The shape of every node: the cluster file's, which the agents report exactly.
@@ -238,20 +313,20 @@ name = "all"
 nodes = "ALL"
 "#;
 
-fn node_name(i: u32) -> String {
+pub(crate) fn node_name(i: u32) -> String {
     format!("n{}", i + 1)
 }
 
 /// The loopback address agent `i` connects from: 127.0.0.2, 127.0.0.3, ... (the
 /// controller is on 127.0.0.1).
-fn loopback(i: u32) -> IpAddr {
+pub(crate) fn loopback(i: u32) -> IpAddr {
     let n = i + 2;
     IpAddr::V4(Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8))
 }
 
 /// Raises this process's soft limit of open files to `need` (the controller started
 /// after inherits it), or says why it cannot.
-fn raise_open_files(need: u64) -> Result<u64> {
+pub(crate) fn raise_open_files(need: u64) -> Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("getrlimit(RLIMIT_NOFILE)")?;
     if soft >= need {
@@ -504,7 +579,7 @@ impl Bench<'_> {
             };
             tasks.push(tokio::spawn(simulated_agent(
                 spec,
-                self.url.clone(),
+                Arc::from([self.url.clone()]),
                 Arc::clone(&report),
                 Arc::clone(&gate),
                 Arc::clone(&tally),
@@ -752,14 +827,14 @@ impl Bench<'_> {
 
 /// The last lines of the controller's log, to go with an error (a temporary data
 /// directory is gone by the time it is read).
-fn log_tail(log: &Path) -> String {
+pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
     format!("the controller's log ended with:\n{tail}")
 }
 
-fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     if let Ok(style) =
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} ({elapsed})")
@@ -802,22 +877,27 @@ enum Ended {
 
 /// One simulated agent: connects, says hello, pings as the real agent does, and
 /// reconnects after 50 ms doubling to 2 s when its connection drops, until told to stop
-/// (then it never connects again).
-async fn simulated_agent(
+/// (then it never connects again). With several controllers (`urls`, replicas), a
+/// connection that fails goes to the next one 100 ms later, and the backoff applies once
+/// every one was tried, as with the real agent's `--controller A,B`.
+pub(crate) async fn simulated_agent(
     spec: AgentSpec,
-    url: String,
+    urls: Arc<[String]>,
     report: Arc<NodeReport>,
     gate: Arc<Semaphore>,
     tally: Arc<Tally>,
     mut order: Option<oneshot::Receiver<Fate>>,
 ) {
     let mut backoff = Duration::from_millis(50);
+    let mut at = 0;
+    let mut runs = AgentRuns::new();
     loop {
+        let url = &urls[at % urls.len()];
         let opened = {
             let Ok(_permit) = gate.acquire().await else {
                 return;
             };
-            tokio::time::timeout(CONNECT_TIMEOUT, say_hello(&spec, &url, &report)).await
+            tokio::time::timeout(CONNECT_TIMEOUT, say_hello(&spec, url, &report, &runs)).await
         };
         let (ws, lease) = match opened {
             Ok(Ok(welcomed)) => welcomed,
@@ -827,8 +907,13 @@ async fn simulated_agent(
                 if let Ok(mut last) = tally.last_failure.lock() {
                     *last = Some(format!("{}: {why}", spec.node));
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                at = (at + 1) % urls.len();
+                if at == 0 {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 continue;
             }
             Ok(Err(Ended::Stopped)) => return,
@@ -844,7 +929,7 @@ async fn simulated_agent(
         tally.up.fetch_add(1, Ordering::Relaxed);
         let every = ping_interval(DEFAULT_KEEPALIVE, Some(lease));
         let silence = connection_silence(every, Some(lease));
-        let ended = keep_alive(ws, every, silence, &tally, &mut order).await;
+        let ended = keep_alive(ws, every, silence, &tally, &mut order, &mut runs).await;
         tally.up.fetch_sub(1, Ordering::Relaxed);
         match ended {
             Ended::Dropped(_) => {
@@ -863,6 +948,7 @@ async fn say_hello(
     spec: &AgentSpec,
     url: &str,
     report: &NodeReport,
+    runs: &AgentRuns,
 ) -> Result<(Box<AgentSocket>, Duration), Ended> {
     let mut ws = open_connection(url, &spec.key, Some(&spec.tls), Some(spec.from))
         .await
@@ -880,12 +966,11 @@ async fn say_hello(
             address: spec.from.to_string(),
             ..report.clone()
         },
-        running: Vec::new(),
-        outbox: Vec::new(),
+        running: runs.running.iter().copied().collect(),
+        outbox: runs.outbox.clone(),
         health: None,
         agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        // It sends no events: nothing to replay.
-        life: None,
+        life: Some(runs.life),
     }));
     let text = serde_json::to_string(&hello).map_err(|e| Ended::Fatal(e.to_string()))?;
     ws.send(Message::text(text))
@@ -922,13 +1007,15 @@ async fn say_hello(
 }
 
 /// Keeps a welcomed connection alive as the real agent does: a ping every `every`,
-/// dropped when nothing came for `silence`; ends it as `order` says.
+/// dropped when nothing came for `silence`; answers launch and stop orders (`runs`);
+/// ends it as `order` says.
 async fn keep_alive(
     mut ws: Box<AgentSocket>,
     every: Duration,
     silence: Duration,
     tally: &Tally,
     order: &mut Option<oneshot::Receiver<Fate>>,
+    runs: &mut AgentRuns,
 ) -> Ended {
     use tokio::time::{Instant, sleep_until};
     let mut heard = Instant::now();
@@ -946,10 +1033,26 @@ async fn keep_alive(
             frame = ws.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
                     heard = Instant::now();
-                    if let Ok(ControllerMessage::Refused { reason }) = serde_json::from_str(&text) {
-                        return Ended::Fatal(format!("refused: {reason}"));
+                    let answer = match serde_json::from_str(&text) {
+                        Ok(ControllerMessage::Refused { reason }) => {
+                            return Ended::Fatal(format!("refused: {reason}"));
+                        }
+                        Ok(message) => {
+                            if matches!(message, ControllerMessage::Launch(_)) {
+                                tally.launched.fetch_add(1, Ordering::Relaxed);
+                            }
+                            runs.answer(message)
+                        }
+                        Err(_) => None,
+                    };
+                    if let Some(answer) = answer {
+                        let Ok(text) = serde_json::to_string(&answer) else {
+                            return Ended::Fatal("an event that cannot be encoded".into());
+                        };
+                        if let Err(e) = ws.send(Message::text(text)).await {
+                            return Ended::Dropped(format!("failed to report an event: {e}"));
+                        }
                     }
-                    // Nothing else is expected: no job runs on a simulated node.
                 }
                 Some(Ok(Message::Close(_))) | None => return Ended::Dropped("closed by the controller".into()),
                 // Pongs; a ping is answered by the WebSocket itself.

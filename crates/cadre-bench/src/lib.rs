@@ -17,6 +17,7 @@
 
 pub mod agents;
 pub mod api;
+pub mod failover;
 pub mod openb;
 pub mod scheduler;
 pub mod vs_slurm;
@@ -41,6 +42,10 @@ pub enum BenchCommand {
     /// CPU and memory at the default heartbeat, the time to enrol nodes, false losses,
     /// and the time to find a lost node.
     Agents(agents::AgentsBenchArgs),
+    /// Replicated controllers on PostgreSQL, the leader killed again and again under a
+    /// deep queue and many simulated agents: the time to the first accepted submission and
+    /// to the first job started, nodes and jobs lost, beside a single controller's restart.
+    Failover(failover::FailoverBenchArgs),
     /// The same workloads on cadre and on the reference Slurm running on this machine, one
     /// after the other: submission throughput, submit-to-start latency, a Philly trace
     /// replay and the largest pending queue that still starts a job within 1 s.
@@ -55,6 +60,7 @@ pub fn run(command: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::Submit(args) => api::run_submit(args),
         BenchCommand::Launch(args) => api::run_launch(args),
         BenchCommand::Agents(args) => agents::run_agents(args),
+        BenchCommand::Failover(args) => failover::run_failover(args),
         BenchCommand::VsSlurm(args) => vs_slurm::run(args),
     }
 }
