@@ -1775,7 +1775,7 @@ impl Controller {
         self.report_features(c, node, now);
         tracing::info!(node = %hello.node, conn, running = hello.running.len(), outbox = hello.outbox.len(), emulated = hello.report.emulated_gpus, "agent connected");
         let applied = &mut self.applied[node.0 as usize];
-        applied.hello(hello.life);
+        let same_life = applied.hello(hello.life);
         let skipped = hello
             .outbox
             .iter()
@@ -1805,7 +1805,10 @@ impl Controller {
             .collect();
         for (id, run, stop) in mine {
             let r = RunRef::job_run(id, run);
-            let never_started = stop.is_none()
+            // Only the same life of the agent can have missed the order: a restarted one (a
+            // reboot) may have started the run and lost it.
+            let never_started = same_life
+                && stop.is_none()
                 && self
                     .runs
                     .get(&id)

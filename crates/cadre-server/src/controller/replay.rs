@@ -31,14 +31,17 @@ pub(crate) struct AppliedEvents {
 }
 
 impl AppliedEvents {
-    /// A hello of the agent's life `life`.
-    pub(crate) fn hello(&mut self, life: Option<u64>) {
+    /// A hello of the agent's life `life`; whether it is surely the life of the last hello
+    /// (both named, and equal): a reconnection, not a restart.
+    pub(crate) fn hello(&mut self, life: Option<u64>) -> bool {
+        let same = life.is_some() && life == self.life;
         // A change either way is a restart (an agent changes its version only by one);
         // `None` twice may be one life or two, and is taken for one.
         if life != self.life {
             self.last = None;
         }
         self.life = life;
+        same
     }
 
     /// Whether the event `seq` of a hello's outbox is still to apply.

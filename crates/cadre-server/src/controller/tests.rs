@@ -539,8 +539,11 @@ fn agents_are_reconciled_on_hello_kept_finished_requeued_stopped() {
                     event: ended(run, JobState::Completed, 0),
                 }],
             ),
-            // Gone without a word (the node rebooted).
-            _ => (Vec::new(), Vec::new()),
+            // Gone without a word (the node rebooted: its agent is a new life).
+            _ => {
+                h.agent_life += 1;
+                (Vec::new(), Vec::new())
+            }
         };
         h.hello(node.0, 200 + u64::from(node.0), running, outbox);
     }
