@@ -96,24 +96,6 @@ const BATCH: u32 = 500;
 /// Connections being opened at once by the simulated agents.
 const CONNECTING_AT_ONCE: usize = 64;
 
-/// The cluster: one tiny shape; a probe job (1 core) fits any node, the held ones never run.
-const CLUSTER: &str = r#"version = 1
-name = "bench-failover"
-
-[[shape]]
-name = "tiny"
-cores = 1
-memory = "256M"
-
-[[nodes]]
-names = "n[1-NODES]"
-shape = "tiny"
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-"#;
-
 #[derive(Serialize, Default)]
 struct Figures {
     p50: f64,
@@ -443,7 +425,10 @@ pub fn run_failover(args: &FailoverBenchArgs) -> Result<ExitCode> {
     let mut schema = Schema::new(database)?;
     let dir = DataDir::new(&args.data_dir)?;
     let cluster = dir.path().join("cluster.toml");
-    std::fs::write(&cluster, CLUSTER.replace("NODES", &args.agents.to_string()))?;
+    std::fs::write(
+        &cluster,
+        super::agents::tiny_cluster("bench-failover", args.agents),
+    )?;
     let mut servers = (0..args.replicas)
         .map(|i| Server::new(dir.path(), &format!("r{i}")))
         .collect::<Result<Vec<_>>>()?;
@@ -537,7 +522,7 @@ impl Bench<'_> {
             .to_owned();
         let tls = cadre_tls::client_config(&ca_pem, &ca_path, None)?;
         let shape = cadre_core::config::load_cluster(
-            &CLUSTER.replace("NODES", &args.agents.to_string()),
+            &super::agents::tiny_cluster("bench-failover", args.agents),
             "the bench's cluster",
         )?
         .shape(NodeId(0))
@@ -592,15 +577,8 @@ impl Bench<'_> {
             // The killed replica comes back, and stands by.
             servers[leader].start(args, &self.database, &self.cluster)?;
             let target = servers[new_leader].target();
-            outage.reconnected_s = self
-                .wait_connected(&target, &tally, Some(killed))
-                .await
-                .ok();
-            if outage.reconnected_s.is_none() {
-                let away = self.away_nodes(&target).await?;
-                outage.not_reconnected = away.len();
-                lost.extend(away);
-            }
+            self.reconnected(&target, &tally, killed, &mut outage, &mut lost)
+                .await?;
             servers[leader].wait_role("standby").await?;
             let down = self.down_nodes(&target).await?;
             outage.down = down.len();
@@ -636,15 +614,8 @@ impl Bench<'_> {
             let mut outage = Outage::default();
             self.probe(&servers[..1], &format!("restart-{i}"), killed, &mut outage)
                 .await;
-            outage.reconnected_s = self
-                .wait_connected(&target, &tally, Some(killed))
-                .await
-                .ok();
-            if outage.reconnected_s.is_none() {
-                let away = self.away_nodes(&target).await?;
-                outage.not_reconnected = away.len();
-                lost_single.extend(away);
-            }
+            self.reconnected(&target, &tally, killed, &mut outage, &mut lost_single)
+                .await?;
             let down = self.down_nodes(&target).await?;
             outage.down = down.len();
             lost_single.extend(down);
@@ -780,6 +751,25 @@ impl Bench<'_> {
     async fn down_nodes(&self, target: &Target) -> Result<Vec<String>> {
         self.nodes_where(target, |n| n.avail == NodeAvail::Down)
             .await
+    }
+
+    /// Waits for every node to be connected to the controller at `target` again after
+    /// `killed`, into `outage`; the nodes still away then count as lost.
+    async fn reconnected(
+        &self,
+        target: &Target,
+        tally: &Tally,
+        killed: Instant,
+        outage: &mut Outage,
+        lost: &mut BTreeSet<String>,
+    ) -> Result<()> {
+        outage.reconnected_s = self.wait_connected(target, tally, Some(killed)).await.ok();
+        if outage.reconnected_s.is_none() {
+            let away = self.away_nodes(target).await?;
+            outage.not_reconnected = away.len();
+            lost.extend(away);
+        }
+        Ok(())
     }
 
     /// The nodes the controller at `target` reports not connected.
