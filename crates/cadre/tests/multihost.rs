@@ -874,22 +874,10 @@ fn a_controller_killed_during_a_submission_storm_loses_nothing_and_its_agents_on
     let ran = h.files.path().join("ran");
     std::fs::create_dir(&ran).unwrap();
     let pids = h.files.path().join("long");
-    let out = h.c.ok(&[
-        "submit",
-        "--parsable",
-        "-N",
-        "3",
-        "-n",
-        "3",
-        "--",
-        "sh",
-        "-c",
-        &format!(
-            "echo $$ >> {}.$SLURM_PROCID; exec sleep 120",
-            pids.display()
-        ),
-    ]);
-    let long: u64 = out.trim().parse().expect("a job id");
+    let long = h.gang(&format!(
+        "echo $$ >> {}.$SLURM_PROCID; exec sleep 120",
+        pids.display()
+    ));
     let pid_files: Vec<PathBuf> = (0..3)
         .map(|r| PathBuf::from(format!("{}.{r}", pids.display())))
         .collect();

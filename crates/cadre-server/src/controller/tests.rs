@@ -340,6 +340,18 @@ impl Harness {
         reply
     }
 
+    /// An administrator resumes `node` (the batch still to end).
+    fn resume(&mut self, node: NodeId) {
+        let reply = self.reply_to();
+        self.feed(Input::Node {
+            who: root(),
+            name: self.ctl.node_name(node).to_owned(),
+            action: NodeAction::Resume,
+            reply,
+        })
+        .unwrap();
+    }
+
     fn state(&self, id: JobId) -> Option<JobState> {
         self.ctl.sched().job(id).map(|j| j.state)
     }
@@ -1220,14 +1232,7 @@ fn a_node_whose_tasks_outlive_sigkill_is_drained_kill_task_failed_until_an_admin
         "{record:?}"
     );
     // An administrator who has looked at the node resumes it.
-    let reply = h.reply_to();
-    h.feed(Input::Node {
-        who: root(),
-        name: h.ctl.node_name(node).to_owned(),
-        action: NodeAction::Resume,
-        reply,
-    })
-    .unwrap();
+    h.resume(node);
     h.tick(true);
     assert_eq!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Up);
 }
@@ -1278,14 +1283,7 @@ fn a_replayed_ended_with_a_drain_does_not_drain_a_resumed_node_again_nor_count_t
     h.gone(conn);
     h.tick(false);
     // An administrator resumes the node.
-    let reply = h.reply_to();
-    h.feed(Input::Node {
-        who: root(),
-        name: h.ctl.node_name(node).to_owned(),
-        action: NodeAction::Resume,
-        reply,
-    })
-    .unwrap();
+    h.resume(node);
     h.tick(false);
     assert_ne!(h.ctl.sched().cluster().node(node).avail, NodeAvail::Drain);
     // The agent reconnects with the same event in its outbox.
