@@ -262,8 +262,9 @@ impl Drop for StopOnDrop {
 }
 
 /// A job of an unprivileged user (`nobody`) tries to leave its cgroup, to make cgroups of
-/// its own under it, and to rewrite the record that tells the agent's next start what to
-/// kill: each is refused, and the job ran in the cgroup the agent made for it.
+/// its own under it, to rewrite the record that tells the agent's next start what to
+/// kill, to kill or signal its keeper, and to rewrite the lease, its status file or a run
+/// record: each is refused, and the job ran in the cgroup the agent made for it.
 #[test]
 fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills() {
     use std::os::unix::fs::PermissionsExt;
@@ -280,9 +281,16 @@ fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills(
          echo $$ > /sys/fs/cgroup/unified/cgroup.procs 2>/dev/null && echo ESCAPED; \
          mkdir \"/sys/fs/cgroup/unified$cg/mine\" 2>/dev/null && echo MADE; \
          echo /sys/fs/cgroup/unified > {} 2>/dev/null && echo REWROTE; \
-         ln -s /etc/shadow {}/lock.new 2>/dev/null && echo LINKED; true",
+         ln -s /etc/shadow {}/lock.new 2>/dev/null && echo LINKED; \
+         kill -KILL $PPID 2>/dev/null && echo KEEPER_KILLED; \
+         kill -TERM $PPID 2>/dev/null && echo KEEPER_SIGNALLED; \
+         echo 0 > {d}/lease 2>/dev/null && echo LEASE; \
+         echo x > {d}/tasks/job1.0.task0 2>/dev/null && echo STATUS; \
+         ls {d}/tasks {d}/runs >/dev/null 2>&1 && echo LISTED; \
+         echo '{{}}' > {d}/runs/job1.0.json 2>/dev/null && echo RECORD; true",
         record.display(),
-        agent_dir.display()
+        agent_dir.display(),
+        d = agent_dir.display()
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cadre"))
         .args([
@@ -321,7 +329,20 @@ fn an_unprivileged_job_cannot_leave_its_cgroup_nor_rewrite_what_the_agent_kills(
             .any(|l| l == format!("in {dir}/job{id}.0.task0")),
         "{said}"
     );
-    for marker in ["ESCAPED", "MADE", "REWROTE", "LINKED"] {
+    // Nor may it touch its keeper (root's), the lease its keeper enforces, its status
+    // file, or the records a restarted agent adopts from: it completed as itself.
+    for marker in [
+        "ESCAPED",
+        "MADE",
+        "REWROTE",
+        "LINKED",
+        "KEEPER_KILLED",
+        "KEEPER_SIGNALLED",
+        "LEASE",
+        "STATUS",
+        "LISTED",
+        "RECORD",
+    ] {
         assert!(!said.contains(marker), "{marker}: {said}");
     }
     assert_eq!(std::fs::read_to_string(&record).unwrap(), before);
