@@ -1271,9 +1271,17 @@ impl Service {
             close_quietly(ws).await;
         }
         // The tasks' cgroups go with it (see `AgentCgroups`'s drop), and its lock: the
-        // state directory is left as empty as its runs left it.
+        // state directory is left as empty as its runs left it. With no run left, nothing
+        // reads the lease file, and the directories of keepers' and runs' records are
+        // empty (not removed when a record is left: a next life adopts from them).
         drop(self.cgroups.take());
-        let _ = std::fs::remove_file(self.ctx.state_dir.join("lock"));
+        let state = &self.ctx.state_dir;
+        if self.runs.is_empty() {
+            let _ = std::fs::remove_file(state.join(crate::keeper::LEASE_FILE));
+            let _ = std::fs::remove_dir(state.join(crate::keeper::TASKS_DIR));
+            let _ = std::fs::remove_dir(state.join(record::RUNS_DIR));
+        }
+        let _ = std::fs::remove_file(state.join("lock"));
         match self.stopping.take() {
             Some(Stopping::Fatal(e)) => Err(e),
             _ => {

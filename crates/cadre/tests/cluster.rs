@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -187,9 +187,13 @@ fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
     assert_eq!(job["exit_code"], 0);
 
     c.stop();
+    // The socket, and the agents' state directories with their lease files and the
+    // (empty) directories of their keepers' and runs' records: the whole run directory.
+    let run = run_dir_of(c.data());
     assert!(
-        !run_dir_of(c.data()).join("cadre.sock").exists(),
-        "cadre down removes the socket"
+        !run.exists(),
+        "cadre down removes the run directory, left with: {:?}",
+        files_under(&run)
     );
     assert!(
         !c.path("cadre.pid").exists(),
@@ -198,6 +202,22 @@ fn gang_runs_one_rank_per_node_on_four_nodes_and_down_leaves_nothing_behind() {
     for (node, pid) in agents {
         assert!(!running(pid), "the agent of {node} (pid {pid}) still runs");
     }
+}
+
+/// Every path under `dir`, for a failure's message.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            found.push(p);
+        }
+    }
+    found
 }
 
 #[test]

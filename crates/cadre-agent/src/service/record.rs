@@ -19,7 +19,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The directory of the run records, in the agent's state directory.
-const RUNS_DIR: &str = "runs";
+pub(crate) const RUNS_DIR: &str = "runs";
 
 /// The largest record read back: an order is bounded by the controller's own limits; a
 /// larger file is not the agent's.
