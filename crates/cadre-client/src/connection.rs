@@ -301,16 +301,16 @@ impl Connection {
         };
         let resp = self.exchange(method, &uri, body, key).await?;
         let status = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|source| Error::Cut {
-                target: self.target.clone(),
-                source,
-            })?
-            .to_bytes();
-        Ok((status, bytes))
+        Ok((status, self.whole(resp.into_body()).await?))
+    }
+
+    /// The whole of an answer's body.
+    async fn whole(&self, body: hyper::body::Incoming) -> Result<Bytes> {
+        let collected = body.collect().await.map_err(|source| Error::Cut {
+            target: self.target.clone(),
+            source,
+        })?;
+        Ok(collected.to_bytes())
     }
 
     /// Sends a JSON request whose answer is a stream of JSON lines, handing each line to
@@ -323,18 +323,33 @@ impl Connection {
         mut on_line: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<()> {
         let uri = format!("{PREFIX}{path}");
-        let body = encode(path, body)?;
-        let resp = self.exchange(Method::POST, &uri, Some(body), None).await?;
-        let status = resp.status();
-        let mut body = resp.into_body();
+        let request = encode(path, body)?;
+        let until = std::time::Instant::now() + FAILOVER_WAIT;
+        // A standby's refusal (or a leader's that is stopping) is followed to the leader,
+        // as [`Connection::send_raw`] does; a stream cut is not sent again: what it
+        // started may be under way.
+        let mut body = loop {
+            let resp = self
+                .exchange(Method::POST, &uri, Some(request.clone()), None)
+                .await?;
+            let status = resp.status();
+            let body = resp.into_body();
+            if status.is_success() {
+                break body;
+            }
+            let bytes = self.whole(body).await?;
+            match not_leader(status, &bytes) {
+                Some(hint) if self.each.len() > 1 && std::time::Instant::now() < until => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    let _ = self.reconnect(hint.as_deref()).await;
+                }
+                _ => return Err(ApiFailure::of_answer(status, &bytes).into()),
+            }
+        };
         let cut = |source| Error::Cut {
             target: self.target.clone(),
             source,
         };
-        if !status.is_success() {
-            let bytes = body.collect().await.map_err(cut)?.to_bytes();
-            return Err(ApiFailure::of_answer(status, &bytes).into());
-        }
         let mut handle = |line: &[u8]| {
             on_line(line).map_err(|e| Error::Line {
                 path: path.to_owned(),

@@ -62,9 +62,29 @@ pub fn socket_in(run: &Path) -> PathBuf {
     run.join("cadre.sock")
 }
 
+/// The most replicated controllers `cadre up --replicas` runs on one machine.
+pub const MAX_LOCAL_REPLICAS: u8 = 5;
+
+/// The socket of replica `i` (1 to [`MAX_LOCAL_REPLICAS`]) of `cadre up --replicas` in run
+/// directory `run`: the first has the controller's usual socket, so that a single
+/// controller's clients find it; the others `cadre-2.sock` and so on.
+pub fn replica_socket_in(run: &Path, i: u8) -> PathBuf {
+    match i {
+        0 | 1 => socket_in(run),
+        i => run.join(format!("cadre-{i}.sock")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_replica_has_the_controller_s_socket_and_the_others_their_own() {
+        let run = Path::new("/r");
+        assert_eq!(replica_socket_in(run, 1), socket_in(run));
+        assert_eq!(replica_socket_in(run, 2), Path::new("/r/cadre-2.sock"));
+    }
 
     #[test]
     fn the_run_directory_is_the_data_directory_s_sibling() {

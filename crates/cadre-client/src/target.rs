@@ -106,9 +106,21 @@ impl Target {
     }
 
     /// The controller of a data directory: the socket in its run directory
-    /// ([`locate::run_dir_of`]).
+    /// ([`locate::run_dir_of`]), and those of the other replicas of `cadre up --replicas`
+    /// that are there ([`locate::replica_socket_in`]).
     pub fn of_data_dir(dir: &Path) -> Target {
-        Target::Unix(locate::socket_in(&locate::run_dir_of(dir)))
+        let run = locate::run_dir_of(dir);
+        let mut all = vec![Target::Unix(locate::socket_in(&run))];
+        for i in 2..=locate::MAX_LOCAL_REPLICAS {
+            let socket = locate::replica_socket_in(&run, i);
+            if socket.exists() {
+                all.push(Target::Unix(socket));
+            }
+        }
+        match all.len() {
+            1 => all.remove(0),
+            _ => Target::Any(all),
+        }
     }
 
     /// The controller a client means: `server` (`--server`, `$CADRE_SERVER`) if given, else

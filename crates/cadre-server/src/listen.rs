@@ -389,6 +389,9 @@ pub(crate) async fn serve(
             () = stopped(&mut stop) => break,
         }
     }
+    // The address is free at once (a replica that steps down binds it again to stand
+    // by), while connections that linger end by their own deadlines.
+    drop(listener);
     while conns.join_next().await.is_some() {}
 }
 

@@ -272,23 +272,30 @@ async fn lead(
     let renewing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let every = replica.lease / 4;
     let limit = replica.lease;
+    // When a renewal was last confirmed: the renewal thread sets it, and the serving side
+    // steps down when it gets older than a lease, also while a renewal hangs on a
+    // database that stopped answering (until TCP gives up, which takes far longer).
+    let confirmed = Arc::new(Mutex::new(Instant::now()));
+    let (handed_back, lease_back) = std::sync::mpsc::channel();
     let renewer = {
-        let renewing = renewing.clone();
+        let (renewing, confirmed) = (renewing.clone(), confirmed.clone());
         std::thread::Builder::new()
             .name("cadre-lease".into())
             .spawn(move || {
                 let mut lease = lease;
-                let mut confirmed = Instant::now();
+                let last = || *confirmed.lock().unwrap_or_else(|p| p.into_inner());
                 while renewing.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(every);
                     match lease.renew(epoch) {
-                        Ok(true) => confirmed = Instant::now(),
+                        Ok(true) => {
+                            *confirmed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now()
+                        }
                         Ok(false) => {
                             tracing::error!(epoch, "the leader lease was taken by another replica");
                             let _ = deposed_tx.send(true);
                             break;
                         }
-                        Err(e) if confirmed.elapsed() >= limit => {
+                        Err(e) if last().elapsed() >= limit => {
                             tracing::error!(epoch, error = %e, "the leader lease could not be renewed for a whole lease");
                             let _ = deposed_tx.send(true);
                             break;
@@ -296,11 +303,11 @@ async fn lead(
                         Err(e) => tracing::warn!(epoch, error = %e, "leader lease renewal failed"),
                     }
                 }
-                lease
+                let _ = handed_back.send(lease);
             })
     };
-    let renewer = match renewer {
-        Ok(r) => r,
+    match renewer {
+        Ok(_) => {}
         // Without renewals the lease lapses and a standby takes over: this replica cannot
         // lead.
         Err(source) => {
@@ -332,17 +339,57 @@ async fn lead(
         );
     }
     let mut stop_for_serve = stop.clone();
-    let shutdown = async move {
-        tokio::select! {
-            _ = stop_for_serve.wait_for(|s| *s) => {}
-            _ = deposed_rx.wait_for(|d| *d) => {}
+    let unconfirmed = async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let last = *confirmed.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= limit {
+                tracing::error!(
+                    epoch,
+                    "no renewal of the leader lease confirmed for a whole lease (the database \
+                     does not answer): a standby may lead now"
+                );
+                return;
+            }
         }
     };
-    let result = crate::serve(cfg, shutdown, || {}).await;
-    renewing.store(false, std::sync::atomic::Ordering::Relaxed);
-    let lease = match tokio::task::spawn_blocking(move || renewer.join()).await {
-        Ok(Ok(l)) => Some(l),
-        _ => None,
+    // Set when this replica must stop leading (not when it is asked to stop).
+    let (gone_tx, mut gone_rx) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        tokio::select! {
+            _ = stop_for_serve.wait_for(|s| *s) => return,
+            _ = deposed_rx.wait_for(|d| *d) => {}
+            _ = unconfirmed => {}
+        }
+        let _ = gone_tx.send(true);
     };
+    let mut serving = tokio::spawn(crate::serve(cfg, shutdown, || {}));
+    // A deposed controller stops as a stopped one does, unless a store call of its engine
+    // hangs on a database that does not answer: then it is left behind after a lease. It
+    // cannot commit anything (its writes are fenced by an epoch that is no longer the
+    // lease's), and the engine's thread ends whenever its call does.
+    let abandon = async {
+        if gone_rx.wait_for(|g| *g).await.is_err() {
+            // Asked to stop: it stops in its own time.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(limit).await;
+    };
+    let result = tokio::select! {
+        r = &mut serving => r.unwrap_or(Err(ServerError::EnginePanicked)),
+        () = abandon => {
+            serving.abort();
+            tracing::error!(epoch, "the deposed controller did not stop within a lease (a store call hangs): leaving it behind");
+            Ok(())
+        }
+    };
+    renewing.store(false, std::sync::atomic::Ordering::Relaxed);
+    // The lease back from its thread once its renewal under way ends; not waited for
+    // beyond a lease (it hangs on a database that stopped answering: the thread ends on
+    // its own, and standing by connects afresh).
+    let lease = tokio::task::spawn_blocking(move || lease_back.recv_timeout(limit).ok())
+        .await
+        .ok()
+        .flatten();
     (result, lease)
 }

@@ -39,6 +39,8 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod replicas;
+
 /// The cluster's settings for its agents, which each agent takes where its own command line
 /// does not set them (Slurm's configless mode): paths are on the nodes, and an agent runs a
 /// program only where it is root's alone.
@@ -199,11 +201,12 @@ pub struct ControllerArgs {
     /// (`/readyz` 503, requests answered `not_leader` with the leader's address) and take
     /// over when its lease lapses. Give every replica the same site CA (--ca-cert,
     /// --ca-key) and agent key (the data directory's agent.key).
-    #[arg(long, env = "CADRE_REPLICA", requires = "listen")]
+    #[arg(long, env = "CADRE_REPLICA")]
     pub replica: bool,
     /// With --replica: where clients and agents reach this replica, told to them by the
     /// standbys [default: https://ADDRESS:PORT of --listen, this machine's host name for
-    /// an unspecified address].
+    /// an unspecified address; without --listen, unix:// and its socket, for replicas on
+    /// one machine].
     #[arg(
         long,
         env = "CADRE_ADVERTISE",
@@ -237,6 +240,23 @@ pub struct UpArgs {
     /// started with `--container-runtime`): Kubernetes workloads then run in their images.
     #[arg(long, env = "CADRE_CONTAINER_RUNTIME", value_name = "COMMAND")]
     pub container_runtime: Option<String>,
+    /// Run N replicated controllers on this machine (2 to 5), on one PostgreSQL
+    /// --database: one leads, the others stand by and take over when it goes; one that
+    /// stops is started again and stands by. For trying the HA form: in production each
+    /// replica is a `cadre server --replica` on a host of its own (docs/replicas.md).
+    /// Replica I listens on its own socket (cadre.sock, then cadre-I.sock in the run
+    /// directory) and, with --listen, on the port's I-th successor (the first on the port).
+    #[arg(
+        long,
+        env = "CADRE_REPLICAS",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u8).range(1..=i64::from(cadre_client::locate::MAX_LOCAL_REPLICAS))
+    )]
+    pub replicas: u8,
+    /// Replica I of `cadre up --replicas` (started by it).
+    #[arg(long, hide = true, value_name = "I")]
+    pub as_replica: Option<u8>,
 }
 
 /// `cadre down`.
@@ -290,6 +310,14 @@ impl Layout {
     }
     fn socket(&self) -> PathBuf {
         cadre_client::locate::socket_in(&self.run)
+    }
+    /// Replica `i`'s socket (`cadre up --replicas`).
+    fn replica_socket(&self, i: u8) -> PathBuf {
+        cadre_client::locate::replica_socket_in(&self.run, i)
+    }
+    /// Replica `i`'s files (`replica-I.pid`, `replica-I.log`).
+    fn replica(&self, i: u8, ext: &str) -> PathBuf {
+        self.dir.join(format!("replica-{i}.{ext}"))
     }
     fn log(&self) -> PathBuf {
         self.dir.join("cadre.log")
@@ -552,15 +580,14 @@ fn replica_config(
     args: &ControllerArgs,
     config: &ServerConfig,
 ) -> Result<cadre_server::replica::ReplicaConfig> {
-    if !(config.database.starts_with("postgres://") || config.database.starts_with("postgresql://"))
-    {
+    if !replicas::is_postgres(&config.database) {
         bail!(
             "--replica needs --database postgres://...: replicated controllers share a \
              PostgreSQL database (SQLite serves one controller)"
         );
     }
     let host = cadre_agent::service::host_name()?;
-    let advertise = match (&args.advertise, args.listen) {
+    let advertise = match (&args.advertise, config.listen) {
         (Some(url), _) => url.clone(),
         (None, Some(addr)) => {
             let scheme = if config.tls.is_some() {
@@ -580,9 +607,7 @@ fn replica_config(
                 _ => format!("{scheme}://{at}:{}", addr.port()),
             }
         }
-        (None, None) => {
-            bail!("--replica needs --listen: the replicas' clients and agents reach them over TCP")
-        }
+        (None, None) => format!("unix://{}", config.socket.display()),
     };
     Ok(cadre_server::replica::ReplicaConfig {
         name: format!("{host}:{}", std::process::id()),
@@ -642,14 +667,22 @@ pub fn server(args: &ControllerArgs) -> Result<ExitCode> {
 pub fn up(args: &UpArgs) -> Result<ExitCode> {
     if args.controller.replica {
         bail!(
-            "--replica is for `cadre server` (each replica on its own host, or port and data directory)"
+            "--replica is for `cadre server` (each replica on its own host, or port and data \
+             directory); `cadre up --replicas N` runs N replicas on this machine"
         );
+    }
+    if args.replicas > 1 || args.as_replica.is_some() {
+        replicas::check(&args.controller)?;
     }
     restrict_umask();
     let layout = Layout::new(
         args.controller.data_dir.clone(),
         args.controller.run_dir.clone(),
     )?;
+    if let Some(i) = args.as_replica {
+        init_tracing();
+        return replicas::serve(&args.controller, &layout, i);
+    }
     if let Some(pid) = live_pid(&layout.pid(), &["cadre"]) {
         bail!(
             "cadre is already running in {} (pid {pid}); `cadre down` stops it",
@@ -660,11 +693,20 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     if args.detach {
         let (cluster, _) = local_cluster(&args.controller.cluster)?;
         let local = local_nodes(&args.controller.cluster, &cluster);
-        return detach(&layout, &local);
+        let target = match args.replicas {
+            1 => Target::Unix(layout.socket()),
+            n => replicas::target(&layout, n),
+        };
+        return detach(&layout, &local, &target);
     }
     init_tracing();
     write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o600)?;
-    let result = run_up(&args.controller, &layout, args.container_runtime.as_deref());
+    let runtime = args.container_runtime.as_deref();
+    let result = if args.replicas > 1 {
+        replicas::run(&args.controller, &layout, args.replicas, runtime)
+    } else {
+        run_up(&args.controller, &layout, runtime)
+    };
     let _ = std::fs::remove_file(layout.pid());
     result
 }
@@ -678,7 +720,15 @@ fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Resu
     let spawn_error = std::cell::RefCell::new(None);
     let result = rt.block_on(cadre_server::serve(config, termination(), || {
         for (i, node) in nodes.iter().enumerate() {
-            match ensure_agent(layout, node, &loopback_address(i), gpus, runtime) {
+            let controller = format!("unix://{}", layout.socket().display());
+            match ensure_agent(
+                layout,
+                node,
+                &loopback_address(i),
+                gpus,
+                runtime,
+                &controller,
+            ) {
                 Ok(pid) => agent_pids.push((node.clone(), pid)),
                 Err(e) => {
                     tracing::error!(node, error = %e, "failed to start the node's agent");
@@ -713,6 +763,7 @@ fn ensure_agent(
     address: &str,
     gpus: u32,
     runtime: Option<&str>,
+    controller: &str,
 ) -> Result<i32> {
     let pid_file = layout.agent(node, "pid");
     if let Some(pid) = live_pid(&pid_file, &["agent", node]) {
@@ -720,10 +771,6 @@ fn ensure_agent(
         return Ok(pid);
     }
     let exe = std::env::current_exe().context("failed to find the cadre executable")?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(layout.agent(node, "log"))?;
     let state_dir = layout.agent_state(node);
     let mut command = std::process::Command::new(exe);
     with_original_umask(&mut command);
@@ -731,9 +778,9 @@ fn ensure_agent(
     if let Some(runtime) = runtime {
         command.arg("--container-runtime").arg(runtime);
     }
-    let child = command
+    command
         .arg("--controller")
-        .arg(format!("unix://{}", layout.socket().display()))
+        .arg(controller)
         .arg("--node")
         .arg(node)
         .arg("--address")
@@ -743,18 +790,42 @@ fn ensure_agent(
         .arg("--gpus-per-node")
         .arg(gpus.to_string())
         .arg("--state-dir")
-        .arg(&state_dir)
+        .arg(&state_dir);
+    let (child, pid) = spawn_logged(
+        command,
+        &layout.agent(node, "log"),
+        &pid_file,
+        &format!("the agent of node {node}"),
+    )?;
+    // The agent outlives this process if it is killed; nothing waits for it here.
+    std::mem::forget(child);
+    Ok(pid)
+}
+
+/// Starts `command` in a process group of its own (a terminal's Ctrl-C reaches only
+/// `cadre up`, which stops it in order), its output appended to `log`, its pid written to
+/// `pid_file`.
+fn spawn_logged(
+    mut command: std::process::Command,
+    log: &Path,
+    pid_file: &Path,
+    what: &str,
+) -> Result<(std::process::Child, i32)> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("failed to open {}", log.display()))?;
+    let child = command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .process_group(0)
         .spawn()
-        .with_context(|| format!("failed to start the agent of node {node}"))?;
+        .with_context(|| format!("failed to start {what}"))?;
     let pid = i32::try_from(child.id()).context("pid out of range")?;
-    write_file(&pid_file, &format!("{pid}\n"), 0o600)?;
-    // The agent outlives this process if it is killed; nothing waits for it here.
-    std::mem::forget(child);
-    Ok(pid)
+    write_file(pid_file, &format!("{pid}\n"), 0o600)?;
+    Ok((child, pid))
 }
 
 fn alive(pid: i32) -> bool {
@@ -774,12 +845,22 @@ fn reap(pid: i32) {
 
 /// SIGTERM to each agent, then waits for them (SIGKILL after `wait`).
 fn stop_agents(layout: &Layout, agents: &[(String, i32)], wait: Duration) {
+    let agents: Vec<(PathBuf, i32)> = agents
+        .iter()
+        .map(|(node, pid)| (layout.agent(node, "pid"), *pid))
+        .collect();
+    stop_processes(&agents, wait);
+}
+
+/// SIGTERM to each process, then waits for them (SIGKILL after `wait`) and removes their
+/// pid files.
+fn stop_processes(processes: &[(PathBuf, i32)], wait: Duration) {
     use nix::sys::signal::{Signal, kill};
-    for (_, pid) in agents {
+    for (_, pid) in processes {
         let _ = kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGTERM);
     }
     let deadline = Instant::now() + wait;
-    for (node, pid) in agents {
+    for (pid_file, pid) in processes {
         loop {
             reap(*pid);
             if !alive(*pid) {
@@ -792,14 +873,14 @@ fn stop_agents(layout: &Layout, agents: &[(String, i32)], wait: Duration) {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = std::fs::remove_file(layout.agent(node, "pid"));
+        let _ = std::fs::remove_file(pid_file);
     }
 }
 
 /// `cadre up --detach`: starts `cadre up` in the background and waits until it answers.
 /// Starts `cadre up` in the background and returns once the agents it starts (`local`) are
 /// connected (nodes left for agents on other machines are not waited for).
-fn detach(layout: &Layout, local: &[String]) -> Result<ExitCode> {
+fn detach(layout: &Layout, local: &[String], target: &Target) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("failed to find the cadre executable")?;
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -824,7 +905,6 @@ fn detach(layout: &Layout, local: &[String]) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let target = Target::Unix(layout.socket());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait()? {
@@ -844,7 +924,7 @@ fn detach(layout: &Layout, local: &[String]) -> Result<ExitCode> {
             );
         }
         let ready = rt.block_on(async {
-            match Connection::open(&target, None).await {
+            match Connection::open(target, None).await {
                 Ok(mut c) => c
                     .call::<(), cadre_proto::api::NodeList>(hyper::Method::GET, "/nodes", None)
                     .await
@@ -902,6 +982,12 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
             println!("cadre stopped (pid {pid})");
         }
         None => println!("cadre is not running in {}", layout.dir.display()),
+    }
+    // Replicas (`cadre up --replicas`) left behind by a `cadre up` that was killed.
+    let left = replicas::left_running(&layout);
+    if !left.is_empty() {
+        stop_processes(&left, deadline.saturating_duration_since(Instant::now()));
+        println!("stopped {} controller replica(s) left running", left.len());
     }
     // Agents left behind by a controller that was killed.
     let mut orphans = Vec::new();

@@ -143,6 +143,11 @@ fn errors_say_what_was_wrong_and_exit_1() {
             vec!["cluster", "--cluster", "no/such/cluster.toml"],
             None,
         ),
+        (
+            "replicas without PostgreSQL",
+            vec!["up", "--replicas", "2", "--data-dir", "no/such/dir"],
+            None,
+        ),
     ];
     let mut report = String::new();
     for (what, args, stdin) in cases {

@@ -157,6 +157,16 @@ fn two(dir: &Path, database: &str) -> (Replica, Replica) {
     (a, b)
 }
 
+/// What the controller on `socket` says it is (`leader`, `standby`), or why it says nothing.
+fn role_of(socket: &Path) -> String {
+    match cadre_client::Client::connect(&Target::Unix(socket.to_path_buf()), None)
+        .and_then(|mut c| c.get::<serde_json::Value>("/status"))
+    {
+        Ok(body) => body["role"].as_str().unwrap_or("").to_owned(),
+        Err(e) => format!("unreachable ({e})"),
+    }
+}
+
 fn cadre(servers: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_cadre"))
         .args(args)
@@ -570,6 +580,13 @@ fn a_leader_cut_off_from_its_database_and_agents_is_replaced_and_rejoins_as_a_st
         "{j}\n{}",
         logs()
     );
+    // Still cut off, a stops serving once it could not renew its lease for a whole lease,
+    // though its renewal still waits for a database that does not answer.
+    wait_until_or(
+        "a, still cut off, stands by",
+        || role_of(&a.socket()) == "standby",
+        || format!("{}\n{}", role_of(&a.socket()), logs()),
+    );
     // Back on the network, a finds it was replaced and stands by.
     net.heal(0);
     wait_until_or(
@@ -604,4 +621,202 @@ impl Drop for StopAgent {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `cadre up --replicas 2` and its clients on one machine, stopped with `cadre down` when
+/// the test ends (also when it fails).
+struct UpReplicas {
+    dir: tempfile::TempDir,
+}
+
+impl UpReplicas {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("d")
+    }
+
+    fn cadre(&self, program: &Path, args: &[&str]) -> std::process::Output {
+        let path = std::env::var("PATH").unwrap_or_default();
+        Command::new(program)
+            .args(args)
+            .env("CADRE_DATA_DIR", self.data())
+            .env("PATH", format!("{}:{path}", self.bin().display()))
+            .env_remove("CADRE_SERVER")
+            .env_remove("CADRE_RUN_DIR")
+            .current_dir(self.dir.path())
+            .output()
+            .expect("cadre runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cadre(Path::new(env!("CARGO_BIN_EXE_cadre")), args);
+        assert!(
+            out.status.success(),
+            "cadre {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.dir.path().join("bin")
+    }
+
+    /// Replica `i`'s socket, its pid, and what it says it is.
+    fn replica(&self, i: u8) -> (PathBuf, i32, String) {
+        let run = cadre_test_support::run_dir_of(&self.data());
+        let socket = cadre_client::locate::replica_socket_in(&run, i);
+        let pid = std::fs::read_to_string(self.data().join(format!("replica-{i}.pid")))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0);
+        let role = role_of(&socket);
+        (socket, pid, role)
+    }
+
+    fn logs(&self) -> String {
+        ["cadre.log", "replica-1.log", "replica-2.log"]
+            .iter()
+            .map(|f| {
+                let log = std::fs::read_to_string(self.data().join(f)).unwrap_or_default();
+                format!("--- {f}\n{log}")
+            })
+            .collect()
+    }
+}
+
+impl Drop for UpReplicas {
+    fn drop(&mut self) {
+        let _ = self.cadre(Path::new(env!("CARGO_BIN_EXE_cadre")), &["down"]);
+    }
+}
+
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_killed_one() {
+    let Some(schema) = Schema::new("up") else {
+        return;
+    };
+    let c = UpReplicas {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    c.ok(&[
+        "up",
+        "--replicas",
+        "2",
+        "--database",
+        &schema.url,
+        "--leader-lease",
+        "2",
+        "--nodes",
+        "2",
+        "--detach",
+    ]);
+    let roles = |c: &UpReplicas| [c.replica(1).2, c.replica(2).2];
+    let mut sorted = roles(&c);
+    sorted.sort();
+    assert_eq!(sorted, ["leader", "standby"], "{}", c.logs());
+    let agents: Vec<i32> = ["node001", "node002"]
+        .iter()
+        .map(|n| {
+            let pid = std::fs::read_to_string(c.data().join(format!("agents/{n}.pid")));
+            pid.expect("an agent's pid file")
+                .trim()
+                .parse()
+                .expect("a pid")
+        })
+        .collect();
+
+    // A batch job whose step runs through the failover. Its `srun` finds the controllers
+    // as every client of this machine does, from the data directory alone.
+    c.ok(&["install-aliases", c.bin().to_str().expect("utf-8 path")]);
+    let flag = c.dir.path().join("go");
+    let out = c.dir.path().join("steps.out");
+    std::fs::write(
+        c.dir.path().join("steps.sh"),
+        format!(
+            "#!/bin/bash\n#SBATCH -N 2 -o {out}\n\
+             srun -l bash -c 'echo start $SLURM_PROCID; while [ ! -e {flag} ]; do sleep 0.05; done; echo end $SLURM_PROCID'\n\
+             echo \"srun=$?\"\n",
+            out = out.display(),
+            flag = flag.display()
+        ),
+    )
+    .unwrap();
+    let sbatch = c.cadre(&c.bin().join("sbatch"), &["--parsable", "steps.sh"]);
+    assert!(sbatch.status.success(), "{}", text(&sbatch.stderr));
+    let id = text(&sbatch.stdout).trim().to_owned();
+    wait_until_or(
+        "both tasks of the step have started",
+        || {
+            std::fs::read_to_string(&out)
+                .is_ok_and(|o| o.contains("0: start 0") && o.contains("1: start 1"))
+        },
+        || std::fs::read_to_string(&out).unwrap_or_default() + &c.logs(),
+    );
+
+    // The leader killed: the standby takes over, the step goes on, the job completes.
+    let leader = if roles(&c)[0] == "leader" { 1 } else { 2 };
+    let standby = 3 - leader;
+    let (_, killed, _) = c.replica(leader);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(killed),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the leader killed");
+    wait_until_or(
+        "the standby takes over",
+        || c.replica(standby).2 == "leader",
+        || c.logs(),
+    );
+    std::fs::write(&flag, "").unwrap();
+    let new_leader = Target::Unix(c.replica(standby).0);
+    let job = || api(&new_leader, None, "GET", &format!("/jobs/{id}"), None).1;
+    wait_until_or(
+        "the batch job completes",
+        || job()["state"] == "COMPLETED",
+        || format!("{}\n{}", job(), c.logs()),
+    );
+    let said = std::fs::read_to_string(&out).unwrap();
+    assert!(said.trim_end().ends_with("srun=0"), "{said}");
+    assert_eq!(job()["requeues"], 0, "{}", job());
+
+    // The killed replica was started again, and stands by.
+    wait_until_or(
+        "the killed replica stands by again",
+        || {
+            let (_, pid, role) = c.replica(leader);
+            pid != killed && role == "standby"
+        },
+        || c.logs(),
+    );
+    // An interactive step on the new leader: the batch step started on the other replica,
+    // so one of the two found the leader behind the first socket's standby.
+    let srun = c.cadre(&c.bin().join("srun"), &["-N", "2", "-l", "hostname"]);
+    assert!(srun.status.success(), "{}", text(&srun.stderr));
+    assert_eq!(
+        text(&srun.stdout).lines().count(),
+        2,
+        "{}",
+        text(&srun.stdout)
+    );
+    let status = c.ok(&["status"]);
+    assert_eq!(status.matches(": leader ").count(), 1, "{status}");
+    assert_eq!(status.matches(": standby ").count(), 1, "{status}");
+    assert!(status.contains("epoch 2"), "{status}");
+
+    // `cadre down` stops it all and leaves no run directory.
+    let replicas = [c.replica(1).1, c.replica(2).1];
+    c.ok(&["down"]);
+    for pid in replicas.iter().chain(&agents) {
+        assert!(!running(*pid), "pid {pid} still runs after cadre down");
+    }
+    assert!(!cadre_test_support::run_dir_of(&c.data()).exists());
 }
