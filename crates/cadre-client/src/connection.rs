@@ -139,7 +139,7 @@ impl Connection {
                 let stream = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(unreachable)?;
-                handshake(stream).await?
+                handshake(QuietUnixStream(stream)).await?
             }
             Target::Tcp(addr) => {
                 let stream = tokio::net::TcpStream::connect(addr)
@@ -326,8 +326,9 @@ impl Connection {
         let request = encode(path, body)?;
         let until = std::time::Instant::now() + FAILOVER_WAIT;
         // A standby's refusal (or a leader's that is stopping) is followed to the leader,
-        // as [`Connection::send_raw`] does; a stream cut is not sent again: what it
-        // started may be under way.
+        // as [`Connection::send_raw`] does, and a refusal as unavailable (a step's agent
+        // not reconnected yet after a restart) is sent again, with one controller too; a
+        // stream cut is not sent again: what it started may be under way.
         let mut body = loop {
             let resp = self
                 .exchange(Method::POST, &uri, Some(request.clone()), None)
@@ -339,7 +340,10 @@ impl Connection {
             }
             let bytes = self.whole(body).await?;
             match not_leader(status, &bytes) {
-                Some(hint) if self.each.len() > 1 && std::time::Instant::now() < until => {
+                Some(hint)
+                    if (self.each.len() > 1 || hint.is_none())
+                        && std::time::Instant::now() < until =>
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     let _ = self.reconnect(hint.as_deref()).await;
                 }
@@ -404,6 +408,70 @@ fn encode<B: Serialize>(path: &str, body: &B) -> Result<Vec<u8>> {
     })
 }
 
+/// A Unix stream whose writes to a controller that went away fail with `EPIPE` instead of
+/// raising SIGPIPE: the Slurm commands take SIGPIPE's default (they end quietly when their
+/// output is closed, as Slurm's do), and one holding a connection to a controller killed
+/// meanwhile (salloc, srun, during a failover) must not be ended by it. Its writes are
+/// never vectored (hyper then writes with `writev`, which has no such flag); the standard
+/// library's TCP and Unix streams send with `MSG_NOSIGNAL` otherwise.
+struct QuietUnixStream(tokio::net::UnixStream);
+
+impl tokio::io::AsyncRead for QuietUnixStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for QuietUnixStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::os::fd::AsRawFd;
+        use std::task::Poll;
+        loop {
+            match self.0.poll_write_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let fd = self.0.as_raw_fd();
+            let sent = self.0.try_io(tokio::io::Interest::WRITABLE, || {
+                // SAFETY: `buf` is valid for reads of `buf.len()` bytes, and `fd` is the
+                // stream's own descriptor, open as long as `self` is.
+                let n =
+                    unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+                usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+            });
+            match sent {
+                // Not writable after all: `try_io` cleared the readiness, so the next
+                // `poll_write_ready` waits for it (and registers this task's waker).
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -460,5 +528,41 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes)> {
         self.rt.block_on(self.conn.send_raw(method, path, body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that takes SIGPIPE's default (as the Slurm commands do) and writes to a
+    /// controller that went away gets an error it can fail over on, not SIGPIPE's death
+    /// (salloc died so when its leader was killed).
+    #[test]
+    fn a_write_to_a_controller_that_went_away_fails_without_sigpipe() {
+        use tokio::io::AsyncWriteExt;
+        // SAFETY: only the disposition of SIGPIPE changes; nothing else in this test
+        // binary writes to a closed pipe.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+            drop(theirs);
+            let mut stream = QuietUnixStream(ours);
+            assert!(!tokio::io::AsyncWrite::is_write_vectored(&stream));
+            // As hyper writes a request: vectored (`writev`, which raises SIGPIPE where
+            // `send` with `MSG_NOSIGNAL` does not).
+            let parts = [
+                std::io::IoSlice::new(b"GET / HTTP/1.1\r\n"),
+                std::io::IoSlice::new(b"\r\n"),
+            ];
+            let err = stream.write_vectored(&parts).await.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe, "{err}");
+        });
     }
 }

@@ -634,17 +634,22 @@ impl UpReplicas {
         self.dir.path().join("d")
     }
 
-    fn cadre(&self, program: &Path, args: &[&str]) -> std::process::Output {
+    /// `program` (cadre, or one of its Slurm commands) as a user of this machine runs it.
+    fn command(&self, program: &Path, args: &[&str]) -> Command {
         let path = std::env::var("PATH").unwrap_or_default();
-        Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .env("CADRE_DATA_DIR", self.data())
             .env("PATH", format!("{}:{path}", self.bin().display()))
             .env_remove("CADRE_SERVER")
             .env_remove("CADRE_RUN_DIR")
-            .current_dir(self.dir.path())
-            .output()
-            .expect("cadre runs")
+            .current_dir(self.dir.path());
+        command
+    }
+
+    fn cadre(&self, program: &Path, args: &[&str]) -> std::process::Output {
+        self.command(program, args).output().expect("cadre runs")
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -761,6 +766,26 @@ fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_k
         },
         || std::fs::read_to_string(&out).unwrap_or_default() + &c.logs(),
     );
+    // And an allocation whose command runs a step once the failover is over.
+    let salloc_err = c.dir.path().join("salloc.err");
+    let salloc_script = format!(
+        "while [ ! -e {flag} ]; do sleep 0.05; done; srun hostname && echo salloc-step-ran",
+        flag = flag.display()
+    );
+    let salloc = c
+        .command(
+            &c.bin().join("salloc"),
+            &["-N", "1", "bash", "-c", &salloc_script],
+        )
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&salloc_err).unwrap())
+        .spawn()
+        .expect("salloc runs");
+    wait_until_or(
+        "salloc is granted its allocation",
+        || std::fs::read_to_string(&salloc_err).is_ok_and(|e| e.contains("Granted")),
+        || std::fs::read_to_string(&salloc_err).unwrap_or_default() + &c.logs(),
+    );
 
     // The leader killed: the standby takes over, the step goes on, the job completes.
     let leader = if roles(&c)[0] == "leader" { 1 } else { 2 };
@@ -787,6 +812,19 @@ fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_k
     let said = std::fs::read_to_string(&out).unwrap();
     assert!(said.trim_end().ends_with("srun=0"), "{said}");
     assert_eq!(job()["requeues"], 0, "{}", job());
+    let salloc = salloc.wait_with_output().expect("salloc ends");
+    let err = std::fs::read_to_string(&salloc_err).unwrap_or_default();
+    assert!(
+        salloc.status.success(),
+        "{:?} {}{err}",
+        salloc.status,
+        text(&salloc.stdout)
+    );
+    assert!(
+        text(&salloc.stdout).contains("salloc-step-ran"),
+        "{}{err}",
+        text(&salloc.stdout)
+    );
 
     // The killed replica was started again, and stands by.
     wait_until_or(

@@ -435,9 +435,22 @@ impl Controller {
             (Some(l), Some(t)) => Some(l.min(t * 1000)),
             (l, t) => l.or(t.map(|t| t * 1000)),
         };
+        let nodes = allocation.nodes();
+        // After a controller's restart or failover the agents come back within moments: a
+        // step on a node whose agent is not connected is refused as unavailable, which
+        // clients send again, rather than started to fail on that node at once.
+        if let Some(&away) = nodes.iter().find(|&&n| !self.is_connected(n)) {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "the agent of node {} is not connected (agents reconnect after the \
+                     controller restarts or fails over): try again in a moment",
+                    self.node_name(away)
+                ),
+            ));
+        }
         let step = self.next_step(c, id)?;
         self.next_steps.insert(id, step + 1);
-        let nodes = allocation.nodes();
         let names: Vec<&str> = nodes.iter().map(|&n| self.node_name(n)).collect();
         let name = req.name.clone().unwrap_or_else(|| {
             std::path::Path::new(program)
@@ -507,7 +520,7 @@ impl Controller {
                 time_limit: spec.time_limit.0,
             },
         );
-        let mut st = StepTrack {
+        let st = StepTrack {
             run,
             record: record.clone(),
             nodes_left: nodes.iter().copied().collect(),
@@ -516,24 +529,13 @@ impl Controller {
             stop: None,
             reason: None,
         };
-        let mut missing = Vec::new();
         for &node in &nodes {
-            if self.is_connected(node) {
-                self.outgoing
-                    .push((node, ControllerMessage::Launch(Box::new(order.clone()))));
-            } else {
-                missing.push(node);
-            }
+            self.outgoing
+                .push((node, ControllerMessage::Launch(Box::new(order.clone()))));
         }
         self.tx.steps.push(record);
         tracing::info!(job = %id, step, nodes = %st.record.nodes, tasks = st.record.ntasks, "step created");
-        if !missing.is_empty() {
-            st.reason = Some("an agent of the step's nodes is not connected".into());
-        }
         self.steps.insert((id, step), st);
-        for node in missing {
-            self.step_node_done(id, step, node, JobState::Failed, None, now);
-        }
         Ok(view)
     }
 
