@@ -35,6 +35,24 @@ type OrderKey = (
     JobId,
 );
 
+/// A job of the pass's order, with what the pass reads of every job it considers, so that
+/// the many whose outcome follows from these alone (their shape already failed in this
+/// pass, no quota to check) are decided without looking the job up in the job table: on a
+/// deep queue those lookups, each a walk down a large tree, were most of a pass.
+struct Candidate {
+    key: OrderKey,
+    id: JobId,
+    /// An array task whose array limits its running tasks (`%N`).
+    array_limited: bool,
+    partition: PartitionId,
+    shape: u32,
+    time_limit: crate::time::Dur,
+    awaiting_victims: bool,
+    /// What [`Scheduler::may_preempt`] reads of the job (its QOS is read only if it has one).
+    class_preempting: bool,
+    has_qos: bool,
+}
+
 /// Per partition, what is free now and the releases to come (see
 /// [`Profile::release_series`]), computed once per pass.
 type ReleaseSeries = BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)>;
@@ -77,31 +95,38 @@ impl Scheduler {
         let backfill = self.policy.backfill.clone();
         let preempt_on = self.policy.preemption.enabled;
         let mut blocked_seen = 0u32;
-        let mut failed: HashMap<u32, Failed> = HashMap::new();
+        // Indexed by the jobs' interned shapes.
+        let mut failed: Vec<Option<Failed>> = (0..self.shapes.len()).map(|_| None).collect();
         let mut victims = None;
         // Pending reasons decided in this pass, written once it is over in one sweep over
         // the job table (nothing in the pass reads a pending job's reason).
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
 
-        let head = order.first().map(|(_, id, _)| *id);
+        let head = order.first().map(|c| c.id);
         // Running tasks of arrays with a `%N` limit, counted when first needed.
         let mut array_running: HashMap<JobId, u32> = HashMap::new();
         let partitions = self.cluster.partitions.len();
-        for (tested, (_, id, array_limited)) in order.into_iter().enumerate() {
+        for (tested, c) in order.into_iter().enumerate() {
+            let id = c.id;
             // Strict order with every partition blocked: every job left waits on `Priority`
             // (but an array task at its array's limit, which says so), decided without
             // reading it. This keeps a strict-order pass on a deep queue the cheapest one.
-            if self.policy.strict_order && !array_limited && blocked_partitions.len() == partitions
+            if self.policy.strict_order
+                && !c.array_limited
+                && blocked_partitions.len() == partitions
             {
                 reasons.push((id, PendingReason::Priority));
                 continue;
             }
-            let job = &self.jobs[&id];
-            let part = job.partition;
-            let limited = job
-                .spec
-                .array
-                .and_then(|a| Some((a.array_job, a.max_running?)));
+            let part = c.partition;
+            let limited = if c.array_limited {
+                self.jobs[&id]
+                    .spec
+                    .array
+                    .and_then(|a| Some((a.array_job, a.max_running?)))
+            } else {
+                None
+            };
             if let Some((array, max)) = limited {
                 let running = *array_running.entry(array).or_insert_with(|| {
                     self.jobs
@@ -128,7 +153,7 @@ impl Scheduler {
                 reasons.push((id, PendingReason::Priority));
                 continue;
             }
-            if !job.awaiting_victims.is_empty() {
+            if c.awaiting_victims {
                 // Victims are still stopping; their resources become this job's when they end.
                 let p = profile.get_or_insert_with(|| self.profile(now));
                 self.hold_for_preemptor(p, id, now);
@@ -137,6 +162,7 @@ impl Scheduler {
                 continue;
             }
             if self.quota_enforced {
+                let job = &self.jobs[&id];
                 let check =
                     self.quota
                         .check(job.queue, &job.spec.account, &job.spec.user, job.min_want);
@@ -158,55 +184,62 @@ impl Scheduler {
                 }
             }
             let nodes = &self.cluster.partition(part).nodes;
-            let key = job.shape;
-            let end = super::end_of(now, job.spec.time_limit);
-            // An elastic gang whose full size is above its quota is placed at the largest
-            // size its quota allows (its minimum was checked above).
-            let capped = if self.quota_enforced && job_elastic(job) {
-                self.quota_sized_spec(job)
-            } else {
-                None
-            };
-            let spec = capped.as_ref().unwrap_or(&job.spec);
-            let placed = match failed.get(&key) {
+            let key = c.shape;
+            let end = super::end_of(now, c.time_limit);
+            // Set when the job is read to be placed: an elastic gang whose full size is
+            // above its quota is placed at the largest size its quota allows (its minimum
+            // was checked above).
+            let mut capped = None;
+            let placed = match &failed[key as usize] {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
                     reasons.push((id, PendingReason::Priority));
                     continue;
                 }
-                _ if !self.free.may_fit(part, job) => {
-                    // Busy only if it could fit were the up nodes idle; otherwise placement
-                    // says why it never fits or which nodes it waits for.
-                    let idle = self
-                        .idle_free
-                        .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
-                    if !idle.may_fit(part, job) {
-                        self.place(spec, nodes)
-                    } else if let Some(never) = self.never_fits.get(&key) {
-                        Err(never.clone())
-                    } else if self.checked_shapes.insert(key) {
-                        // Totals fit the idle up nodes, but span or NUMA rules may still rule
-                        // the shape out: placement tells, once per shape until nodes change.
-                        let placed = self.place(spec, nodes);
-                        if let Err(fail) = &placed {
-                            if fail.is_permanent() {
-                                self.never_fits.insert(key, fail.clone());
-                            }
-                        }
-                        placed
+                _ => {
+                    let job = &self.jobs[&id];
+                    if self.quota_enforced && job_elastic(job) {
+                        capped = self.quota_sized_spec(job);
+                    }
+                    let spec = capped.as_ref().unwrap_or(&job.spec);
+                    if self.free.may_fit(part, job) {
+                        self.place_in(spec, part)
                     } else {
-                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                        // Busy only if it could fit were the up nodes idle; otherwise
+                        // placement says why it never fits or which nodes it waits for.
+                        let idle = self
+                            .idle_free
+                            .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+                        if !idle.may_fit(part, job) {
+                            self.place(spec, nodes)
+                        } else if let Some(never) = self.never_fits.get(&key) {
+                            Err(never.clone())
+                        } else if self.checked_shapes.insert(key) {
+                            // Totals fit the idle up nodes, but span or NUMA rules may still
+                            // rule the shape out: placement tells, once per shape until nodes
+                            // change.
+                            let placed = self.place(spec, nodes);
+                            if let Err(fail) = &placed {
+                                if fail.is_permanent() {
+                                    self.never_fits.insert(key, fail.clone());
+                                }
+                            }
+                            placed
+                        } else {
+                            Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                        }
                     }
                 }
-                _ => self.place_in(spec, part),
             };
             if let Err(fail) = &placed {
-                failed
-                    .entry(key)
-                    .or_insert_with(|| Failed::Placement(fail.clone()));
+                failed[key as usize].get_or_insert_with(|| Failed::Placement(fail.clone()));
             }
             match placed {
                 Ok(alloc) => {
+                    let spec = match &capped {
+                        Some(spec) => spec,
+                        None => &self.jobs[&id].spec,
+                    };
                     let mut per_node = per_node_amounts(&self.cluster, &alloc);
                     let mut alloc = Some(alloc);
                     if let Some(p) = &profile {
@@ -239,11 +272,11 @@ impl Scheduler {
                         None => {
                             reasons.push((id, PendingReason::Priority));
                             blocked_partitions.insert(part);
-                            let least = match failed.get(&key) {
+                            let least = match &failed[key as usize] {
                                 Some(Failed::Holds { end: e }) => end.min(*e),
                                 _ => end,
                             };
-                            failed.insert(key, Failed::Holds { end: least });
+                            failed[key as usize] = Some(Failed::Holds { end: least });
                         }
                     }
                 }
@@ -256,7 +289,13 @@ impl Scheduler {
                         blocked_partitions.insert(part);
                         continue;
                     }
+                    // Whether the job could outrank a running job at all: its class, its
+                    // partition's tier or its QOS (the running jobs are summed up only for a
+                    // job that has one of these).
+                    let may_outrank =
+                        c.class_preempting || c.has_qos || self.policy.preemption.partition_tier;
                     if preempt_on
+                        && may_outrank
                         && self
                             .may_preempt(id, victims.get_or_insert_with(|| self.victim_summary()))
                     {
@@ -373,8 +412,8 @@ impl Scheduler {
     /// rather than two searches per pending job: on a deep queue the searches, each a walk
     /// down a large tree, cost more than everything else the ordering does.
     ///
-    /// Each job comes with whether it is an array task whose array limits its running tasks.
-    fn eligible_order(&mut self, now: Time) -> Vec<(OrderKey, JobId, bool)> {
+    /// Each job comes with what the pass reads of it ([`Candidate`]).
+    fn eligible_order(&mut self, now: Time) -> Vec<Candidate> {
         let mut assessed: Vec<(JobId, u64, Option<PendingReason>)> =
             Vec::with_capacity(self.pending.len());
         let mut pending = self.pending.iter().peekable();
@@ -420,10 +459,20 @@ impl Scheduler {
                 job.spec.submit_time,
                 id,
             );
-            let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
-            order.push((key, id, array_limited));
+            order.push(Candidate {
+                key,
+                id,
+                array_limited: job.spec.array.is_some_and(|a| a.max_running.is_some()),
+                partition: job.partition,
+                shape: job.shape,
+                time_limit: job.spec.time_limit,
+                awaiting_victims: !job.awaiting_victims.is_empty(),
+                class_preempting: job.class_preempting,
+                has_qos: job.spec.qos.is_some(),
+            });
         }
-        order.sort_unstable();
+        // Keys are unique (they end with the id).
+        order.sort_unstable_by_key(|c| c.key);
         order
     }
 
