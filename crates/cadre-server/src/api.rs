@@ -356,11 +356,11 @@ struct JobQuery {
 
 /// What the engine knows of a live job beyond the store.
 #[derive(Clone, Debug)]
-struct Live {
+pub(crate) struct Live {
     state: JobState,
-    reason: String,
-    priority: u64,
-    expected_start: Option<u64>,
+    pub(crate) reason: String,
+    pub(crate) priority: u64,
+    pub(crate) expected_start: Option<u64>,
     held: bool,
     /// The spec's values that change after submission (`scontrol update`): the store keeps
     /// the spec as submitted.
@@ -368,7 +368,7 @@ struct Live {
     nice: i32,
 }
 
-fn live_of(e: &Controller, id: JobId) -> Option<Live> {
+pub(crate) fn live_of(e: &Controller, id: JobId) -> Option<Live> {
     let job = e.sched().job(id)?;
     let reason = if job.state == JobState::Pending {
         match (job.hold, e.launch_error(id)) {

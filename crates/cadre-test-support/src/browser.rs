@@ -165,6 +165,17 @@ impl Browser {
         .collect()
     }
 
+    /// How many elements match `css` now, counted in the page (one small answer, where
+    /// [`Browser::find_all`] sends back a reference to each).
+    pub fn count(&self, css: &str) -> usize {
+        self.execute(
+            "return document.querySelectorAll(arguments[0]).length;",
+            json!([css]),
+        )
+        .as_u64()
+        .unwrap_or(0) as usize
+    }
+
     /// The first element matching `css` now.
     pub fn find(&self, css: &str) -> Option<String> {
         self.find_all(css).into_iter().next()

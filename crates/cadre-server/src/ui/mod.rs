@@ -1,8 +1,9 @@
 //! The web dashboard's pages under `/ui/`: plain HTML, CSS and JavaScript of our own,
 //! embedded in the binary (nothing is fetched at build or run time, no library is used),
-//! the logins that open a session ([`crate::dashboard`] keeps them), the one view the REST
+//! the logins that open a session ([`crate::dashboard`] keeps them), the views the REST
 //! API has no equivalent of (which job holds each GPU, [`cluster`]; the scheduler's health,
-//! [`scheduler`]), and the live-update stream ([`live`]).
+//! [`scheduler`]; the first of the queue in priority order, [`queue`]), and the
+//! live-update stream ([`live`]).
 //!
 //! The pages read and act through the REST API itself (`/api/v1`), with the session
 //! cookie in place of a bearer token: a user sees and changes exactly what the API lets
@@ -13,6 +14,7 @@
 
 pub mod cluster;
 pub mod live;
+pub mod queue;
 pub mod scheduler;
 
 use crate::api_error::ApiError;
@@ -50,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/session", get(session))
         .route("/ui/cluster", get(cluster::cluster))
         .route("/ui/scheduler", get(scheduler::scheduler))
+        .route("/ui/queue", get(queue::queue))
         .route("/ui/live", get(live::stream))
         .with_state(state)
 }

@@ -323,20 +323,16 @@ async function whyNot(id) {
 }
 
 async function queuePage() {
-  let pending; let running;
-  try {
-    [pending, running] = await Promise.all([
-      api('GET', '/api/v1/jobs?state=PENDING'),
-      api('GET', '/api/v1/jobs?state=RUNNING'),
-    ]);
-  } catch (e) { return failure('Queue', e); }
-  const order = pending.jobs.sort((a, b) => (b.priority || 0) - (a.priority || 0) || a.id - b.id);
-  const shown = order.slice(0, 1000);
+  // The first 1,000 of each list, the pending ones in priority order, from the
+  // controller's live state (the REST API's job list reads every job's whole record).
+  let q;
+  try { q = await api('GET', '/ui/queue?limit=1000'); } catch (e) { return failure('Queue', e); }
+  const shown = q.pending;
   const whys = new Map();
-  await Promise.all([...S.whyNot].filter((id) => order.some((j) => j.id === id)).map(async (id) => {
+  await Promise.all([...S.whyNot].filter((id) => shown.some((j) => j.id === id)).map(async (id) => {
     try { whys.set(id, await whyNot(id)); } catch (e) { whys.set(id, el('p', { class: 'error', text: e.message })); }
   }));
-  const now = Date.now() / 1000;
+  const now = q.now;
   const prow = (j, i) => {
     const open = S.whyNot.has(j.id);
     const rows = [el('tr', { dataset: { job: String(j.id) } },
@@ -367,16 +363,17 @@ async function queuePage() {
   const th = (t) => el('th', { scope: 'col', text: t });
   page('Queue',
     el('section', { 'aria-labelledby': 'h-pending' },
-      el('h2', { id: 'h-pending', text: `Pending (${order.length}), in priority order` }),
-      order.length > shown.length ? el('p', { text: `The first ${shown.length} are shown.` }) : null,
+      el('h2', { id: 'h-pending', text: `Pending (${q.pending_total}), in priority order` }),
+      q.pending_total > shown.length ? el('p', { text: `The first ${shown.length} are shown.` }) : null,
       el('table', { id: 'pending' },
         el('thead', {}, el('tr', {}, ['#', 'Job', 'Name', 'User', 'Partition', 'GPUs', 'Priority', 'Reason', 'Expected start', 'Why not'].map(th))),
         el('tbody', {}, shown.map(prow)))),
     el('section', { 'aria-labelledby': 'h-running' },
-      el('h2', { id: 'h-running', text: `Running (${running.jobs.length})` }),
+      el('h2', { id: 'h-running', text: `Running (${q.running_total})` }),
+      q.running_total > q.running.length ? el('p', { text: `The first ${q.running.length} by job id are shown.` }) : null,
       el('table', { id: 'running' },
         el('thead', {}, el('tr', {}, ['Job', 'Name', 'User', 'Partition', 'Nodes', 'GPUs', 'Elapsed / limit'].map(th))),
-        el('tbody', {}, running.jobs.map(rrow)))));
+        el('tbody', {}, q.running.map(rrow)))));
 }
 
 // --- accounts -----------------------------------------------------------------------------
