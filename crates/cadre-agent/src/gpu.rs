@@ -103,6 +103,30 @@ fn describe(nvml: &Nvml, index: u32) -> Result<NvmlGpu, NvmlError> {
     })
 }
 
+/// Each GPU's utilisation and memory now, as NVML reads them; nothing without NVML (no
+/// driver: nothing to report, the metrics simply have no such series for the node). A GPU
+/// NVML cannot read is left out of this sample.
+pub fn read_usage() -> Vec<cadre_proto::agent::GpuUsage> {
+    let Ok(nvml) = Nvml::init() else {
+        return Vec::new();
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    (0..count)
+        .filter_map(|index| {
+            let device = nvml.device_by_index(index).ok()?;
+            let rates = device.utilization_rates().ok()?;
+            let memory = device.memory_info().ok()?;
+            Some(cadre_proto::agent::GpuUsage {
+                index,
+                utilization_percent: rates.gpu.min(100),
+                memory_used_bytes: memory.used,
+                memory_total_bytes: memory.total,
+            })
+        })
+        .take(cadre_proto::agent::MAX_GPUS_PER_REPORT)
+        .collect()
+}
+
 /// One GPU's health as NVML reports it. A counter is `None` where the GPU does not support
 /// its query (no ECC, ECC disabled, an architecture without it) or NVML could not read it
 /// (logged); either way it is not judged.
@@ -412,6 +436,19 @@ mod tests {
 
     /// On a machine without the NVIDIA driver (this one, CI), NVML finds nothing and says
     /// why; on one with GPUs, each found GPU is fully described.
+    #[test]
+    fn reading_usage_without_a_driver_reports_nothing() {
+        // This machine has no NVIDIA driver (CI never has one); with one, every GPU NVML
+        // lists and can read is reported, each within NVML's ranges.
+        let usage = read_usage();
+        if probe_nvml().gpus.is_empty() {
+            assert!(usage.is_empty(), "{usage:?}");
+        }
+        for u in usage {
+            assert!(u.utilization_percent <= 100 && u.memory_used_bytes <= u.memory_total_bytes);
+        }
+    }
+
     #[test]
     fn probing_this_machine_never_fails() {
         let probe = probe_nvml();

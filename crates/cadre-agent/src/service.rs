@@ -644,6 +644,24 @@ struct Service {
     _lock: nix::fcntl::Flock<std::fs::File>,
     /// Each run of the health checks' findings.
     health_rx: mpsc::UnboundedReceiver<Vec<String>>,
+    /// Each sample of the GPUs' use (only where NVML found real GPUs).
+    usage_rx: mpsc::UnboundedReceiver<Vec<cadre_proto::agent::GpuUsage>>,
+}
+
+/// How often the GPUs' use is sampled and reported (Prometheus scrapes every 15 to 60 s).
+const GPU_USAGE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Samples the GPUs' use through NVML every [`GPU_USAGE_INTERVAL`], for ever.
+async fn usage_loop(found: mpsc::UnboundedSender<Vec<cadre_proto::agent::GpuUsage>>) {
+    loop {
+        let Ok(usage) = tokio::task::spawn_blocking(crate::gpu::read_usage).await else {
+            return;
+        };
+        if found.send(usage).is_err() {
+            return;
+        }
+        tokio::time::sleep(GPU_USAGE_INTERVAL).await;
+    }
 }
 
 /// Runs the health checks every interval, for ever, sending what each run finds.
@@ -870,6 +888,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
                 what: format!("the health checks did not finish: {e}"),
             })?
     };
+    // The GPUs' use, sampled where NVML found real GPUs (none are emulated).
+    let (usage_tx, usage_rx) = mpsc::unbounded_channel();
+    let usage_loop = (real_gpus > 0).then(|| tokio::spawn(usage_loop(usage_tx)));
     let (checks_tx, checks_rx) = tokio::sync::watch::channel(config.health.clone());
     let health_loop = tokio::spawn(health_loop(
         checks_rx,
@@ -911,6 +932,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
         clock_problem: None,
         left_running,
         health_rx,
+        usage_rx,
         lease_file,
         _lock: lock,
     };
@@ -918,6 +940,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
     service.tell_health().await;
     let result = service.main(shutdown, events_rx).await;
     health_loop.abort();
+    if let Some(l) = usage_loop {
+        l.abort();
+    }
     result
 }
 
@@ -1074,6 +1099,12 @@ impl Service {
                 Some(found) = self.health_rx.recv() => {
                     self.checks_found = found;
                     self.tell_health().await;
+                }
+                Some(gpus) = self.usage_rx.recv() => {
+                    // A sample taken while disconnected is dropped: the next replaces it.
+                    if !gpus.is_empty() && matches!(self.session.link(), Link::Up { .. }) {
+                        self.send(&AgentMessage::GpuUsage { gpus }).await;
+                    }
                 }
                 Some(report) = events_rx.recv() => match report {
                     worker::Report::Event(event) => self.on_report(event).await,

@@ -40,7 +40,16 @@ use std::collections::BTreeMap;
 /// [`AgentMessage::Health`]); the welcome carries the controller's clock
 /// ([`ControllerMessage::Welcome`] `now_ms`).
 /// Version 5: no message changed, the lease did ([`LEASE_FROM_PINGS_VERSION`]).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// Version 6: agents report their GPUs' utilisation and memory ([`AgentMessage::GpuUsage`]).
+pub const PROTOCOL_VERSION: u32 = 6;
+
+/// From this version on, an agent whose GPUs NVML can read reports their use
+/// ([`AgentMessage::GpuUsage`]); it sends nothing of it to a controller that welcomed it in
+/// an older version.
+pub const GPU_USAGE_VERSION: u32 = 6;
+
+/// GPUs a usage report may name at most (the most a node has is far fewer).
+pub const MAX_GPUS_PER_REPORT: usize = 256;
 
 /// From this version on the agent renews its lease ([`ControllerMessage::Welcome`]
 /// `lease_ms`) only by the welcome, counted from when it sent its hello, and by WebSocket
@@ -125,6 +134,21 @@ pub enum AgentMessage {
     Health {
         problem: Option<String>,
     },
+    /// The node's GPUs' utilisation and memory now, as NVML reads them (version 6), sent
+    /// every so often while connected. Not kept in the outbox: a sample missed is replaced
+    /// by the next.
+    GpuUsage { gpus: Vec<GpuUsage> },
+}
+
+/// One GPU's use, as NVML reads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUsage {
+    /// NVML's index (the `gpu` label of the node's other GPU series).
+    pub index: u32,
+    /// Percent of the last sample period in which a kernel ran (NVML's GPU utilisation).
+    pub utilization_percent: u32,
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
 }
 
 /// A piece of a task's output.
@@ -541,6 +565,14 @@ mod tests {
             stream: OutputStream::Stderr,
             data: "épsilon\n".into(),
         }));
+        round_trip(&AgentMessage::GpuUsage {
+            gpus: vec![GpuUsage {
+                index: 3,
+                utilization_percent: 97,
+                memory_used_bytes: 70 << 30,
+                memory_total_bytes: 80 << 30,
+            }],
+        });
         // A run of version 2's form (no step) reads as the job's run.
         let old: RunRef = serde_json::from_str(r#"{"job":42,"run":1}"#).unwrap();
         assert_eq!(old, run);

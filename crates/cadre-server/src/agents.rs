@@ -238,6 +238,7 @@ async fn serve_agent(
                     }
                 }
                 Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk, &node_name),
+                Ok(AgentMessage::GpuUsage { gpus }) => engine.io().gpu_usage(&node_name, gpus),
                 Ok(AgentMessage::Health { problem }) => {
                     if engine.send(Command::AgentHealth { conn, problem }).is_err() {
                         break;
@@ -257,6 +258,7 @@ async fn serve_agent(
         }
     }
     drop(to_agent);
+    engine.io().forget_gpu_usage(&node_name);
     if cut {
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
     }

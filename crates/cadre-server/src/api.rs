@@ -1465,9 +1465,12 @@ async fn metrics(
     } else {
         crate::metrics::Scope::Anonymous
     };
+    let usage = st.engine.io().gpu_usages();
     let text = st
         .engine
-        .read(move |e| metrics.render(&scrape_state(e.sched(), e.emulated_gpus(), scope)))
+        .read(move |e| {
+            metrics.render(&scrape_state(e.sched(), e.emulated_gpus(), &usage, scope))
+        })
         .await?;
     Ok((
         [(

@@ -135,8 +135,20 @@ pub struct EngineConfig {
 ///
 /// Also when each node's agent was last heard (any frame, pings included), which the
 /// connections record and `GET /nodes` shows, without a trip through the engine.
+///
+/// And each connected node's latest GPU use ([`AgentMessage::GpuUsage`]), which the
+/// metrics serve.
+///
+/// [`AgentMessage::GpuUsage`]: cadre_proto::agent::AgentMessage::GpuUsage
 #[derive(Clone, Default)]
-pub struct IoHub(Arc<Mutex<StepStreams>>, Arc<Mutex<HashMap<String, u64>>>);
+pub struct IoHub(
+    Arc<Mutex<StepStreams>>,
+    Arc<Mutex<HashMap<String, u64>>>,
+    Arc<Mutex<GpuUsageByNode>>,
+);
+
+/// Each node's latest GPU use, by node name.
+pub type GpuUsageByNode = std::collections::BTreeMap<String, Vec<cadre_proto::agent::GpuUsage>>;
 
 /// Each step's answer stream and the nodes its tasks run on, by (job, step).
 type StepStreams = HashMap<(JobId, u32), (UnboundedSender<StepEvent>, Vec<String>)>;
@@ -155,6 +167,36 @@ impl IoHub {
                 }
             }
         }
+    }
+
+    /// The agent of `node` reported its GPUs' use: kept until the next report or until the
+    /// agent goes. A report out of NVML's ranges (more than
+    /// [`cadre_proto::agent::MAX_GPUS_PER_REPORT`] GPUs, a utilisation above 100%, more
+    /// memory used than there is) is dropped whole.
+    pub fn gpu_usage(&self, node: &str, gpus: Vec<cadre_proto::agent::GpuUsage>) {
+        let sane = gpus.len() <= cadre_proto::agent::MAX_GPUS_PER_REPORT
+            && gpus
+                .iter()
+                .all(|g| g.utilization_percent <= 100 && g.memory_used_bytes <= g.memory_total_bytes);
+        if !sane {
+            tracing::warn!(node, gpus = gpus.len(), "a GPU usage report out of range: dropped");
+            return;
+        }
+        if let Ok(mut usage) = self.2.lock() {
+            usage.insert(node.to_owned(), gpus);
+        }
+    }
+
+    /// The agent of `node` went: its GPUs' use is no longer known.
+    pub fn forget_gpu_usage(&self, node: &str) {
+        if let Ok(mut usage) = self.2.lock() {
+            usage.remove(node);
+        }
+    }
+
+    /// Every connected node's latest GPU use.
+    pub fn gpu_usages(&self) -> GpuUsageByNode {
+        self.2.lock().map(|u| u.clone()).unwrap_or_default()
     }
 
     /// When the agent of `node` was last heard, in seconds since 1970.
@@ -595,5 +637,34 @@ impl EngineHandle {
         })))?;
         rx.await
             .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the controller is shutting down"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IoHub;
+    use cadre_proto::agent::{GpuUsage, MAX_GPUS_PER_REPORT};
+
+    fn gpu(index: u32, utilization_percent: u32, used: u64) -> GpuUsage {
+        GpuUsage {
+            index,
+            utilization_percent,
+            memory_used_bytes: used,
+            memory_total_bytes: 100,
+        }
+    }
+
+    /// A report out of NVML's ranges is dropped whole, the last good one kept; a node's
+    /// usage goes with its agent.
+    #[test]
+    fn gpu_usage_out_of_range_is_dropped_whole() {
+        let hub = IoHub::default();
+        hub.gpu_usage("n1", vec![gpu(0, 40, 10)]);
+        hub.gpu_usage("n1", vec![gpu(0, 50, 10), gpu(1, 250, 10)]);
+        hub.gpu_usage("n1", vec![gpu(0, 50, 101)]);
+        hub.gpu_usage("n1", vec![gpu(0, 50, 10); MAX_GPUS_PER_REPORT + 1]);
+        assert_eq!(hub.gpu_usages()["n1"], vec![gpu(0, 40, 10)]);
+        hub.forget_gpu_usage("n1");
+        assert!(hub.gpu_usages().is_empty());
     }
 }

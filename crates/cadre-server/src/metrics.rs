@@ -10,7 +10,10 @@
 //! that DCGM's HPC job mapping gives Slurm sites, from which per-job GPU usage is joined.
 //! It says who runs what where, so it is shown only to authenticated scrapers
 //! ([`Scope::WithJobs`]); anonymous ones get every other series.
-//! Utilization and memory per GPU need NVML on the node; the agent does not report them yet.
+//! Utilisation and memory per GPU (`cadre_gpu_utilization_ratio`, `cadre_gpu_memory_used_bytes`,
+//! `cadre_gpu_memory_total_bytes`, labelled by node and GPU index) come from the agents of
+//! nodes where NVML reads real GPUs, every 15 s; nodes without (emulated GPUs, no driver)
+//! have no such series.
 //!
 //! Beside cadre's own series, the ones of Slurm's OpenMetrics endpoints whose meaning cadre
 //! has, under Slurm's names ([`slurm`]), for dashboards built for Slurm.
@@ -178,6 +181,12 @@ struct NodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuJobLabels {
     node: String,
     gpu: String,
@@ -196,7 +205,12 @@ pub enum Scope {
 
 /// The state gauges, computed from the engine's live state: its scheduler, and whether the
 /// cluster's GPUs are declared rather than discovered.
-pub fn scrape_state(sched: &Scheduler, emulated_gpus: bool, scope: Scope) -> Registry {
+pub fn scrape_state(
+    sched: &Scheduler,
+    emulated_gpus: bool,
+    gpu_usage: &crate::engine::GpuUsageByNode,
+    scope: Scope,
+) -> Registry {
     let cluster = sched.cluster();
     let mut registry = Registry::default();
     let jobs = Family::<JobLabels, Gauge>::default();
@@ -289,6 +303,42 @@ pub fn scrape_state(sched: &Scheduler, emulated_gpus: bool, scope: Scope) -> Reg
             gpu_jobs,
         );
     }
+    let utilization = Family::<GpuLabels, Gauge<f64, AtomicU64>>::default();
+    let memory_used = Family::<GpuLabels, Gauge>::default();
+    let memory_total = Family::<GpuLabels, Gauge>::default();
+    for (node, gpus) in gpu_usage {
+        for g in gpus {
+            let labels = GpuLabels {
+                node: node.clone(),
+                gpu: g.index.to_string(),
+            };
+            utilization
+                .get_or_create(&labels)
+                .set(f64::from(g.utilization_percent) / 100.0);
+            let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+            memory_used
+                .get_or_create(&labels)
+                .set(bytes(g.memory_used_bytes));
+            memory_total
+                .get_or_create(&labels)
+                .set(bytes(g.memory_total_bytes));
+        }
+    }
+    registry.register(
+        "cadre_gpu_utilization_ratio",
+        "Share of the last sample period in which a kernel ran on the GPU (NVML)",
+        utilization,
+    );
+    registry.register(
+        "cadre_gpu_memory_used_bytes",
+        "GPU memory in use (NVML)",
+        memory_used,
+    );
+    registry.register(
+        "cadre_gpu_memory_total_bytes",
+        "GPU memory in all (NVML)",
+        memory_total,
+    );
     slurm::register_state(sched, &mut registry);
     registry
 }

@@ -183,3 +183,135 @@ fn sigterm_stops_the_agent_cleanly_even_while_it_waits_for_the_controller() {
     );
     assert!(log.iter().any(|l| l.contains("agent stopped")), "{log:#?}");
 }
+
+/// An agent's GPU usage reports (protocol 6; a real agent sends them every 15 s where NVML
+/// reads real GPUs, which this machine has none of) become the controller's per-GPU
+/// series, and go with the agent's connection.
+#[test]
+fn an_agent_s_gpu_usage_reports_are_served_as_metrics_until_it_goes() {
+    use cadre_proto::agent::{
+        AgentMessage, ControllerMessage, GpuUsage, Hello, NodeReport, PROTOCOL_VERSION,
+    };
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = cadre_test_support::private_tempdir();
+    let data = dir.path().join("data");
+    /// The controller, killed when the test ends, however it ends.
+    struct Server(Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Server(
+        clean_command(env!("CARGO_BIN_EXE_cadre"), dir.path())
+            .args(["server", "--nodes", "1", "--gpus-per-node", "2"])
+            .arg("--data-dir")
+            .arg(&data)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("cadre server starts"),
+    );
+    let socket = cadre_client::locate::socket_in(&cadre_test_support::run_dir_of(&data));
+    let target = cadre_client::Target::Unix(socket.clone());
+    let metrics = || {
+        cadre_client::Client::connect(&target, None)
+            .and_then(|mut c| c.send_raw(hyper::Method::GET, "/metrics", None))
+            .map(|(_, body)| String::from_utf8_lossy(&body).into_owned())
+            .unwrap_or_default()
+    };
+    wait_until("the controller answers", || !metrics().is_empty());
+    let found = cadre_agent::discovery::discover(&cadre_agent::discovery::DiscoveryOptions {
+        emulate_gpus: 2,
+        ..Default::default()
+    })
+    .expect("this machine's shape");
+    let key = std::fs::read_to_string(data.join("agent.key")).expect("the agent key");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut ws = rt.block_on(async {
+        let url = format!("unix://{}", socket.display());
+        let mut ws = cadre_agent::service::open_connection(&url, key.trim(), None, None)
+            .await
+            .expect("connected");
+        let hello = AgentMessage::Hello(Box::new(Hello {
+            version: PROTOCOL_VERSION,
+            node: "node001".into(),
+            report: NodeReport {
+                shape: found.shape.clone(),
+                emulated_gpus: found.gpus_emulated,
+                address: "127.0.0.1".into(),
+                notes: Vec::new(),
+                container_runtime: None,
+            },
+            running: Vec::new(),
+            outbox: Vec::new(),
+            health: None,
+            agent_version: None,
+            life: Some(1),
+        }));
+        ws.send(Message::text(serde_json::to_string(&hello).unwrap()))
+            .await
+            .unwrap();
+        loop {
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                panic!("no welcome");
+            };
+            match serde_json::from_str::<ControllerMessage>(&text) {
+                Ok(ControllerMessage::Welcome { version, .. }) => {
+                    assert_eq!(version, PROTOCOL_VERSION);
+                    break;
+                }
+                Ok(ControllerMessage::Refused { reason }) => panic!("refused: {reason}"),
+                _ => {}
+            }
+        }
+        let usage = AgentMessage::GpuUsage {
+            gpus: vec![
+                GpuUsage {
+                    index: 0,
+                    utilization_percent: 40,
+                    memory_used_bytes: 1 << 30,
+                    memory_total_bytes: 80 << 30,
+                },
+                GpuUsage {
+                    index: 1,
+                    utilization_percent: 100,
+                    memory_used_bytes: 79 << 30,
+                    memory_total_bytes: 80 << 30,
+                },
+            ],
+        };
+        ws.send(Message::text(serde_json::to_string(&usage).unwrap()))
+            .await
+            .unwrap();
+        ws
+    });
+    let node0 = r#"cadre_gpu_utilization_ratio{node="node001",gpu="0"} 0.4"#;
+    wait_until("the usage in the metrics", || metrics().contains(node0));
+    let m = metrics();
+    for line in [
+        r#"cadre_gpu_utilization_ratio{node="node001",gpu="1"} 1.0"#.to_owned(),
+        format!(
+            r#"cadre_gpu_memory_used_bytes{{node="node001",gpu="1"}} {}"#,
+            79u64 << 30
+        ),
+        format!(
+            r#"cadre_gpu_memory_total_bytes{{node="node001",gpu="0"}} {}"#,
+            80u64 << 30
+        ),
+    ] {
+        assert!(m.lines().any(|l| l == line), "no `{line}` in:\n{m}");
+    }
+    rt.block_on(async {
+        let _ = ws.close().await;
+    });
+    drop(ws);
+    wait_until("the usage gone with the agent", || {
+        !metrics().contains("cadre_gpu_utilization_ratio{")
+    });
+}
