@@ -137,7 +137,9 @@ pub enum AgentMessage {
     /// The node's GPUs' utilisation and memory now, as NVML reads them (version 6), sent
     /// every so often while connected. Not kept in the outbox: a sample missed is replaced
     /// by the next.
-    GpuUsage { gpus: Vec<GpuUsage> },
+    GpuUsage {
+        gpus: Vec<GpuUsage>,
+    },
 }
 
 /// One GPU's use, as NVML reads it.

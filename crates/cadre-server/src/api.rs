@@ -1468,9 +1468,7 @@ async fn metrics(
     let usage = st.engine.io().gpu_usages();
     let text = st
         .engine
-        .read(move |e| {
-            metrics.render(&scrape_state(e.sched(), e.emulated_gpus(), &usage, scope))
-        })
+        .read(move |e| metrics.render(&scrape_state(e.sched(), e.emulated_gpus(), &usage, scope)))
         .await?;
     Ok((
         [(

@@ -35,7 +35,7 @@ mod replay;
 pub mod run;
 mod steps;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use recover::RecoverError;
 pub(crate) use recover::Snapshot;

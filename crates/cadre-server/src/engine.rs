@@ -147,8 +147,7 @@ pub struct IoHub(
     Arc<Mutex<GpuUsageByNode>>,
 );
 
-/// Each node's latest GPU use, by node name.
-pub type GpuUsageByNode = std::collections::BTreeMap<String, Vec<cadre_proto::agent::GpuUsage>>;
+pub use crate::metrics::GpuUsageByNode;
 
 /// Each step's answer stream and the nodes its tasks run on, by (job, step).
 type StepStreams = HashMap<(JobId, u32), (UnboundedSender<StepEvent>, Vec<String>)>;
@@ -175,11 +174,15 @@ impl IoHub {
     /// memory used than there is) is dropped whole.
     pub fn gpu_usage(&self, node: &str, gpus: Vec<cadre_proto::agent::GpuUsage>) {
         let sane = gpus.len() <= cadre_proto::agent::MAX_GPUS_PER_REPORT
-            && gpus
-                .iter()
-                .all(|g| g.utilization_percent <= 100 && g.memory_used_bytes <= g.memory_total_bytes);
+            && gpus.iter().all(|g| {
+                g.utilization_percent <= 100 && g.memory_used_bytes <= g.memory_total_bytes
+            });
         if !sane {
-            tracing::warn!(node, gpus = gpus.len(), "a GPU usage report out of range: dropped");
+            tracing::warn!(
+                node,
+                gpus = gpus.len(),
+                "a GPU usage report out of range: dropped"
+            );
             return;
         }
         if let Ok(mut usage) = self.2.lock() {

@@ -194,6 +194,9 @@ struct GpuJobLabels {
     user: String,
 }
 
+/// Each node's latest GPU use, by node name (the agents' connections keep it).
+pub type GpuUsageByNode = std::collections::BTreeMap<String, Vec<cadre_proto::agent::GpuUsage>>;
+
 /// Who scrapes, and so which series they get.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
@@ -208,7 +211,7 @@ pub enum Scope {
 pub fn scrape_state(
     sched: &Scheduler,
     emulated_gpus: bool,
-    gpu_usage: &crate::engine::GpuUsageByNode,
+    gpu_usage: &GpuUsageByNode,
     scope: Scope,
 ) -> Registry {
     let cluster = sched.cluster();

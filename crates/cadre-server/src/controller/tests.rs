@@ -105,10 +105,10 @@ const NODE_LEASE: Duration = Duration::from_secs(30);
 const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// A controller over `nodes` nodes of 4 GPUs, its recorder, and a fake clock.
-struct Harness {
+pub(crate) struct Harness {
     /// Where the store's database lives.
     _dir: Option<tempfile::TempDir>,
-    ctl: Controller,
+    pub(crate) ctl: Controller,
     rec: Recorder,
     now: Now,
     next_reply: u64,
@@ -116,7 +116,7 @@ struct Harness {
     agent_life: u64,
 }
 
-fn root() -> Principal {
+pub(crate) fn root() -> Principal {
     Principal {
         user: "root".into(),
         admin: true,
@@ -124,7 +124,7 @@ fn root() -> Principal {
     }
 }
 
-fn alice() -> Principal {
+pub(crate) fn alice() -> Principal {
     Principal {
         user: "alice".into(),
         admin: false,
@@ -133,7 +133,7 @@ fn alice() -> Principal {
 }
 
 /// A job of `tasks` tasks of one GPU each, one node's worth per 4.
-fn gpu_job(tasks: u32) -> JobSpec {
+pub(crate) fn gpu_job(tasks: u32) -> JobSpec {
     let mut spec = JobSpec::simple(
         "alice",
         "alice",
@@ -159,12 +159,12 @@ fn new_job(spec: JobSpec, run: RunSpec) -> NewJob {
     }
 }
 
-fn program() -> RunSpec {
+pub(crate) fn program() -> RunSpec {
     RunSpec::command(vec!["train".into()], "/".into())
 }
 
 impl Harness {
-    fn new(nodes: u32) -> Harness {
+    pub(crate) fn new(nodes: u32) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cadre.db");
         let store = cadre_store::open(path.to_str().unwrap()).expect("a store");
@@ -229,7 +229,7 @@ impl Harness {
         self.feed(Input::AgentGone { conn, last_heard }).unwrap();
     }
 
-    fn tick(&mut self, pass: bool) {
+    pub(crate) fn tick(&mut self, pass: bool) {
         self.feed(Input::Tick { pass }).unwrap();
     }
 
@@ -288,14 +288,14 @@ impl Harness {
     }
 
     /// Every node's agent connects (connection = 100 + node).
-    fn connect_all(&mut self) {
+    pub(crate) fn connect_all(&mut self) {
         for n in 0..self.ctl.sched().cluster().nodes.len() as u32 {
             self.hello(n, 100 + u64::from(n), Vec::new(), Vec::new());
         }
         self.tick(false);
     }
 
-    fn submit(&mut self, spec: JobSpec, run: RunSpec) -> ReplyTo {
+    pub(crate) fn submit(&mut self, spec: JobSpec, run: RunSpec) -> ReplyTo {
         let reply = self.reply_to();
         self.feed(Input::Submit {
             jobs: vec![new_job(spec, run)],
@@ -308,7 +308,7 @@ impl Harness {
     }
 
     /// Submits and runs a pass: the job's id.
-    fn start(&mut self, spec: JobSpec, run: RunSpec) -> JobId {
+    pub(crate) fn start(&mut self, spec: JobSpec, run: RunSpec) -> JobId {
         let before = self.rec.log.len();
         self.submit(spec, run);
         self.tick(true);
@@ -1458,43 +1458,4 @@ fn a_job_whose_launch_fails_on_node_after_node_is_held_after_three_not_draining_
     assert!(job.hold.is_some(), "{:?}", job.hold);
     let spare = (0..4).map(NodeId).find(|n| !drained.contains(n)).unwrap();
     assert_eq!(h.ctl.sched().cluster().node(spare).avail, NodeAvail::Up);
-}
-
-/// The dashboard's queue view: the pending jobs in priority order, cut to the limit with
-/// the totals kept, and a user sees only their own jobs (as the REST API's list).
-#[test]
-fn the_queue_view_lists_pending_jobs_in_priority_order_and_only_the_user_s_own() {
-    let mut h = Harness::new(2);
-    h.connect_all();
-    let running = h.start(gpu_job(8), program());
-    let mut bob = gpu_job(8);
-    bob.user = "bob".into();
-    bob.account = "bob".into();
-    h.submit(bob, program());
-    let mut urgent = gpu_job(8);
-    urgent.nice = -100;
-    for spec in [gpu_job(8), urgent, gpu_job(8)] {
-        h.submit(spec, program());
-    }
-    h.tick(true);
-    let all = crate::ui::queue::view(&h.ctl, &root(), 1_000);
-    assert_eq!(all.pending_total, 4);
-    assert_eq!(all.running_total, 1);
-    assert_eq!(all.running[0].id, running.0);
-    let order: Vec<(u64, u64)> = all.pending.iter().map(|r| (r.priority, r.id)).collect();
-    let mut sorted = order.clone();
-    sorted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    assert_eq!(order, sorted, "priority order");
-    assert!(order[0].0 > order[1].0, "the nice job first: {order:?}");
-    let alices = crate::ui::queue::view(&h.ctl, &alice(), 2);
-    assert_eq!(alices.pending_total, 3, "bob's job is not alice's to see");
-    assert_eq!(alices.pending.len(), 2);
-    assert!(alices.pending.iter().all(|r| r.user == "alice"));
-    assert_eq!(alices.pending[0].id, all.pending[0].id);
-    assert!(
-        alices
-            .pending
-            .iter()
-            .all(|r| r.reason == "Resources" || r.reason == "Priority")
-    );
 }

@@ -169,3 +169,48 @@ pub async fn queue(
     };
     Ok(Json(st.engine.read(move |c| view(c, &who, limit)).await?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::view;
+    use crate::controller::tests::{Harness, alice, gpu_job, program, root};
+
+    /// The dashboard's queue view: the pending jobs in priority order, cut to the limit with
+    /// the totals kept, and a user sees only their own jobs (as the REST API's list).
+    #[test]
+    fn the_queue_view_lists_pending_jobs_in_priority_order_and_only_the_user_s_own() {
+        let mut h = Harness::new(2);
+        h.connect_all();
+        let running = h.start(gpu_job(8), program());
+        let mut bob = gpu_job(8);
+        bob.user = "bob".into();
+        bob.account = "bob".into();
+        h.submit(bob, program());
+        let mut urgent = gpu_job(8);
+        urgent.nice = -100;
+        for spec in [gpu_job(8), urgent, gpu_job(8)] {
+            h.submit(spec, program());
+        }
+        h.tick(true);
+        let all = view(&h.ctl, &root(), 1_000);
+        assert_eq!(all.pending_total, 4);
+        assert_eq!(all.running_total, 1);
+        assert_eq!(all.running[0].id, running.0);
+        let order: Vec<(u64, u64)> = all.pending.iter().map(|r| (r.priority, r.id)).collect();
+        let mut sorted = order.clone();
+        sorted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        assert_eq!(order, sorted, "priority order");
+        assert!(order[0].0 > order[1].0, "the nice job first: {order:?}");
+        let alices = view(&h.ctl, &alice(), 2);
+        assert_eq!(alices.pending_total, 3, "bob's job is not alice's to see");
+        assert_eq!(alices.pending.len(), 2);
+        assert!(alices.pending.iter().all(|r| r.user == "alice"));
+        assert_eq!(alices.pending[0].id, all.pending[0].id);
+        assert!(
+            alices
+                .pending
+                .iter()
+                .all(|r| r.reason == "Resources" || r.reason == "Priority")
+        );
+    }
+}
