@@ -311,7 +311,11 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
     for i in 1..=3 {
         let n = h.node(&format!("n{i}"));
         assert_eq!(n["address"], format!("10.231.0.{}", i + 1), "{n}");
-        assert_eq!(n["agent_protocol"], 5, "{n}");
+        assert_eq!(
+            n["agent_protocol"],
+            cadre_proto::agent::PROTOCOL_VERSION,
+            "{n}"
+        );
         assert_eq!(n["agent_version"], env!("CARGO_PKG_VERSION"), "{n}");
         assert!(
             n["last_heard"].as_u64().is_some_and(|t| t + 60 > now),
