@@ -359,18 +359,24 @@ pub struct Cluster {
 impl Cluster {
     /// Builds a cluster from its parts, filling in the indexes and each node's partitions.
     /// Nodes start `Up` with nothing in use. The parts must already be consistent (the config
-    /// loader checks that and reports errors with their location).
+    /// loader checks that and reports errors with their location). Each partition's nodes
+    /// are kept in ascending order, each once: placement takes them so without sorting
+    /// them again at every call.
     pub fn from_parts(
         name: String,
         shapes: Vec<NodeShape>,
         mut nodes: Vec<Node>,
-        partitions: Vec<Partition>,
+        mut partitions: Vec<Partition>,
         switches: Vec<Switch>,
         blocks: Vec<Block>,
         block_sizes: Vec<u32>,
     ) -> Cluster {
         for node in &mut nodes {
             node.partitions.clear();
+        }
+        for part in &mut partitions {
+            part.nodes.sort_unstable();
+            part.nodes.dedup();
         }
         for (p, part) in partitions.iter().enumerate() {
             for &n in &part.nodes {

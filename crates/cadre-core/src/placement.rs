@@ -311,10 +311,14 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// `ascending`: the caller knows `eligible` is ascending with each node once (a
+    /// partition's nodes, see [`Cluster::from_parts`]), which is then not checked node by
+    /// node (a twelfth of a placement's time on 12,500 nodes).
     fn new(
         cluster: &'a Cluster,
         job: &'a JobSpec,
         eligible: &'a [NodeId],
+        ascending: bool,
     ) -> Result<Ctx<'a>, PlacementFailure> {
         validate(job)?;
         let mut groups: Vec<GroupReq<'a>> = job
@@ -337,8 +341,9 @@ impl<'a> Ctx<'a> {
         });
         let layout = Layout::new(&cluster.shapes, &groups);
         let in_range = |n: &NodeId| (n.0 as usize) < cluster.nodes.len();
-        let ready =
-            eligible.windows(2).all(|w| w[0] < w[1]) && eligible.last().is_none_or(in_range);
+        debug_assert!(!ascending || eligible.windows(2).all(|w| w[0] < w[1]));
+        let ready = (ascending || eligible.windows(2).all(|w| w[0] < w[1]))
+            && eligible.last().is_none_or(in_range);
         let eligible = if ready {
             Cow::Borrowed(eligible)
         } else {
@@ -945,7 +950,7 @@ pub fn place(
     job: &JobSpec,
     eligible: &[NodeId],
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, None, None)
+    place_inner(cluster, job, eligible, None, None, false)
 }
 
 /// [`place`] with the fragmentation preference: among nodes that fit a task, the one where
@@ -959,11 +964,13 @@ pub fn place_with_profile(
     eligible: &[NodeId],
     profile: &WorkloadProfile,
 ) -> Result<Allocation, PlacementFailure> {
-    place_inner(cluster, job, eligible, Some(profile), None)
+    place_inner(cluster, job, eligible, Some(profile), None, false)
 }
 
-/// [`place`] (with a profile, [`place_with_profile`]) that looks for room only on the nodes
-/// of `scan` (ascending; those not eligible are ignored), each with the number of eligible
+/// [`place`] (with a profile, [`place_with_profile`]) on a partition's nodes (`eligible`:
+/// ascending, each once, as [`Cluster::from_parts`] keeps them) that looks for room only on
+/// the nodes of `scan` (ascending; those not eligible are ignored), each with the number of
+/// eligible
 /// nodes it stands for (itself included). The caller knows that every eligible node left
 /// out either takes no task of the job now (say, it has fewer whole GPUs free than any task
 /// asks for), or is equal to a scanned node of a lower id that stands for it, in everything
@@ -983,7 +990,7 @@ pub fn place_scanning(
         scan.windows(2).all(|w| w[0].0 < w[1].0),
         "scan is ascending"
     );
-    place_inner(cluster, job, eligible, profile, Some(scan))
+    place_inner(cluster, job, eligible, profile, Some(scan), true)
 }
 
 fn place_inner(
@@ -992,8 +999,9 @@ fn place_inner(
     eligible: &[NodeId],
     profile: Option<&WorkloadProfile>,
     scan: Option<Vec<(NodeId, u32)>>,
+    ascending: bool,
 ) -> Result<Allocation, PlacementFailure> {
-    let mut ctx = Ctx::new(cluster, job, eligible)?;
+    let mut ctx = Ctx::new(cluster, job, eligible, ascending)?;
     ctx.scan = scan.map(|mut scan| {
         // Both ascending: one merge keeps the eligible ones (all are, when every node is).
         if ctx.eligible.len() < cluster.nodes.len() {
@@ -1030,7 +1038,7 @@ pub fn select_nodes(
     eligible: &[NodeId],
     free: &dyn Fn(NodeId) -> Amounts,
 ) -> Option<Vec<(NodeId, Amounts)>> {
-    let ctx = Ctx::new(cluster, job, eligible).ok()?;
+    let ctx = Ctx::new(cluster, job, eligible, false).ok()?;
     let ng = ctx.groups.len();
     let mut cands = Vec::new();
     let mut caps = Vec::new();
@@ -1136,7 +1144,7 @@ pub fn why_not(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<NodeRef
         return None;
     }
     let one = [node];
-    let ctx = match Ctx::new(cluster, job, &one) {
+    let ctx = match Ctx::new(cluster, job, &one, true) {
         Ok(ctx) => ctx,
         Err(_) => return None,
     };
@@ -1165,7 +1173,7 @@ pub fn node_task_capacity(cluster: &Cluster, job: &JobSpec, node: NodeId, group:
         return 0;
     }
     let one = [node];
-    let Ok(ctx) = Ctx::new(cluster, job, &one) else {
+    let Ok(ctx) = Ctx::new(cluster, job, &one, true) else {
         return 0;
     };
     if ctx.refusal_fast(node, View::Now) {
