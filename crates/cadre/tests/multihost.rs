@@ -330,7 +330,9 @@ fn agents_on_hosts_of_their_own_enrol_over_tls_and_run_a_gang_and_its_steps_acro
         .find(|l| l.starts_with("n2 "))
         .expect("n2 listed");
     assert!(
-        n2.contains("(p5)") && n2.contains("10.231.0.3") && n2.ends_with("ok"),
+        n2.contains(&format!("(p{})", cadre_proto::agent::PROTOCOL_VERSION))
+            && n2.contains("10.231.0.3")
+            && n2.ends_with("ok"),
         "{long}"
     );
     // A used token enrols nothing more, and plain text gets no answer.
