@@ -204,13 +204,22 @@ pub fn run_scheduler(args: &SchedulerBenchArgs) -> Result<ExitCode> {
     };
     let mut now = Time(0);
 
-    // Half full of running jobs.
-    while world.allocated_gpus() < total_gpus as f64 / 2.0 {
+    // Half full of running jobs (counted as they start: nothing ends meanwhile, and summing
+    // every job's allocation at each round made this quadratic in the jobs).
+    let mut allocated = 0.0;
+    while allocated < total_gpus as f64 / 2.0 {
         for _ in 0..16 {
             world.submit(now)?;
         }
         let decisions = world.sched.schedule(now);
         world.apply(&decisions, now);
+        allocated += decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Start { allocation, .. } => Some(allocation.gpus()),
+                _ => None,
+            })
+            .sum::<f64>();
         if world.sched.pending_count() > 256 {
             break;
         }
