@@ -244,8 +244,8 @@ pub struct UpArgs {
     /// --database: one leads, the others stand by and take over when it goes; one that
     /// stops is started again and stands by. For trying the HA form: in production each
     /// replica is a `cadre server --replica` on a host of its own (docs/replicas.md).
-    /// Replica I listens on its own socket (cadre.sock, then cadre-I.sock in the run
-    /// directory) and, with --listen, on the port's I-th successor (the first on the port).
+    /// Replica I listens on its own socket (cadre.sock for the first, cadre-I.sock for the
+    /// others, in the run directory) and, with --listen ADDR:PORT, on port PORT+I-1.
     #[arg(
         long,
         env = "CADRE_REPLICAS",
