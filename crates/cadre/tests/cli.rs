@@ -94,8 +94,8 @@ fn cluster_summary_of_the_superpod_example() {
 
 #[test]
 fn printed_policy_is_a_valid_policy_file() {
-    let dir = std::env::temp_dir().join(format!("cadre-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
     for preset in ["cadre", "slurm", "fifo"] {
         let out = cadre(&["policy", "--preset", preset], None);
         assert!(out.status.success(), "{}", stderr(&out));
