@@ -573,7 +573,15 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // The run directory sits beside the data directory: outside the temporary
+        // directory when the data directory is its root, so it is removed here (what a
+        // test's jobs left in it included), after the cluster is stopped.
+        let run = run_dir_of(&self.data);
+        let outside = !run.starts_with(self.root.path());
         if !self.started {
+            if outside {
+                let _ = std::fs::remove_dir_all(&run);
+            }
             return;
         }
         let agents = self.agent_pids();
@@ -590,6 +598,9 @@ impl Drop for Cluster {
             for pid in agents.values() {
                 let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
             }
+        }
+        if outside {
+            let _ = std::fs::remove_dir_all(&run);
         }
     }
 }

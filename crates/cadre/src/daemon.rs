@@ -1021,8 +1021,8 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
 }
 
 /// The run directory of a stopped cluster, if nothing is left in it: the agents' state
-/// directories (each empty once its runs ended) and the directory itself. A stale socket
-/// was removed by the controller, or is by the next one.
+/// directories (each empty once its runs ended), the CA certificate and the directory
+/// itself. A stale socket was removed by the controller, or is by the next one.
 fn remove_run_dir(layout: &Layout) {
     if let Ok(entries) = std::fs::read_dir(layout.run.join("nodes")) {
         for e in entries.flatten() {
@@ -1030,6 +1030,9 @@ fn remove_run_dir(layout: &Layout) {
         }
     }
     let _ = std::fs::remove_dir(layout.run.join("nodes"));
+    // The CA certificate the controller put there for its clients (it puts it there again
+    // at its next start).
+    let _ = std::fs::remove_file(layout.run.join(cadre_tls::CA_CERT_FILE));
     let _ = std::fs::remove_dir(&layout.run);
 }
 
