@@ -76,10 +76,15 @@ fn node() -> LocalNode {
     }
 }
 
-/// Keepers whose status files and lease live in a directory of their own (left for the
-/// system's temporary directory cleaning: tasks may outlive a test's scope).
+/// Keepers whose status files and lease live in a directory of their own, kept (tasks may
+/// outlive a test's scope) under the build's temporary directory (`target/tmp`), which
+/// goes with the build, rather than in the system's, where 26 were left at every run.
 fn keepers() -> Keepers {
-    let dir = tempfile::tempdir().unwrap().keep();
+    let dir = tempfile::Builder::new()
+        .prefix("keepers")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+        .keep();
     let lease = Arc::new(LeaseFile::open(&dir).unwrap());
     Keepers::new(&dir, lease)
 }
