@@ -295,29 +295,6 @@ impl AgentRuns {
     }
 }
 
-/// The cluster of the benches' simulated agents: `nodes` nodes `n1`... of one tiny shape
-/// (1 core, 256 MiB), which the agents report exactly; `name` names it.
-pub(crate) fn tiny_cluster(name: &str, nodes: u32) -> String {
-    format!(
-        r#"version = 1
-name = "{name}"
-
-[[shape]]
-name = "tiny"
-cores = 1
-memory = "256M"
-
-[[nodes]]
-names = "n[1-{nodes}]"
-shape = "tiny"
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-"#
-    )
-}
-
 pub(crate) fn node_name(i: u32) -> String {
     format!("n{}", i + 1)
 }
@@ -433,7 +410,10 @@ pub fn run_agents(args: &AgentsBenchArgs) -> Result<ExitCode> {
     raise_open_files(u64::from(args.agents) + 1024)?;
     let dir = DataDir::new(&args.data_dir)?;
     let cluster_file = dir.path().join("cluster.toml");
-    std::fs::write(&cluster_file, tiny_cluster("bench-agents", args.agents))?;
+    std::fs::write(
+        &cluster_file,
+        crate::tiny_cluster("bench-agents", &format!("n[1-{}]", args.agents)),
+    )?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -511,7 +491,7 @@ impl Bench<'_> {
             .trim()
             .to_owned();
         let cluster = cadre_core::config::load_cluster(
-            &tiny_cluster("bench-agents", args.agents),
+            &crate::tiny_cluster("bench-agents", &format!("n[1-{}]", args.agents)),
             "the bench's cluster",
         )?;
         let shape = cluster.shape(NodeId(0)).clone();

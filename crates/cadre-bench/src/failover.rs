@@ -427,7 +427,7 @@ pub fn run_failover(args: &FailoverBenchArgs) -> Result<ExitCode> {
     let cluster = dir.path().join("cluster.toml");
     std::fs::write(
         &cluster,
-        super::agents::tiny_cluster("bench-failover", args.agents),
+        crate::tiny_cluster("bench-failover", &format!("n[1-{}]", args.agents)),
     )?;
     let mut servers = (0..args.replicas)
         .map(|i| Server::new(dir.path(), &format!("r{i}")))
@@ -522,7 +522,7 @@ impl Bench<'_> {
             .to_owned();
         let tls = cadre_tls::client_config(&ca_pem, &ca_path, None)?;
         let shape = cadre_core::config::load_cluster(
-            &super::agents::tiny_cluster("bench-failover", args.agents),
+            &crate::tiny_cluster("bench-failover", &format!("n[1-{}]", args.agents)),
             "the bench's cluster",
         )?
         .shape(NodeId(0))

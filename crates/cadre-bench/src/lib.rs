@@ -64,3 +64,27 @@ pub fn run(command: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::VsSlurm(args) => vs_slurm::run(args),
     }
 }
+
+/// A cluster description of nodes `names` (a hostlist, `n[1-3]`) of one tiny shape (1 core,
+/// 256 MiB) in one partition `all`, named `name`: what simulated agents report exactly, and
+/// what the tests that run real agents on hosts of their own describe.
+pub fn tiny_cluster(name: &str, names: &str) -> String {
+    format!(
+        r#"version = 1
+name = "{name}"
+
+[[shape]]
+name = "tiny"
+cores = 1
+memory = "256M"
+
+[[nodes]]
+names = "{names}"
+shape = "tiny"
+
+[[partition]]
+name = "all"
+nodes = "ALL"
+"#
+    )
+}

@@ -48,6 +48,14 @@ pub fn wait_until_or(what: &str, mut done: impl FnMut() -> bool, explain: impl F
 
 /// The test PostgreSQL server's URL (`.ci/run` starts one and sets `CADRE_TEST_POSTGRES`;
 /// CI must have it, elsewhere its tests are skipped).
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 pub fn postgres_url() -> Option<String> {
     match std::env::var("CADRE_TEST_POSTGRES") {
         Ok(url) if !url.is_empty() => Some(url),

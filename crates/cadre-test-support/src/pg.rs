@@ -2,7 +2,8 @@
 //! PostgreSQL binaries (`/usr/lib/postgresql/*/bin`), run as the `postgres` user, on a
 //! free port, optionally inside a host of a [`crate::netns::Network`]; a test may stop and
 //! start it. The shared test server (`CADRE_TEST_POSTGRES`) must never be restarted under
-//! the other tests.
+//! the other tests. On the shared server, a test works in a schema of its own
+//! ([`TestSchema`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -176,5 +177,45 @@ impl Drop for OwnPostgres {
             .command("pg_ctl")
             .args(["-D", &data, "-m", "immediate", "stop"])
             .output();
+    }
+}
+
+/// A schema of its own in the shared test database (`CADRE_TEST_POSTGRES`), dropped with
+/// it, and the URL whose connections use it.
+pub struct TestSchema {
+    /// The database URL with the schema as its search path.
+    pub url: String,
+    /// The schema's name, to name its tables in queries.
+    pub name: String,
+    /// A connection of the test's own, for looking into what was committed.
+    pub admin: postgres::Client,
+}
+
+impl TestSchema {
+    /// `cadre_<tag>_<pid>` in the test database; `None` where there is none (outside CI,
+    /// see [`crate::postgres_url`]).
+    pub fn new(tag: &str) -> Option<TestSchema> {
+        let url = crate::postgres_url()?;
+        let name = format!("cadre_{tag}_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("test database");
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
+            .expect("test schema");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        Some(TestSchema {
+            url: format!("{url}{sep}options=-c%20search_path%3D{name}"),
+            name,
+            admin,
+        })
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let _ = self
+            .admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
     }
 }

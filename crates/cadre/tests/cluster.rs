@@ -10,8 +10,8 @@
 
 use cadre_client::Target;
 use cadre_test_support::{
-    Cluster, DEADLINE, api, clean_command, http, read_pid, run_dir_of, running, skip_unless_ci,
-    text, wait_until,
+    Cluster, DEADLINE, api, clean_command, free_port, http, read_pid, run_dir_of, running,
+    skip_unless_ci, text, wait_until,
 };
 
 use serde_json::Value;
@@ -385,14 +385,6 @@ fn held_job_stays_held_after_the_controller_is_killed() {
     assert_eq!(job["state"], "PENDING", "{job}");
     assert_eq!(job["reason"], "JobHeldUser", "{job}");
     assert!(!marker.exists(), "the held job ran");
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `cadre token create --user USER` as root on the socket: the token's id and secret.
@@ -909,42 +901,34 @@ fn controller_killed_during_a_submission_storm_loses_nothing_and_starts_nothing_
     assert!(!run_dir_of(c.data()).join("cadre.sock").exists());
 }
 
-use cadre_test_support::postgres_url;
-
 /// The production store behind the same controller: `cadre up --database postgres://...`
 /// runs a job, writes it to PostgreSQL (and no SQLite file), and a restart finds it there.
 #[test]
 fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
-    let Some(url) = postgres_url() else {
+    let Some(mut schema) = cadre_test_support::pg::TestSchema::new("cluster_test") else {
         return;
     };
-    let schema = format!("cadre_cluster_test_{}", std::process::id());
-    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("test database");
-    admin
-        .batch_execute(&format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-        ))
-        .expect("test schema");
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let database = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-    let mut c = up(1, 1, &["--database", &database]);
+    let mut c = up(1, 1, &["--database", &schema.url]);
     let id = c.submit(&["--gpus-per-task", "1", "--", "true"]);
     assert_eq!(c.wait(id), "COMPLETED");
     assert!(
         !c.path("cadre.db").exists(),
         "an SQLite file was made beside a PostgreSQL store"
     );
-    let row = admin
+    let name = schema.name.clone();
+    let row = schema
+        .admin
         .query_one(
-            &format!("SELECT state, requeues FROM {schema}.jobs WHERE id = $1"),
+            &format!("SELECT state, requeues FROM {name}.jobs WHERE id = $1"),
             &[&i64::try_from(id).expect("small id")],
         )
         .expect("the job's row in PostgreSQL");
     assert_eq!(row.get::<_, String>(0), "COMPLETED");
     assert_eq!(row.get::<_, i64>(1), 0);
-    let runs: i64 = admin
+    let runs: i64 = schema
+        .admin
         .query_one(
-            &format!("SELECT COUNT(*) FROM {schema}.job_runs WHERE job_id = $1"),
+            &format!("SELECT COUNT(*) FROM {name}.job_runs WHERE job_id = $1"),
             &[&i64::try_from(id).expect("small id")],
         )
         .expect("accounting rows")
@@ -955,7 +939,6 @@ fn a_cluster_on_postgresql_runs_jobs_and_keeps_them_there() {
     c.start();
     assert_eq!(c.job(id)["state"], "COMPLETED");
     c.stop();
-    let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
 }
 
 /// `/metrics` of a running cluster: jobs by state, GPUs (emulated, allocated), and which

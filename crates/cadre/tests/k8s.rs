@@ -15,7 +15,7 @@
 //!
 //! Nothing here asserts a duration; deadlines only keep a broken build from hanging.
 
-use cadre_test_support::{running, skip_unless_ci, text, wait_until, wait_until_or};
+use cadre_test_support::{free_port, running, skip_unless_ci, text, wait_until, wait_until_or};
 
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -1291,14 +1291,6 @@ fn a_container_s_token_and_secrets_are_on_no_command_line() {
     }
     c.ok(&["delete", "mpijob", "argv"]);
     assert_eq!(c.wait(job), "CANCELLED");
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Regression: a root agent's runtime read a workload's image from any path of the node

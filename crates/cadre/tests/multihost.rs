@@ -15,24 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Nodes `n1`..`n3`, one core each, for agents on hosts 1 to 3.
-const CLUSTER: &str = r#"version = 1
-name = "hosts"
-
-[[shape]]
-name = "tiny"
-cores = 1
-memory = "256M"
-
-[[nodes]]
-names = "n[1-3]"
-shape = "tiny"
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-"#;
-
 /// The controller's address: host 0's.
 const LISTEN: &str = "10.231.0.1:6817";
 
@@ -65,7 +47,9 @@ impl Hosts {
         let more = more(files.path());
         let more: Vec<&str> = more.iter().map(String::as_str).collect();
         let file = files.path().join("cluster.toml");
-        std::fs::write(&file, CLUSTER).expect("the cluster file");
+        // Nodes `n1`..`n3`, one core each, for agents on hosts 1 to 3.
+        std::fs::write(&file, cadre_bench::tiny_cluster("hosts", "n[1-3]"))
+            .expect("the cluster file");
         let lease = lease.to_string();
         let mut c = Cluster::builder(env!("CARGO_BIN_EXE_cadre"))
             .in_netns(&net.host(0).ns)

@@ -5,7 +5,9 @@
 //!
 //! Nothing here asserts a duration: it waits for the scraped values, within a hang guard.
 
-use cadre_test_support::{Cluster, dechunk, private_tempdir, skip_unless_ci, wait_until};
+use cadre_test_support::{
+    Cluster, dechunk, free_port, private_tempdir, skip_unless_ci, wait_until,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -18,13 +20,6 @@ fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Prometheus, killed when dropped.

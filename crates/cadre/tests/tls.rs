@@ -3,7 +3,7 @@
 //! its node's certificate (mutual TLS) and can act only as that node; plain text, a
 //! foreign CA, a used or expired token and a revoked node are refused.
 
-use cadre_test_support::{Cluster, clean_command, text, wait_until};
+use cadre_test_support::{Cluster, clean_command, free_port, text, wait_until};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -28,13 +28,6 @@ shape = "tiny"
 name = "all"
 nodes = "ALL"
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 struct Setup {
     c: Cluster,

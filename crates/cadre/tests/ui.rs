@@ -21,11 +21,7 @@ fn screenshots() -> PathBuf {
 }
 
 fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    format!("127.0.0.1:{port}")
+    format!("127.0.0.1:{}", cadre_test_support::free_port())
 }
 
 /// `cadre token create --user USER`: the secret.

@@ -8,7 +8,10 @@
 //! just before them in CI, `tests/slurm.rs` saw a lowered time limit never end a job, the
 //! symptom `z_last_bench_agents.rs` describes after the agents bench. Not understood yet.
 
-use cadre_test_support::{Target, api, postgres_url, skip_unless_ci, text, wait_until_or};
+use cadre_test_support::pg::TestSchema;
+use cadre_test_support::{
+    Target, api, free_port, postgres_url, skip_unless_ci, text, wait_until_or,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -16,55 +19,27 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// The nodes whose agents the controller at `target` has connected now.
+fn connected(target: &Target) -> Vec<String> {
+    let (_, nodes) = api(target, None, "GET", "/nodes", None);
+    nodes["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["connected"] == true)
+        .filter_map(|n| n["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
-/// A schema of its own in the test database (dropped at the end) and the URL that uses it.
-struct Schema {
-    url: String,
-    admin: postgres::Client,
-    name: String,
-}
-
-impl Schema {
-    fn new(tag: &str) -> Option<Schema> {
-        let url = postgres_url()?;
-        let name = format!("cadre_replicas_{tag}_{}", std::process::id());
-        let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("test database");
-        admin
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
-            ))
-            .expect("test schema");
-        let sep = if url.contains('?') { '&' } else { '?' };
-        Some(Schema {
-            url: format!("{url}{sep}options=-c%20search_path%3D{name}"),
-            admin,
-            name,
-        })
-    }
-
-    /// The jobs committed, by name.
-    fn jobs(&mut self) -> Vec<(String, i64)> {
-        self.admin
-            .query(&format!("SELECT name, id FROM {}.jobs", self.name), &[])
-            .expect("the jobs")
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let _ = self
-            .admin
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-    }
+/// The jobs committed in `schema`, by name.
+fn jobs(schema: &mut TestSchema) -> Vec<(String, i64)> {
+    schema
+        .admin
+        .query(&format!("SELECT name, id FROM {}.jobs", schema.name), &[])
+        .expect("the jobs")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
 }
 
 /// One `cadre server --replica`.
@@ -178,7 +153,7 @@ fn cadre(servers: &str, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits_none_twice() {
-    let Some(mut schema) = Schema::new("storm") else {
+    let Some(mut schema) = TestSchema::new("replicas_storm") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -257,7 +232,7 @@ fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits
     let acked = acked.lock().unwrap();
     assert_eq!(acked.len(), 800);
     // Every acknowledged job is there, with its id, once; nothing else was committed.
-    let stored = schema.jobs();
+    let stored = jobs(&mut schema);
     let mut names: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (name, id) in &stored {
         names.entry(name.clone()).or_default().push(*id);
@@ -274,14 +249,7 @@ fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits
     let b_target = Target::Unix(b.socket());
     wait_until_or(
         "the agent reconnects to b",
-        || {
-            let (_, nodes) = api(&b_target, None, "GET", "/nodes", None);
-            nodes["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|n| n["name"] == "node001" && n["connected"] == true)
-        },
+        || connected(&b_target).iter().any(|n| n == "node001"),
         || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default() + &b.log(),
     );
     let j = job(&b_target);
@@ -315,7 +283,7 @@ fn the_leader_killed_in_a_submission_storm_loses_no_acknowledged_job_and_commits
 
 #[test]
 fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() {
-    let Some(mut schema) = Schema::new("pause") else {
+    let Some(mut schema) = TestSchema::new("replicas_pause") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -328,7 +296,7 @@ fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() 
         &["submit", "--parsable", "-J", "on-b", "--", "true"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let before = schema.jobs();
+    let before = jobs(&mut schema);
     a.signal(nix::sys::signal::Signal::SIGCONT);
     wait_until_or(
         "a steps down",
@@ -342,7 +310,7 @@ fn a_leader_paused_past_its_lease_commits_nothing_when_it_wakes_and_stands_by() 
     );
     // Whatever a had under way when it was paused, it committed nothing after: the jobs
     // are b's alone, and b still leads.
-    assert_eq!(schema.jobs(), before);
+    assert_eq!(jobs(&mut schema), before);
     let (status, body) = api(&Target::Unix(a.socket()), None, "GET", "/jobs", None);
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["reason"], "not_leader", "{body}");
@@ -434,24 +402,6 @@ fn postgresql_restarted_under_replicated_controllers_loses_nothing_and_the_clust
     }
 }
 
-/// Nodes `n2` and `n3`, one core each, for agents on hosts 2 and 3.
-const HOSTS_CLUSTER: &str = r#"version = 1
-name = "replicas"
-
-[[shape]]
-name = "tiny"
-cores = 1
-memory = "256M"
-
-[[nodes]]
-names = "n[2-3]"
-shape = "tiny"
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-"#;
-
 #[test]
 fn a_leader_cut_off_from_its_database_and_agents_is_replaced_and_rejoins_as_a_standby() {
     use cadre_test_support::netns::Network;
@@ -471,7 +421,8 @@ fn a_leader_cut_off_from_its_database_and_agents_is_replaced_and_rejoins_as_a_st
         .expect("a PostgreSQL server on host 4");
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster.toml");
-    std::fs::write(&cluster, HOSTS_CLUSTER).unwrap();
+    // Nodes `n2` and `n3`, one core each, for agents on hosts 2 and 3.
+    std::fs::write(&cluster, cadre_bench::tiny_cluster("replicas", "n[2-3]")).unwrap();
     let replica = |i: usize, name: &str| {
         let mut cmd = net.command(i, env!("CARGO_BIN_EXE_cadre"));
         cmd.args(["server", "--nodes", "0", "--node-lease", "9"])
@@ -560,16 +511,7 @@ fn a_leader_cut_off_from_its_database_and_agents_is_replaced_and_rejoins_as_a_st
     let b_local = Target::Unix(b.socket());
     wait_until_or(
         "the agents reconnect to b",
-        || {
-            let (_, nodes) = api(&b_local, None, "GET", "/nodes", None);
-            nodes["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|n| n["connected"] == true)
-                .count()
-                == 2
-        },
+        || connected(&b_local).len() == 2,
         logs,
     );
     // The gang went on: adopted by b, not requeued.
@@ -706,7 +648,7 @@ fn running(pid: i32) -> bool {
 
 #[test]
 fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_killed_one() {
-    let Some(schema) = Schema::new("up") else {
+    let Some(schema) = TestSchema::new("replicas_up") else {
         return;
     };
     let c = UpReplicas {
