@@ -908,19 +908,10 @@ fn detach(layout: &Layout, local: &[String], target: &Target) -> Result<ExitCode
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait()? {
-            let log = std::fs::read_to_string(layout.log()).unwrap_or_default();
-            let tail: Vec<&str> = log
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
             bail!(
                 "cadre stopped while starting ({status}); the end of {}:\n{}",
                 layout.log().display(),
-                tail.join("\n")
+                log_tail(&layout.log(), 5)
             );
         }
         let ready = rt.block_on(async {
@@ -961,6 +952,14 @@ fn detach(layout: &Layout, local: &[String], target: &Target) -> Result<ExitCode
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// The last `lines` lines of the log at `path` (none when it cannot be read), for an
+/// error that says why a process did not start.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 /// `cadre down`.

@@ -20,8 +20,8 @@
 //! running from an earlier `cadre up` that was killed are adopted.
 
 use super::{
-    ControllerArgs, Layout, alive, ensure_agent, live_pid, local_nodes, loopback_address, reap,
-    replica_config, server_config, spawn_logged, stop_agents, stop_processes, termination,
+    ControllerArgs, Layout, alive, ensure_agent, live_pid, local_nodes, log_tail, loopback_address,
+    reap, replica_config, server_config, spawn_logged, stop_agents, stop_processes, termination,
 };
 use anyhow::{Context, Result, bail};
 use cadre_client::locate::MAX_LOCAL_REPLICAS;
@@ -239,10 +239,7 @@ async fn first_leader(target: &Target, replicas: &mut [Replica], layout: &Layout
                 .iter()
                 .map(|r| {
                     let path = layout.replica(r.i, "log");
-                    let log = std::fs::read_to_string(&path).unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
-                    let tail: Vec<&str> = tail.into_iter().rev().collect();
-                    format!("{}:\n{}", path.display(), tail.join("\n"))
+                    format!("{}:\n{}", path.display(), log_tail(&path, 3))
                 })
                 .collect();
             bail!(
