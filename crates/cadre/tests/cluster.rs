@@ -1186,6 +1186,45 @@ fn a_local_user_reads_nothing_of_the_controller_s_data_directory() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let jobs: Value = serde_json::from_str(&text(&out.stdout)).expect("JSON");
     assert_eq!(jobs["jobs"], serde_json::json!([]), "{jobs}");
+    // The dashboard's queue view over the same socket: root's pending job is not theirs to
+    // see, and the rows they may ask for are bounded.
+    c.submit(&["--hold", "--", "true"]);
+    let get = |path: &str| {
+        let script = "import socket, sys\n\
+            s = socket.socket(socket.AF_UNIX)\n\
+            s.connect(sys.argv[1])\n\
+            s.sendall(('GET ' + sys.argv[2] + ' HTTP/1.1\\r\\nHost: cadre\\r\\nConnection: close\\r\\n\\r\\n').encode())\n\
+            out = b''\n\
+            while True:\n    \
+                b = s.recv(65536)\n    \
+                if not b: break\n    \
+                out += b\n\
+            sys.stdout.write(out.decode())\n";
+        let socket = c.socket();
+        let out = nobody.run(
+            &c,
+            "python3",
+            &["-c", script, socket.to_str().expect("utf-8 path"), path],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let queue = get("/ui/queue");
+    assert!(queue.starts_with("HTTP/1.1 200"), "{queue}");
+    let (head, body) = queue.split_once("\r\n\r\n").unwrap_or_default();
+    let body = match head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        true => cadre_test_support::dechunk(body),
+        false => body.to_owned(),
+    };
+    let body: Value = serde_json::from_str(&body).expect("the queue view as JSON");
+    assert_eq!(body["pending_total"], 0, "{body}");
+    assert_eq!(body["pending"], serde_json::json!([]), "{body}");
+    let too_many = get("/ui/queue?limit=1000000000");
+    assert!(too_many.starts_with("HTTP/1.1 400"), "{too_many}");
+    assert!(too_many.contains("limit=1000000000"), "{too_many}");
 }
 
 /// A job's hosts file lives in a run directory the job's user cannot change: swapping it
