@@ -193,6 +193,9 @@ struct ChildPlan {
     stderr_flags: OFlag,
     /// Write end of the step-report pipe.
     report: OwnedFd,
+    /// Where the child passes its output files, opened again for reading as the user
+    /// ([`crate::output`]); `None`: nowhere (relayed output, or no socket pair).
+    readers: Option<OwnedFd>,
     /// What the task prolog prints, written to the task's standard output first.
     preamble: Vec<u8>,
     /// A descriptor the program inherits (the container's environment file): close-on-exec
@@ -250,12 +253,18 @@ impl ChildPlan {
             let out = nix::fcntl::open(self.stdout.as_c_str(), self.stdout_flags, mode)
                 .map_err(|e| fail(ChildStep::Stdout, e))?;
             nix::unistd::dup2_stdout(&out).map_err(|e| fail(ChildStep::Stdout, e))?;
+            if let Some(channel) = &self.readers {
+                crate::output::pass_reader(channel, &out, self.stdout.as_c_str(), false);
+            }
             match &self.stderr {
                 None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(ChildStep::Stderr, e))?,
                 Some(path) => {
                     let err = nix::fcntl::open(path.as_c_str(), self.stderr_flags, mode)
                         .map_err(|e| fail(ChildStep::Stderr, e))?;
                     nix::unistd::dup2_stderr(&err).map_err(|e| fail(ChildStep::Stderr, e))?;
+                    if let Some(channel) = &self.readers {
+                        crate::output::pass_reader(channel, &err, path.as_c_str(), true);
+                    }
                 }
             }
         }
@@ -612,6 +621,20 @@ pub(crate) fn launch_task_with(
             job: job.id,
             source,
         })?;
+    // A socket pair that cannot be made costs only the following of this task's output.
+    let channel = if job.relay {
+        None
+    } else {
+        crate::output::ReaderChannel::new()
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "no socket pair for the task's output readers"),
+            )
+            .ok()
+    };
+    let (readers_in, readers_out) = match channel {
+        Some(c) => (Some(c.receive), Some(c.send)),
+        None => (None, None),
+    };
     let plan = ChildPlan {
         cgroup_procs,
         keeper,
@@ -631,6 +654,7 @@ pub(crate) fn launch_task_with(
         stdout_flags: open_flags(open_modes.0),
         stderr_flags: open_flags(open_modes.1),
         report: report_write,
+        readers: readers_out,
         preamble,
         inherit: env_file,
     };
@@ -698,6 +722,9 @@ pub(crate) fn launch_task_with(
             });
         }
     };
+    let readers = readers_in
+        .as_ref()
+        .map(|c| crate::output::receive_readers(c, stderr.is_none()));
     Ok(RunningTask::new(
         job.id,
         place,
@@ -719,7 +746,8 @@ pub(crate) fn launch_task_with(
     .in_container(container.map(|c| (c.runtime.clone(), c.name.clone())))
     .kept(status)
     .after_task(task_epilog)
-    .leftovers_outlive(job.leftovers_outlive))
+    .leftovers_outlive(job.leftovers_outlive)
+    .reading(readers))
 }
 
 fn describe_step(

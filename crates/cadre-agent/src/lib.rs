@@ -46,6 +46,7 @@ pub mod keeper;
 pub mod launch;
 pub mod launch_error;
 pub mod mountns;
+pub mod output;
 pub mod pattern;
 pub mod prolog;
 pub mod run_as;

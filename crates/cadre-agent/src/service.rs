@@ -870,6 +870,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future) -> Result<(), Agent
             .rsh_executable
             .as_ref()
             .and_then(|_| crate::container::own_libraries()),
+        outputs: Arc::default(),
     });
     // The node's health: checked once before the first hello (a node that fails never takes
     // a job), then every interval.
@@ -1109,6 +1110,7 @@ impl Service {
                 Some(report) = events_rx.recv() => match report {
                     worker::Report::Event(event) => self.on_report(event).await,
                     worker::Report::Output(chunk) => self.relay(chunk).await,
+                    worker::Report::Answer(message) => self.answer(message).await,
                 },
                 event = next_conn_event(&mut self.conn, self.keepalive, silence) => self.on_conn_event(event).await,
                 _ = sleep_until(fence_at), if lease_running => self.fence().await,
@@ -1448,6 +1450,34 @@ impl Service {
                     h.send(RunCommand::Signal(signal));
                 }
             }
+            Action::ReadOutput {
+                request,
+                run,
+                task,
+                stream,
+                offset,
+                max,
+            } => {
+                // A pread of a file that may be on a slow shared file system: off the loop,
+                // the answer comes back through the reports.
+                let outputs = Arc::clone(&self.ctx.outputs);
+                let events = self.events_tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let answer = outputs.read(run, task, stream, offset, max);
+                    let _ = events.send(worker::Report::Answer(AgentMessage::OutputRead {
+                        request,
+                        answer,
+                    }));
+                });
+            }
+        }
+    }
+
+    /// Sends the answer to a controller's request, if still connected (a new connection's
+    /// controller asks again).
+    async fn answer(&mut self, message: AgentMessage) {
+        if matches!(self.conn, Conn::Open { .. }) {
+            self.send(&message).await;
         }
     }
 

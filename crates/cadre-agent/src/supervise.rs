@@ -410,6 +410,8 @@ pub struct RunningTask {
     container: Option<(Vec<String>, String)>,
     /// What the task's process leaves behind is not killed when it ends.
     leftovers_outlive: bool,
+    /// Its output files, open for reading ([`crate::output`]), until taken.
+    readers: Option<crate::output::TaskReaders>,
     /// The main process has ended (reaped) and how, since when: the task waits for its
     /// cgroup to empty.
     ending: Option<(Termination, Instant)>,
@@ -451,8 +453,20 @@ impl RunningTask {
             outcome: None,
             container: None,
             leftovers_outlive: false,
+            readers: None,
             ending: None,
         }
+    }
+
+    /// The task's output files, open for reading (see [`crate::output`]).
+    pub(crate) fn reading(mut self, readers: Option<crate::output::TaskReaders>) -> RunningTask {
+        self.readers = readers;
+        self
+    }
+
+    /// Takes the task's output readers (once).
+    pub fn take_readers(&mut self) -> Option<crate::output::TaskReaders> {
+        self.readers.take()
     }
 
     /// When the task's process ends, the processes it left in its process group and

@@ -41,7 +41,16 @@ use std::collections::BTreeMap;
 /// ([`ControllerMessage::Welcome`] `now_ms`).
 /// Version 5: no message changed, the lease did ([`LEASE_FROM_PINGS_VERSION`]).
 /// Version 6: agents report their GPUs' utilisation and memory ([`AgentMessage::GpuUsage`]).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// Version 7: the controller reads a running task's output from its agent
+/// ([`ControllerMessage::ReadOutput`], [`AgentMessage::OutputRead`]).
+pub const PROTOCOL_VERSION: u32 = 7;
+
+/// From this version on, an agent answers [`ControllerMessage::ReadOutput`]; the controller
+/// sends it to no older agent.
+pub const READ_OUTPUT_VERSION: u32 = 7;
+
+/// The most bytes of output one [`ControllerMessage::ReadOutput`] may ask for.
+pub const MAX_OUTPUT_READ: u32 = 256 * 1024;
 
 /// From this version on, an agent whose GPUs NVML can read reports their use
 /// ([`AgentMessage::GpuUsage`]); it sends nothing of it to a controller that welcomed it in
@@ -140,6 +149,43 @@ pub enum AgentMessage {
     GpuUsage {
         gpus: Vec<GpuUsage>,
     },
+    /// The answer to [`ControllerMessage::ReadOutput`] `request` (version 7): a piece of
+    /// the task's output, or why there is none.
+    OutputRead {
+        request: u64,
+        #[serde(flatten)]
+        answer: OutputReadAnswer,
+    },
+}
+
+/// What an agent answers to a read of a task's output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum OutputReadAnswer {
+    Piece(OutputPiece),
+    /// The agent keeps no output of that task: it does not run here, its output is not a
+    /// file the agent could open (a pipe, a device, a path the user cannot read), it ended
+    /// too long ago, or the agent restarted since it started. `why` says which.
+    Unavailable {
+        why: String,
+    },
+}
+
+/// A piece of a task's output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutputPiece {
+    /// Where in the file the piece starts (bytes).
+    pub offset: u64,
+    /// Where the next piece starts: `offset` plus the bytes the piece holds. A character
+    /// cut at the end of the read is left for the next one.
+    pub next_offset: u64,
+    /// The file's size when it was read.
+    pub size: u64,
+    /// The bytes, as text (bytes that are not UTF-8 replaced).
+    pub data: String,
+    /// The task has ended: nothing more will be written by it.
+    pub ended: bool,
 }
 
 /// One GPU's use, as NVML reads it.
@@ -304,6 +350,19 @@ pub enum ControllerMessage {
     SetTimeLimit {
         run: RunRef,
         time_limit_ms: Option<u64>,
+    },
+    /// Read task `task` (`SLURM_PROCID`) of the run's output (version 7), answered by
+    /// [`AgentMessage::OutputRead`] with the same `request`. From `offset`; `None`: the
+    /// last `max` bytes. At most `max` bytes (at most [`MAX_OUTPUT_READ`]). Agents answer
+    /// it in any state of the connection after their hello.
+    ReadOutput {
+        request: u64,
+        run: RunRef,
+        task: u32,
+        stream: OutputStream,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
+        max: u32,
     },
 }
 

@@ -295,6 +295,29 @@ pub struct JobEventView {
     pub message: String,
 }
 
+/// `GET /jobs/{id}/output`: a piece of one task's output file, read from its node by its
+/// agent (while the task runs, and for a while after it ends).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskOutput {
+    pub job: u64,
+    /// The task's rank over the job (`SLURM_PROCID`).
+    pub task: u32,
+    /// The node it runs on.
+    pub node: String,
+    pub stream: crate::agent::OutputStream,
+    /// Where in the file the piece starts (bytes).
+    pub offset: u64,
+    /// Where the next piece starts: ask from here to follow the output.
+    pub next_offset: u64,
+    /// The file's size when it was read.
+    pub size: u64,
+    /// The bytes, as text (bytes that are not UTF-8 replaced).
+    pub data: String,
+    /// The task has ended: the file is complete.
+    pub ended: bool,
+}
+
 /// `GET /jobs/{id}/events`: the job's events, oldest first (see docs/kubernetes.md for
 /// which are recorded and which are derived from the job's record).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -164,6 +164,10 @@ async fn serve_agent(
     engine.io().heard(&node_name);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ControllerMessage>();
     let to_agent = tx.clone();
+    engine
+        .io()
+        .reads()
+        .link(&node_name, conn, hello.version, tx.clone());
     if engine
         .send(Command::AgentHello { conn, hello, tx })
         .is_err()
@@ -239,6 +243,9 @@ async fn serve_agent(
                 }
                 Ok(AgentMessage::Output(chunk)) => engine.io().output(chunk, &node_name),
                 Ok(AgentMessage::GpuUsage { gpus }) => engine.io().gpu_usage(&node_name, gpus),
+                Ok(AgentMessage::OutputRead { request, answer }) => {
+                    engine.io().reads().answered(&node_name, request, answer)
+                }
                 Ok(AgentMessage::Health { problem }) => {
                     if engine.send(Command::AgentHealth { conn, problem }).is_err() {
                         break;
@@ -259,6 +266,7 @@ async fn serve_agent(
     }
     drop(to_agent);
     engine.io().forget_gpu_usage(&node_name);
+    engine.io().reads().unlink(&node_name, conn);
     if cut {
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
     }

@@ -32,6 +32,7 @@ use serde::Deserialize;
 use utoipa::OpenApi;
 
 mod enrol;
+mod output;
 mod steps;
 
 impl IntoResponse for ApiError {
@@ -134,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/complete", post(steps::complete))
         .route("/steps", get(steps::list_steps))
         .route("/jobs/{id}/events", get(job_events))
+        .route("/jobs/{id}/output", get(output::job_output))
         .route("/queues", get(list_queues))
         .route(
             "/queue-objects",
@@ -189,6 +191,7 @@ pub fn router(state: AppState) -> Router {
         steps::complete,
         steps::list_steps,
         job_events,
+        output::job_output,
         list_queues,
         list_queue_objects,
         change_queue_objects,

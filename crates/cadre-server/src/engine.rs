@@ -139,13 +139,17 @@ pub struct EngineConfig {
 /// And each connected node's latest GPU use ([`AgentMessage::GpuUsage`]), which the
 /// metrics serve.
 ///
+/// And the reads of tasks' output that wait for their agents' answers
+/// ([`crate::output_reads`]).
+///
 /// [`AgentMessage::GpuUsage`]: cadre_proto::agent::AgentMessage::GpuUsage
 #[derive(Clone, Default)]
-pub struct IoHub(
-    Arc<Mutex<StepStreams>>,
-    Arc<Mutex<HashMap<String, u64>>>,
-    Arc<Mutex<GpuUsageByNode>>,
-);
+pub struct IoHub {
+    steps: Arc<Mutex<StepStreams>>,
+    heard: Arc<Mutex<HashMap<String, u64>>>,
+    gpus: Arc<Mutex<GpuUsageByNode>>,
+    reads: crate::output_reads::OutputReads,
+}
 
 pub use crate::metrics::GpuUsageByNode;
 
@@ -153,12 +157,17 @@ pub use crate::metrics::GpuUsageByNode;
 type StepStreams = HashMap<(JobId, u32), (UnboundedSender<StepEvent>, Vec<String>)>;
 
 impl IoHub {
+    /// Reads of tasks' output from their agents.
+    pub fn reads(&self) -> &crate::output_reads::OutputReads {
+        &self.reads
+    }
+
     /// The agent of `node` was heard now.
     pub fn heard(&self, node: &str) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        if let Ok(mut heard) = self.1.lock() {
+        if let Ok(mut heard) = self.heard.lock() {
             match heard.get_mut(node) {
                 Some(at) => *at = now,
                 None => {
@@ -185,26 +194,26 @@ impl IoHub {
             );
             return;
         }
-        if let Ok(mut usage) = self.2.lock() {
+        if let Ok(mut usage) = self.gpus.lock() {
             usage.insert(node.to_owned(), gpus);
         }
     }
 
     /// The agent of `node` went: its GPUs' use is no longer known.
     pub fn forget_gpu_usage(&self, node: &str) {
-        if let Ok(mut usage) = self.2.lock() {
+        if let Ok(mut usage) = self.gpus.lock() {
             usage.remove(node);
         }
     }
 
     /// Every connected node's latest GPU use.
     pub fn gpu_usages(&self) -> GpuUsageByNode {
-        self.2.lock().map(|u| u.clone()).unwrap_or_default()
+        self.gpus.lock().map(|u| u.clone()).unwrap_or_default()
     }
 
     /// When the agent of `node` was last heard, in seconds since 1970.
     pub fn last_heard(&self, node: &str) -> Option<u64> {
-        self.1.lock().ok()?.get(node).copied()
+        self.heard.lock().ok()?.get(node).copied()
     }
 
     /// Passes a task's output to its step's stream, if anyone listens and the output comes
@@ -213,7 +222,7 @@ impl IoHub {
         let Some(step) = chunk.run.step else {
             return;
         };
-        let Ok(streams) = self.0.lock() else {
+        let Ok(streams) = self.steps.lock() else {
             return;
         };
         match streams.get(&(chunk.run.job, step)) {
@@ -232,14 +241,18 @@ impl IoHub {
     }
 
     fn attach(&self, job: JobId, step: u32, nodes: Vec<String>, tx: UnboundedSender<StepEvent>) {
-        if let Ok(mut streams) = self.0.lock() {
+        if let Ok(mut streams) = self.steps.lock() {
             streams.insert((job, step), (tx, nodes));
         }
     }
 
     /// Sends the step's last event and forgets its stream.
     fn finish(&self, job: JobId, step: u32, event: StepEvent) {
-        let tx = self.0.lock().ok().and_then(|mut s| s.remove(&(job, step)));
+        let tx = self
+            .steps
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(&(job, step)));
         if let Some((tx, _)) = tx {
             let _ = tx.send(event);
         }

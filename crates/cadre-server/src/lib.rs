@@ -31,6 +31,7 @@ pub mod engine;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
+pub mod output_reads;
 pub mod queues;
 pub mod read_store;
 pub mod replica;

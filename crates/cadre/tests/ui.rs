@@ -31,8 +31,13 @@ fn token_for(c: &Cluster, user: &str) -> String {
     t["token"].as_str().expect("the secret").to_owned()
 }
 
-/// `cadre submit ARGS` over TCP with `token`: the job id.
+/// `cadre submit ARGS` over TCP with `token`, output to /dev/null: the job id.
 fn submit_as(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
+    submit_to(c, addr, token, "/dev/null", args)
+}
+
+/// `cadre submit --output OUTPUT ARGS` over TCP with `token`: the job id.
+fn submit_to(c: &Cluster, addr: &str, token: &str, output: &str, args: &[&str]) -> u64 {
     let server = format!("http://{addr}");
     let base = [
         "submit",
@@ -44,7 +49,7 @@ fn submit_as(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
         "--chdir",
         "/tmp",
         "--output",
-        "/dev/null",
+        output,
     ];
     let out = c.run(&[&base[..], args].concat());
     assert!(
@@ -137,11 +142,24 @@ fn the_dashboard_in_a_real_browser() {
     let base = format!("http://{addr}");
     let nobody = token_for(&c, "nobody");
     let daemon = token_for(&c, "daemon");
-    // nobody's gang: 2 nodes x 2 GPUs, running; then a job that cannot fit beside it.
-    let gang = submit_as(
+    // nobody's gang: 2 nodes x 2 GPUs, running, each rank printing a tick a second into a
+    // file of its own in a directory of nobody's; then a job that cannot fit beside it.
+    let out_dir = tempfile::Builder::new()
+        .prefix("cadre-ui-output")
+        .tempdir_in("/tmp")
+        .expect("a directory for the gang's output");
+    nix::unistd::chown(
+        out_dir.path(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        None,
+    )
+    .expect("chown to nobody");
+    let pattern = out_dir.path().join("rank-%t.out");
+    let gang = submit_to(
         &c,
         &addr,
         &nobody,
+        pattern.to_str().expect("a UTF-8 path"),
         &[
             "-N",
             "2",
@@ -152,8 +170,9 @@ fn the_dashboard_in_a_real_browser() {
             "-t",
             "1:00:00",
             "--",
-            "sleep",
-            "600",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 600 ]; do echo \"rank $SLURM_PROCID tick $i\"; i=$((i+1)); sleep 1; done",
         ],
     );
     let waiting = submit_as(
@@ -290,6 +309,67 @@ fn the_dashboard_in_a_real_browser() {
     assert_eq!(nodes, want, "ranks to nodes");
     b.wait_text("#events", "the gang's events", |t| t.contains("Submitted"));
     b.wait_text("#h-steps", "the gang's steps", |t| t.starts_with("Steps"));
+    // A rank's output, followed while it runs: rank 0's first, then rank 1's, chosen; the
+    // page keeps reading as the rank prints.
+    b.wait_text("#output", "rank 0's output", |t| {
+        t.contains("rank 0 tick 1")
+    });
+    b.execute(
+        "const s = document.getElementById('output-task'); s.value = '1'; s.dispatchEvent(new Event('change'));",
+        Value::Array(vec![]),
+    );
+    let first = b.wait_text("#output", "rank 1's output", |t| t.contains("rank 1 tick"));
+    assert!(
+        !first.contains("rank 0"),
+        "rank 0's output under rank 1: {first}"
+    );
+    let ticks = |t: &str| t.lines().filter(|l| l.starts_with("rank 1 tick")).count();
+    let seen = ticks(&first);
+    b.wait_text("#output", "rank 1's output growing", |t| {
+        ticks(t) >= seen + 2
+    });
+    b.wait_text("#output-status", "the rank followed", |t| {
+        t.starts_with("Running, following") && t.contains(&format!(" on {}", nodes[1]))
+    });
+    // Over the API with the user's token: another user's job's output is refused, and so
+    // is a read larger than the agent serves.
+    let bearer = format!("Bearer {nobody}");
+    let auth = [("Authorization", bearer.as_str())];
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/api/v1/jobs/{others}/output"),
+        &auth,
+        "",
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/api/v1/jobs/{gang}/output?task=1&limit=1000000000"),
+        &auth,
+        "",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("limit=1000000000"), "{body}");
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/api/v1/jobs/{gang}/output?task=2"),
+        &auth,
+        "",
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("tasks 0 to 1"), "{body}");
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/api/v1/jobs/{gang}/output?task=1&offset=0&limit=12"),
+        &auth,
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"data\":\"rank 1 tick \""), "{body}");
     b.screenshot(&shots.join("job.png"));
 
     // Accounts: the fair-share tree has the user's association.

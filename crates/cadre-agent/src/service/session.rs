@@ -37,8 +37,8 @@
 use cadre_core::cluster::NodeId;
 use cadre_core::job::JobState;
 use cadre_proto::agent::{
-    AgentMessage, ControllerMessage, Hello, LaunchOrder, NodeReport, PROTOCOL_VERSION, RunRef,
-    SequencedEvent, TaskEvent,
+    AgentMessage, ControllerMessage, Hello, LaunchOrder, NodeReport, OutputStream,
+    PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -135,6 +135,16 @@ pub(crate) enum Action {
         run: RunRef,
         limit: Option<Duration>,
     },
+    /// Read a task's output and answer `request` ([`ControllerMessage::ReadOutput`]).
+    ReadOutput {
+        request: u64,
+        run: RunRef,
+        task: u32,
+        stream: OutputStream,
+        offset: Option<u64>,
+        /// At most [`cadre_proto::agent::MAX_OUTPUT_READ`].
+        max: u32,
+    },
 }
 
 /// A transition the protocol does not allow.
@@ -197,6 +207,7 @@ fn kind(m: &ControllerMessage) -> &'static str {
         ControllerMessage::Stop { .. } => "stop",
         ControllerMessage::Signal { .. } => "signal",
         ControllerMessage::SetTimeLimit { .. } => "time limit",
+        ControllerMessage::ReadOutput { .. } => "read output",
     }
 }
 
@@ -360,6 +371,26 @@ impl Session {
                 Ok(actions)
             }
             (_, ControllerMessage::Refused { reason }) => Err(SessionError::Refused { reason }),
+            // Reads answer in any state after the hello: the controller may ask as soon as
+            // it has the connection, before its welcome.
+            (
+                _,
+                ControllerMessage::ReadOutput {
+                    request,
+                    run,
+                    task,
+                    stream,
+                    offset,
+                    max,
+                },
+            ) => Ok(vec![Action::ReadOutput {
+                request,
+                run,
+                task,
+                stream,
+                offset,
+                max: max.min(cadre_proto::agent::MAX_OUTPUT_READ),
+            }]),
             (Link::AwaitingWelcome { .. }, m) => {
                 protocol(format!("expected a welcome, got a {} message", kind(&m)))
             }

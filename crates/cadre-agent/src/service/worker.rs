@@ -74,6 +74,8 @@ pub(crate) struct LaunchContext {
     pub(crate) agent_key: String,
     /// The executable's loader and libraries, for `cadre-rsh` in containers.
     pub(crate) rsh_libraries: Option<(PathBuf, Vec<PathBuf>)>,
+    /// Each task's output files, open for reading ([`crate::output`]).
+    pub(crate) outputs: Arc<crate::output::OutputKeeper>,
 }
 
 impl LaunchContext {
@@ -95,6 +97,8 @@ impl LaunchContext {
 pub(crate) enum Report {
     Event(TaskEvent),
     Output(OutputChunk),
+    /// An answer to the controller (a task's output read), made off the service's loop.
+    Answer(cadre_proto::agent::AgentMessage),
 }
 
 /// An order for a running run.
@@ -298,6 +302,11 @@ fn run_thread(
     let readers = if job.relay {
         relay_output(&mut gang, run, events)
     } else {
+        for t in &mut gang.tasks {
+            if let Some(r) = t.take_readers() {
+                ctx.outputs.keep(run, t.place().procid, r);
+            }
+        }
         Vec::new()
     };
     let pids: Vec<u32> = gang.tasks.iter().map(|t| t.pid()).collect();
@@ -475,6 +484,7 @@ fn finish(
         .filter_map(|t| t.status_file().map(|s| s.path().to_path_buf()))
         .collect();
     let supervised = supervise(&mut gang, run, &completing, events, commands);
+    ctx.outputs.ended(run);
     for t in &mut gang.tasks {
         if let Some(epilog) = t.take_task_epilog() {
             epilog.run(run.job, t.place().procid);

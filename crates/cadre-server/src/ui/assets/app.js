@@ -17,6 +17,8 @@ const S = {
   node: null,
   job: null,
   whyNot: new Set(),
+  // The rank output the job page follows (see followOutput).
+  out: null,
 };
 
 function el(tag, attrs, ...children) {
@@ -488,6 +490,77 @@ async function act(id, verb, label) {
   route(true);
 }
 
+// A rank's output, read from its node through GET /api/v1/jobs/ID/output: the last 64 KiB
+// first, then each new piece from where the last ended, every second until the rank ends.
+// The <pre> lives across redraws, so what was read stays, and so does the scroll position.
+const OUTPUT_KEEP = 1 << 21;
+
+function followOutput(id, task) {
+  const o = S.out;
+  if (o && o.job === id && o.task === task) return o;
+  if (o) clearTimeout(o.timer);
+  S.out = {
+    job: id, task, next: null, ended: false, busy: false, timer: null, running: false,
+    pre: el('pre', { id: 'output', tabindex: '0', 'aria-label': `Output of task ${task}` }),
+    status: el('p', { id: 'output-status', role: 'status', text: 'Reading...' }),
+  };
+  return S.out;
+}
+
+async function pollOutput(o) {
+  if (o !== S.out || o.busy) return;
+  if (location.hash !== `#/job/${o.job}`) { clearTimeout(o.timer); S.out = null; return; }
+  o.busy = true;
+  let again = 1000;
+  try {
+    const from = o.next === null ? '' : `&offset=${o.next}`;
+    const r = await api('GET', `/api/v1/jobs/${o.job}/output?task=${o.task}${from}`);
+    if (o !== S.out) return;
+    const pre = o.pre;
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    if (o.next === null && r.offset > 0) pre.textContent = `[${r.offset} earlier bytes not shown]\n`;
+    if (r.data) {
+      pre.append(r.data);
+      if (pre.textContent.length > OUTPUT_KEEP) pre.textContent = pre.textContent.slice(-OUTPUT_KEEP / 2);
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    }
+    o.next = r.next_offset;
+    o.ended = r.ended;
+    o.status.textContent = `${r.ended ? 'Ended' : 'Running, following'}: ${r.size} bytes on ${r.node}`;
+    if (r.next_offset < r.size) again = 0;
+    else if (r.ended) again = null;
+  } catch (e) {
+    if (o !== S.out) return;
+    o.status.textContent = e.message;
+    // The agent may be reconnecting (503), or not have started the rank yet (404 while the
+    // job runs); anything else will not change by asking again.
+    again = e.status === 503 || (e.status === 404 && o.running) ? 2000 : null;
+  } finally {
+    o.busy = false;
+  }
+  if (again !== null) o.timer = setTimeout(() => pollOutput(o), again);
+}
+
+function outputSection(id, j, tasks, names) {
+  const batch = j.run && j.run.script;
+  const choices = batch ? [0] : tasks.map((_, p) => p);
+  if (j.state === 'PENDING' || !choices.length) {
+    if (S.out) { clearTimeout(S.out.timer); S.out = null; }
+    return el('section', { 'aria-labelledby': 'h-output' }, el('h2', { id: 'h-output', text: 'Output' }),
+      el('p', { text: 'No output until the job starts.' }));
+  }
+  const current = S.out && S.out.job === id && choices.includes(S.out.task) ? S.out.task : choices[0];
+  const o = followOutput(id, current);
+  o.running = j.state === 'RUNNING';
+  if (o.timer === null && !o.busy) pollOutput(o);
+  const label = (p) => (batch ? `0: the batch script on ${names[tasks[0].node] || tasks[0].node}`
+    : `${p}: group ${tasks[p].group} rank ${tasks[p].rank} on ${names[tasks[p].node] || tasks[p].node}`);
+  const pick = el('select', { id: 'output-task', onchange: (ev) => { const f = followOutput(id, Number(ev.target.value)); pollOutput(f); route(true); } },
+    choices.map((p) => el('option', { value: String(p), text: label(p), selected: p === current })));
+  return el('section', { 'aria-labelledby': 'h-output' }, el('h2', { id: 'h-output', text: 'Output' }),
+    el('label', { for: 'output-task', text: 'Task ' }), pick, o.status, o.pre);
+}
+
 async function jobPage(id) {
   let j; let events; let nodes; let steps;
   try {
@@ -531,6 +604,7 @@ async function jobPage(id) {
           el('td', { class: 'rank-gpus', text: ranges(t.gpus) }), el('td', { text: ranges(t.cores) }),
           el('td', { text: ranges(t.nics) }), el('td', { class: 'num', text: String(t.mem_mib) })))))
         : el('p', { text: 'Not placed.' })),
+    outputSection(id, j, tasks, names),
     el('section', { 'aria-labelledby': 'h-steps' }, el('h2', { id: 'h-steps', text: `Steps (${steps.steps.length})` }),
       steps.steps.length ? el('table', { id: 'steps' },
         el('thead', {}, el('tr', {}, ['Step', 'Name', 'State', 'Nodes', 'Tasks', 'Started', 'Ended', 'Exit code', 'Command'].map((t) => el('th', { scope: 'col', text: t })))),

@@ -1,0 +1,521 @@
+//! Each task's output files, kept open for reading, so that the controller can show a
+//! rank's output while it runs (the dashboard's job page) without anyone finding the file
+//! on the node.
+//!
+//! How the agent gets a descriptor without ever opening a user's file itself: the task's
+//! child process opens its output files as the job's user, after giving up root, as it
+//! always did; then it opens the same path once more for reading, still as the user,
+//! checks that it is the very file it writes (same device and inode, a regular file) and
+//! passes that descriptor to the agent over a socket pair ([`pass_reader`], between fork
+//! and exec) before it closes its own copy. So the agent reads only what the user could
+//! read, and only the file the task writes: a path swapped for a link in between, a
+//! device, a pipe or an output the user cannot read give no descriptor, and the rank's
+//! output is then simply not shown. Nothing is opened by path with root's rights.
+//!
+//! The agent keeps the descriptors of running tasks, and of ended ones for
+//! [`KEPT_AFTER_END`] (at most [`MAX_ENDED`] tasks), in an [`OutputKeeper`]; reads are
+//! `pread`s ([`OutputKeeper::read`]), which never move the task's own file offset. A
+//! restarted agent has no descriptors for the tasks it adopted: their output is read from
+//! the files.
+
+use cadre_proto::agent::{OutputPiece, OutputReadAnswer, OutputStream, RunRef};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CStr;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the output of an ended task can still be read through the agent.
+pub const KEPT_AFTER_END: Duration = Duration::from_secs(10 * 60);
+
+/// Ended tasks whose output is kept at most (the oldest go first).
+pub const MAX_ENDED: usize = 4096;
+
+/// A task's output files, open for reading: `None` where the task passed no descriptor.
+#[derive(Debug, Default)]
+pub struct TaskReaders {
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
+    /// The task's standard error goes into its standard output file.
+    pub stderr_in_stdout: bool,
+}
+
+/// Tags of the descriptors the child passes: which of its outputs each is.
+const TAG_STDOUT: u8 = 1;
+const TAG_STDERR: u8 = 2;
+
+/// The two ends of the socket pair a task's child passes its readers over: the agent
+/// keeps `receive`, the child gets `send`.
+pub(crate) struct ReaderChannel {
+    pub(crate) receive: OwnedFd,
+    pub(crate) send: OwnedFd,
+}
+
+impl ReaderChannel {
+    pub(crate) fn new() -> std::io::Result<ReaderChannel> {
+        let mut fds = [-1; 2];
+        // SAFETY: socketpair writes two descriptors into `fds` on success; both are then
+        // owned here and by nothing else.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        unsafe {
+            use std::os::fd::FromRawFd;
+            Ok(ReaderChannel {
+                receive: OwnedFd::from_raw_fd(fds[0]),
+                send: OwnedFd::from_raw_fd(fds[1]),
+            })
+        }
+    }
+}
+
+/// In the task's child, between fork and exec, as the job's user: opens `path` again for
+/// reading and passes the descriptor over `channel` if it is the regular file `written`
+/// is. System calls on stack data only: no allocation, no lock. Whatever fails, the task
+/// goes on; its output is then not shown.
+pub(crate) fn pass_reader(channel: &OwnedFd, written: &OwnedFd, path: &CStr, stderr: bool) {
+    let Ok(w) = nix::sys::stat::fstat(written) else {
+        return;
+    };
+    if w.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return;
+    }
+    // Not O_NOFOLLOW: opened with the user's identity, as the output file itself was, and
+    // compared with it below.
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_CLOEXEC
+        | nix::fcntl::OFlag::O_NOCTTY
+        | nix::fcntl::OFlag::O_NONBLOCK;
+    let Ok(read) = nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) else {
+        return;
+    };
+    let Ok(r) = nix::sys::stat::fstat(&read) else {
+        return;
+    };
+    if r.st_dev != w.st_dev || r.st_ino != w.st_ino {
+        return;
+    }
+    let tag = if stderr { TAG_STDERR } else { TAG_STDOUT };
+    send_fd(channel, &read, tag);
+}
+
+/// Control-message room for one descriptor, aligned as `cmsghdr` must be.
+#[repr(C)]
+union OneFdControl {
+    header: libc::cmsghdr,
+    bytes: [u8; 64],
+}
+
+/// Sends `fd` with the one byte `tag` (sendmsg with SCM_RIGHTS, from stack buffers).
+fn send_fd(channel: &OwnedFd, fd: &OwnedFd, tag: u8) {
+    let mut byte = [tag];
+    let mut control = OneFdControl { bytes: [0; 64] };
+    // SAFETY: every pointer refers to a live stack buffer of the given length; the control
+    // buffer is aligned for `cmsghdr` and larger than CMSG_SPACE of one descriptor (24
+    // bytes on 64-bit Linux); CMSG_FIRSTHDR of a msghdr whose controllen covers a header
+    // is that buffer's start.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        debug_assert!(space <= std::mem::size_of::<OneFdControl>());
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = std::ptr::addr_of_mut!(control).cast();
+        msg.msg_controllen = space as _;
+        let header = libc::CMSG_FIRSTHDR(&msg);
+        if header.is_null() {
+            return;
+        }
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        let raw: libc::c_int = fd.as_raw_fd();
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>(), raw);
+        libc::sendmsg(
+            channel.as_raw_fd(),
+            &msg,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        );
+    }
+}
+
+/// In the agent, once the child has exec'd (or failed): the descriptors it passed. Never
+/// blocks; received descriptors are close-on-exec from the start (`MSG_CMSG_CLOEXEC`), so
+/// no other task inherits them.
+pub(crate) fn receive_readers(channel: &OwnedFd, stderr_in_stdout: bool) -> TaskReaders {
+    let mut readers = TaskReaders {
+        stderr_in_stdout,
+        ..TaskReaders::default()
+    };
+    // Two at most: stdout's and stderr's.
+    for _ in 0..2 {
+        let Some((tag, file)) = receive_fd(channel) else {
+            break;
+        };
+        match tag {
+            TAG_STDOUT => readers.stdout = Some(file),
+            TAG_STDERR => readers.stderr = Some(file),
+            _ => {}
+        }
+    }
+    readers
+}
+
+fn receive_fd(channel: &OwnedFd) -> Option<(u8, File)> {
+    let mut byte = [0u8];
+    let mut control = OneFdControl { bytes: [0; 64] };
+    // SAFETY: as in `send_fd`; a descriptor found in an SCM_RIGHTS message is new in this
+    // process and owned by nothing else.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = std::ptr::addr_of_mut!(control).cast();
+        msg.msg_controllen = std::mem::size_of::<OneFdControl>() as _;
+        let n = libc::recvmsg(
+            channel.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        );
+        if n != 1 {
+            return None;
+        }
+        let mut found: Option<File> = None;
+        let mut header = libc::CMSG_FIRSTHDR(&msg);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<libc::c_int>();
+                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<libc::c_int>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    use std::os::fd::FromRawFd;
+                    let file = File::from_raw_fd(fd);
+                    // One is sent; any other is closed by dropping it.
+                    if found.is_none() {
+                        found = Some(file);
+                    }
+                }
+            }
+            header = libc::CMSG_NXTHDR(&msg, header);
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return None;
+        }
+        found.map(|f| (byte[0], f))
+    }
+}
+
+/// One task's kept readers.
+#[derive(Debug)]
+struct Kept {
+    stdout: Option<Arc<File>>,
+    stderr: Option<Arc<File>>,
+    stderr_in_stdout: bool,
+    ended: Option<Instant>,
+}
+
+/// The readers of this node's tasks, by run and `SLURM_PROCID`.
+#[derive(Debug, Default)]
+pub struct OutputKeeper {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: HashMap<(RunRef, u32), Kept>,
+    /// Ended tasks, oldest first.
+    ended: VecDeque<(Instant, RunRef, u32)>,
+}
+
+impl OutputKeeper {
+    /// Keeps task `procid` of `run`'s readers (replacing any it had).
+    pub fn keep(&self, run: RunRef, procid: u32, readers: TaskReaders) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        inner.tasks.insert(
+            (run, procid),
+            Kept {
+                stdout: readers.stdout.map(Arc::new),
+                stderr: readers.stderr.map(Arc::new),
+                stderr_in_stdout: readers.stderr_in_stdout,
+                ended: None,
+            },
+        );
+    }
+
+    /// Every task of `run` on this node has ended: its output is kept for
+    /// [`KEPT_AFTER_END`] more.
+    pub fn ended(&self, run: RunRef) {
+        let now = Instant::now();
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let mut ended = Vec::new();
+        for ((r, procid), kept) in inner.tasks.iter_mut() {
+            if *r == run && kept.ended.is_none() {
+                kept.ended = Some(now);
+                ended.push(*procid);
+            }
+        }
+        ended.sort_unstable();
+        for procid in ended {
+            inner.ended.push_back((now, run, procid));
+        }
+        inner.prune(now);
+    }
+
+    /// Tasks whose readers are kept (running and ended).
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |i| i.tasks.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads task `procid` of `run`'s `stream`: from `offset`, or the last `max` bytes;
+    /// at most `max` bytes. Blocking (a `pread` of the file): call it off the async loop.
+    pub fn read(
+        &self,
+        run: RunRef,
+        procid: u32,
+        stream: OutputStream,
+        offset: Option<u64>,
+        max: u32,
+    ) -> OutputReadAnswer {
+        let unavailable = |why: String| OutputReadAnswer::Unavailable { why };
+        let (file, ended) = {
+            let Ok(mut inner) = self.inner.lock() else {
+                return unavailable("the agent's output table is poisoned".into());
+            };
+            inner.prune(Instant::now());
+            let Some(kept) = inner.tasks.get(&(run, procid)) else {
+                return unavailable(format!(
+                    "task {procid} of job {} (run {}) has no output kept on this node: it does not run here, it ended more than {} minutes ago, or the agent restarted since it started",
+                    run.job,
+                    run.run,
+                    KEPT_AFTER_END.as_secs() / 60
+                ));
+            };
+            let file = match stream {
+                OutputStream::Stdout => kept.stdout.clone(),
+                OutputStream::Stderr if kept.stderr_in_stdout => {
+                    return unavailable(format!(
+                        "task {procid}'s standard error goes into its standard output file"
+                    ));
+                }
+                OutputStream::Stderr => kept.stderr.clone(),
+            };
+            let Some(file) = file else {
+                return unavailable(format!(
+                    "task {procid}'s output is not a regular file its user can read (a device, a pipe, or a path swapped while it started)"
+                ));
+            };
+            (file, kept.ended.is_some())
+        };
+        match read_piece(&file, offset, max) {
+            Ok(mut piece) => {
+                piece.ended = ended;
+                OutputReadAnswer::Piece(piece)
+            }
+            Err(e) => unavailable(format!("reading task {procid}'s output: {e}")),
+        }
+    }
+}
+
+impl Inner {
+    fn prune(&mut self, now: Instant) {
+        while let Some(&(at, run, procid)) = self.ended.front() {
+            if now.duration_since(at) < KEPT_AFTER_END && self.ended.len() <= MAX_ENDED {
+                break;
+            }
+            self.ended.pop_front();
+            if self
+                .tasks
+                .get(&(run, procid))
+                .is_some_and(|k| k.ended == Some(at))
+            {
+                self.tasks.remove(&(run, procid));
+            }
+        }
+    }
+}
+
+/// Reads at most `max` bytes of `file` from `offset` (`None`: its last `max` bytes). A
+/// UTF-8 character cut by the end of the read is left for the next read.
+fn read_piece(file: &File, offset: Option<u64>, max: u32) -> std::io::Result<OutputPiece> {
+    let size = file.metadata()?.len();
+    let start = offset.unwrap_or(size.saturating_sub(u64::from(max)));
+    let mut buf = vec![0u8; max as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], start + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    let keep = whole_characters(&buf);
+    buf.truncate(keep);
+    Ok(OutputPiece {
+        offset: start,
+        next_offset: start + keep as u64,
+        size,
+        data: String::from_utf8_lossy(&buf).into_owned(),
+        ended: false,
+    })
+}
+
+/// How many of `bytes` to keep so that a UTF-8 character its end cuts is left out (all of
+/// them when that would leave nothing, so that a read always moves on).
+fn whole_characters(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=n.min(3) {
+        let b = bytes[n - back];
+        if b & 0xC0 == 0x80 {
+            continue;
+        }
+        let need = match b {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if need > back && n > back { n - back } else { n };
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cadre_core::job::JobId;
+    use std::io::Write;
+
+    fn run() -> RunRef {
+        RunRef::job_run(JobId(7), 0)
+    }
+
+    #[test]
+    fn a_character_cut_by_the_end_of_a_read_is_left_for_the_next() {
+        let s = "a\u{e9}\u{20ac}\u{1f600}".as_bytes(); // 1, 2, 3 and 4 bytes
+        assert_eq!(whole_characters(s), s.len());
+        for cut in 1..4 {
+            assert_eq!(whole_characters(&s[..s.len() - cut]), 6, "cut {cut}");
+        }
+        assert_eq!(whole_characters(&s[..2]), 1);
+        assert_eq!(whole_characters(b"plain"), 5);
+        // Nothing whole: kept anyway, so that a read moves on.
+        assert_eq!(whole_characters(&s[6..8]), 2);
+    }
+
+    #[test]
+    fn reads_follow_a_file_by_offset_and_tail_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut w = File::create(&path).unwrap();
+        let keeper = OutputKeeper::default();
+        keeper.keep(
+            run(),
+            3,
+            TaskReaders {
+                stdout: Some(File::open(&path).unwrap()),
+                stderr: None,
+                stderr_in_stdout: true,
+            },
+        );
+        let read = |offset, max| match keeper.read(run(), 3, OutputStream::Stdout, offset, max) {
+            OutputReadAnswer::Piece(p) => p,
+            other => panic!("{other:?}"),
+        };
+        let p = read(Some(0), 100);
+        assert_eq!((p.data.as_str(), p.next_offset, p.size), ("", 0, 0));
+        w.write_all(b"line 1\nline 2\n").unwrap();
+        let p = read(Some(0), 100);
+        assert_eq!(
+            (p.data.as_str(), p.next_offset, p.ended),
+            ("line 1\nline 2\n", 14, false)
+        );
+        w.write_all("\u{20ac}".as_bytes()).unwrap();
+        let p = read(Some(p.next_offset), 3);
+        assert_eq!((p.data.as_str(), p.next_offset), ("\u{20ac}", 17));
+        let p = read(Some(13), 3);
+        assert_eq!(
+            (p.data.as_str(), p.next_offset),
+            ("\n", 14),
+            "the cut euro waits"
+        );
+        let p = read(Some(14), 2);
+        assert_eq!(p.next_offset, 16, "a lone cut character is kept");
+        let p = read(None, 7);
+        assert_eq!((p.offset, p.data.as_str()), (10, "e 2\n\u{20ac}"));
+        match keeper.read(run(), 3, OutputStream::Stderr, None, 10) {
+            OutputReadAnswer::Unavailable { why } => assert!(why.contains("standard output")),
+            other => panic!("{other:?}"),
+        }
+        match keeper.read(run(), 4, OutputStream::Stdout, None, 10) {
+            OutputReadAnswer::Unavailable { why } => {
+                assert!(why.contains("task 4 of job 7"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        keeper.ended(run());
+        assert!(read(Some(0), 1).ended);
+        assert_eq!(keeper.len(), 1);
+    }
+
+    #[test]
+    fn a_passed_reader_is_the_file_the_task_writes_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let channel = ReaderChannel::new().unwrap();
+        let written: OwnedFd = File::create(&out).unwrap().into();
+        let path = std::ffi::CString::new(out.as_os_str().as_encoded_bytes()).unwrap();
+        pass_reader(&channel.send, &written, &path, false);
+        // A path that names another file than the one written: nothing passed.
+        let other = dir.path().join("other");
+        std::fs::write(&other, "not the output").unwrap();
+        let other_c = std::ffi::CString::new(other.as_os_str().as_encoded_bytes()).unwrap();
+        pass_reader(&channel.send, &written, &other_c, true);
+        // Not a regular file: nothing passed.
+        let null: OwnedFd = File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+            .into();
+        pass_reader(&channel.send, &null, c"/dev/null", true);
+        let readers = receive_readers(&channel.receive, false);
+        assert!(readers.stderr.is_none());
+        let reader = readers.stdout.expect("stdout's reader");
+        let flags = nix::fcntl::fcntl(&reader, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(flags & libc::FD_CLOEXEC, 0, "received close-on-exec");
+        std::fs::write(&out, "hello").unwrap();
+        let mut s = String::new();
+        use std::io::Read;
+        (&reader).read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello");
+    }
+}
