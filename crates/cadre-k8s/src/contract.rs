@@ -30,6 +30,7 @@ use crate::error::K8sError;
 use crate::model::{
     Completion, EnvSource, MpiImplementation, Program, PyTorchContract, Translated, WorkloadKind,
 };
+use std::collections::BTreeMap;
 
 /// The cluster domain of the DNS names.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
@@ -188,6 +189,186 @@ pub fn pod_name(t: &Translated, group: usize, index: u32) -> String {
         WorkloadKind::MpiJob { .. }
         | WorkloadKind::PyTorchJob(_)
         | WorkloadKind::VolcanoJob { .. } => format!("{base}-{gname}-{index}"),
+    }
+}
+
+/// The labels of the pod of task `index` of group `group`, as Kubernetes and the operators
+/// set them: the template's, the kind's controller's (`job-name`,
+/// `training.kubeflow.org/replica-type`, `volcano.sh/task-spec`, ...) and the rank's own
+/// (`batch.kubernetes.io/job-completion-index` of an Indexed Job or a JobSet's job,
+/// `training.kubeflow.org/replica-index`, `jobset.sigs.k8s.io/job-index`).
+pub fn pod_labels(t: &Translated, group: usize, index: u32) -> BTreeMap<String, String> {
+    let mut l = t
+        .groups
+        .get(group)
+        .map(|g| g.labels.clone())
+        .unwrap_or_default();
+    let gname = t.spec.groups.get(group).map_or("", |g| g.name.as_str());
+    let mut set = |k: &str, v: String| {
+        l.insert(k.to_string(), v);
+    };
+    match &t.kind {
+        WorkloadKind::Job { indexed, .. } => {
+            set("job-name", t.name.clone());
+            set("batch.kubernetes.io/job-name", t.name.clone());
+            if *indexed {
+                set(crate::pod::COMPLETION_INDEX_KEY, index.to_string());
+            }
+        }
+        WorkloadKind::JobSet {
+            completions,
+            indexed,
+            ..
+        } => {
+            let c = completions.get(group).copied().unwrap_or(1).max(1);
+            let job = format!("{}-{gname}-{}", t.name, index / c);
+            set("jobset.sigs.k8s.io/jobset-name", t.name.clone());
+            set("jobset.sigs.k8s.io/replicatedjob-name", gname.to_string());
+            set("jobset.sigs.k8s.io/job-index", (index / c).to_string());
+            set("job-name", job.clone());
+            set("batch.kubernetes.io/job-name", job);
+            if indexed.get(group) == Some(&true) {
+                set(crate::pod::COMPLETION_INDEX_KEY, (index % c).to_string());
+            }
+        }
+        WorkloadKind::MpiJob { .. } | WorkloadKind::PyTorchJob(_) => {
+            set("training.kubeflow.org/job-name", t.name.clone());
+            set(
+                "training.kubeflow.org/replica-type",
+                gname.to_ascii_lowercase(),
+            );
+            set("training.kubeflow.org/replica-index", index.to_string());
+        }
+        WorkloadKind::VolcanoJob { .. } => {
+            set("volcano.sh/job-name", t.name.clone());
+            set("volcano.sh/job-namespace", t.namespace.clone());
+            set("volcano.sh/task-spec", gname.to_string());
+            set("volcano.sh/task-index", index.to_string());
+        }
+    }
+    l
+}
+
+/// A label selector as `kubectl -l` takes it: requirements joined by commas, each `k=v`,
+/// `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)` or `k notin (a,b)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector(Vec<Requirement>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    Absent(String),
+}
+
+impl Selector {
+    /// Parses `text`; the error says which requirement is malformed.
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let mut reqs = Vec::new();
+        let mut rest = text.trim();
+        while !rest.is_empty() {
+            // A requirement ends at a comma outside parentheses.
+            let mut depth = 0i32;
+            let mut end = rest.len();
+            for (i, ch) in rest.char_indices() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let part = rest[..end].trim();
+            rest = rest.get(end + 1..).unwrap_or("").trim();
+            reqs.push(Requirement::parse(part)?);
+        }
+        if reqs.is_empty() {
+            return Err("an empty selector".into());
+        }
+        Ok(Selector(reqs))
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| r.matches(labels))
+    }
+}
+
+fn is_label_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 317
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn is_label_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl Requirement {
+    fn parse(part: &str) -> Result<Requirement, String> {
+        let bad = |why: &str| Err(format!("`{part}`: {why}"));
+        let key = |k: &str| -> Result<String, String> {
+            let k = k.trim();
+            if is_label_key(k) {
+                Ok(k.to_string())
+            } else {
+                Err(format!("`{part}`: `{k}` is not a label key"))
+            }
+        };
+        let value = |v: &str| -> Result<String, String> {
+            let v = v.trim();
+            if is_label_value(v) {
+                Ok(v.to_string())
+            } else {
+                Err(format!("`{part}`: `{v}` is not a label value"))
+            }
+        };
+        if part.is_empty() {
+            return bad("an empty requirement");
+        }
+        if let Some((k, v)) = part.split_once("!=") {
+            return Ok(Requirement::NotEquals(key(k)?, value(v)?));
+        }
+        if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            return Ok(Requirement::Equals(key(k)?, value(v)?));
+        }
+        if let Some(k) = part.strip_prefix('!') {
+            return Ok(Requirement::Absent(key(k)?));
+        }
+        for (word, not) in [(" notin ", true), (" in ", false)] {
+            if let Some((k, set)) = part.split_once(word) {
+                let set = set.trim();
+                let Some(inner) = set.strip_prefix('(').and_then(|s| s.strip_suffix(')')) else {
+                    return bad("a set must be in parentheses: `key in (a,b)`");
+                };
+                let values = inner.split(',').map(value).collect::<Result<Vec<_>, _>>()?;
+                return Ok(if not {
+                    Requirement::NotIn(key(k)?, values)
+                } else {
+                    Requirement::In(key(k)?, values)
+                });
+            }
+        }
+        Ok(Requirement::Exists(key(part)?))
+    }
+
+    fn matches(&self, l: &BTreeMap<String, String>) -> bool {
+        match self {
+            Requirement::Equals(k, v) => l.get(k) == Some(v),
+            Requirement::NotEquals(k, v) => l.get(k) != Some(v),
+            Requirement::In(k, vs) => l.get(k).is_some_and(|x| vs.contains(x)),
+            Requirement::NotIn(k, vs) => l.get(k).is_none_or(|x| !vs.contains(x)),
+            Requirement::Exists(k) => l.contains_key(k),
+            Requirement::Absent(k) => !l.contains_key(k),
+        }
     }
 }
 

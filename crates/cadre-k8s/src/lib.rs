@@ -122,8 +122,9 @@ pub mod submission;
 pub mod translate;
 
 pub use contract::{
-    JobFile, PlacedTask, Placement, RSH_AGENT, discover_hosts, dns_names, holds_for_rsh, hostfile,
-    hosts_file, job_files, pod_name, rank_environment, rank_program, task_of_rank,
+    JobFile, PlacedTask, Placement, RSH_AGENT, Selector, discover_hosts, dns_names, holds_for_rsh,
+    hostfile, hosts_file, job_files, pod_labels, pod_name, rank_environment, rank_program,
+    task_of_rank,
 };
 pub use document::{Object, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem, SUPPORTED_KINDS};

@@ -268,6 +268,11 @@ pub struct GroupRun {
     /// allows them (every other one is dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
+    /// The labels of the group's pods: the template's, and those the kind's controller
+    /// sets on every pod of the group (per-rank ones come from
+    /// [`crate::contract::pod_labels`]). Empty in translations recorded before they were.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl GroupRun {
@@ -284,6 +289,7 @@ impl GroupRun {
             ports: Vec::new(),
             host_aliases: Vec::new(),
             capabilities: Vec::new(),
+            labels: std::collections::BTreeMap::new(),
         }
     }
 }

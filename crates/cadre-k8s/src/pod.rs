@@ -149,6 +149,9 @@ pub(crate) fn read_pod_template(
         refusals,
         notes,
     );
+    if let Some(run) = pieces.run.as_mut() {
+        run.labels = pieces.labels.clone();
+    }
     pieces
 }
 
@@ -1017,6 +1020,7 @@ fn read_container(
         ports: port_list,
         host_aliases: aliases,
         capabilities,
+        labels: BTreeMap::new(),
     }
 }
 

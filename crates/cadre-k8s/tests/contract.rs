@@ -549,3 +549,56 @@ spec:
         ]
     );
 }
+
+#[test]
+fn pods_carry_the_labels_kubernetes_and_the_operators_set_and_selectors_pick_them() {
+    use cadre_k8s::{Selector, pod_labels};
+    let indexed = job("apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    metadata: {labels: {app: bert, team: nlp}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: x, command: [python, t.py]}]
+");
+    let l1 = pod_labels(&indexed, 0, 1);
+    assert_eq!(l1["app"], "bert");
+    assert_eq!(l1["job-name"], "train");
+    assert_eq!(l1["batch.kubernetes.io/job-completion-index"], "1");
+    let pt = job("apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: ddp}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template: {spec: {containers: [{name: pytorch, image: x, command: [python, t.py]}]}}
+    Worker:
+      replicas: 2
+      template: {spec: {containers: [{name: pytorch, image: x, command: [python, t.py]}]}}
+");
+    let w1 = pod_labels(&pt, 1, 1);
+    assert_eq!(w1["training.kubeflow.org/replica-type"], "worker");
+    assert_eq!(w1["training.kubeflow.org/replica-index"], "1");
+    assert_eq!(w1["training.kubeflow.org/job-name"], "ddp");
+    let m0 = pod_labels(&pt, 0, 0);
+    assert_eq!(m0["training.kubeflow.org/job-role"], "master");
+
+    let sel = |s: &str| Selector::parse(s).unwrap_or_else(|e| panic!("{e}"));
+    assert!(sel("app=bert,job-name==train").matches(&l1));
+    assert!(sel("batch.kubernetes.io/job-completion-index in (0, 1)").matches(&l1));
+    assert!(!sel("batch.kubernetes.io/job-completion-index notin (1)").matches(&l1));
+    assert!(sel("team,!missing").matches(&l1));
+    assert!(!sel("app!=bert").matches(&l1));
+    assert!(sel("training.kubeflow.org/replica-type=worker").matches(&w1));
+    assert!(!sel("training.kubeflow.org/replica-type=worker").matches(&m0));
+    for bad in ["", "a b=c", "k in a,b", "=v", "k=a b"] {
+        let e = Selector::parse(bad).expect_err(bad);
+        assert!(!e.is_empty(), "{bad}");
+    }
+}

@@ -72,7 +72,7 @@ pub enum RunIn {
 
 /// How `get` prints.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Wide,
     Json,
     Yaml,
@@ -94,6 +94,14 @@ pub struct GetArgs {
     pub all_namespaces: bool,
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
+    /// For `pods`: only those whose labels match (`job-name=train`, `app in (a,b)`,
+    /// `!canary`), as `kubectl -l` reads it.
+    #[arg(short = 'l', long = "selector")]
+    pub selector: Option<String>,
+    /// For `pods`: after the list, a line for each pod that appears or changes, until
+    /// interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
 }
 
 /// `cadre delete` and `cadre describe`.
@@ -110,7 +118,7 @@ pub struct NamedArgs {
 
 /// A kind as the commands name it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-struct KindName {
+pub(crate) struct KindName {
     kind: &'static str,
     /// The API group (`batch` for batch/v1 Jobs).
     group: &'static str,
@@ -201,7 +209,7 @@ fn queue_object_text(kind: &str, name: &str) -> String {
     )
 }
 
-fn kind_named(word: &str) -> Result<KindName> {
+pub(crate) fn kind_named(word: &str) -> Result<KindName> {
     let w = word.to_ascii_lowercase();
     let w = w.strip_suffix('s').unwrap_or(&w);
     KINDS
@@ -227,12 +235,12 @@ fn api_group(api_version: &str) -> &str {
 
 /// A job's workload identity, from its spec's annotations.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-struct Identity {
-    kind: String,
+pub(crate) struct Identity {
+    pub(crate) kind: String,
     #[serde(rename = "apiVersion")]
-    api_version: String,
-    namespace: String,
-    name: String,
+    pub(crate) api_version: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 impl Identity {
@@ -256,12 +264,12 @@ impl Identity {
         }
     }
 
-    fn is(&self, k: KindName) -> bool {
+    pub(crate) fn is(&self, k: KindName) -> bool {
         self.kind == k.kind && api_group(&self.api_version) == k.group
     }
 
     /// kubectl's `resource.group/name`.
-    fn object(&self) -> String {
+    pub(crate) fn object(&self) -> String {
         let resource = KINDS
             .iter()
             .find(|k| self.is(**k))
@@ -404,7 +412,7 @@ fn whoami(conn: &ConnectArgs, client: &mut cadre_client::Client) -> Result<Strin
 }
 
 /// Every job that is a workload, with its identity, in id order.
-fn workload_jobs(client: &mut cadre_client::Client) -> Result<Vec<(Identity, JobView)>> {
+pub(crate) fn workload_jobs(client: &mut cadre_client::Client) -> Result<Vec<(Identity, JobView)>> {
     let list: JobList = client.get("/jobs?detail=true")?;
     Ok(list
         .jobs
@@ -554,7 +562,7 @@ struct WorkloadRow {
     exit_code: Option<i32>,
 }
 
-fn age(since: u64) -> String {
+pub(crate) fn age(since: u64) -> String {
     let secs = cadre_client::clock::now().saturating_sub(since);
     match secs {
         s if s < 120 => format!("{s}s"),
@@ -719,6 +727,19 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     if let Some(k) = queue_kind_named(&w) {
         return get_queues(conn, a, Some(k));
     }
+    if matches!(w.as_str(), "pods" | "pod" | "po") {
+        return crate::pods::get_pods(
+            conn,
+            &a.namespace,
+            a.all_namespaces,
+            a.selector.as_deref(),
+            a.watch,
+            a.output,
+        );
+    }
+    if a.selector.is_some() || a.watch {
+        bail!("-l and -w are for `cadre get pods`");
+    }
     let filter = match w.as_str() {
         "workload" | "workloads" | "all" => None,
         other => Some(kind_named(other)?),
@@ -788,7 +809,7 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(rows: &[Vec<String>]) {
+pub(crate) fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

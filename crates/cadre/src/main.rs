@@ -27,6 +27,7 @@ mod daemon;
 mod k8s;
 mod native;
 mod plan;
+mod pods;
 mod rsh;
 mod sim;
 
@@ -103,15 +104,42 @@ enum Command {
         #[arg(required = true)]
         jobs: Vec<u64>,
     },
-    /// Wait until jobs end; exit 0 if every one completed, 1 otherwise.
+    /// Wait until jobs end; exit 0 if every one completed, 1 otherwise. With `--for`,
+    /// wait for a condition of applied workloads (KIND/NAME), as `kubectl wait` does.
+    #[command(after_help = "Examples:
+  cadre wait 12 13
+  cadre wait --for=condition=Complete job/train --timeout 600
+  cadre wait --for=condition=Failed pytorchjob/ddp -n research")]
     Wait {
         #[command(flatten)]
         connect: ConnectArgs,
-        #[arg(required = true)]
-        jobs: Vec<u64>,
+        /// Job ids; with --for, workloads as KIND/NAME (job/train, pytorchjob/ddp).
+        #[arg(required = true, value_name = "JOBS")]
+        targets: Vec<String>,
+        /// `condition=Complete` (or `Succeeded`) or `condition=Failed`: exit 0 once it
+        /// holds, 1 when the workload ended the other way or at the timeout.
+        #[arg(long = "for", value_name = "condition=COND")]
+        for_condition: Option<String>,
+        /// The workloads' namespace (with --for).
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
         /// Give up after this many seconds.
         #[arg(long)]
         timeout: Option<u64>,
+    },
+    /// Print the output of a workload's ranks as `kubectl logs` prints pods' logs.
+    #[command(
+        long_about = "Print the output of the ranks of applied workloads, each rank a pod, as `kubectl logs` prints pods' logs: one pod (pod/NAME or NAME), every rank of a workload (KIND/NAME), or the pods whose labels match -l (the labels Kubernetes and the operators set: job-name, batch.kubernetes.io/job-completion-index, training.kubeflow.org/replica-type, volcano.sh/task-spec, and the template's own). Several pods' lines are prefixed [pod/NAME/CONTAINER]. The output is read from the agent of each rank's node while the rank runs and for 10 minutes after it ends, then from the rank's output file where this machine sees it (<name>-<job id>-<rank>.out in the working directory).",
+        after_help = "Examples:
+  cadre logs pod/train-0
+  cadre logs -f pytorchjob/ddp
+  cadre logs -l training.kubeflow.org/replica-type=worker --tail 20"
+    )]
+    Logs {
+        #[command(flatten)]
+        connect: ConnectArgs,
+        #[command(flatten)]
+        args: pods::LogsArgs,
     },
     /// Apply Kubernetes manifests: workloads run as jobs, queue objects become queues.
     ///
@@ -409,6 +437,20 @@ fn main() -> ExitCode {
 }
 
 /// The exit codes, as `cadre --help` lists them (from [`cadre_proto::exit`]).
+/// `cadre wait`'s words as job ids (workloads need `--for`).
+fn job_ids(targets: &[String]) -> anyhow::Result<Vec<u64>> {
+    targets
+        .iter()
+        .map(|t| {
+            t.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "`{t}` is not a job id (a workload, KIND/NAME, is waited for with --for=condition=Complete)"
+                )
+            })
+        })
+        .collect()
+}
+
 fn exit_codes_help() -> String {
     format!(
         "Exit codes:
@@ -451,9 +493,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Cancel { connect, jobs } => native::cancel(&connect, &jobs),
         Command::Wait {
             connect,
-            jobs,
+            targets,
+            for_condition: Some(condition),
+            namespace,
             timeout,
-        } => native::wait(&connect, &jobs, timeout),
+        } => pods::wait_for(&connect, &condition, &targets, &namespace, timeout),
+        Command::Wait {
+            connect,
+            targets,
+            for_condition: None,
+            timeout,
+            ..
+        } => native::wait(&connect, &job_ids(&targets)?, timeout),
+        Command::Logs { connect, args } => pods::logs(&connect, &args),
         Command::Token { connect, command } => native::token(&connect, &command),
         Command::Ui { connect, args } => native::ui(&connect, &args),
         Command::Status { connect, json } => native::status(&connect, json),

@@ -1706,3 +1706,134 @@ spec:
     assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
     assert_eq!(c.output("venv", job, 0), "found in the venv\n");
 }
+
+/// `cadre get pods`, `cadre logs` and `cadre wait --for` as `kubectl` users run them on an
+/// Indexed Job whose two ranks print a line a step, waiting for a flag file between steps.
+#[test]
+fn ranks_are_pods_whose_logs_and_conditions_read_as_kubectl_s() {
+    let c = Cluster::up(2);
+    let flag = c.dir().join("logs-go");
+    let manifest = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: talk}}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    metadata: {{labels: {{app: talker}}}}
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        command: [sh, -c, 'echo rank $JOB_COMPLETION_INDEX first; while [ ! -e {} ]; do sleep 0.1; done; echo rank $JOB_COMPLETION_INDEX last']
+",
+        flag.display()
+    );
+    let job = c.apply(&manifest);
+    wait_until("both ranks printed their first line", || {
+        (0..2).all(|r| c.output("talk", job, r).contains("first"))
+    });
+    // Pods: each rank with the labels Kubernetes sets, Running on its node.
+    let pods: Value =
+        serde_json::from_str(&c.ok(&["get", "pods", "-l", "app=talker", "-o", "json"]))
+            .expect("JSON");
+    let pods = pods.as_array().expect("a list");
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    for (i, p) in pods.iter().enumerate() {
+        assert_eq!(p["name"], format!("talk-{i}"), "{p}");
+        assert_eq!(p["status"], "Running", "{p}");
+        assert_eq!(p["labels"]["job-name"], "talk", "{p}");
+        assert_eq!(
+            p["labels"]["batch.kubernetes.io/job-completion-index"],
+            i.to_string(),
+            "{p}"
+        );
+    }
+    assert!(
+        pods.iter()
+            .all(|p| p["node"].as_str().is_some_and(|n| n.starts_with("node")))
+    );
+    let table = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "batch.kubernetes.io/job-completion-index in (1)",
+    ]);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("talk-1") && !table.contains("talk-0"),
+        "{table}"
+    );
+    assert!(
+        table.contains("1/1") && table.contains("Running"),
+        "{table}"
+    );
+    // One pod's log, while it runs, read from its node's agent.
+    let one = c.ok(&["logs", "pod/talk-1"]);
+    assert_eq!(one, "rank 1 first\n");
+    // The workload's: every rank, prefixed, followed until the ranks end.
+    let mut follow = c
+        .inner
+        .command(env!("CARGO_BIN_EXE_cadre"))
+        .args(["logs", "-f", "job/talk"])
+        .current_dir(c.dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cadre logs -f");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        follow.try_wait().expect("its status").is_none(),
+        "logs -f ended while its ranks run"
+    );
+    std::fs::write(&flag, "").expect("the flag");
+    let out = follow.wait_with_output().expect("cadre logs -f ends");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    for r in 0..2 {
+        for what in ["first", "last"] {
+            let line = format!("[pod/talk-{r}/main] rank {r} {what}\n");
+            assert!(printed.contains(&line), "{line:?} missing:\n{printed}");
+        }
+    }
+    let waited = c.run(&[
+        "wait",
+        "--for=condition=Complete",
+        "job/talk",
+        "--timeout",
+        "120",
+    ]);
+    assert!(waited.status.success(), "{}", text(&waited.stderr));
+    assert_eq!(text(&waited.stdout), "job.batch/talk condition met\n");
+    let failed = c.run(&["wait", "--for=condition=Failed", "job/talk"]);
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(
+        text(&failed.stderr).contains("ended COMPLETED"),
+        "{}",
+        text(&failed.stderr)
+    );
+    assert_eq!(c.ok(&["logs", "talk-0", "--tail", "1"]), "rank 0 last\n");
+    // Bad input says what was wrong.
+    let bad = c.run(&["logs", "-l", "app in talker"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("parentheses"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let bad = c.run(&["logs", "pod/talk-0", "-c", "sidecar"]);
+    assert!(
+        text(&bad.stderr).contains("container sidecar is not valid for pod talk-0"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let bad = c.run(&["wait", "job/talk"]);
+    assert!(
+        text(&bad.stderr).contains("--for=condition"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
