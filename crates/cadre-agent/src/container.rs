@@ -198,6 +198,8 @@ pub struct ContainerSpec {
     /// The capabilities given back after all are dropped (the manifest's, which the node
     /// allows).
     pub capabilities: Vec<String>,
+    /// The container's host name (a pod's).
+    pub hostname: Option<String>,
 }
 
 /// What the agent decided for one task's container.
@@ -427,6 +429,9 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings, env_file: &str) ->
     if let Some(dir) = &spec.work_dir {
         add(&["--workdir", dir]);
     }
+    if let Some(name) = &spec.hostname {
+        add(&["--hostname", name]);
+    }
     // Never `--env NAME=VALUE`: the command line is every local user's to read.
     add(&["--env-file", env_file]);
     if let Some(command) = &spec.command {
@@ -587,6 +592,7 @@ mod tests {
             )],
             gpu_devices: true,
             capabilities: Vec::new(),
+            hostname: None,
         }
     }
 
@@ -673,6 +679,7 @@ mod tests {
         // What the node allowed of what the manifest asked, after all are dropped.
         let s = ContainerSpec {
             capabilities: vec!["IPC_LOCK".into(), "SYS_NICE".into()],
+            hostname: Some("pi-worker-1".into()),
             ..spec()
         };
         let line = run_command(&s, &settings(), "/proc/self/fd/9").join(" ");
@@ -683,6 +690,7 @@ mod tests {
             ),
             "{line}"
         );
+        assert!(line.contains(" --hostname pi-worker-1 "), "{line}");
     }
 
     #[test]

@@ -138,6 +138,8 @@ pub struct TaskProgram {
     /// The task runs nothing: the node holds its share of the job until the job stops (an
     /// MPI worker that MPI's launcher reaches through job steps).
     pub holds: bool,
+    /// With `binds`: the task's host name, in a UTS namespace of its own (a pod's).
+    pub hostname: Option<String>,
 }
 
 impl JobLaunch {

@@ -37,7 +37,7 @@
 use crate::cgroup::TaskCgroup;
 use crate::container;
 use crate::fork::fork_guard;
-use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace};
+use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace, TaskProgram};
 pub use crate::launch_error::LaunchError;
 use crate::pattern::{self, expand_output_path};
 pub use crate::run_as::RunAs;
@@ -177,6 +177,8 @@ struct ChildPlan {
     /// With `binds`, for an agent that is not root: the mount namespace is made in a user
     /// namespace of the task's own, its ids mapped to themselves ([`crate::mountns`]).
     user_ns: Option<crate::mountns::UserMaps>,
+    /// With `binds`: the task's host name, in a UTS namespace of its own (a pod's).
+    hostname: Option<CString>,
     switch: Option<UserSwitch>,
     /// With `switch`: the child keeps the agent's identity and takes the user's only for
     /// the file system (working directory, output files), then gives it back: a container
@@ -229,7 +231,7 @@ impl ChildPlan {
         if !self.binds.is_empty() {
             // A mount namespace of the task's own, private so that nothing mounted in it
             // propagates back to the node; then the job's files over the node's.
-            crate::mountns::enter(self.user_ns.as_ref())
+            crate::mountns::enter(self.user_ns.as_ref(), self.hostname.as_deref())
                 .map_err(|e| fail(ChildStep::Namespace, e))?;
             for b in &self.binds {
                 crate::mountns::bind_made(&b.path, b.made.fd(), &b.at)
@@ -643,6 +645,15 @@ pub(crate) fn launch_task_with(
         files_only,
         user_ns: (!binds.is_empty() && !nix::unistd::geteuid().is_root())
             .then(crate::mountns::UserMaps::own),
+        hostname: match (binds.is_empty(), job.programs.get(&index)) {
+            (
+                false,
+                Some(TaskProgram {
+                    hostname: Some(h), ..
+                }),
+            ) => Some(cstring(job.id, "host name", h.as_bytes())?),
+            _ => None,
+        },
         binds,
         work_dir: path_c("working directory", work_dir)?,
         relay: job.relay,
@@ -681,9 +692,10 @@ pub(crate) fn launch_task_with(
     // async-signal-safe operations are allowed (the parent may have other threads holding
     // locks, e.g. the allocator's). `ChildPlan::run` only reads data prepared before the
     // fork (C strings, a CpuSet, a group list, a user namespace's id maps, file
-    // descriptors) and makes direct system calls through nix (write, sched_setaffinity,
-    // unshare, mount, open and write of `/proc/self`'s id maps, setgroups, setgid,
-    // setuid, chdir, open, dup2, fcntl(F_SETFD), close on drop of the opened descriptors); none of them
+    // descriptors) and makes direct system calls through nix and libc (write,
+    // sched_setaffinity, unshare, sethostname, mount, open and write of `/proc/self`'s id
+    // maps, setgroups, setgid, setuid, chdir, open, fstat, dup2, sendmsg of a descriptor
+    // from stack buffers, fcntl(F_SETFD), close on drop of the opened descriptors); none of them
     // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
     // arguments) straight through and `io::Error::from_raw_os_error`
     // does not allocate. The closure does not touch the parent's state.
@@ -767,7 +779,7 @@ fn describe_step(
         Some(ChildStep::Cgroup) => "cannot join the task's cgroup".into(),
         Some(ChildStep::Affinity) => "cannot pin to the allocated cores".into(),
         Some(ChildStep::Namespace) => {
-            "cannot make the task's own mount namespace (and, for an agent that is not root, user namespace)".into()
+            "cannot make the task's own mount namespace (and, for an agent that is not root, user namespace; for a pod, UTS namespace with its host name)".into()
         }
         Some(ChildStep::Bind) => {
             "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()

@@ -103,16 +103,29 @@ impl UserMaps {
 
 /// In a forked child: leaves the node's mount namespace for a private one of its own
 /// (inside a new user namespace when `user` is given), so that nothing mounted in it
-/// propagates back to the node.
-pub(crate) fn enter(user: Option<&UserMaps>) -> Result<(), Errno> {
+/// propagates back to the node; with `hostname`, a UTS namespace of its own too, in which
+/// the host name is `hostname` (a pod's: `socket.gethostname()` in the task says it).
+pub(crate) fn enter(user: Option<&UserMaps>, hostname: Option<&CStr>) -> Result<(), Errno> {
+    let uts = if hostname.is_some() {
+        CloneFlags::CLONE_NEWUTS
+    } else {
+        CloneFlags::empty()
+    };
     match user {
-        None => nix::sched::unshare(CloneFlags::CLONE_NEWNS)?,
+        None => nix::sched::unshare(CloneFlags::CLONE_NEWNS | uts)?,
         Some(maps) => {
-            nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)?;
+            nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | uts)?;
             // An unprivileged process may map its gid only once setgroups is denied.
             write_proc(c"/proc/self/setgroups", b"deny")?;
             write_proc(c"/proc/self/uid_map", &maps.uid_map)?;
             write_proc(c"/proc/self/gid_map", &maps.gid_map)?;
+        }
+    }
+    if let Some(name) = hostname {
+        // SAFETY: a system call on a NUL-terminated string that outlives it.
+        let r = unsafe { libc::sethostname(name.as_ptr(), name.to_bytes().len()) };
+        if r != 0 {
+            return Err(Errno::last());
         }
     }
     mount(
@@ -203,7 +216,7 @@ fn try_user_namespace() -> std::io::Result<()> {
     unsafe {
         cmd.pre_exec(move || {
             let err = |e: Errno| std::io::Error::from_raw_os_error(e as i32);
-            enter(Some(&maps)).map_err(err)?;
+            enter(Some(&maps), None).map_err(err)?;
             bind(c"/etc/hosts", c"/etc/hosts").map_err(err)?;
             libc::_exit(0)
         });

@@ -408,6 +408,10 @@ pub fn prepare(
         };
         let mut env = cadre_k8s::rank_environment(t, place.procid, &p)?;
         let program = cadre_k8s::rank_program(t, place.procid, &p)?;
+        // The pod's host name, in a UTS namespace of the task's own (where its files are
+        // mounted, or in its container): torchrun's c10d rendezvous decides which rank
+        // hosts its store by it.
+        let hostname = cadre_k8s::pod_hostname(t, group, task.rank);
         if let (Some(rsh), 0) = (rsh, group) {
             env.push(("CADRE_SERVER".into(), rsh.controller.to_string()));
             env.push(("CADRE_TOKEN".into(), rsh.token.to_string()));
@@ -485,6 +489,7 @@ pub fn prepare(
                 mounts,
                 gpu_devices: means.real_gpus,
                 capabilities: run.capabilities.clone(),
+                hostname: Some(hostname),
             };
             programs.insert(
                 index,
@@ -495,6 +500,7 @@ pub fn prepare(
                     binds: Vec::new(),
                     container: Some(spec),
                     holds: false,
+                    hostname: None,
                 },
             );
             continue;
@@ -520,9 +526,12 @@ pub fn prepare(
         // launcher's `mpirun` reaches it through the rsh agent.
         let holds = cadre_k8s::holds_for_rsh(t, group);
         let mut binds = Vec::new();
+        let mut own_hostname = None;
         if !mounts.can_bind() {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
         } else if !holds {
+            env.push(("HOSTNAME".into(), hostname.clone()));
+            own_hostname = Some(hostname);
             binds.push((source(&hosts_path)?, PathBuf::from(NODE_HOSTS)));
             for (dir, at, groups) in &dirs_used {
                 if groups.contains(&group) && mounted(at) {
@@ -539,6 +548,7 @@ pub fn prepare(
                 binds,
                 container: None,
                 holds,
+                hostname: own_hostname,
             },
         );
     }

@@ -732,7 +732,7 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
                 "/bin/sh".into(),
                 "-c".into(),
                 format!(
-                    "id -u; getent hosts peer-0.sub; cat {}/hostfile; echo \"$ROLE $SLURM_PROCID\"",
+                    "id -u; hostname; getent hosts peer-0.sub; cat {}/hostfile; echo \"$ROLE $SLURM_PROCID\"",
                     point.display()
                 ),
             ],
@@ -747,8 +747,10 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
             ],
             container: None,
             holds: false,
+            hostname: Some("peer-0".into()),
         },
     );
+    let node_name = nix::unistd::gethostname().unwrap();
     let o = launch_task(&j, &node(), 0, &nobody)
         .unwrap()
         .wait()
@@ -758,12 +760,13 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
     assert_eq!(
         out,
         format!(
-            "{}\n10.9.8.7        peer-0 peer-0.sub\npeer-0.sub slots=1\nlauncher 0\n",
+            "{}\npeer-0\n10.9.8.7        peer-0 peer-0.sub\npeer-0.sub slots=1\nlauncher 0\n",
             nobody.uid
         )
     );
-    // Nothing leaked to the node.
+    // Nothing leaked to the node: its files, its host name.
     assert_eq!(std::fs::read_to_string("/etc/hosts").unwrap(), node_hosts);
+    assert_eq!(nix::unistd::gethostname().unwrap(), node_name);
     assert_eq!(std::fs::read_dir(&point).unwrap().count(), 0);
 
     // What is mounted is what the agent made: the hosts file swapped for a link to a file
@@ -869,8 +872,10 @@ fn container_program(
             mounts: vec![(hosts, "/etc/hosts".into())],
             gpu_devices: false,
             capabilities: vec![],
+            hostname: Some("peer-0".into()),
         }),
         holds: false,
+        hostname: None,
     }
 }
 
@@ -887,7 +892,7 @@ fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
             &rt,
             dir.path(),
             "cadre-test-run",
-            "id -u; pwd; echo \"$RANK $SLURM_PROCID $CUDA_VISIBLE_DEVICES\"; \
+            "id -u; cat /proc/sys/kernel/hostname; pwd; echo \"$RANK $SLURM_PROCID $CUDA_VISIBLE_DEVICES\"; \
              cat /etc/hosts; echo \"${HOME:-nohome} $PATH\"; exit 3",
         ),
     );
@@ -904,7 +909,7 @@ fn a_container_task_runs_its_image_as_the_user_and_leaves_no_container() {
     assert_eq!(
         out,
         format!(
-            "{}\n/work\n4 0 1\n10.9.8.7\tpeer-0 peer-0.sub\n/nonexistent /bin\n",
+            "{}\npeer-0\n/work\n4 0 1\n10.9.8.7\tpeer-0 peer-0.sub\n/nonexistent /bin\n",
             nobody.uid
         )
     );

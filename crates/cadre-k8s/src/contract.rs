@@ -192,6 +192,14 @@ pub fn pod_name(t: &Translated, group: usize, index: u32) -> String {
     }
 }
 
+/// The host name of the pod of task `index` of group `group`: its name, cut to 63
+/// characters as Kubernetes cuts it (without a `-` or `.` left at the end).
+pub fn pod_hostname(t: &Translated, group: usize, index: u32) -> String {
+    let mut name = pod_name(t, group, index);
+    name.truncate(63);
+    name.trim_end_matches(['-', '.']).to_string()
+}
+
 /// The labels of the pod of task `index` of group `group`, as Kubernetes and the operators
 /// set them: the template's, the kind's controller's (`job-name`,
 /// `training.kubeflow.org/replica-type`, `volcano.sh/task-spec`, ...) and the rank's own
@@ -443,10 +451,22 @@ pub fn hosts_file(t: &Translated, p: &Placement) -> Result<String, K8sError> {
     let mut out = format!("# cadre job {}/{}\n", t.namespace, t.name);
     for (g, placed) in p.tasks.iter().enumerate() {
         for (i, task) in placed.iter().enumerate() {
-            let names = dns_names(t, g, i as u32);
+            let mut names = dns_names(t, g, i as u32);
             if !names.is_empty() {
+                // The fully qualified name first, as a pod's own hosts file has it: what
+                // `hostname -f` and `socket.getfqdn()` say in the task.
+                names.rotate_right(1);
                 out.push_str(&format!("{}\t{}\n", task.address, names.join(" ")));
             }
+        }
+    }
+    // Each Service's own name: the node of the first pod it selects, in rank order.
+    for svc in &t.services {
+        if let Some((g, i)) = crate::service::first_selected(svc, t)
+            && let Some(task) = p.tasks.get(g).and_then(|placed| placed.get(i as usize))
+        {
+            let names = crate::service::service_names(svc);
+            out.push_str(&format!("{}\t{}\n", task.address, names.join(" ")));
         }
     }
     for run in &t.groups {

@@ -41,6 +41,8 @@ pub enum Object {
     Topology(Box<kueue::Topology>),
     /// `trainer.kubeflow.org/v1alpha1` ClusterTrainingRuntime.
     ClusterTrainingRuntime(Box<trainer::ClusterTrainingRuntime>),
+    /// `v1` Service (see [`crate::service`]).
+    Service(Box<k8s_openapi::api::core::v1::Service>),
 }
 
 impl Object {
@@ -57,6 +59,7 @@ impl Object {
             Object::LocalQueue(_) => "LocalQueue",
             Object::Topology(_) => "Topology",
             Object::ClusterTrainingRuntime(_) => "ClusterTrainingRuntime",
+            Object::Service(_) => "Service",
         }
     }
 
@@ -74,6 +77,7 @@ impl Object {
             Object::LocalQueue(o) => &o.api_version,
             Object::Topology(o) => &o.api_version,
             Object::ClusterTrainingRuntime(o) => &o.api_version,
+            Object::Service(_) => "v1",
         }
     }
 
@@ -90,6 +94,7 @@ impl Object {
             Object::LocalQueue(o) => &o.metadata,
             Object::Topology(o) => &o.metadata,
             Object::ClusterTrainingRuntime(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
         }
     }
 
@@ -245,6 +250,7 @@ fn parse_one(value: yaml_serde::Value, origin: &str, doc: usize) -> Result<Objec
     };
     Ok(match (group, version, kind.as_str()) {
         ("batch", "v1", "Job") => Object::Job(Box::new(ctx.typed(value)?)),
+        ("", "v1", "Service") => Object::Service(Box::new(ctx.typed(value)?)),
         ("jobset.x-k8s.io", "v1alpha2", "JobSet") => Object::JobSet(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v2beta1", "MPIJob") => Object::MpiJob(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v1", "PyTorchJob") => Object::PyTorchJob(Box::new(ctx.typed(value)?)),

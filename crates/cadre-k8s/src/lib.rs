@@ -118,13 +118,14 @@ pub mod nesting;
 mod pod;
 pub mod quantity;
 pub mod queues;
+pub mod service;
 pub mod submission;
 pub mod translate;
 
 pub use contract::{
     JobFile, PlacedTask, Placement, RSH_AGENT, Selector, discover_hosts, dns_names, holds_for_rsh,
-    hostfile, hosts_file, job_files, pod_labels, pod_name, rank_environment, rank_program,
-    task_of_rank,
+    hostfile, hosts_file, job_files, pod_hostname, pod_labels, pod_name, rank_environment,
+    rank_program, task_of_rank,
 };
 pub use document::{Object, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem, SUPPORTED_KINDS};
@@ -141,7 +142,7 @@ pub use translate::translate;
 /// What a file of manifests amounts to.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    /// The workloads, in file order.
+    /// The workloads, in file order, each with the Services of the file that select it.
     pub workloads: Vec<Translated>,
     /// The queue objects of the file, applied in order to an empty set.
     pub queues: QueueSet,
@@ -151,6 +152,7 @@ pub struct Plan {
 /// objects into queues. The first error stops it, naming its document.
 pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K8sError> {
     let mut out = Plan::default();
+    let mut services = Vec::new();
     for (doc, object) in document::parse_numbered(text, origin)? {
         let in_doc = |source: K8sError| K8sError::InDocument {
             origin: origin.to_string(),
@@ -163,10 +165,18 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
             | Object::LocalQueue(_)
             | Object::Topology(_)
             | Object::VolcanoQueue(_) => out.queues.apply(&object).map_err(in_doc)?,
+            Object::Service(s) => {
+                services.push(service::read_service(s, &opts.default_namespace).map_err(in_doc)?)
+            }
             _ => out
                 .workloads
                 .push(translate(&object, opts).map_err(in_doc)?),
         }
+    }
+    if let Some(s) = service::attach_services(&mut out.workloads, services).first() {
+        return Err(K8sError::Contract {
+            what: service::selects_nothing(s),
+        });
     }
     Ok(out)
 }

@@ -418,6 +418,10 @@ pub struct Translated {
     /// comes over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<String>,
+    /// The Services of the workload's apply that select its pods
+    /// ([`crate::service::attach_services`]): their names are in the job's hosts file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<crate::service::Service>,
 }
 
 impl Translated {

@@ -57,6 +57,15 @@ pub fn translate(object: &Object, opts: &TranslateOptions) -> Result<Translated,
             );
             Err(r.into_error(&object.describe()))
         }
+        Object::Service(_) => {
+            let mut r = Refusals::default();
+            r.refuse(
+                "kind",
+                "not a workload: a Service is read by cadre_k8s::service::read_service and \
+                 kept with the workloads it selects",
+            );
+            Err(r.into_error(&object.describe()))
+        }
         _ => {
             let mut r = Refusals::default();
             r.refuse(
@@ -459,6 +468,7 @@ impl<'a> Builder<'a> {
                 .path
                 .clone()
                 .filter(|_| !self.opts.container_runtime),
+            services: Vec::new(),
         })
     }
 }

@@ -90,9 +90,12 @@ fn mpi_operator_hostfile_and_launcher_variables() {
     );
     // The launcher's names and the workers' resolve to their nodes.
     let hosts = hosts_file(&t, &p).unwrap();
-    assert!(hosts.contains("10.0.0.1\tpi-launcher pi-launcher.pi pi-launcher.pi.default pi-launcher.pi.default.svc pi-launcher.pi.default.svc.cluster.local\n"), "{hosts}");
+    // The fully qualified name first, as in a pod's own hosts file (`hostname -f`).
+    assert!(hosts.contains("10.0.0.1\tpi-launcher.pi.default.svc.cluster.local pi-launcher pi-launcher.pi pi-launcher.pi.default pi-launcher.pi.default.svc\n"), "{hosts}");
     assert!(
-        hosts.contains("10.0.0.3\tpi-worker-1 pi-worker-1.pi "),
+        hosts.contains(
+            "10.0.0.3\tpi-worker-1.pi.default.svc.cluster.local pi-worker-1 pi-worker-1.pi "
+        ),
         "{hosts}"
     );
     assert_eq!(completing_groups(&t), [0]);
@@ -374,7 +377,7 @@ spec:
     assert!(
         hosts_file(&t, &p)
             .unwrap()
-            .contains("10.0.0.1\tranks-0 ranks-0.ranks-svc ranks-0.ranks-svc.team ")
+            .contains("10.0.0.1\tranks-0.ranks-svc.team.svc.cluster.local ranks-0 ranks-0.ranks-svc ranks-0.ranks-svc.team ")
     );
     assert_eq!(
         dns_names(&t, 0, 0)[4],
@@ -435,7 +438,7 @@ spec:
     assert!(
         hosts_file(&t, &p)
             .unwrap()
-            .contains("10.0.0.2\tlm-mpi-job-mpi-worker-0 lm-mpi-job-mpi-worker-0.lm-mpi-job ")
+            .contains("10.0.0.2\tlm-mpi-job-mpi-worker-0.lm-mpi-job.default.svc.cluster.local lm-mpi-job-mpi-worker-0 lm-mpi-job-mpi-worker-0.lm-mpi-job ")
     );
     // Without the svc plugin there are no names and no host files.
     let t = job(&y.replace("{env: [], svc: [], ssh: []}", "{env: []}"));

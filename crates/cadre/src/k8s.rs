@@ -328,6 +328,7 @@ fn read_inputs(files: &[String]) -> Result<Vec<(String, String)>> {
 /// their manifests as JSON, for the controller), and every problem of every document.
 #[derive(Default)]
 struct Inputs {
+    /// With the Services of the files that select them.
     workloads: Vec<Translated>,
     queue_objects: Vec<serde_json::Value>,
     problems: Vec<String>,
@@ -335,6 +336,7 @@ struct Inputs {
 
 fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs {
     let mut out = Inputs::default();
+    let mut services = Vec::new();
     for (origin, text) in inputs {
         let docs = match cadre_k8s::parse_numbered(text, origin) {
             Ok(d) => d,
@@ -375,12 +377,21 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                             .push(format!("{origin}, document {doc}: not found again as JSON")),
                     }
                 }
+                Object::Service(s) => {
+                    match cadre_k8s::service::read_service(s, &opts.default_namespace) {
+                        Ok(s) => services.push(s),
+                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
+                    }
+                }
                 _ => match cadre_k8s::translate(&object, &with_generated_suffix(opts)) {
                     Ok(t) => out.workloads.push(t),
                     Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
                 },
             }
         }
+    }
+    for s in cadre_k8s::service::attach_services(&mut out.workloads, services) {
+        out.problems.push(cadre_k8s::service::selects_nothing(&s));
     }
     out
 }
@@ -539,6 +550,13 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             dry_run: false,
         }),
     )?;
+    let mut told = Vec::new();
+    for s in workloads.iter().flat_map(|t| &t.services) {
+        if !told.contains(&(&s.namespace, &s.name)) {
+            println!("service/{} created", s.name);
+            told.push((&s.namespace, &s.name));
+        }
+    }
     for (id, job) in names.iter().zip(resp.job_ids) {
         println!("{} created (job {job})", id.object());
     }
@@ -726,6 +744,9 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     }
     if let Some(k) = queue_kind_named(&w) {
         return get_queues(conn, a, Some(k));
+    }
+    if matches!(w.as_str(), "services" | "service" | "svc") {
+        return crate::pods::get_services(conn, &a.namespace, a.all_namespaces, a.output);
     }
     if matches!(w.as_str(), "pods" | "pod" | "po") {
         return crate::pods::get_pods(
@@ -1130,6 +1151,26 @@ fn describe_text(
                 } else {
                     String::new()
                 }
+            );
+        }
+    }
+    if !t.services.is_empty() {
+        let _ = writeln!(s, "Services:");
+        for svc in &t.services {
+            let to = cadre_k8s::service::first_selected(svc, t)
+                .map(|(g, i)| cadre_k8s::pod_name(t, g, i))
+                .unwrap_or_else(|| "no pod".into());
+            let _ = writeln!(
+                s,
+                "  {} ({}): selector {}, ports {}; its name resolves to the node of {to}",
+                svc.name,
+                if svc.headless {
+                    "headless"
+                } else {
+                    "ClusterIP"
+                },
+                cadre_k8s::service::selector_text(svc),
+                cadre_k8s::service::ports_text(svc),
             );
         }
     }

@@ -275,6 +275,80 @@ pub fn get_pods(
     }
 }
 
+/// `cadre get services`: the Services kept with the latest job of each workload.
+pub fn get_services(
+    conn: &ConnectArgs,
+    namespace: &str,
+    all_namespaces: bool,
+    output: Option<Output>,
+) -> Result<ExitCode> {
+    use cadre_k8s::service::{ports_text, selector_text};
+    let mut client = conn.client()?;
+    let mut latest: BTreeMap<(String, String, String, String), JobView> = BTreeMap::new();
+    for (i, job) in workload_jobs(&mut client)? {
+        if all_namespaces || i.namespace == namespace {
+            latest.insert((i.namespace, i.kind, i.api_version, i.name), job);
+        }
+    }
+    let mut rows: Vec<(cadre_k8s::service::Service, u64, String)> = Vec::new();
+    for job in latest.values() {
+        let run: RunSpec = client.get(&format!("/jobs/{}/run", job.id))?;
+        if let Some(t) = cadre_k8s::workload_of(&run)? {
+            for s in &t.services {
+                rows.push((s.clone(), job.submit_time, format!("job {}", job.id.0)));
+            }
+        }
+    }
+    match output {
+        Some(Output::Json) => {
+            let v: Vec<_> = rows.iter().map(|r| &r.0).collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        Some(Output::Yaml) => {
+            let v: Vec<_> = rows.iter().map(|r| &r.0).collect();
+            print!("{}", yaml_serde::to_string(&v)?);
+        }
+        None | Some(Output::Wide) => {
+            if rows.is_empty() {
+                eprintln!("No resources found.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut head = Vec::new();
+            if all_namespaces {
+                head.push("NAMESPACE");
+            }
+            head.extend([
+                "NAME",
+                "TYPE",
+                "CLUSTER-IP",
+                "PORT(S)",
+                "AGE",
+                "SELECTOR",
+                "WITH",
+            ]);
+            let mut table = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+            for (s, since, with) in &rows {
+                let mut row = Vec::new();
+                if all_namespaces {
+                    row.push(s.namespace.clone());
+                }
+                row.extend([
+                    s.name.clone(),
+                    "ClusterIP".into(),
+                    if s.headless { "None" } else { "<node>" }.into(),
+                    ports_text(s),
+                    age(*since),
+                    selector_text(s),
+                    with.clone(),
+                ]);
+                table.push(row);
+            }
+            print_table(&table);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `cadre logs`.
 #[derive(Args, Debug, Clone)]
 pub struct LogsArgs {

@@ -1837,3 +1837,157 @@ spec:
         text(&bad.stderr)
     );
 }
+
+/// The virtual environment with PyPI's `torch` (`$CADRE_TEST_TORCH`, its `bin` directory,
+/// which .ci/run makes once and caches).
+fn torch_bin() -> Option<std::path::PathBuf> {
+    let bin = std::env::var_os("CADRE_TEST_TORCH").map(std::path::PathBuf::from);
+    match bin {
+        Some(b) if b.join("torchrun").is_file() => Some(b),
+        _ => skip_unless_ci(
+            "the PyTorch tests",
+            "CADRE_TEST_TORCH names no virtual environment with torchrun",
+        ),
+    }
+}
+
+/// Kueue's DDP lab, written as its tutorials write it: a ResourceFlavor, a ClusterQueue of
+/// 4 CPUs, a LocalQueue, a headless Service and an Indexed Job of two ranks whose
+/// `torchrun` meets over c10d at `<job>-0.<svc>` (each rank with its pod's host name, so
+/// that rank 0 hosts the store), all in one file.
+fn ddp_lab(job: &str, ranks: u32, train: &Path, port: u16) -> Vec<String> {
+    let mut docs: Vec<String> = kueue_queues(4).split("---\n").map(str::to_string).collect();
+    docs.push(format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {job}-svc}}
+spec:
+  clusterIP: None
+  selector: {{job-name: {job}}}
+  ports: [{{name: rdzv, port: {port}}}]
+"
+    ));
+    docs.push(format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {job}
+  labels: {{kueue.x-k8s.io/queue-name: user-queue}}
+spec:
+  completions: {ranks}
+  parallelism: {ranks}
+  completionMode: Indexed
+  template:
+    spec:
+      subdomain: {job}-svc
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+        command:
+        - torchrun
+        - --nnodes={ranks}
+        - --nproc_per_node=1
+        - --node_rank=$(JOB_COMPLETION_INDEX)
+        - --rdzv_backend=c10d
+        - --rdzv_endpoint={job}-0.{job}-svc:{port}
+        - {}
+        resources: {{requests: {{cpu: 1, memory: 1Gi}}}}
+",
+        train.display()
+    ));
+    docs
+}
+
+#[test]
+fn kueue_s_ddp_lab_meets_over_c10d_with_real_pytorch_and_a_gang_over_quota_starts_no_rank() {
+    let Some(torch) = torch_bin() else { return };
+    let c = Cluster::up(3);
+    let train = c.dir().join("train.py");
+    std::fs::write(
+        &train,
+        "import socket, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+r, w = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([r + 1.0])
+dist.all_reduce(t)
+dist.barrier()
+host = socket.gethostname()
+fqdn = f'{host}.ddp-svc.default.svc.cluster.local'
+print(f'rank {r} of {w} on {host} ({fqdn} is {socket.gethostbyname(fqdn)}) sum {t.item():.0f}', flush=True)
+dist.destroy_process_group()
+",
+    )
+    .expect("train.py");
+    let path = format!(
+        "{}:{}",
+        torch.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env = [("PATH", path.as_str())];
+    // Applied in reverse order: the Job first, then its Service, then its queues.
+    let reversed: Vec<String> = ddp_lab("ddp", 2, &train, 29517).into_iter().rev().collect();
+    let out = c.run_in(
+        c.dir(),
+        &["apply", "-f", "-"],
+        Some(&reversed.join("---\n")),
+        &env,
+    );
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}{said}", text(&out.stderr));
+    assert!(said.contains("service/ddp-svc created"), "{said}");
+    let job = applied_job(&out);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    for r in 0..2 {
+        let o = c.output("ddp", job, r);
+        assert!(
+            o.contains(&format!(
+                "rank {r} of 2 on ddp-{r} (ddp-{r}.ddp-svc.default.svc.cluster.local is "
+            )) && o.contains(") sum 3\n"),
+            "rank {r}:\n{o}"
+        );
+    }
+    let logs = c.ok(&["logs", "-l", "job-name=ddp"]);
+    for r in 0..2 {
+        assert!(
+            logs.contains(&format!("[pod/ddp-{r}/trainer] rank {r} of 2 on ddp-{r} ")),
+            "{logs}"
+        );
+    }
+    let described = c.ok(&["describe", "job", "ddp"]);
+    assert!(
+        described.contains("ddp-svc (headless): selector job-name=ddp"),
+        "{described}"
+    );
+    // In file order this time, 6 ranks of a CPU each over the queue's 4: none starts.
+    let big = ddp_lab("ddp6", 6, &train, 29518).join("---\n");
+    let out = c.run_in(c.dir(), &["apply", "-f", "-"], Some(&big), &env);
+    let six = applied_job(&out);
+    wait_until("the 6-rank job waits on its quota", || {
+        c.workloads()
+            .iter()
+            .any(|w| w["job"] == six && w["reason"].as_str().is_some_and(|r| r.contains("QOS")))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let pods: Value =
+        serde_json::from_str(&c.ok(&["get", "pods", "-l", "job-name=ddp6", "-o", "json"]))
+            .expect("JSON");
+    let pods = pods.as_array().expect("pods");
+    assert_eq!(pods.len(), 6, "{pods:?}");
+    assert!(pods.iter().all(|p| p["status"] == "Pending"), "{pods:?}");
+    // A Service that selects nothing of its apply is refused with the rest.
+    let lone = "apiVersion: v1
+kind: Service
+metadata: {name: alone}
+spec:
+  selector: {app: nothing}
+  ports: [{port: 80}]
+";
+    let out = c.run_with(&["apply", "-f", "-"], Some(lone));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("service/alone in namespace default selects no pod"),
+        "{}",
+        text(&out.stderr)
+    );
+}
