@@ -84,6 +84,15 @@ const WAIT_FOR_EXEC: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wa
 /// The node's hosts file, whose lines the job's hosts file keeps first.
 const NODE_HOSTS: &str = "/etc/hosts";
 
+/// The directory of the MPI files holding the launcher's `ssh` (cadre's rsh agent).
+const SSH_DIR: &str = "bin";
+
+/// Where a container of an MPIJob finds cadre's `ssh`.
+const CONTAINER_SSH: &str = "/usr/local/bin/ssh";
+
+/// The PATH of a task on the host that was given none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// What keeps a workload's tasks from being prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
@@ -343,6 +352,13 @@ pub fn prepare(
             None => {
                 mpi.symlink(RSH_AGENT, rsh.executable)
                     .map_err(write_err(at.clone()))?;
+                // `ssh` too, first on the launcher's PATH: launchers written for the MPI
+                // Operator's sshd (`ssh <worker> hostname` until each answers) reach the
+                // workers as `cadre-rsh` does.
+                let bin = mpi_host.join(SSH_DIR);
+                mpi.subdir(SSH_DIR)
+                    .and_then(|d| d.symlink("ssh", rsh.executable))
+                    .map_err(write_err(bin))?;
             }
             Some((loader, libraries)) => {
                 let lib = |p: &Path| {
@@ -365,6 +381,9 @@ pub fn prepare(
                 );
                 mpi.write(RSH_AGENT, script.as_bytes(), 0o755)
                     .map_err(write_err(at.clone()))?;
+                // `ssh` in every container of the job, ahead of an image's own on the
+                // usual PATH.
+                rsh_mounts.push((at.clone(), CONTAINER_SSH.to_string()));
             }
         }
         if !dirs_used.iter().any(|(d, _, _)| *d == mpi_host) {
@@ -520,6 +539,16 @@ pub fn prepare(
         // the list, wins).
         if let Some(path) = &t.host_path {
             env.insert(0, ("PATH".into(), path.clone()));
+        }
+        // The launcher's `ssh` is cadre's (see above), first on its PATH.
+        if rsh.is_some() && group == 0 {
+            let path = env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+            let path = format!("{}/{SSH_DIR}:{path}", p.mpi_dir);
+            env.push(("PATH".into(), path));
         }
         let work_dir = t.work_dir(group).unwrap_or_else(|| t.submit_dir.clone());
         // An MPI worker's sshd runs nothing: the node holds the worker's share, and the

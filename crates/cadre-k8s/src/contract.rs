@@ -380,6 +380,57 @@ impl Requirement {
     }
 }
 
+/// Whether the Service selects pod `index` of group `group` of `t`.
+fn selects(s: &crate::service::Service, t: &Translated, group: usize, index: u32) -> bool {
+    let labels = pod_labels(t, group, index);
+    s.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The first pod of `t` the Service selects, in rank order: `(group, index)`.
+pub fn first_selected(s: &crate::service::Service, t: &Translated) -> Option<(usize, u32)> {
+    if s.namespace != t.namespace {
+        return None;
+    }
+    t.spec.groups.iter().enumerate().find_map(|(g, group)| {
+        (0..group.count)
+            .find(|&i| selects(s, t, g, i))
+            .map(|i| (g, i))
+    })
+}
+
+/// Gives each Service to the workloads of its namespace whose pods it selects; the
+/// Services that select none are returned (`kubectl apply` would keep them for pods to
+/// come; cadre keeps a Service only with its workloads).
+pub fn attach_services(
+    workloads: &mut [Translated],
+    services: Vec<crate::service::Service>,
+) -> Vec<crate::service::Service> {
+    let mut unselected = Vec::new();
+    for s in services {
+        let mut used = false;
+        for t in workloads.iter_mut() {
+            if first_selected(&s, t).is_some() {
+                t.services.push(s.clone());
+                used = true;
+            }
+        }
+        if !used {
+            unselected.push(s);
+        }
+    }
+    unselected
+}
+
+/// The names of a Service, as a pod of its namespace can write them.
+pub fn service_names(s: &crate::service::Service) -> Vec<String> {
+    vec![
+        format!("{}.{}.svc.{}", s.name, s.namespace, CLUSTER_DOMAIN),
+        s.name.clone(),
+        format!("{}.{}", s.name, s.namespace),
+        format!("{}.{}.svc", s.name, s.namespace),
+    ]
+}
+
 fn under(host: &str, sub: &str, ns: &str) -> Vec<String> {
     vec![
         host.to_string(),
@@ -462,10 +513,10 @@ pub fn hosts_file(t: &Translated, p: &Placement) -> Result<String, K8sError> {
     }
     // Each Service's own name: the node of the first pod it selects, in rank order.
     for svc in &t.services {
-        if let Some((g, i)) = crate::service::first_selected(svc, t)
+        if let Some((g, i)) = first_selected(svc, t)
             && let Some(task) = p.tasks.get(g).and_then(|placed| placed.get(i as usize))
         {
-            let names = crate::service::service_names(svc);
+            let names = service_names(svc);
             out.push_str(&format!("{}\t{}\n", task.address, names.join(" ")));
         }
     }

@@ -173,7 +173,7 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
                 .push(translate(&object, opts).map_err(in_doc)?),
         }
     }
-    if let Some(s) = service::attach_services(&mut out.workloads, services).first() {
+    if let Some(s) = contract::attach_services(&mut out.workloads, services).first() {
         return Err(K8sError::Contract {
             what: service::selects_nothing(s),
         });

@@ -419,7 +419,7 @@ pub struct Translated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<String>,
     /// The Services of the workload's apply that select its pods
-    /// ([`crate::service::attach_services`]): their names are in the job's hosts file.
+    /// ([`crate::contract::attach_services`]): their names are in the job's hosts file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<crate::service::Service>,
 }

@@ -1,6 +1,7 @@
 //! `v1 Service` beside a workload, the standard way a job's ranks find rank 0: read
 //! ([`read_service`]), then kept with the workloads of the same apply whose pods it selects
-//! ([`attach_services`]), where the job's hosts file gives its names ([`service_hosts`]).
+//! ([`crate::contract::attach_services`]), where the job's hosts file gives its names
+//! ([`crate::contract::hosts_file`]).
 //!
 //! What a Service means under cadre, where tasks use their nodes' network (no virtual IP,
 //! no proxy):
@@ -17,7 +18,6 @@
 //! of its apply is refused: cadre keeps Services with the workloads they select.
 
 use crate::error::{K8sError, Refusals};
-use crate::model::Translated;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -153,44 +153,6 @@ pub fn read_service(
     )
 }
 
-/// Whether the Service selects pod `index` of group `group` of `t`.
-fn selects(s: &Service, t: &Translated, group: usize, index: u32) -> bool {
-    let labels = crate::contract::pod_labels(t, group, index);
-    s.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-/// The first pod of `t` the Service selects, in rank order: `(group, index)`.
-pub fn first_selected(s: &Service, t: &Translated) -> Option<(usize, u32)> {
-    if s.namespace != t.namespace {
-        return None;
-    }
-    t.spec.groups.iter().enumerate().find_map(|(g, group)| {
-        (0..group.count)
-            .find(|&i| selects(s, t, g, i))
-            .map(|i| (g, i))
-    })
-}
-
-/// Gives each Service to the workloads of its namespace whose pods it selects; the
-/// Services that select none are returned (`kubectl apply` would keep them for pods to
-/// come; cadre keeps a Service only with its workloads).
-pub fn attach_services(workloads: &mut [Translated], services: Vec<Service>) -> Vec<Service> {
-    let mut unselected = Vec::new();
-    for s in services {
-        let mut used = false;
-        for t in workloads.iter_mut() {
-            if first_selected(&s, t).is_some() {
-                t.services.push(s.clone());
-                used = true;
-            }
-        }
-        if !used {
-            unselected.push(s);
-        }
-    }
-    unselected
-}
-
 /// Why a Service that selects no pod of its apply's workloads is refused.
 pub fn selects_nothing(s: &Service) -> String {
     format!(
@@ -200,21 +162,6 @@ pub fn selects_nothing(s: &Service) -> String {
         s.namespace,
         selector_text(s)
     )
-}
-
-/// The names of a Service, as a pod of its namespace can write them.
-pub fn service_names(s: &Service) -> Vec<String> {
-    vec![
-        format!(
-            "{}.{}.svc.{}",
-            s.name,
-            s.namespace,
-            crate::contract::CLUSTER_DOMAIN
-        ),
-        s.name.clone(),
-        format!("{}.{}", s.name, s.namespace),
-        format!("{}.{}.svc", s.name, s.namespace),
-    ]
 }
 
 /// `kubectl get services`' `SELECTOR` and `PORT(S)` columns.

@@ -390,7 +390,7 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
             }
         }
     }
-    for s in cadre_k8s::service::attach_services(&mut out.workloads, services) {
+    for s in cadre_k8s::contract::attach_services(&mut out.workloads, services) {
         out.problems.push(cadre_k8s::service::selects_nothing(&s));
     }
     out
@@ -744,19 +744,6 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     }
     if let Some(k) = queue_kind_named(&w) {
         return get_queues(conn, a, Some(k));
-    }
-    if matches!(w.as_str(), "services" | "service" | "svc") {
-        return crate::pods::get_services(conn, &a.namespace, a.all_namespaces, a.output);
-    }
-    if matches!(w.as_str(), "pods" | "pod" | "po") {
-        return crate::pods::get_pods(
-            conn,
-            &a.namespace,
-            a.all_namespaces,
-            a.selector.as_deref(),
-            a.watch,
-            a.output,
-        );
     }
     if a.selector.is_some() || a.watch {
         bail!("-l and -w are for `cadre get pods`");
@@ -1157,7 +1144,7 @@ fn describe_text(
     if !t.services.is_empty() {
         let _ = writeln!(s, "Services:");
         for svc in &t.services {
-            let to = cadre_k8s::service::first_selected(svc, t)
+            let to = cadre_k8s::contract::first_selected(svc, t)
                 .map(|(g, i)| cadre_k8s::pod_name(t, g, i))
                 .unwrap_or_else(|| "no pod".into());
             let _ = writeln!(

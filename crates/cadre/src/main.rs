@@ -413,8 +413,9 @@ fn main() -> ExitCode {
     if argv
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|name| name == "cadre-rsh")
+        .is_some_and(|name| name == "cadre-rsh" || name == "ssh")
     {
+        // `cadre-rsh`, or `ssh` in an MPIJob's launcher (a link the agent makes there).
         return rsh::run(&argv[1..]);
     }
     let matches = Cli::command()
@@ -511,7 +512,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status { connect, json } => native::status(&connect, json),
         Command::Node { connect, command } => native::node(&connect, &command),
         Command::Apply { connect, args } => k8s::apply(&connect, &args),
-        Command::Get { connect, args } => k8s::get(&connect, &args),
+        Command::Get { connect, args } => {
+            pods::get(&connect, &args).unwrap_or_else(|| k8s::get(&connect, &args))
+        }
         Command::Delete { connect, args } => k8s::delete(&connect, &args),
         Command::Describe { connect, args } => k8s::describe(&connect, &args),
         Command::Rsh { args } => Ok(rsh::run(&args)),

@@ -203,7 +203,7 @@ fn pod_row(p: &Pod, all_namespaces: bool, wide: bool) -> Vec<String> {
 }
 
 /// `cadre get pods [-l SELECTOR] [-w]`.
-pub fn get_pods(
+fn get_pods(
     conn: &ConnectArgs,
     namespace: &str,
     all_namespaces: bool,
@@ -275,8 +275,26 @@ pub fn get_pods(
     }
 }
 
+/// `cadre get pods` and `cadre get services`; `None` for what else `cadre get` lists.
+pub fn get(conn: &ConnectArgs, a: &crate::k8s::GetArgs) -> Option<Result<ExitCode>> {
+    match a.what.to_ascii_lowercase().as_str() {
+        "services" | "service" | "svc" => {
+            Some(get_services(conn, &a.namespace, a.all_namespaces, a.output))
+        }
+        "pods" | "pod" | "po" => Some(get_pods(
+            conn,
+            &a.namespace,
+            a.all_namespaces,
+            a.selector.as_deref(),
+            a.watch,
+            a.output,
+        )),
+        _ => None,
+    }
+}
+
 /// `cadre get services`: the Services kept with the latest job of each workload.
-pub fn get_services(
+fn get_services(
     conn: &ConnectArgs,
     namespace: &str,
     all_namespaces: bool,

@@ -1991,3 +1991,32 @@ spec:
         text(&out.stderr)
     );
 }
+
+/// Regression: launchers written for the MPI Operator's sshd wait for each worker with
+/// `ssh <worker> hostname` before `mpirun`; with no ssh to the workers they waited for
+/// ever. The launcher's `ssh` is cadre's rsh agent.
+#[test]
+fn an_mpijob_launcher_that_waits_for_its_workers_over_ssh_reaches_them() {
+    let c = Cluster::up(3);
+    let Some(program) = mpi_program(c.dir()) else {
+        return;
+    };
+    let job = c.apply(&sshd_mpi_job(
+        "sw",
+        "OpenMPI",
+        &format!(
+            "[sh, -c, 'for w in $(cut -d\" \" -f1 /etc/mpi/hostfile); do until ssh -o ConnectTimeout=2 $w true; do sleep 1; done; echo reached $w; done; exec mpirun --allow-run-as-root -n 2 {MPI_PYTHON} {}']",
+            program.display()
+        ),
+    ));
+    let state = c.wait(job);
+    let out = c.output("sw", job, 0);
+    assert_eq!(state, "COMPLETED", "{out}\n{}", c.log());
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("reached sw-worker-{r}.sw.default.svc\n")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("rank {r} of 2 on ")), "{out}");
+    }
+}
