@@ -200,6 +200,11 @@ pub struct ContainerSpec {
     pub capabilities: Vec<String>,
     /// The container's host name (a pod's).
     pub hostname: Option<String>,
+    /// Private tmpfs mounts `(in the container, size in bytes)` (`emptyDir` of `medium:
+    /// Memory`); `/dev/shm` is sized with `--shm-size`.
+    pub tmpfs: Vec<(String, Option<u64>)>,
+    /// Writable mounts `(on the node, in the container)` (`emptyDir` on disk).
+    pub writable: Vec<(PathBuf, String)>,
 }
 
 /// What the agent decided for one task's container.
@@ -432,6 +437,20 @@ pub fn run_command(spec: &ContainerSpec, task: &TaskSettings, env_file: &str) ->
     if let Some(name) = &spec.hostname {
         add(&["--hostname", name]);
     }
+    for (at, size) in &spec.tmpfs {
+        match (at.as_str(), size) {
+            ("/dev/shm", Some(n)) => add(&["--shm-size", &n.to_string()]),
+            ("/dev/shm", None) => {}
+            (_, Some(n)) => add(&[
+                "--tmpfs",
+                &format!("{at}:rw,nosuid,nodev,size={n},mode=1777"),
+            ]),
+            (_, None) => add(&["--tmpfs", &format!("{at}:rw,nosuid,nodev,mode=1777")]),
+        }
+    }
+    for (on_node, inside) in &spec.writable {
+        add(&["--volume", &format!("{}:{inside}:rw", on_node.display())]);
+    }
     // Never `--env NAME=VALUE`: the command line is every local user's to read.
     add(&["--env-file", env_file]);
     if let Some(command) = &spec.command {
@@ -593,6 +612,8 @@ mod tests {
             gpu_devices: true,
             capabilities: Vec::new(),
             hostname: None,
+            tmpfs: Vec::new(),
+            writable: Vec::new(),
         }
     }
 
@@ -691,6 +712,23 @@ mod tests {
             "{line}"
         );
         assert!(line.contains(" --hostname pi-worker-1 "), "{line}");
+        // A pod's emptyDirs: /dev/shm sized, another tmpfs, a writable directory.
+        let s = ContainerSpec {
+            tmpfs: vec![
+                ("/dev/shm".into(), Some(1 << 26)),
+                ("/cache".into(), Some(1 << 20)),
+            ],
+            writable: vec![("/var/cadre/job12.0/emptydir-0-1".into(), "/scratch".into())],
+            ..spec()
+        };
+        let line = run_command(&s, &settings(), "/proc/self/fd/9").join(" ");
+        assert!(
+            line.contains(
+                " --shm-size 67108864 --tmpfs /cache:rw,nosuid,nodev,size=1048576,mode=1777 \
+                 --volume /var/cadre/job12.0/emptydir-0-1:/scratch:rw "
+            ),
+            "{line}"
+        );
     }
 
     #[test]

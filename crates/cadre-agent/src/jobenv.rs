@@ -140,6 +140,13 @@ pub struct TaskProgram {
     pub holds: bool,
     /// With `binds`: the task's host name, in a UTS namespace of its own (a pod's).
     pub hostname: Option<String>,
+    /// With `binds`: a private tmpfs at each path, of the size given (`None`: the
+    /// kernel's default), writable by all (mode 1777), `nosuid,nodev` (a pod's `emptyDir`
+    /// of `medium: Memory`).
+    pub tmpfs: Vec<(PathBuf, Option<u64>)>,
+    /// The task cannot gain privileges (`PR_SET_NO_NEW_PRIVS`): one with volumes it may
+    /// write, mounted where set-user-id programs look, must not make them root's.
+    pub no_new_privs: bool,
 }
 
 impl JobLaunch {

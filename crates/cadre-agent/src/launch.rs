@@ -179,6 +179,10 @@ struct ChildPlan {
     user_ns: Option<crate::mountns::UserMaps>,
     /// With `binds`: the task's host name, in a UTS namespace of its own (a pod's).
     hostname: Option<CString>,
+    /// With `binds`: private tmpfs mounts, `(where, mount options)`.
+    tmpfs: Vec<(CString, CString)>,
+    /// `PR_SET_NO_NEW_PRIVS` before exec.
+    no_new_privs: bool,
     switch: Option<UserSwitch>,
     /// With `switch`: the child keeps the agent's identity and takes the user's only for
     /// the file system (working directory, output files), then gives it back: a container
@@ -236,6 +240,15 @@ impl ChildPlan {
             for b in &self.binds {
                 crate::mountns::bind_made(&b.path, b.made.fd(), &b.at)
                     .map_err(|e| fail(ChildStep::Bind, e))?;
+            }
+            for (at, options) in &self.tmpfs {
+                crate::mountns::tmpfs(at, options).map_err(|e| fail(ChildStep::Bind, e))?;
+            }
+        }
+        if self.no_new_privs {
+            // SAFETY: a system call with constant arguments.
+            if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                return Err(fail(ChildStep::Namespace, Errno::last()));
             }
         }
         if let Some(s) = &self.switch {
@@ -645,6 +658,24 @@ pub(crate) fn launch_task_with(
         files_only,
         user_ns: (!binds.is_empty() && !nix::unistd::geteuid().is_root())
             .then(crate::mountns::UserMaps::own),
+        tmpfs: match (binds.is_empty(), job.programs.get(&index)) {
+            (false, Some(p)) => p
+                .tmpfs
+                .iter()
+                .map(|(at, size)| {
+                    let options = match size {
+                        Some(n) => format!("size={n},mode=1777"),
+                        None => "mode=1777".to_string(),
+                    };
+                    Ok((
+                        path_c("tmpfs mount point", at)?,
+                        cstring(job.id, "tmpfs options", options.as_bytes())?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, LaunchError>>()?,
+            _ => Vec::new(),
+        },
+        no_new_privs: job.programs.get(&index).is_some_and(|p| p.no_new_privs),
         hostname: match (binds.is_empty(), job.programs.get(&index)) {
             (
                 false,
@@ -693,7 +724,7 @@ pub(crate) fn launch_task_with(
     // locks, e.g. the allocator's). `ChildPlan::run` only reads data prepared before the
     // fork (C strings, a CpuSet, a group list, a user namespace's id maps, file
     // descriptors) and makes direct system calls through nix and libc (write,
-    // sched_setaffinity, unshare, sethostname, mount, open and write of `/proc/self`'s id
+    // sched_setaffinity, unshare, sethostname, mount (binds and tmpfs), prctl, open and write of `/proc/self`'s id
     // maps, setgroups, setgid, setuid, chdir, open, fstat, dup2, sendmsg of a descriptor
     // from stack buffers, fcntl(F_SETFD), close on drop of the opened descriptors); none of them
     // allocates or takes a lock: nix passes `&CStr` paths (and `None` for absent mount
@@ -782,7 +813,7 @@ fn describe_step(
             "cannot make the task's own mount namespace (and, for an agent that is not root, user namespace; for a pod, UTS namespace with its host name)".into()
         }
         Some(ChildStep::Bind) => {
-            "cannot bind-mount the job's files (hosts file, MPI or Volcano files)".into()
+            "cannot bind-mount the job's files (hosts file, MPI or Volcano files) or mount its volumes".into()
         }
         Some(ChildStep::Keeper) => "cannot fork the task's keeper".into(),
         Some(ChildStep::Inherit) => {

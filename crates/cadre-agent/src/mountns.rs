@@ -137,6 +137,18 @@ pub(crate) fn enter(user: Option<&UserMaps>, hostname: Option<&CStr>) -> Result<
     )
 }
 
+/// In a forked child, after [`enter`]: a tmpfs of its own at `at`, `nosuid,nodev`, with
+/// `options` (`size=N,mode=1777`).
+pub(crate) fn tmpfs(at: &CStr, options: &CStr) -> Result<(), Errno> {
+    mount(
+        Some(c"tmpfs"),
+        at,
+        Some(c"tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options),
+    )
+}
+
 /// In a forked child, after [`enter`]: mounts `what` over `at`.
 pub(crate) fn bind(what: &CStr, at: &CStr) -> Result<(), Errno> {
     mount(

@@ -100,6 +100,30 @@ impl RunDir {
         })
     }
 
+    /// A new, empty directory `name` of the run's user's alone (mode 0700; the agent's
+    /// when the run has no other user): a pod's `emptyDir`. Made, never found: an existing
+    /// `name` is an error.
+    pub(crate) fn user_dir(&self, name: &str) -> io::Result<PathBuf> {
+        nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err)?;
+        fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
+        if let Some((uid, gid)) = self.owner {
+            nix::unistd::fchown(
+                &fd,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .map_err(io_err)?;
+        }
+        Ok(self.path.join(name))
+    }
+
     /// Writes a new file `name` holding `bytes`, its mode `mode` (group's and others' bits
     /// dropped when the file is another user's), owned by the run's user; its path.
     pub(crate) fn write(&self, name: &str, bytes: &[u8], mode: u32) -> io::Result<PathBuf> {

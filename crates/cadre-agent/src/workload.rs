@@ -62,7 +62,7 @@ use crate::rundir::{BindSource, RunDir};
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::NodeId;
 use cadre_k8s::contract::{MPI_DIR, VOLCANO_DIR};
-use cadre_k8s::{PlacedTask, Placement, Program, RSH_AGENT, Translated, WorkloadKind};
+use cadre_k8s::{PlacedTask, Placement, Program, RSH_AGENT, Translated, VolumeKind, WorkloadKind};
 use cadre_proto::agent::LaunchOrder;
 use std::collections::BTreeMap;
 use std::io;
@@ -131,6 +131,22 @@ pub enum WorkloadError {
         node: String,
         allowed: Vec<String>,
     },
+    /// A volume's `mountPath` is no directory on the node: the agent mounts a pod's
+    /// volumes only over directories that exist (it makes none where a user says).
+    #[error(
+        "task group {group} mounts volume `{volume}` at {path}, which is not a directory on node {node}: cadre mounts a pod's volumes only over directories that exist on the node"
+    )]
+    NoMountPoint {
+        group: usize,
+        volume: String,
+        path: String,
+        node: String,
+    },
+    /// Volumes need a mount namespace of the task's own, which this agent cannot make.
+    #[error(
+        "task group {group} mounts volumes, which needs a mount namespace of the task's own: the agent of node {node} is not root and cannot make user namespaces"
+    )]
+    VolumesNeedNamespace { group: usize, node: String },
 }
 
 impl WorkloadError {
@@ -138,7 +154,9 @@ impl WorkloadError {
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
-            WorkloadError::Contract(_) | WorkloadError::CapabilityNotAllowed { .. }
+            WorkloadError::Contract(_)
+                | WorkloadError::CapabilityNotAllowed { .. }
+                | WorkloadError::NoMountPoint { .. }
         )
     }
 }
@@ -509,7 +527,24 @@ pub fn prepare(
                 gpu_devices: means.real_gpus,
                 capabilities: run.capabilities.clone(),
                 hostname: Some(hostname),
+                tmpfs: Vec::new(),
+                writable: Vec::new(),
             };
+            let mut spec = spec;
+            for (i, v) in run.volumes.iter().enumerate() {
+                match &v.kind {
+                    VolumeKind::EmptyDir => {
+                        let name = format!("emptydir-{}-{i}", place.procid);
+                        let made = dir
+                            .user_dir(&name)
+                            .map_err(write_err(run_dir.join(&name)))?;
+                        spec.writable.push((made, v.path.clone()));
+                    }
+                    VolumeKind::Memory { size_bytes } => spec
+                        .tmpfs
+                        .push((v.path.clone(), size_bytes.or(task_memory(task)))),
+                }
+            }
             programs.insert(
                 index,
                 TaskProgram {
@@ -520,6 +555,8 @@ pub fn prepare(
                     container: Some(spec),
                     holds: false,
                     hostname: None,
+                    no_new_privs: false,
+                    tmpfs: Vec::new(),
                 },
             );
             continue;
@@ -556,6 +593,41 @@ pub fn prepare(
         let holds = cadre_k8s::holds_for_rsh(t, group);
         let mut binds = Vec::new();
         let mut own_hostname = None;
+        let mut tmpfs = Vec::new();
+        let volumes = &t.groups[group].volumes;
+        if !volumes.is_empty() && !holds {
+            if !mounts.can_bind() {
+                return Err(WorkloadError::VolumesNeedNamespace {
+                    group,
+                    node: node_name,
+                });
+            }
+            for (i, v) in volumes.iter().enumerate() {
+                let at = PathBuf::from(&v.path);
+                if !at.is_dir() {
+                    return Err(WorkloadError::NoMountPoint {
+                        group,
+                        volume: v.name.clone(),
+                        path: v.path.clone(),
+                        node: node_name,
+                    });
+                }
+                match &v.kind {
+                    VolumeKind::EmptyDir => {
+                        let name = format!("emptydir-{}-{i}", place.procid);
+                        dir.user_dir(&name)
+                            .map_err(write_err(run_dir.join(&name)))?;
+                        let made = dir
+                            .bind_source(&name)
+                            .map_err(write_err(run_dir.join(&name)))?;
+                        binds.push((made, at));
+                    }
+                    VolumeKind::Memory { size_bytes } => {
+                        tmpfs.push((at, size_bytes.or(task_memory(task))));
+                    }
+                }
+            }
+        }
         if !mounts.can_bind() {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
         } else if !holds {
@@ -578,10 +650,18 @@ pub fn prepare(
                 container: None,
                 holds,
                 hostname: own_hostname,
+                no_new_privs: !volumes.is_empty(),
+                tmpfs,
             },
         );
     }
     Ok(programs)
+}
+
+/// A memory-backed volume's size when its manifest gives none: the task's memory, as the
+/// kubelet sizes it to the pod's.
+fn task_memory(task: &cadre_core::alloc::TaskAlloc) -> Option<u64> {
+    (task.mem_mib > 0).then(|| task.mem_mib.saturating_mul(1 << 20))
 }
 
 /// Subdirectory `name` of the run's directory, made on first use.
@@ -809,11 +889,19 @@ spec:
         let node_hosts = std::fs::read_to_string(NODE_HOSTS).unwrap_or_default();
         assert!(hosts.starts_with(&node_hosts), "{hosts}");
         assert!(
-            hosts.contains("10.0.0.2\ttj-master-0 tj-master-0.default "),
+            hosts.contains(
+                "10.0.0.2\ttj-master-0.default.svc.cluster.local tj-master-0 tj-master-0.default "
+            ),
             "{hosts}"
         );
-        assert!(hosts.contains("127.0.0.1\ttj-worker-0 "), "{hosts}");
-        assert!(hosts.contains("10.0.0.2\ttj-worker-1 "), "{hosts}");
+        assert!(
+            hosts.contains("127.0.0.1\ttj-worker-0.default.svc.cluster.local tj-worker-0 "),
+            "{hosts}"
+        );
+        assert!(
+            hosts.contains("10.0.0.2\ttj-worker-1.default.svc.cluster.local tj-worker-1 "),
+            "{hosts}"
+        );
     }
 
     /// The MPIJob on the host, its order, and a directory for its run's.

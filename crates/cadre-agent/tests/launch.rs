@@ -722,6 +722,9 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
     // A mount point of the test's own, so that nothing of the node's is needed.
     let point = dir.path().join("point");
     std::fs::create_dir(&point).unwrap();
+    // And a memory volume of 1 MiB of its own (an emptyDir of medium Memory).
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
     let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap();
     let mut j = job(dir.path(), "nobody", "not run", one_task(vec![]));
     j.export = cadre_agent::jobenv::Export::None;
@@ -732,8 +735,10 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
                 "/bin/sh".into(),
                 "-c".into(),
                 format!(
-                    "id -u; hostname; getent hosts peer-0.sub; cat {}/hostfile; echo \"$ROLE $SLURM_PROCID\"",
-                    point.display()
+                    "id -u; hostname; getent hosts peer-0.sub; cat {}/hostfile; echo \"$ROLE $SLURM_PROCID\"; \
+                     df -B1 --output=size {shm} | tail -n 1 | tr -d ' '; touch {shm}/mine; grep NoNewPrivs /proc/self/status",
+                    point.display(),
+                    shm = shm.display()
                 ),
             ],
             work_dir: dir.path().to_path_buf(),
@@ -748,6 +753,8 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
             container: None,
             holds: false,
             hostname: Some("peer-0".into()),
+            tmpfs: vec![(shm.clone(), Some(1 << 20))],
+            no_new_privs: true,
         },
     );
     let node_name = nix::unistd::gethostname().unwrap();
@@ -760,10 +767,12 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
     assert_eq!(
         out,
         format!(
-            "{}\npeer-0\n10.9.8.7        peer-0 peer-0.sub\npeer-0.sub slots=1\nlauncher 0\n",
+            "{}\npeer-0\n10.9.8.7        peer-0 peer-0.sub\npeer-0.sub slots=1\nlauncher 0\n1048576\nNoNewPrivs:\t1\n",
             nobody.uid
         )
     );
+    // The task's tmpfs was its own: nothing it wrote there is on the node.
+    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0);
     // Nothing leaked to the node: its files, its host name.
     assert_eq!(std::fs::read_to_string("/etc/hosts").unwrap(), node_hosts);
     assert_eq!(nix::unistd::gethostname().unwrap(), node_name);
@@ -873,9 +882,13 @@ fn container_program(
             gpu_devices: false,
             capabilities: vec![],
             hostname: Some("peer-0".into()),
+            tmpfs: Vec::new(),
+            writable: Vec::new(),
         }),
         holds: false,
         hostname: None,
+        tmpfs: Vec::new(),
+        no_new_privs: false,
     }
 }
 

@@ -132,7 +132,7 @@ pub use error::{K8sError, Problem, SUPPORTED_KINDS};
 pub use model::{
     CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun,
     MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,
-    WorkloadKind, capability,
+    Volume, VolumeKind, WorkloadKind, capability,
 };
 pub use nesting::MAX_NESTING_DEPTH;
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};

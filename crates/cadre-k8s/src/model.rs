@@ -273,6 +273,33 @@ pub struct GroupRun {
     /// [`crate::contract::pod_labels`]). Empty in translations recorded before they were.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The volumes the container mounts (`emptyDir`), each a pod's own: one per task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+}
+
+/// A volume a container mounts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// The pod's name for it.
+    pub name: String,
+    /// Where the container sees it (`mountPath`, absolute).
+    pub path: String,
+    pub kind: VolumeKind,
+}
+
+/// What a volume is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum VolumeKind {
+    /// `emptyDir`: an empty directory of the task's own on the node's disk (in the run's
+    /// directory), removed when the run ends.
+    EmptyDir,
+    /// `emptyDir` of `medium: Memory`: a private tmpfs of `size_bytes` (`sizeLimit`; `None`:
+    /// the task's memory, else the kernel's default of half the node's), as `/dev/shm` is
+    /// sized for NCCL.
+    Memory { size_bytes: Option<u64> },
 }
 
 impl GroupRun {
@@ -290,6 +317,7 @@ impl GroupRun {
             host_aliases: Vec::new(),
             capabilities: Vec::new(),
             labels: std::collections::BTreeMap::new(),
+            volumes: Vec::new(),
         }
     }
 }

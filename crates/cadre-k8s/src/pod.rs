@@ -6,7 +6,9 @@
 //! it is decided: used, accepted and ignored (documented in the crate doc), or refused.
 
 use crate::error::Refusals;
-use crate::model::{EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions};
+use crate::model::{
+    EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions, Volume, VolumeKind,
+};
 use crate::quantity::Quantity;
 use cadre_core::resources::TaskResources;
 use k8s_openapi::api::core::v1::{
@@ -108,6 +110,8 @@ pub(crate) struct PodPieces {
     pub subdomain: Option<String>,
     pub hostname: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// The pod's volumes that cadre gives, by name.
+    pub volumes: BTreeMap<String, VolumeKind>,
 }
 
 /// Reads pod template `t` found at `path` (`spec.mpiReplicaSpecs.Worker.template`), for
@@ -495,14 +499,13 @@ fn read_pod_spec(
         );
     }
     for (i, v) in volumes.iter().flatten().enumerate() {
-        refusals.refuse(
-            format!("{path}.volumes[{i}]"),
-            format!(
-                "volume `{}`: volumes are not supported (tasks see the node's file systems; \
-                 use paths that exist on the nodes)",
-                v.name
-            ),
-        );
+        let vpath = format!("{path}.volumes[{i}]");
+        match read_volume(v, &vpath, refusals) {
+            Some(kind) => {
+                pieces.volumes.insert(v.name.clone(), kind);
+            }
+            None => continue,
+        }
     }
 
     match containers.as_slice() {
@@ -527,6 +530,78 @@ fn read_pod_spec(
             }
         }
     }
+}
+
+/// A pod's volume: an `emptyDir` (on disk, or `medium: Memory` with its `sizeLimit`);
+/// any other source is refused by name.
+fn read_volume(
+    v: &k8s_openapi::api::core::v1::Volume,
+    path: &str,
+    refusals: &mut Refusals,
+) -> Option<VolumeKind> {
+    let Some(e) = &v.empty_dir else {
+        let source = [
+            (v.config_map.is_some(), "configMap"),
+            (v.secret.is_some(), "secret"),
+            (v.persistent_volume_claim.is_some(), "persistentVolumeClaim"),
+            (v.host_path.is_some(), "hostPath"),
+            (v.nfs.is_some(), "nfs"),
+            (v.projected.is_some(), "projected"),
+            (v.downward_api.is_some(), "downwardAPI"),
+            (v.csi.is_some(), "csi"),
+            (v.ephemeral.is_some(), "ephemeral"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+        .unwrap_or("this source");
+        refusals.refuse(
+            path,
+            format!(
+                "volume `{}`: {source} volumes are not supported yet (emptyDir is; tasks see \
+                 the node's file systems, so a shared path that exists on the nodes needs no \
+                 volume)",
+                v.name
+            ),
+        );
+        return None;
+    };
+    let size_bytes = match &e.size_limit {
+        None => None,
+        Some(q) => match Quantity::parse(&q.0) {
+            Ok(q) => match u64::try_from(q.ceil()) {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    refusals.refuse(
+                        format!("{path}.emptyDir.sizeLimit"),
+                        format!("`{}` is not a size cadre can give", q_text(&q)),
+                    );
+                    return None;
+                }
+            },
+            Err(err) => {
+                refusals.refuse(
+                    format!("{path}.emptyDir.sizeLimit"),
+                    format!("`{}`: {}", err.text, err.why),
+                );
+                return None;
+            }
+        },
+    };
+    match e.medium.as_deref().unwrap_or("") {
+        "" => Some(VolumeKind::EmptyDir),
+        "Memory" => Some(VolumeKind::Memory { size_bytes }),
+        other => {
+            refusals.refuse(
+                format!("{path}.emptyDir.medium"),
+                format!("`{other}` is not supported (\"\" for the node's disk, or Memory)"),
+            );
+            None
+        }
+    }
+}
+
+fn q_text(q: &Quantity) -> String {
+    q.ceil().to_string()
 }
 
 fn pieces_aliases(pieces: &mut PodPieces) -> &mut Vec<(String, Vec<String>)> {
@@ -987,14 +1062,63 @@ fn read_container(
             refusals.refuse(at(field), "a batch task has no terminal or standard input");
         }
     }
+    let mut mounted: Vec<Volume> = Vec::new();
     for (i, v) in volume_mounts.iter().flatten().enumerate() {
-        refusals.refuse(
-            format!("{path}.volumeMounts[{i}]"),
-            format!(
-                "mount of `{}` at `{}`: volumes are not supported",
-                v.name, v.mount_path
-            ),
-        );
+        let mpath = format!("{path}.volumeMounts[{i}]");
+        let Some(kind) = pieces.volumes.get(&v.name) else {
+            refusals.refuse(
+                format!("{mpath}.name"),
+                format!("`{}` is not a volume of the pod that cadre gives", v.name),
+            );
+            continue;
+        };
+        if !v.mount_path.starts_with('/') || v.mount_path.split('/').any(|c| c == "..") {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                format!("`{}` is not an absolute path", v.mount_path),
+            );
+            continue;
+        }
+        if v.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+            || v.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            refusals.refuse(
+                format!("{mpath}.subPath"),
+                "not supported: an emptyDir is mounted whole",
+            );
+        }
+        if v.mount_propagation.as_deref().is_some_and(|m| m != "None") {
+            refusals.refuse(
+                format!("{mpath}.mountPropagation"),
+                "not supported: a task's mounts never propagate",
+            );
+        }
+        if v.read_only == Some(true) {
+            refusals.refuse(
+                format!("{mpath}.readOnly"),
+                "an emptyDir mounted read-only stays empty: mount it writable",
+            );
+        }
+        if mounted.iter().any(|m| m.path == v.mount_path) {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                format!("`{}` is mounted twice", v.mount_path),
+            );
+            continue;
+        }
+        let at = v.mount_path.trim_end_matches('/');
+        if at.is_empty() {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                "a volume cannot be mounted over `/`",
+            );
+            continue;
+        }
+        mounted.push(Volume {
+            name: v.name.clone(),
+            path: at.to_string(),
+            kind: kind.clone(),
+        });
     }
     if volume_devices.as_ref().is_some_and(|v| !v.is_empty()) {
         refusals.refuse(at("volumeDevices"), "volumes are not supported");
@@ -1021,6 +1145,7 @@ fn read_container(
         host_aliases: aliases,
         capabilities,
         labels: BTreeMap::new(),
+        volumes: mounted,
     }
 }
 

@@ -2020,3 +2020,74 @@ fn an_mpijob_launcher_that_waits_for_its_workers_over_ssh_reaches_them() {
         assert!(out.contains(&format!("rank {r} of 2 on ")), "{out}");
     }
 }
+
+/// `emptyDir` volumes as training manifests use them: `/dev/shm` as a tmpfs of the size
+/// NCCL needs (`medium: Memory`, `sizeLimit`), and a scratch directory on disk, each the
+/// pod's own; a task with volumes cannot gain privileges. Other volume sources are refused
+/// by name.
+#[test]
+fn empty_dir_volumes_are_each_rank_s_own_and_shm_is_sized() {
+    let c = Cluster::up(1);
+    let manifest = "apiVersion: batch/v1
+kind: Job
+metadata: {name: vols}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      volumes:
+      - {name: dshm, emptyDir: {medium: Memory, sizeLimit: 64Mi}}
+      - {name: scratch, emptyDir: {}}
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"; ls /mnt; echo $JOB_COMPLETION_INDEX > /mnt/mine; cat /mnt/mine; grep NoNewPrivs /proc/self/status']
+        volumeMounts:
+        - {name: dshm, mountPath: /dev/shm}
+        - {name: scratch, mountPath: /mnt}
+";
+    let before: Vec<_> = std::fs::read_dir("/mnt")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+        .unwrap_or_default();
+    let job = c.apply(manifest);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    for r in 0..2 {
+        // Its own shm of 64 MiB, its own empty scratch (each rank sees only its file).
+        assert_eq!(
+            c.output("vols", job, r),
+            format!("67108864\n{r}\nNoNewPrivs:\t1\n"),
+            "rank {r}"
+        );
+    }
+    let after: Vec<_> = std::fs::read_dir("/mnt")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+        .unwrap_or_default();
+    assert_eq!(before, after, "nothing reached the node's /mnt");
+    // A volume source cadre does not give, and a mount point the node lacks.
+    let refused = manifest.replace(
+        "{name: scratch, emptyDir: {}}",
+        "{name: scratch, configMap: {name: settings}}",
+    );
+    let out = c.run_with(&["apply", "-f", "-"], Some(&refused));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("volume `scratch`: configMap volumes are not supported yet"),
+        "{err}"
+    );
+    let nowhere = manifest
+        .replace("name: vols", "name: nowhere")
+        .replace("mountPath: /mnt}", "mountPath: /cadre-no-such-dir}");
+    let job = c.apply(&nowhere);
+    wait_until("the job is held for its mount point", || {
+        let explained = text(&c.run(&["explain", &job.to_string()]).stdout);
+        explained.contains("/cadre-no-such-dir, which is not a directory on node")
+    });
+    assert!(
+        !Path::new("/cadre-no-such-dir").exists(),
+        "a mount point was made"
+    );
+}
