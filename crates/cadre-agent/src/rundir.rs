@@ -100,10 +100,9 @@ impl RunDir {
         })
     }
 
-    /// A new, empty directory `name` of the run's user's alone (mode 0700; the agent's
-    /// when the run has no other user): a pod's `emptyDir`. Made, never found: an existing
-    /// `name` is an error.
-    pub(crate) fn user_dir(&self, name: &str) -> io::Result<PathBuf> {
+    /// A new, empty directory `name` (mode 0700, the agent's until [`RunDir::hand_over`]),
+    /// open: a pod's volume. Made, never found: an existing `name` is an error.
+    pub(crate) fn user_dir(&self, name: &str) -> io::Result<RunDir> {
         nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
         let fd = nix::fcntl::openat(
             &self.fd,
@@ -113,15 +112,25 @@ impl RunDir {
         )
         .map_err(io_err)?;
         fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
+        Ok(RunDir {
+            path: self.path.join(name),
+            fd,
+            owner: self.owner,
+        })
+    }
+
+    /// Gives the directory to the run's user (once the agent has written what it holds:
+    /// the user can place nothing in it before).
+    pub(crate) fn hand_over(&self) -> io::Result<()> {
         if let Some((uid, gid)) = self.owner {
             nix::unistd::fchown(
-                &fd,
+                &self.fd,
                 Some(nix::unistd::Uid::from_raw(uid)),
                 Some(nix::unistd::Gid::from_raw(gid)),
             )
             .map_err(io_err)?;
         }
-        Ok(self.path.join(name))
+        Ok(())
     }
 
     /// Writes a new file `name` holding `bytes`, its mode `mode` (group's and others' bits

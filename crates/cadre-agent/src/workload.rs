@@ -532,17 +532,24 @@ pub fn prepare(
             };
             let mut spec = spec;
             for (i, v) in run.volumes.iter().enumerate() {
+                let name = format!("volume-{}-{i}", place.procid);
                 match &v.kind {
                     VolumeKind::EmptyDir => {
-                        let name = format!("emptydir-{}-{i}", place.procid);
                         let made = dir
                             .user_dir(&name)
+                            .and_then(|d| d.hand_over().map(|()| d))
                             .map_err(write_err(run_dir.join(&name)))?;
-                        spec.writable.push((made, v.path.clone()));
+                        spec.writable
+                            .push((made.path().to_path_buf(), v.path.clone()));
                     }
                     VolumeKind::Memory { size_bytes } => spec
                         .tmpfs
                         .push((v.path.clone(), size_bytes.or(task_memory(task)))),
+                    VolumeKind::ConfigMap { .. } | VolumeKind::Secret { .. } => {
+                        let made = volume_files(dir, &name, t, &v.kind)
+                            .map_err(write_err(run_dir.join(&name)))?;
+                        spec.mounts.push((made, v.path.clone()));
+                    }
                 }
             }
             programs.insert(
@@ -612,20 +619,26 @@ pub fn prepare(
                         node: node_name,
                     });
                 }
+                let name = format!("volume-{}-{i}", place.procid);
                 match &v.kind {
                     VolumeKind::EmptyDir => {
-                        let name = format!("emptydir-{}-{i}", place.procid);
                         dir.user_dir(&name)
+                            .and_then(|d| d.hand_over())
                             .map_err(write_err(run_dir.join(&name)))?;
-                        let made = dir
-                            .bind_source(&name)
-                            .map_err(write_err(run_dir.join(&name)))?;
-                        binds.push((made, at));
                     }
                     VolumeKind::Memory { size_bytes } => {
                         tmpfs.push((at, size_bytes.or(task_memory(task))));
+                        continue;
+                    }
+                    VolumeKind::ConfigMap { .. } | VolumeKind::Secret { .. } => {
+                        volume_files(dir, &name, t, &v.kind)
+                            .map_err(write_err(run_dir.join(&name)))?;
                     }
                 }
+                let made = dir
+                    .bind_source(&name)
+                    .map_err(write_err(run_dir.join(&name)))?;
+                binds.push((made, at));
             }
         }
         if !mounts.can_bind() {
@@ -656,6 +669,51 @@ pub fn prepare(
         );
     }
     Ok(programs)
+}
+
+/// The files of a `configMap` or `secret` volume (each key, or each of its `items`, a file
+/// of the job's user alone), in a new directory `name` of the run's directory; its path.
+/// An optional object that was not applied gives an empty directory.
+fn volume_files(
+    dir: &RunDir,
+    name: &str,
+    t: &Translated,
+    kind: &VolumeKind,
+) -> io::Result<PathBuf> {
+    let made = dir.user_dir(name)?;
+    let (object, items, secret) = match kind {
+        VolumeKind::ConfigMap { name, items, .. } => (name, items, false),
+        VolumeKind::Secret { name, items, .. } => (name, items, true),
+        VolumeKind::EmptyDir | VolumeKind::Memory { .. } => return Ok(made.path().to_path_buf()),
+    };
+    let keys: Vec<String> = if secret {
+        t.secrets.0.get(object).map(|d| d.keys().cloned().collect())
+    } else {
+        t.config_maps
+            .get(object)
+            .map(|d| d.keys().cloned().collect())
+    }
+    .unwrap_or_default();
+    let files: Vec<(String, String)> = if items.is_empty() {
+        keys.iter().map(|k| (k.clone(), k.clone())).collect()
+    } else {
+        items.clone()
+    };
+    for (key, file) in files {
+        let bytes = if secret {
+            t.secrets.get(object, &key)
+        } else {
+            t.config_maps
+                .get(object)
+                .and_then(|d| d.get(&key))
+                .map(|v| v.as_bytes().to_vec())
+        };
+        if let Some(bytes) = bytes {
+            made.write(&file, &bytes, 0o400)?;
+        }
+    }
+    made.hand_over()?;
+    Ok(made.path().to_path_buf())
 }
 
 /// A memory-backed volume's size when its manifest gives none: the task's memory, as the

@@ -28,7 +28,8 @@
 
 use crate::error::K8sError;
 use crate::model::{
-    Completion, EnvSource, MpiImplementation, Program, PyTorchContract, Translated, WorkloadKind,
+    Completion, EnvSource, EnvVar, MpiImplementation, Program, PyTorchContract, Translated,
+    WorkloadKind,
 };
 use std::collections::BTreeMap;
 
@@ -431,6 +432,200 @@ pub fn service_names(s: &crate::service::Service) -> Vec<String> {
     ]
 }
 
+/// A variable name as the kubelet takes one from `envFrom` (others are skipped).
+fn is_env_name(k: &str) -> bool {
+    !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Gives each workload the ConfigMaps and Secrets of its apply that its pods use: a
+/// ConfigMap's values become literal variables (never expanded again) and its volumes'
+/// files; a Secret is carried with the workload for its tasks to read when they start.
+/// `envFrom` is expanded into variables, before the container's own `env` (which wins).
+/// Every problem (an object used but not applied and not `optional`, a key it lacks, an
+/// object no workload uses) is returned, each saying which.
+pub fn attach_config(
+    workloads: &mut [Translated],
+    config_maps: &[crate::config::ConfigMap],
+    secrets: &[crate::config::Secret],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut used_maps = vec![false; config_maps.len()];
+    let mut used_secrets = vec![false; secrets.len()];
+    for t in workloads.iter_mut() {
+        let ns = t.namespace.clone();
+        let find_map = |name: &str| {
+            config_maps
+                .iter()
+                .position(|c| c.name == name && c.namespace == ns)
+        };
+        let find_secret = |name: &str| {
+            secrets
+                .iter()
+                .position(|s| s.name == name && s.namespace == ns)
+        };
+        let missing = |kind: &str, name: &str, t: &Translated| {
+            format!(
+                "`{}`: {kind}/{name} is not in namespace {} of this apply (apply it with the workload, or mark the reference optional)",
+                t.name, t.namespace
+            )
+        };
+        let mut attach_secret = |i: usize, t: &mut Translated| {
+            used_secrets[i] = true;
+            let s = &secrets[i];
+            t.secrets.0.insert(s.name.clone(), s.data.clone());
+        };
+        for g in 0..t.groups.len() {
+            let mut env = Vec::new();
+            for ef in std::mem::take(&mut t.groups[g].env_from) {
+                if ef.secret {
+                    match find_secret(&ef.name) {
+                        Some(i) => {
+                            for k in secrets[i].data.keys() {
+                                if is_env_name(&format!("{}{k}", ef.prefix)) {
+                                    env.push(EnvVar {
+                                        name: format!("{}{k}", ef.prefix),
+                                        source: EnvSource::SecretKey {
+                                            name: ef.name.clone(),
+                                            key: k.clone(),
+                                            optional: false,
+                                        },
+                                    });
+                                }
+                            }
+                            attach_secret(i, t);
+                        }
+                        None if ef.optional => {}
+                        None => problems.push(missing("secret", &ef.name, t)),
+                    }
+                } else {
+                    match find_map(&ef.name) {
+                        Some(i) => {
+                            used_maps[i] = true;
+                            for (k, v) in &config_maps[i].data {
+                                if is_env_name(&format!("{}{k}", ef.prefix)) {
+                                    env.push(EnvVar {
+                                        name: format!("{}{k}", ef.prefix),
+                                        source: EnvSource::Literal(v.replace('$', "$$")),
+                                    });
+                                }
+                            }
+                        }
+                        None if ef.optional => {}
+                        None => problems.push(missing("configmap", &ef.name, t)),
+                    }
+                }
+            }
+            for var in std::mem::take(&mut t.groups[g].env) {
+                match &var.source {
+                    EnvSource::ConfigMapKey {
+                        name,
+                        key,
+                        optional,
+                    } => match find_map(name).map(|i| (i, config_maps[i].data.get(key))) {
+                        Some((i, Some(v))) => {
+                            used_maps[i] = true;
+                            env.push(EnvVar {
+                                name: var.name.clone(),
+                                source: EnvSource::Literal(v.replace('$', "$$")),
+                            });
+                        }
+                        Some((i, None)) if *optional => used_maps[i] = true,
+                        None if *optional => {}
+                        Some((_, None)) => problems.push(format!(
+                            "`{}`: variable {}: ConfigMap `{name}` has no key `{key}`",
+                            t.name, var.name
+                        )),
+                        None => problems.push(missing("configmap", name, t)),
+                    },
+                    EnvSource::SecretKey {
+                        name,
+                        key,
+                        optional,
+                    } => match find_secret(name) {
+                        Some(i) if secrets[i].data.contains_key(key) || *optional => {
+                            attach_secret(i, t);
+                            env.push(var);
+                        }
+                        Some(_) => problems.push(format!(
+                            "`{}`: variable {}: Secret `{name}` has no key `{key}`",
+                            t.name, var.name
+                        )),
+                        None if *optional => {}
+                        None => problems.push(missing("secret", name, t)),
+                    },
+                    _ => env.push(var),
+                }
+            }
+            t.groups[g].env = env;
+            for v in t.groups[g].volumes.clone() {
+                match &v.kind {
+                    crate::model::VolumeKind::ConfigMap {
+                        name,
+                        items,
+                        optional,
+                    } => match find_map(name) {
+                        Some(i) => {
+                            used_maps[i] = true;
+                            let data = &config_maps[i].data;
+                            for (k, _) in items {
+                                if !data.contains_key(k) && !optional {
+                                    problems.push(format!(
+                                        "`{}`: volume `{}`: ConfigMap `{name}` has no key `{k}`",
+                                        t.name, v.name
+                                    ));
+                                }
+                            }
+                            t.config_maps.insert(name.clone(), data.clone());
+                        }
+                        None if *optional => {}
+                        None => problems.push(missing("configmap", name, t)),
+                    },
+                    crate::model::VolumeKind::Secret {
+                        name,
+                        items,
+                        optional,
+                    } => match find_secret(name) {
+                        Some(i) => {
+                            for (k, _) in items {
+                                if !secrets[i].data.contains_key(k) && !optional {
+                                    problems.push(format!(
+                                        "`{}`: volume `{}`: Secret `{name}` has no key `{k}`",
+                                        t.name, v.name
+                                    ));
+                                }
+                            }
+                            attach_secret(i, t);
+                        }
+                        None if *optional => {}
+                        None => problems.push(missing("secret", name, t)),
+                    },
+                    _ => {}
+                }
+            }
+        }
+    }
+    for (c, used) in config_maps.iter().zip(used_maps) {
+        if !used {
+            problems.push(format!(
+                "configmap/{} in namespace {} is used by no workload applied with it: cadre keeps a ConfigMap with the workloads that use it; apply them together",
+                c.name, c.namespace
+            ));
+        }
+    }
+    for (s, used) in secrets.iter().zip(used_secrets) {
+        if !used {
+            problems.push(format!(
+                "secret/{} in namespace {} is used by no workload applied with it: cadre keeps a Secret with the workloads that use it; apply them together",
+                s.name, s.namespace
+            ));
+        }
+    }
+    problems
+}
+
 fn under(host: &str, sub: &str, ns: &str) -> Vec<String> {
     vec![
         host.to_string(),
@@ -705,6 +900,31 @@ pub fn rank_environment(
             EnvSource::PodIp | EnvSource::HostIp => task.address.clone(),
             EnvSource::NodeName => task.node.clone(),
             EnvSource::CompletionIndex => completion_index(t, g, index).to_string(),
+            EnvSource::SecretKey {
+                name,
+                key,
+                optional,
+            } => match t.secrets.get(name, key) {
+                Some(bytes) => String::from_utf8(bytes).map_err(|_| {
+                    contract_err(format!(
+                        "variable {}: key `{key}` of Secret `{name}` is not text",
+                        var.name
+                    ))
+                })?,
+                None if *optional => continue,
+                None => {
+                    return Err(contract_err(format!(
+                        "variable {}: Secret `{name}` has no key `{key}` in the job's record",
+                        var.name
+                    )));
+                }
+            },
+            EnvSource::ConfigMapKey { name, key, .. } => {
+                return Err(contract_err(format!(
+                    "variable {}: key `{key}` of ConfigMap `{name}` was not given with the workload",
+                    var.name
+                )));
+            }
         };
         env.push((var.name.clone(), value));
     }
@@ -893,8 +1113,17 @@ fn pytorch_environment(
 
 /// Task `rank`'s program with its `$(VAR)` references expanded by its environment.
 pub fn rank_program(t: &Translated, rank: u32, p: &Placement) -> Result<Program, K8sError> {
-    let env = rank_environment(t, rank, p)?;
     let (g, _) = task_of_rank(t, rank, p)?;
+    // A Secret's variable is never put on a command line, which every local user can read:
+    // `$(TOKEN)` stays as written.
+    let secret: Vec<&str> = t.groups[g]
+        .env
+        .iter()
+        .filter(|v| matches!(v.source, EnvSource::SecretKey { .. }))
+        .map(|v| v.name.as_str())
+        .collect();
+    let mut env = rank_environment(t, rank, p)?;
+    env.retain(|(k, _)| !secret.contains(&k.as_str()));
     let ex =
         |v: &Vec<String>| -> Vec<String> { v.iter().map(|a| expand(a, lookup_in(&env))).collect() };
     Ok(match &t.groups[g].program {

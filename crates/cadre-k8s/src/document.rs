@@ -43,6 +43,10 @@ pub enum Object {
     ClusterTrainingRuntime(Box<trainer::ClusterTrainingRuntime>),
     /// `v1` Service (see [`crate::service`]).
     Service(Box<k8s_openapi::api::core::v1::Service>),
+    /// `v1` ConfigMap (see [`crate::config`]).
+    ConfigMap(Box<k8s_openapi::api::core::v1::ConfigMap>),
+    /// `v1` Secret (see [`crate::config`]).
+    Secret(Box<k8s_openapi::api::core::v1::Secret>),
 }
 
 impl Object {
@@ -60,6 +64,8 @@ impl Object {
             Object::Topology(_) => "Topology",
             Object::ClusterTrainingRuntime(_) => "ClusterTrainingRuntime",
             Object::Service(_) => "Service",
+            Object::ConfigMap(_) => "ConfigMap",
+            Object::Secret(_) => "Secret",
         }
     }
 
@@ -77,7 +83,7 @@ impl Object {
             Object::LocalQueue(o) => &o.api_version,
             Object::Topology(o) => &o.api_version,
             Object::ClusterTrainingRuntime(o) => &o.api_version,
-            Object::Service(_) => "v1",
+            Object::Service(_) | Object::ConfigMap(_) | Object::Secret(_) => "v1",
         }
     }
 
@@ -95,6 +101,8 @@ impl Object {
             Object::Topology(o) => &o.metadata,
             Object::ClusterTrainingRuntime(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
         }
     }
 
@@ -251,6 +259,8 @@ fn parse_one(value: yaml_serde::Value, origin: &str, doc: usize) -> Result<Objec
     Ok(match (group, version, kind.as_str()) {
         ("batch", "v1", "Job") => Object::Job(Box::new(ctx.typed(value)?)),
         ("", "v1", "Service") => Object::Service(Box::new(ctx.typed(value)?)),
+        ("", "v1", "ConfigMap") => Object::ConfigMap(Box::new(ctx.typed(value)?)),
+        ("", "v1", "Secret") => Object::Secret(Box::new(ctx.typed(value)?)),
         ("jobset.x-k8s.io", "v1alpha2", "JobSet") => Object::JobSet(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v2beta1", "MPIJob") => Object::MpiJob(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v1", "PyTorchJob") => Object::PyTorchJob(Box::new(ctx.typed(value)?)),
@@ -411,12 +421,12 @@ mod tests {
 
     #[test]
     fn unknown_kinds_name_the_document_the_kind_and_what_is_supported() {
-        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\n\
+        let text = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: x}\n---\n\
                     apiVersion: example.com/v1\nkind: Thing\n";
         let err = parse_documents(text, "f.yaml").unwrap_err().to_string();
         assert!(
             err.starts_with(
-                "f.yaml, document 1: kind `ConfigMap` of apiVersion `v1` is not supported; cadre reads batch/v1 Job;"
+                "f.yaml, document 1: kind `PersistentVolumeClaim` of apiVersion `v1` is not supported; cadre reads batch/v1 Job;"
             ),
             "{err}"
         );

@@ -12,8 +12,8 @@ pub const SUPPORTED_KINDS: &str = "batch/v1 Job; jobset.x-k8s.io/v1alpha2 JobSet
     kubeflow.org/v2beta1 MPIJob; kubeflow.org/v1 PyTorchJob; batch.volcano.sh/v1alpha1 Job; \
     scheduling.volcano.sh/v1beta1 Queue; kueue.x-k8s.io/v1beta1 and v1beta2 ResourceFlavor, \
     ClusterQueue, LocalQueue and Topology (also v1alpha1); \
-    trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime; v1 Service (with the workloads it \
-    selects)";
+    trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime; v1 Service, ConfigMap and Secret \
+    (with the workloads that use them)";
 
 /// One thing cadre cannot do with an object: the field, as a path in the manifest
 /// (`spec.template.spec.volumes[0]`), and the reason.

@@ -109,6 +109,7 @@
 //! `MASTER_PORT`, `WORLD_SIZE`, `RANK` and `PET_*`; Volcano's `VC_*`/`VK_*` and host files;
 //! `JOB_COMPLETION_INDEX`.
 
+pub mod config;
 pub mod contract;
 pub mod crd;
 pub mod document;
@@ -153,6 +154,8 @@ pub struct Plan {
 pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K8sError> {
     let mut out = Plan::default();
     let mut services = Vec::new();
+    let mut maps = Vec::new();
+    let mut secrets = Vec::new();
     for (doc, object) in document::parse_numbered(text, origin)? {
         let in_doc = |source: K8sError| K8sError::InDocument {
             origin: origin.to_string(),
@@ -168,6 +171,12 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
             Object::Service(s) => {
                 services.push(service::read_service(s, &opts.default_namespace).map_err(in_doc)?)
             }
+            Object::ConfigMap(c) => {
+                maps.push(config::read_config_map(c, &opts.default_namespace).map_err(in_doc)?)
+            }
+            Object::Secret(s) => {
+                secrets.push(config::read_secret(s, &opts.default_namespace).map_err(in_doc)?)
+            }
             _ => out
                 .workloads
                 .push(translate(&object, opts).map_err(in_doc)?),
@@ -177,6 +186,9 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
         return Err(K8sError::Contract {
             what: service::selects_nothing(s),
         });
+    }
+    if let Some(p) = contract::attach_config(&mut out.workloads, &maps, &secrets).first() {
+        return Err(K8sError::Contract { what: p.clone() });
     }
     Ok(out)
 }

@@ -224,6 +224,61 @@ pub enum EnvSource {
     /// `fieldRef: metadata.annotations['batch.kubernetes.io/job-completion-index']` (and the
     /// label of the same name): the task's completion index.
     CompletionIndex,
+    /// `configMapKeyRef`: a key of a ConfigMap of the apply (made a literal once the
+    /// ConfigMaps are attached, [`crate::contract::attach_config`]).
+    ConfigMapKey {
+        name: String,
+        key: String,
+        #[serde(default)]
+        optional: bool,
+    },
+    /// `secretKeyRef`: a key of a Secret of the apply, read from
+    /// [`Translated::secrets`] when the task starts; never expanded in a command line.
+    SecretKey {
+        name: String,
+        key: String,
+        #[serde(default)]
+        optional: bool,
+    },
+}
+
+/// `envFrom`: every key of a ConfigMap or Secret as a variable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvFrom {
+    pub secret: bool,
+    pub name: String,
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// The data of the Secrets a workload uses, by name: each key's bytes, base64 as in a
+/// manifest. Never shown by `Debug`.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretData(pub BTreeMap<String, BTreeMap<String, String>>);
+
+impl std::fmt::Debug for SecretData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.keys())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecretData {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Key `key` of Secret `name`, decoded.
+    pub fn get(&self, name: &str, key: &str) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let v = self.0.get(name)?.get(key)?;
+        base64::engine::general_purpose::STANDARD.decode(v).ok()
+    }
 }
 
 /// One environment variable of a container, in manifest order.
@@ -276,6 +331,9 @@ pub struct GroupRun {
     /// The volumes the container mounts (`emptyDir`), each a pod's own: one per task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// `envFrom`, in order (expanded into `env` once the objects are attached).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<EnvFrom>,
 }
 
 /// A volume a container mounts.
@@ -300,6 +358,22 @@ pub enum VolumeKind {
     /// the task's memory, else the kernel's default of half the node's), as `/dev/shm` is
     /// sized for NCCL.
     Memory { size_bytes: Option<u64> },
+    /// A `configMap` volume: each key (or each of `items`, key to file name) a file.
+    ConfigMap {
+        name: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        items: Vec<(String, String)>,
+        #[serde(default)]
+        optional: bool,
+    },
+    /// A `secret` volume: as a ConfigMap's, the files the job's user's alone.
+    Secret {
+        name: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        items: Vec<(String, String)>,
+        #[serde(default)]
+        optional: bool,
+    },
 }
 
 impl GroupRun {
@@ -318,6 +392,7 @@ impl GroupRun {
             capabilities: Vec::new(),
             labels: std::collections::BTreeMap::new(),
             volumes: Vec::new(),
+            env_from: Vec::new(),
         }
     }
 }
@@ -450,6 +525,12 @@ pub struct Translated {
     /// ([`crate::contract::attach_services`]): their names are in the job's hosts file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<crate::service::Service>,
+    /// The ConfigMaps of the apply that its pods' volumes use, by name: key to text.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
+    /// The Secrets of the apply that its pods use (variables, volumes).
+    #[serde(default, skip_serializing_if = "SecretData::is_empty")]
+    pub secrets: SecretData,
 }
 
 impl Translated {

@@ -7,7 +7,8 @@
 
 use crate::error::Refusals;
 use crate::model::{
-    EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions, Volume, VolumeKind,
+    EnvFrom, EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions, Volume,
+    VolumeKind,
 };
 use crate::quantity::Quantity;
 use cadre_core::resources::TaskResources;
@@ -539,10 +540,46 @@ fn read_volume(
     path: &str,
     refusals: &mut Refusals,
 ) -> Option<VolumeKind> {
+    let items = |list: &Option<Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+                 at: &str,
+                 refusals: &mut Refusals|
+     -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (i, it) in list.iter().flatten().enumerate() {
+            if it.path.is_empty() || it.path.contains('/') || it.path == ".." || it.path == "." {
+                refusals.refuse(
+                    format!("{path}.{at}.items[{i}].path"),
+                    format!(
+                        "`{}`: a file name of its own (no directories) is supported",
+                        it.path
+                    ),
+                );
+                continue;
+            }
+            out.push((it.key.clone(), it.path.clone()));
+        }
+        out
+    };
+    if let Some(cm) = &v.config_map {
+        return Some(VolumeKind::ConfigMap {
+            name: cm.name.clone(),
+            items: items(&cm.items, "configMap", refusals),
+            optional: cm.optional == Some(true),
+        });
+    }
+    if let Some(s) = &v.secret {
+        let Some(name) = s.secret_name.clone().filter(|n| !n.is_empty()) else {
+            refusals.refuse(format!("{path}.secret.secretName"), "missing");
+            return None;
+        };
+        return Some(VolumeKind::Secret {
+            name,
+            items: items(&s.items, "secret", refusals),
+            optional: s.optional == Some(true),
+        });
+    }
     let Some(e) = &v.empty_dir else {
         let source = [
-            (v.config_map.is_some(), "configMap"),
-            (v.secret.is_some(), "secret"),
             (v.persistent_volume_claim.is_some(), "persistentVolumeClaim"),
             (v.host_path.is_some(), "hostPath"),
             (v.nfs.is_some(), "nfs"),
@@ -557,9 +594,9 @@ fn read_volume(
         refusals.refuse(
             path,
             format!(
-                "volume `{}`: {source} volumes are not supported yet (emptyDir is; tasks see \
-                 the node's file systems, so a shared path that exists on the nodes needs no \
-                 volume)",
+                "volume `{}`: {source} volumes are not supported yet (emptyDir, configMap and \
+                 secret are; tasks see the node's file systems, so a shared path that exists \
+                 on the nodes needs no volume)",
                 v.name
             ),
         );
@@ -987,12 +1024,27 @@ fn read_container(
     if let Some(i) = image {
         notes.insert(format!("k8s.{group}.image"), i.clone());
     }
-    if env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        refusals.refuse(
-            at("envFrom"),
-            "environment from ConfigMaps and Secrets is not supported (cadre has neither); \
-             give the variables in `env`",
-        );
+    let mut from_objects = Vec::new();
+    for (i, f) in env_from.iter().flatten().enumerate() {
+        let prefix = f.prefix.clone().unwrap_or_default();
+        match (&f.config_map_ref, &f.secret_ref) {
+            (Some(cm), None) => from_objects.push(EnvFrom {
+                secret: false,
+                name: cm.name.clone(),
+                prefix,
+                optional: cm.optional == Some(true),
+            }),
+            (None, Some(s)) => from_objects.push(EnvFrom {
+                secret: true,
+                name: s.name.clone(),
+                prefix,
+                optional: s.optional == Some(true),
+            }),
+            _ => refusals.refuse(
+                format!("{path}.envFrom[{i}]"),
+                "name one configMapRef or one secretRef",
+            ),
+        }
     }
     let mut vars = Vec::new();
     for (i, e) in env.iter().flatten().enumerate() {
@@ -1093,7 +1145,9 @@ fn read_container(
                 "not supported: a task's mounts never propagate",
             );
         }
-        if v.read_only == Some(true) {
+        if v.read_only == Some(true)
+            && matches!(kind, VolumeKind::EmptyDir | VolumeKind::Memory { .. })
+        {
             refusals.refuse(
                 format!("{mpath}.readOnly"),
                 "an emptyDir mounted read-only stays empty: mount it writable",
@@ -1146,6 +1200,7 @@ fn read_container(
         capabilities,
         labels: BTreeMap::new(),
         volumes: mounted,
+        env_from: from_objects,
     }
 }
 
@@ -1301,16 +1356,23 @@ fn read_env(
             }
         };
     }
-    let what = if from.config_map_key_ref.is_some() {
-        "a ConfigMap"
-    } else if from.secret_key_ref.is_some() {
-        "a Secret"
-    } else {
-        "a file"
-    };
+    if let Some(k) = &from.config_map_key_ref {
+        return Some(EnvSource::ConfigMapKey {
+            name: k.name.clone(),
+            key: k.key.clone(),
+            optional: k.optional == Some(true),
+        });
+    }
+    if let Some(k) = &from.secret_key_ref {
+        return Some(EnvSource::SecretKey {
+            name: k.name.clone(),
+            key: k.key.clone(),
+            optional: k.optional == Some(true),
+        });
+    }
     refusals.refuse(
         p,
-        format!("values from {what} are not supported (cadre has no ConfigMaps or Secrets); give the value"),
+        "values from files are not supported; give the value, or take it from a ConfigMap or Secret",
     );
     None
 }

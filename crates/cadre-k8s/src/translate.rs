@@ -57,12 +57,13 @@ pub fn translate(object: &Object, opts: &TranslateOptions) -> Result<Translated,
             );
             Err(r.into_error(&object.describe()))
         }
-        Object::Service(_) => {
+        Object::Service(_) | Object::ConfigMap(_) | Object::Secret(_) => {
             let mut r = Refusals::default();
             r.refuse(
                 "kind",
-                "not a workload: a Service is read by cadre_k8s::service::read_service and \
-                 kept with the workloads it selects",
+                "not a workload: Services, ConfigMaps and Secrets are read by \
+                 cadre_k8s::service and cadre_k8s::config and kept with the workloads that \
+                 use them",
             );
             Err(r.into_error(&object.describe()))
         }
@@ -469,6 +470,8 @@ impl<'a> Builder<'a> {
                 .clone()
                 .filter(|_| !self.opts.container_runtime),
             services: Vec::new(),
+            config_maps: Default::default(),
+            secrets: Default::default(),
         })
     }
 }

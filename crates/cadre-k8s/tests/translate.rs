@@ -403,11 +403,10 @@ fn environment_values_and_refusals() {
         )
     };
     let at = "spec.template.spec.containers[0].env[0].valueFrom";
-    refuse("{secretKeyRef: {name: s, key: k}}", at, "from a Secret");
     refuse(
-        "{configMapKeyRef: {name: s, key: k}}",
-        at,
-        "from a ConfigMap",
+        "{resourceFieldRef: {resource: limits.ephemeral-storage}}",
+        &format!("{at}.resourceFieldRef"),
+        "limits.ephemeral-storage",
     );
     refuse(
         "{fieldRef: {fieldPath: metadata.uid}}",
@@ -415,9 +414,9 @@ fn environment_values_and_refusals() {
         "`metadata.uid` is not supported",
     );
     assert_refused(
-        &indexed("", "        envFrom: [{configMapRef: {name: c}}]\n"),
-        "spec.template.spec.containers[0].envFrom",
-        "ConfigMaps and Secrets",
+        &indexed("", "        envFrom: [{}]\n"),
+        "spec.template.spec.containers[0].envFrom[0]",
+        "name one configMapRef or one secretRef",
     );
 }
 
@@ -428,13 +427,13 @@ fn pod_features_cadre_does_not_have_are_refused_by_path() {
             "      volumes: [{name: data, persistentVolumeClaim: {claimName: c}}]\n",
             "",
             "spec.template.spec.volumes[0]",
-            "volumes are not supported",
+            "persistentVolumeClaim volumes are not supported yet",
         ),
         (
             "",
             "        volumeMounts: [{name: data, mountPath: /data}]\n",
-            "spec.template.spec.containers[0].volumeMounts[0]",
-            "volumes are not supported",
+            "spec.template.spec.containers[0].volumeMounts[0].name",
+            "`data` is not a volume of the pod",
         ),
         (
             "      initContainers: [{name: i, image: busybox}]\n",

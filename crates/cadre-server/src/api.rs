@@ -570,7 +570,7 @@ async fn get_job(
     // The captured environment stays out: it is large, and nothing shows it.
     view.run = run.map(|mut r| {
         r.env = Vec::new();
-        r
+        redacted(r)
     });
     Ok(Json(view))
 }
@@ -587,8 +587,17 @@ async fn get_run(
     own_job(&st, &who, id).await?;
     read_store(&st, move |s| s.run_spec(JobId(id)))
         .await?
-        .map(Json)
+        .map(|r| Json(redacted(r)))
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("job {id} does not exist")))
+}
+
+/// A run spec as the API shows it: a Kubernetes workload's Secrets' values redacted (its
+/// nodes' agents get them with the launch, nobody else does).
+fn redacted(mut run: cadre_core::run::RunSpec) -> cadre_core::run::RunSpec {
+    if let Some(k) = run.kubernetes.as_mut() {
+        cadre_k8s::config::redact_secrets(k);
+    }
+    run
 }
 
 async fn act(

@@ -328,8 +328,11 @@ fn read_inputs(files: &[String]) -> Result<Vec<(String, String)>> {
 /// their manifests as JSON, for the controller), and every problem of every document.
 #[derive(Default)]
 struct Inputs {
-    /// With the Services of the files that select them.
+    /// With the Services of the files that select them, and the ConfigMaps and Secrets
+    /// they use.
     workloads: Vec<Translated>,
+    /// The ConfigMaps and Secrets, as kubectl names them (`secret/hf-token`).
+    config_objects: Vec<String>,
     queue_objects: Vec<serde_json::Value>,
     problems: Vec<String>,
 }
@@ -337,6 +340,8 @@ struct Inputs {
 fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs {
     let mut out = Inputs::default();
     let mut services = Vec::new();
+    let mut maps = Vec::new();
+    let mut secrets = Vec::new();
     for (origin, text) in inputs {
         let docs = match cadre_k8s::parse_numbered(text, origin) {
             Ok(d) => d,
@@ -383,6 +388,18 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                         Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
                     }
                 }
+                Object::ConfigMap(c) => {
+                    match cadre_k8s::config::read_config_map(c, &opts.default_namespace) {
+                        Ok(c) => maps.push(c),
+                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
+                    }
+                }
+                Object::Secret(s) => {
+                    match cadre_k8s::config::read_secret(s, &opts.default_namespace) {
+                        Ok(s) => secrets.push(s),
+                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
+                    }
+                }
                 _ => match cadre_k8s::translate(&object, &with_generated_suffix(opts)) {
                     Ok(t) => out.workloads.push(t),
                     Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
@@ -393,6 +410,16 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
     for s in cadre_k8s::contract::attach_services(&mut out.workloads, services) {
         out.problems.push(cadre_k8s::service::selects_nothing(&s));
     }
+    out.problems.extend(cadre_k8s::contract::attach_config(
+        &mut out.workloads,
+        &maps,
+        &secrets,
+    ));
+    out.config_objects = maps
+        .iter()
+        .map(|c| format!("configmap/{}", c.name))
+        .chain(secrets.iter().map(|s| format!("secret/{}", s.name)))
+        .collect();
     out
 }
 
@@ -460,6 +487,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
     };
     let Inputs {
         workloads,
+        config_objects,
         queue_objects,
         mut problems,
     } = translate_all(&inputs, &opts);
@@ -550,6 +578,9 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             dry_run: false,
         }),
     )?;
+    for o in &config_objects {
+        println!("{o} created");
+    }
     let mut told = Vec::new();
     for s in workloads.iter().flat_map(|t| &t.services) {
         if !told.contains(&(&s.namespace, &s.name)) {

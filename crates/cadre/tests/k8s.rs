@@ -2091,3 +2091,133 @@ spec:
         "a mount point was made"
     );
 }
+
+/// A ConfigMap mounted and in variables, a Secret in variables (one key, and every key with
+/// a prefix): they reach the ranks; the Secret's value is on no command line, in no
+/// answer of the API, in neither `describe` nor `get`, in no log of cadre's.
+#[test]
+fn config_maps_and_secrets_reach_the_ranks_and_the_secret_nowhere_else() {
+    let c = Cluster::up(1);
+    let flag = c.dir().join("cm-go");
+    let secret = "s3cr3t-v4lue-7f2c";
+    let manifest = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings}}
+data: {{greeting: hello, train.yaml: 'lr: 0.1'}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: hf}}
+type: Opaque
+stringData: {{token: {secret}, user: alice}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: cfg}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes:
+      - {{name: conf, configMap: {{name: settings}}}}
+      - {{name: creds, secret: {{secretName: hf, items: [{{key: token, path: hf-token}}]}}}}
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'while [ ! -e {flag} ]; do sleep 0.1; done; echo greeting=$(GREETING); cat /srv/conf/train.yaml; echo; [ \"$HF_TOKEN\" = \"$(cat /srv/creds/hf-token)\" ] && echo token ok; echo user=$HF_user; echo arg=$0; stat -c %a /srv/creds/hf-token', '$(HF_TOKEN)']
+        env:
+        - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: settings, key: greeting}}}}}}
+        - {{name: HF_TOKEN, valueFrom: {{secretKeyRef: {{name: hf, key: token}}}}}}
+        envFrom:
+        - {{secretRef: {{name: hf}}, prefix: HF_}}
+        volumeMounts:
+        - {{name: conf, mountPath: /srv/conf}}
+        - {{name: creds, mountPath: /srv/creds, readOnly: true}}
+",
+        flag = flag.display()
+    );
+    // Mount points of the test's own on the machine, removed when it ends.
+    struct MountPoints(Vec<&'static str>);
+    impl Drop for MountPoints {
+        fn drop(&mut self) {
+            for d in &self.0 {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+    let _points = MountPoints(
+        ["/srv/conf", "/srv/creds"]
+            .into_iter()
+            .filter(|d| !Path::new(d).exists())
+            .collect(),
+    );
+    for d in ["/srv/conf", "/srv/creds"] {
+        std::fs::create_dir_all(d).expect("mount point");
+    }
+    let out = c.run_with(&["apply", "-f", "-"], Some(&manifest));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("configmap/settings created") && said.contains("secret/hf created"),
+        "{said}"
+    );
+    let job = applied_job(&out);
+    wait_until("the job runs", || c.state(job) == "RUNNING");
+    std::thread::sleep(Duration::from_millis(300));
+    // While it runs: on no command line of the machine.
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            assert!(
+                !String::from_utf8_lossy(&cmdline).contains(secret),
+                "the Secret is on the command line of {}",
+                entry.path().display()
+            );
+        }
+    }
+    let described = c.ok(&["describe", "job", "cfg"]);
+    let listed = c.ok(&["get", "workloads", "-o", "yaml"]);
+    let (_, api_job) = c.inner.api("GET", &format!("/jobs/{job}"), None);
+    let (_, api_run) = c.inner.api("GET", &format!("/jobs/{job}/run"), None);
+    for (what, shown) in [
+        ("describe", described.clone()),
+        ("get", listed),
+        ("GET /jobs/ID", api_job.to_string()),
+        ("GET /jobs/ID/run", api_run.to_string()),
+    ] {
+        assert!(!shown.contains(secret), "{what} shows the Secret:\n{shown}");
+    }
+    assert!(api_run.to_string().contains("<redacted>"), "{api_run}");
+    std::fs::write(&flag, "").expect("the flag");
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    assert_eq!(
+        c.output("cfg", job, 0),
+        "greeting=hello\nlr: 0.1\ntoken ok\nuser=alice\narg=$(HF_TOKEN)\n400\n"
+    );
+    assert!(
+        !c.log().contains(secret),
+        "a log of cadre's shows the Secret"
+    );
+    // A Secret no workload of the apply uses, and a missing one, are refused by name.
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: Secret\nmetadata: {name: lonely}\nstringData: {a: b}\n"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("secret/lonely in namespace default is used by no workload"),
+        "{}",
+        text(&out.stderr)
+    );
+    let missing = manifest
+        .split("---\n")
+        .nth(2)
+        .expect("the Job")
+        .replace("name: cfg", "name: cfg2");
+    let out = c.run_with(&["apply", "-f", "-"], Some(&missing));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("configmap/settings is not in namespace default of this apply"),
+        "{}",
+        text(&out.stderr)
+    );
+}
