@@ -31,7 +31,16 @@ use std::time::{Duration, Instant};
 pub const KEPT_AFTER_END: Duration = Duration::from_secs(10 * 60);
 
 /// Ended tasks whose output is kept at most (the oldest go first).
-pub const MAX_ENDED: usize = 4096;
+pub const MAX_ENDED: usize = 256;
+
+/// The share of the agent's open-file limit its kept readers may hold at most: past it,
+/// ended tasks' go first, and a new task's output is not kept (the rest of the agent's
+/// work needs descriptors: pipes, status files, cgroups, connections).
+const FD_SHARE: u64 = 4;
+
+/// Reads of output done at once at most; more are answered busy (a read of a file on a
+/// hung network file system must not take every blocking thread of the agent).
+pub const MAX_READS_AT_ONCE: usize = 8;
 
 /// A task's output files, open for reading: `None` where the task passed no descriptor.
 #[derive(Debug, Default)]
@@ -235,9 +244,21 @@ struct Kept {
 }
 
 /// The readers of this node's tasks, by run and `SLURM_PROCID`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OutputKeeper {
     inner: Mutex<Inner>,
+    /// Descriptors kept at most.
+    max_fds: usize,
+    /// Reads under way.
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for OutputKeeper {
+    fn default() -> OutputKeeper {
+        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        OutputKeeper::with_max_fds((soft / FD_SHARE).clamp(16, 65_536) as usize)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -245,14 +266,38 @@ struct Inner {
     tasks: HashMap<(RunRef, u32), Kept>,
     /// Ended tasks, oldest first.
     ended: VecDeque<(Instant, RunRef, u32)>,
+    /// Descriptors held.
+    fds: usize,
 }
 
 impl OutputKeeper {
-    /// Keeps task `procid` of `run`'s readers (replacing any it had).
+    /// A keeper that holds at most `max_fds` descriptors.
+    pub fn with_max_fds(max_fds: usize) -> OutputKeeper {
+        OutputKeeper {
+            inner: Mutex::default(),
+            max_fds,
+            reads: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Keeps task `procid` of `run`'s readers (replacing any it had), unless that would
+    /// hold more than the keeper's share of descriptors even without ended tasks'.
     pub fn keep(&self, run: RunRef, procid: u32, readers: TaskReaders) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        let n = usize::from(readers.stdout.is_some()) + usize::from(readers.stderr.is_some());
+        if let Some(old) = inner.tasks.remove(&(run, procid)) {
+            inner.fds -= old.fds();
+        }
+        while inner.fds + n > self.max_fds && !inner.ended.is_empty() {
+            inner.drop_oldest_ended();
+        }
+        if inner.fds + n > self.max_fds {
+            tracing::warn!(%run, procid, max = self.max_fds, "too many tasks' output kept open: this task's is not");
+            return;
+        }
+        inner.fds += n;
         inner.tasks.insert(
             (run, procid),
             Kept {
@@ -262,6 +307,11 @@ impl OutputKeeper {
                 ended: None,
             },
         );
+    }
+
+    /// Descriptors held now.
+    pub fn fds(&self) -> usize {
+        self.inner.lock().map_or(0, |i| i.fds)
     }
 
     /// Every task of `run` on this node has ended: its output is kept for
@@ -305,6 +355,20 @@ impl OutputKeeper {
         max: u32,
     ) -> OutputReadAnswer {
         let unavailable = |why: String| OutputReadAnswer::Unavailable { why };
+        use std::sync::atomic::Ordering;
+        if self.reads.fetch_add(1, Ordering::AcqRel) >= MAX_READS_AT_ONCE {
+            self.reads.fetch_sub(1, Ordering::AcqRel);
+            return unavailable(format!(
+                "the agent is busy with {MAX_READS_AT_ONCE} reads of output: try again"
+            ));
+        }
+        struct Done<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+        let _done = Done(&self.reads);
         let (file, ended) = {
             let Ok(mut inner) = self.inner.lock() else {
                 return unavailable("the agent's output table is poisoned".into());
@@ -344,20 +408,33 @@ impl OutputKeeper {
     }
 }
 
+impl Kept {
+    fn fds(&self) -> usize {
+        usize::from(self.stdout.is_some()) + usize::from(self.stderr.is_some())
+    }
+}
+
 impl Inner {
     fn prune(&mut self, now: Instant) {
-        while let Some(&(at, run, procid)) = self.ended.front() {
+        while let Some(&(at, _, _)) = self.ended.front() {
             if now.duration_since(at) < KEPT_AFTER_END && self.ended.len() <= MAX_ENDED {
                 break;
             }
-            self.ended.pop_front();
-            if self
-                .tasks
-                .get(&(run, procid))
-                .is_some_and(|k| k.ended == Some(at))
-            {
-                self.tasks.remove(&(run, procid));
-            }
+            self.drop_oldest_ended();
+        }
+    }
+
+    fn drop_oldest_ended(&mut self) {
+        let Some((at, run, procid)) = self.ended.pop_front() else {
+            return;
+        };
+        if self
+            .tasks
+            .get(&(run, procid))
+            .is_some_and(|k| k.ended == Some(at))
+            && let Some(k) = self.tasks.remove(&(run, procid))
+        {
+            self.fds -= k.fds();
         }
     }
 }
@@ -485,6 +562,34 @@ mod tests {
         keeper.ended(run());
         assert!(read(Some(0), 1).ended);
         assert_eq!(keeper.len(), 1);
+    }
+
+    #[test]
+    fn kept_descriptors_stay_within_the_keeper_s_share_ended_tasks_going_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        File::create(&path).unwrap();
+        let readers = || TaskReaders {
+            stdout: Some(File::open(&path).unwrap()),
+            stderr: Some(File::open(&path).unwrap()),
+            stderr_in_stdout: false,
+        };
+        let keeper = OutputKeeper::with_max_fds(4);
+        let other = RunRef::job_run(JobId(8), 0);
+        keeper.keep(run(), 0, readers());
+        keeper.keep(run(), 1, readers());
+        assert_eq!(keeper.fds(), 4);
+        // Full of running tasks: a new one's output is not kept.
+        keeper.keep(other, 0, readers());
+        assert_eq!((keeper.len(), keeper.fds()), (2, 4));
+        // Once they end, a new one takes an ended one's place.
+        keeper.ended(run());
+        keeper.keep(other, 0, readers());
+        assert_eq!((keeper.len(), keeper.fds()), (2, 4));
+        assert!(matches!(
+            keeper.read(other, 0, OutputStream::Stdout, None, 10),
+            OutputReadAnswer::Piece(_)
+        ));
     }
 
     #[test]

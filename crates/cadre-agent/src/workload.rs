@@ -131,10 +131,10 @@ pub enum WorkloadError {
         node: String,
         allowed: Vec<String>,
     },
-    /// A volume's `mountPath` is no directory on the node: the agent mounts a pod's
-    /// volumes only over directories that exist (it makes none where a user says).
+    /// A volume's `mountPath` is no directory on the node the agent mounts over (it makes
+    /// none where a user says; see [`node_mount_point`]).
     #[error(
-        "task group {group} mounts volume `{volume}` at {path}, which is not a directory on node {node}: cadre mounts a pod's volumes only over directories that exist on the node"
+        "task group {group} mounts volume `{volume}` at {path}, which is not a directory on node {node} that cadre mounts over: a volume goes over a directory that exists, owned by root as is every directory above it (each searchable by all and writable by root alone, or sticky), outside /proc, /sys, /dev (but /dev/shm) and the job's own /etc/hosts, /etc/mpi and /etc/volcano"
     )]
     NoMountPoint {
         group: usize,
@@ -532,6 +532,15 @@ pub fn prepare(
             };
             let mut spec = spec;
             for (i, v) in run.volumes.iter().enumerate() {
+                // The runtime's options are joined with `:` and `,`.
+                if !mount_path_words(&v.path) {
+                    return Err(WorkloadError::NoMountPoint {
+                        group,
+                        volume: v.name.clone(),
+                        path: v.path.clone(),
+                        node: node_name,
+                    });
+                }
                 let name = format!("volume-{}-{i}", place.procid);
                 match &v.kind {
                     VolumeKind::EmptyDir => {
@@ -599,6 +608,9 @@ pub fn prepare(
         // launcher's `mpirun` reaches it through the rsh agent.
         let holds = cadre_k8s::holds_for_rsh(t, group);
         let mut binds = Vec::new();
+        // The pod's volumes, mounted after the job's own files (whose mounts go through
+        // `/proc/self/fd`, which no volume may stand over).
+        let mut volume_binds = Vec::new();
         let mut own_hostname = None;
         let mut tmpfs = Vec::new();
         let volumes = &t.groups[group].volumes;
@@ -611,7 +623,7 @@ pub fn prepare(
             }
             for (i, v) in volumes.iter().enumerate() {
                 let at = PathBuf::from(&v.path);
-                if !at.is_dir() {
+                if !node_mount_point(&v.path) {
                     return Err(WorkloadError::NoMountPoint {
                         group,
                         volume: v.name.clone(),
@@ -638,7 +650,7 @@ pub fn prepare(
                 let made = dir
                     .bind_source(&name)
                     .map_err(write_err(run_dir.join(&name)))?;
-                binds.push((made, at));
+                volume_binds.push((made, at));
             }
         }
         if !mounts.can_bind() {
@@ -659,7 +671,7 @@ pub fn prepare(
                 command,
                 work_dir,
                 env,
-                binds,
+                binds: binds.into_iter().chain(volume_binds).collect(),
                 container: None,
                 holds,
                 hostname: own_hostname,
@@ -714,6 +726,60 @@ fn volume_files(
     }
     made.hand_over()?;
     Ok(made.path().to_path_buf())
+}
+
+/// Whether `path` is written only of what a mount path may hold here: absolute, letters,
+/// digits, `/`, `.`, `_`, `-`, no `..` (a container runtime's options are joined with `:`
+/// and `,`).
+fn mount_path_words(path: &str) -> bool {
+    path.starts_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'))
+        && !path.split('/').any(|c| c == "..")
+}
+
+/// Whether the agent mounts a pod's volume over `path` on this node, where the task's own
+/// mount namespace is made as root (the translation comes from the client: this is
+/// checked again here). Not under `/proc`, `/sys` or `/dev` (but `/dev/shm` itself),
+/// nor over the job's own files; and a directory that exists, owned by root as is every
+/// directory above it, each of those searchable by all and writable by root alone (or
+/// sticky): no user can swap a part of the path for a link between this check and the
+/// mount, and whether a directory exists where the user cannot look is not told.
+fn node_mount_point(path: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if !mount_path_words(path) {
+        return false;
+    }
+    let p = Path::new(path);
+    let reserved = ["/proc", "/sys", "/dev", NODE_HOSTS, MPI_DIR, VOLCANO_DIR];
+    if path != "/dev/shm"
+        && reserved
+            .iter()
+            .any(|r| p.starts_with(r) || Path::new(r).starts_with(p))
+    {
+        return false;
+    }
+    let parts: Vec<_> = p.components().skip(1).collect();
+    if parts.is_empty() {
+        return false;
+    }
+    let mut at = PathBuf::from("/");
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let Ok(m) = std::fs::symlink_metadata(&at) else {
+            return false;
+        };
+        if !m.is_dir() || m.uid() != 0 {
+            return false;
+        }
+        let above = i + 1 < parts.len();
+        let mode = m.mode();
+        if above && (mode & 0o001 == 0 || (mode & 0o022 != 0 && mode & 0o1000 == 0)) {
+            return false;
+        }
+    }
+    true
 }
 
 /// A memory-backed volume's size when its manifest gives none: the task's memory, as the
@@ -960,6 +1026,43 @@ spec:
             hosts.contains("10.0.0.2\ttj-worker-1.default.svc.cluster.local tj-worker-1 "),
             "{hosts}"
         );
+    }
+
+    #[test]
+    fn volumes_go_only_over_root_s_directories_that_no_user_can_swap() {
+        for ok in ["/dev/shm", "/tmp", "/srv", "/mnt"] {
+            if std::path::Path::new(ok).is_dir() {
+                assert!(node_mount_point(ok), "{ok}");
+            }
+        }
+        for refused in [
+            "/",
+            "/proc",
+            "/proc/self",
+            "/sys",
+            "/dev",
+            "/dev/pts",
+            "/etc",
+            "/etc/hosts",
+            "/etc/mpi",
+            "/srv/a:b",
+            "/srv/a,b",
+            "/srv/../proc",
+            "relative",
+            "/no/such/dir",
+            "/root/x",
+        ] {
+            assert!(!node_mount_point(refused), "{refused}");
+        }
+        // A directory of a user's (which they could swap for a link) is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let mine = dir.path().join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        std::os::unix::fs::chown(&mine, Some(65534), Some(65534)).unwrap();
+        assert!(!node_mount_point(mine.to_str().unwrap()));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/tmp", &link).unwrap();
+        assert!(!node_mount_point(link.to_str().unwrap()));
     }
 
     /// The MPIJob on the host, its order, and a directory for its run's.

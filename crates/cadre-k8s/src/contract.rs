@@ -196,9 +196,10 @@ pub fn pod_name(t: &Translated, group: usize, index: u32) -> String {
 /// The host name of the pod of task `index` of group `group`: its name, cut to 63
 /// characters as Kubernetes cuts it (without a `-` or `.` left at the end).
 pub fn pod_hostname(t: &Translated, group: usize, index: u32) -> String {
-    let mut name = pod_name(t, group, index);
-    name.truncate(63);
-    name.trim_end_matches(['-', '.']).to_string()
+    let name = pod_name(t, group, index);
+    // On a character boundary: a translation from a client may hold any text.
+    let cut = name.char_indices().nth(63).map_or(name.len(), |(i, _)| i);
+    name[..cut].trim_end_matches(['-', '.']).to_string()
 }
 
 /// The labels of the pod of task `index` of group `group`, as Kubernetes and the operators

@@ -1131,6 +1131,20 @@ fn read_container(
             );
             continue;
         }
+        if !v
+            .mount_path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'))
+        {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                format!(
+                    "`{}`: a mount path of letters, digits, `/`, `.`, `_` and `-` is supported",
+                    v.mount_path
+                ),
+            );
+            continue;
+        }
         if v.sub_path.as_deref().is_some_and(|s| !s.is_empty())
             || v.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
         {

@@ -23,6 +23,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reads waiting at most at once (each holds a small entry until answered or timed out).
 pub const MAX_WAITING: usize = 10_000;
 
+/// Reads waiting for one node's agent at most: one node that does not answer does not
+/// make every other node's reads busy.
+pub const MAX_WAITING_PER_NODE: usize = 64;
+
 /// What a read asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadRequest {
@@ -104,7 +108,9 @@ impl OutputReads {
                     node: node.to_owned(),
                 });
             };
-            if inner.waiting.len() >= MAX_WAITING {
+            if inner.waiting.len() >= MAX_WAITING
+                || inner.waiting.values().filter(|(n, _)| n == node).count() >= MAX_WAITING_PER_NODE
+            {
                 return Err(ReadFailure::Busy);
             }
             let (tx, version) = match inner.links.get(node) {
