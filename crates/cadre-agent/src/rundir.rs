@@ -81,8 +81,15 @@ impl RunDir {
 
     /// A subdirectory `name` (mode 0755, the agent's), made if missing, open.
     pub(crate) fn subdir(&self, name: &str) -> io::Result<RunDir> {
-        match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o755)) {
-            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        self.dir_in(name, 0o755, true)
+    }
+
+    /// Directory `name` of mode `mode`, made (`existing`: or found), open without
+    /// following a link.
+    fn dir_in(&self, name: &str, mode: u32, existing: bool) -> io::Result<RunDir> {
+        match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EEXIST) if existing => {}
             Err(e) => return Err(io_err(e)),
         }
         let fd = nix::fcntl::openat(
@@ -92,7 +99,7 @@ impl RunDir {
             Mode::empty(),
         )
         .map_err(io_err)?;
-        fchmod(&fd, Mode::from_bits_truncate(0o755)).map_err(io_err)?;
+        fchmod(&fd, Mode::from_bits_truncate(mode)).map_err(io_err)?;
         Ok(RunDir {
             path: self.path.join(name),
             fd,
@@ -103,20 +110,7 @@ impl RunDir {
     /// A new, empty directory `name` (mode 0700, the agent's until [`RunDir::hand_over`]),
     /// open: a pod's volume. Made, never found: an existing `name` is an error.
     pub(crate) fn user_dir(&self, name: &str) -> io::Result<RunDir> {
-        nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
-        let fd = nix::fcntl::openat(
-            &self.fd,
-            name,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io_err)?;
-        fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(io_err)?;
-        Ok(RunDir {
-            path: self.path.join(name),
-            fd,
-            owner: self.owner,
-        })
+        self.dir_in(name, 0o700, false)
     }
 
     /// Gives the directory to the run's user (once the agent has written what it holds:

@@ -150,6 +150,15 @@ pub enum WorkloadError {
 }
 
 impl WorkloadError {
+    fn no_mount_point(group: usize, v: &cadre_k8s::Volume, node: String) -> WorkloadError {
+        WorkloadError::NoMountPoint {
+            group,
+            volume: v.name.clone(),
+            path: v.path.clone(),
+            node,
+        }
+    }
+
     /// Whether trying again (elsewhere) cannot help.
     pub fn is_permanent(&self) -> bool {
         matches!(
@@ -534,12 +543,7 @@ pub fn prepare(
             for (i, v) in run.volumes.iter().enumerate() {
                 // The runtime's options are joined with `:` and `,`.
                 if !mount_path_words(&v.path) {
-                    return Err(WorkloadError::NoMountPoint {
-                        group,
-                        volume: v.name.clone(),
-                        path: v.path.clone(),
-                        node: node_name,
-                    });
+                    return Err(WorkloadError::no_mount_point(group, v, node_name));
                 }
                 let name = format!("volume-{}-{i}", place.procid);
                 match &v.kind {
@@ -624,12 +628,7 @@ pub fn prepare(
             for (i, v) in volumes.iter().enumerate() {
                 let at = PathBuf::from(&v.path);
                 if !node_mount_point(&v.path) {
-                    return Err(WorkloadError::NoMountPoint {
-                        group,
-                        volume: v.name.clone(),
-                        path: v.path.clone(),
-                        node: node_name,
-                    });
+                    return Err(WorkloadError::no_mount_point(group, v, node_name));
                 }
                 let name = format!("volume-{}-{i}", place.procid);
                 match &v.kind {

@@ -49,6 +49,15 @@ fn is_key(k: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+fn check_keys(data: &BTreeMap<String, String>, r: &mut Refusals) {
+    for k in data.keys().filter(|k| !is_key(k)) {
+        r.refuse(
+            format!("data[{k}]"),
+            "a key is letters, digits, `-`, `_` and `.`",
+        );
+    }
+}
+
 fn name_and_namespace(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     default_namespace: &str,
@@ -78,14 +87,7 @@ pub fn read_config_map(
         );
     }
     let data = cm.data.clone().unwrap_or_default();
-    for k in data.keys() {
-        if !is_key(k) {
-            r.refuse(
-                format!("data[{k}]"),
-                "a key is letters, digits, `-`, `_` and `.`",
-            );
-        }
-    }
+    check_keys(&data, &mut r);
     r.finish(
         &format!("ConfigMap `{name}`"),
         ConfigMap {
@@ -114,14 +116,7 @@ pub fn read_secret(
     for (k, v) in s.string_data.iter().flatten() {
         data.insert(k.clone(), b64.encode(v.as_bytes()));
     }
-    for k in data.keys() {
-        if !is_key(k) {
-            r.refuse(
-                format!("data[{k}]"),
-                "a key is letters, digits, `-`, `_` and `.`",
-            );
-        }
-    }
+    check_keys(&data, &mut r);
     r.finish(
         &format!("Secret `{name}`"),
         Secret {
