@@ -103,6 +103,9 @@ pub struct JobLaunch {
     /// When a task's own process ends, what it left behind in its process group and
     /// cgroup is not killed (a step of `cadre rsh`, as an ssh session).
     pub leftovers_outlive: bool,
+    /// With `binds`: the host name of tasks that have no program of their own, in a UTS
+    /// namespace of their own (a step `cadre rsh` starts in a Kubernetes pod: the pod's).
+    pub hostname: Option<String>,
 }
 
 /// What a job step's tasks see of the step and of its job.
@@ -202,6 +205,7 @@ impl JobLaunch {
             extra_env: Vec::new(),
             exec_in: None,
             leftovers_outlive: false,
+            hostname: None,
         }
     }
 }

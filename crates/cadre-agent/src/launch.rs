@@ -37,7 +37,7 @@
 use crate::cgroup::TaskCgroup;
 use crate::container;
 use crate::fork::fork_guard;
-use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace, TaskProgram};
+use crate::jobenv::{self, JobLaunch, LocalNode, OpenMode, TaskPlace};
 pub use crate::launch_error::LaunchError;
 use crate::pattern::{self, expand_output_path};
 pub use crate::run_as::RunAs;
@@ -404,6 +404,15 @@ pub(crate) fn launch_task_with(
     open_modes: (OpenMode, OpenMode),
 ) -> Result<RunningTask, LaunchError> {
     let mut env = jobenv::task_environment(job, node, index, run_as)?;
+    // A pod's host name: a Kubernetes task's own, or a step's that `cadre rsh` started in
+    // a pod (which says it in `HOSTNAME` too, not its launcher's).
+    let own_hostname: Option<&str> = match job.programs.get(&index) {
+        Some(p) => p.hostname.as_deref(),
+        None => job.hostname.as_deref(),
+    };
+    if let (None, Some(h)) = (job.programs.get(&index), own_hostname) {
+        env.insert("HOSTNAME".into(), h.to_string());
+    }
     let task = &job.allocation.tasks[index];
     let place = jobenv::task_place(&job.allocation, index).ok_or(LaunchError::NoSuchTask {
         job: job.id,
@@ -676,13 +685,8 @@ pub(crate) fn launch_task_with(
             _ => Vec::new(),
         },
         no_new_privs: job.programs.get(&index).is_some_and(|p| p.no_new_privs),
-        hostname: match (binds.is_empty(), job.programs.get(&index)) {
-            (
-                false,
-                Some(TaskProgram {
-                    hostname: Some(h), ..
-                }),
-            ) => Some(cstring(job.id, "host name", h.as_bytes())?),
+        hostname: match (binds.is_empty(), own_hostname) {
+            (false, Some(h)) => Some(cstring(job.id, "host name", h.as_bytes())?),
             _ => None,
         },
         binds,

@@ -456,6 +456,10 @@ pub struct StepContext {
     /// [`crate::api::StepRequest::leftovers_outlive`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leftovers_outlive: bool,
+    /// The step's host name (see [`crate::api::StepRequest::hostname`]), checked by the
+    /// controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
 
 /// Reads `LaunchOrder::node_names`, whose JSON keys are strings. Needed because serde reads
@@ -531,6 +535,7 @@ mod tests {
                 relay: true,
                 in_task: Some(3),
                 leftovers_outlive: true,
+                hostname: Some("pi-worker-1".into()),
             }),
             job_token: Some(Secret("cadre-job-7-0-00ff".into())),
         };

@@ -198,6 +198,21 @@ pub struct StepRequest {
     /// race the child's setsid.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leftovers_outlive: bool,
+    /// The command's host name, in a UTS namespace of its own: a Kubernetes pod's, when
+    /// `cadre rsh` reaches a pod of a workload run on the host (MPI's daemons, and the
+    /// ranks they start, then say the pod's name). Letters, digits, `-` and `.`, at most
+    /// 63 characters. Given only where the step gets the job's files mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// Whether `name` may be a step's host name ([`StepRequest::hostname`]).
+pub fn is_step_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
 /// The step number of a job's batch step (its script's own run, on its first node), as
@@ -950,6 +965,21 @@ impl ErrorReason {
             ErrorCode::Conflict => ErrorReason::Conflict,
             ErrorCode::Unavailable => ErrorReason::Unavailable,
             ErrorCode::Internal => ErrorReason::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_step_hostname;
+
+    #[test]
+    fn a_step_s_host_name_is_a_plain_name_of_at_most_63_characters() {
+        for ok in ["pi-worker-0", "a", "pod.svc", &"a".repeat(63)] {
+            assert!(is_step_hostname(ok), "{ok}");
+        }
+        for bad in ["", "a b", "a/b", "x\n1.2.3.4 evil", "é", &"a".repeat(64)] {
+            assert!(!is_step_hostname(bad), "{bad:?}");
         }
     }
 }

@@ -281,6 +281,7 @@ fn step_request(
         time_limit: opts.time.and_then(|t| t.secs()),
         in_task: None,
         leftovers_outlive: false,
+        hostname: None,
     })
 }
 

@@ -118,6 +118,8 @@ struct Target {
     /// Inside the container of the job's task of this rank (a workload run in its
     /// images, whose task the host names).
     in_task: Option<u32>,
+    /// With the host name of the pod the host names (a workload run on the host).
+    hostname: Option<String>,
 }
 
 /// Where `host` runs in `job`: the node of the task it names (a Kubernetes workload's
@@ -151,6 +153,7 @@ fn target_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<Target> {
                 return Ok(Target {
                     node: node_name(task.node)?,
                     in_task: t.containers.then_some(procid as u32),
+                    hostname: (!t.containers).then(|| cadre_k8s::pod_hostname(t, g, task.rank)),
                 });
             }
         }
@@ -161,6 +164,7 @@ fn target_of(host: &str, job: &JobView, nodes: &NodeList) -> Result<Target> {
             return Ok(Target {
                 node: name,
                 in_task: None,
+                hostname: None,
             });
         }
     }
@@ -219,6 +223,7 @@ fn rsh(argv: &[String]) -> Result<u8> {
         nodelist: Some(target.node),
         ntasks: Some(1),
         in_task: target.in_task,
+        hostname: target.hostname,
         leftovers_outlive: true,
         ..StepRequest::default()
     };

@@ -2002,7 +2002,8 @@ spec:
 
 /// Regression: launchers written for the MPI Operator's sshd wait for each worker with
 /// `ssh <worker> hostname` before `mpirun`; with no ssh to the workers they waited for
-/// ever. The launcher's `ssh` is cadre's rsh agent.
+/// ever. The launcher's `ssh` is cadre's rsh agent, and what it starts in a worker's pod
+/// has the pod's host name.
 #[test]
 fn an_mpijob_launcher_that_waits_for_its_workers_over_ssh_reaches_them() {
     let c = Cluster::up(3);
@@ -2015,7 +2016,7 @@ fn an_mpijob_launcher_that_waits_for_its_workers_over_ssh_reaches_them() {
     let job = c.apply(&sshd_mpi_job(
         "sw",
         "MPICH",
-        "[sh, -c, 'for w in $(cut -d: -f1 /etc/mpi/hostfile); do until ssh -o ConnectTimeout=2 $w true; do sleep 1; done; echo reached $w; done; exec mpiexec.hydra -n 2 echo rank ok']",
+        "[sh, -c, 'for w in $(cut -d: -f1 /etc/mpi/hostfile); do until ssh -o ConnectTimeout=2 $w true; do sleep 1; done; echo reached $w; done; exec mpiexec.hydra -n 2 sh -c \"echo rank on \\$(hostname)\"']",
     ));
     let state = c.wait(job);
     let out = c.output("sw", job, 0);
@@ -2026,7 +2027,10 @@ fn an_mpijob_launcher_that_waits_for_its_workers_over_ssh_reaches_them() {
             "{out}"
         );
     }
-    assert_eq!(out.matches("rank ok\n").count(), 2, "{out}");
+    // Each rank, started by Hydra's proxy in its worker's pod, has that pod's host name.
+    for r in 0..2 {
+        assert!(out.contains(&format!("rank on sw-worker-{r}\n")), "{out}");
+    }
 }
 
 /// `emptyDir` volumes as training manifests use them: `/dev/shm` as a tmpfs of the size

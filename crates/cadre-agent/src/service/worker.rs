@@ -621,6 +621,10 @@ fn prepare(
         });
         job.relay = step.relay;
         job.leftovers_outlive = step.leftovers_outlive;
+        job.hostname = step
+            .hostname
+            .clone()
+            .filter(|h| cadre_proto::api::is_step_hostname(h));
         if let Some(rank) = step.in_task {
             // Inside the container of the job's task `rank` on this node: the runtime's
             // `exec` runs from the root directory; the command starts where the container

@@ -366,6 +366,18 @@ impl Controller {
             req,
         )
         .map_err(|why| ApiError::new(ErrorCode::InvalidRequest, why))?;
+        if let Some(h) = req
+            .hostname
+            .as_deref()
+            .filter(|h| !cadre_proto::api::is_step_hostname(h))
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "hostname `{h}`: a step's host name is letters, digits, `-` and `.`, at most 63"
+                ),
+            ));
+        }
         if let Some(rank) = req.in_task {
             let placed = track.allocation.task_of_procid(rank);
             let here = allocation.tasks.first().map(|t| t.node);
@@ -414,6 +426,7 @@ impl Controller {
             relay: req.stdout.is_none(),
             in_task: req.in_task,
             leftovers_outlive: req.leftovers_outlive,
+            hostname: req.hostname.clone(),
         };
         let Some(job) = self.sched.job(id) else {
             return Err(ApiError::new(
