@@ -18,7 +18,7 @@
 //! restarted agent has no descriptors for the tasks it adopted: their output is read from
 //! the files.
 
-use cadre_proto::agent::{OutputPiece, OutputReadAnswer, OutputStream, RunRef};
+use cadre_proto::agent::{OutputPiece, OutputReadAnswer, OutputRequest, OutputStream, RunRef};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CStr;
 use std::fs::File;
@@ -126,10 +126,30 @@ union OneFdControl {
     bytes: [u8; 64],
 }
 
+/// A message header over one byte (`iov`, which points at it) and `control_len` bytes of
+/// `control`. The header holds pointers to both: they must outlive its use.
+fn one_byte_message(
+    iov: &mut libc::iovec,
+    control: &mut OneFdControl,
+    control_len: usize,
+) -> libc::msghdr {
+    // SAFETY: a msghdr is plain data, all zeros a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = std::ptr::addr_of_mut!(*control).cast();
+    msg.msg_controllen = control_len as _;
+    msg
+}
+
 /// Sends `fd` with the one byte `tag` (sendmsg with SCM_RIGHTS, from stack buffers).
 fn send_fd(channel: &OwnedFd, fd: &OwnedFd, tag: u8) {
     let mut byte = [tag];
     let mut control = OneFdControl { bytes: [0; 64] };
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
     // SAFETY: every pointer refers to a live stack buffer of the given length; the control
     // buffer is aligned for `cmsghdr` and larger than CMSG_SPACE of one descriptor (24
     // bytes on 64-bit Linux); CMSG_FIRSTHDR of a msghdr whose controllen covers a header
@@ -137,15 +157,7 @@ fn send_fd(channel: &OwnedFd, fd: &OwnedFd, tag: u8) {
     unsafe {
         let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
         debug_assert!(space <= std::mem::size_of::<OneFdControl>());
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = std::ptr::addr_of_mut!(control).cast();
-        msg.msg_controllen = space as _;
+        let msg = one_byte_message(&mut iov, &mut control, space);
         let header = libc::CMSG_FIRSTHDR(&msg);
         if header.is_null() {
             return;
@@ -188,18 +200,14 @@ pub(crate) fn receive_readers(channel: &OwnedFd, stderr_in_stdout: bool) -> Task
 fn receive_fd(channel: &OwnedFd) -> Option<(u8, File)> {
     let mut byte = [0u8];
     let mut control = OneFdControl { bytes: [0; 64] };
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut msg = one_byte_message(&mut iov, &mut control, std::mem::size_of::<OneFdControl>());
     // SAFETY: as in `send_fd`; a descriptor found in an SCM_RIGHTS message is new in this
     // process and owned by nothing else.
     unsafe {
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = std::ptr::addr_of_mut!(control).cast();
-        msg.msg_controllen = std::mem::size_of::<OneFdControl>() as _;
         let n = libc::recvmsg(
             channel.as_raw_fd(),
             &mut msg,
@@ -344,16 +352,16 @@ impl OutputKeeper {
         self.len() == 0
     }
 
-    /// Reads task `procid` of `run`'s `stream`: from `offset`, or the last `max` bytes;
+    /// Reads what `r` asks of a task's output: from its `offset`, or the last `max` bytes;
     /// at most `max` bytes. Blocking (a `pread` of the file): call it off the async loop.
-    pub fn read(
-        &self,
-        run: RunRef,
-        procid: u32,
-        stream: OutputStream,
-        offset: Option<u64>,
-        max: u32,
-    ) -> OutputReadAnswer {
+    pub fn read(&self, r: OutputRequest) -> OutputReadAnswer {
+        let OutputRequest {
+            run,
+            task: procid,
+            stream,
+            offset,
+            max,
+        } = r;
         let unavailable = |why: String| OutputReadAnswer::Unavailable { why };
         use std::sync::atomic::Ordering;
         if self.reads.fetch_add(1, Ordering::AcqRel) >= MAX_READS_AT_ONCE {
@@ -496,6 +504,22 @@ mod tests {
         RunRef::job_run(JobId(7), 0)
     }
 
+    fn request(
+        run: RunRef,
+        task: u32,
+        stream: OutputStream,
+        offset: Option<u64>,
+        max: u32,
+    ) -> OutputRequest {
+        OutputRequest {
+            run,
+            task,
+            stream,
+            offset,
+            max,
+        }
+    }
+
     #[test]
     fn a_character_cut_by_the_end_of_a_read_is_left_for_the_next() {
         let s = "a\u{e9}\u{20ac}\u{1f600}".as_bytes(); // 1, 2, 3 and 4 bytes
@@ -524,10 +548,11 @@ mod tests {
                 stderr_in_stdout: true,
             },
         );
-        let read = |offset, max| match keeper.read(run(), 3, OutputStream::Stdout, offset, max) {
-            OutputReadAnswer::Piece(p) => p,
-            other => panic!("{other:?}"),
-        };
+        let read =
+            |offset, max| match keeper.read(request(run(), 3, OutputStream::Stdout, offset, max)) {
+                OutputReadAnswer::Piece(p) => p,
+                other => panic!("{other:?}"),
+            };
         let p = read(Some(0), 100);
         assert_eq!((p.data.as_str(), p.next_offset, p.size), ("", 0, 0));
         w.write_all(b"line 1\nline 2\n").unwrap();
@@ -549,11 +574,11 @@ mod tests {
         assert_eq!(p.next_offset, 16, "a lone cut character is kept");
         let p = read(None, 7);
         assert_eq!((p.offset, p.data.as_str()), (10, "e 2\n\u{20ac}"));
-        match keeper.read(run(), 3, OutputStream::Stderr, None, 10) {
+        match keeper.read(request(run(), 3, OutputStream::Stderr, None, 10)) {
             OutputReadAnswer::Unavailable { why } => assert!(why.contains("standard output")),
             other => panic!("{other:?}"),
         }
-        match keeper.read(run(), 4, OutputStream::Stdout, None, 10) {
+        match keeper.read(request(run(), 4, OutputStream::Stdout, None, 10)) {
             OutputReadAnswer::Unavailable { why } => {
                 assert!(why.contains("task 4 of job 7"), "{why}")
             }
@@ -587,7 +612,7 @@ mod tests {
         keeper.keep(other, 0, readers());
         assert_eq!((keeper.len(), keeper.fds()), (2, 4));
         assert!(matches!(
-            keeper.read(other, 0, OutputStream::Stdout, None, 10),
+            keeper.read(request(other, 0, OutputStream::Stdout, None, 10)),
             OutputReadAnswer::Piece(_)
         ));
     }

@@ -1450,20 +1450,13 @@ impl Service {
                     h.send(RunCommand::Signal(signal));
                 }
             }
-            Action::ReadOutput {
-                request,
-                run,
-                task,
-                stream,
-                offset,
-                max,
-            } => {
+            Action::ReadOutput { request, read } => {
                 // A pread of a file that may be on a slow shared file system: off the loop,
                 // the answer comes back through the reports.
                 let outputs = Arc::clone(&self.ctx.outputs);
                 let events = self.events_tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let answer = outputs.read(run, task, stream, offset, max);
+                    let answer = outputs.read(read);
                     let _ = events.send(worker::Report::Answer(AgentMessage::OutputRead {
                         request,
                         answer,

@@ -351,19 +351,27 @@ pub enum ControllerMessage {
         run: RunRef,
         time_limit_ms: Option<u64>,
     },
-    /// Read task `task` (`SLURM_PROCID`) of the run's output (version 7), answered by
-    /// [`AgentMessage::OutputRead`] with the same `request`. From `offset`; `None`: the
-    /// last `max` bytes. At most `max` bytes (at most [`MAX_OUTPUT_READ`]). Agents answer
-    /// it in any state of the connection after their hello.
+    /// Read a task's output (version 7), answered by [`AgentMessage::OutputRead`] with the
+    /// same `request`. Agents answer it in any state of the connection after their hello.
     ReadOutput {
         request: u64,
-        run: RunRef,
-        task: u32,
-        stream: OutputStream,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        offset: Option<u64>,
-        max: u32,
+        #[serde(flatten)]
+        read: OutputRequest,
     },
+}
+
+/// Which piece of a task's output to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRequest {
+    pub run: RunRef,
+    /// The task's `SLURM_PROCID`.
+    pub task: u32,
+    pub stream: OutputStream,
+    /// From here; `None`: the last `max` bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// At most this many bytes (at most [`MAX_OUTPUT_READ`]).
+    pub max: u32,
 }
 
 /// The cluster's settings for its nodes' agents, from the controller (Slurm's configless
@@ -565,9 +573,44 @@ mod tests {
                 run: step,
                 time_limit_ms: Some(5),
             },
+            ControllerMessage::ReadOutput {
+                request: 4,
+                read: OutputRequest {
+                    run: step,
+                    task: 1,
+                    stream: OutputStream::Stderr,
+                    offset: Some(10),
+                    max: 4096,
+                },
+            },
         ] {
             round_trip(&m);
         }
+        // A read's fields sit beside its tag and request number on the wire.
+        let read = serde_json::to_value(ControllerMessage::ReadOutput {
+            request: 4,
+            read: OutputRequest {
+                run,
+                task: 1,
+                stream: OutputStream::Stdout,
+                offset: None,
+                max: 9,
+            },
+        })
+        .unwrap();
+        assert_eq!(read["type"], "read_output");
+        assert_eq!(
+            (read["request"].clone(), read["task"].clone()),
+            (4.into(), 1.into())
+        );
+        assert_eq!(
+            (read["stream"].clone(), read["max"].clone()),
+            ("stdout".into(), 9.into())
+        );
+        assert!(
+            read.get("offset").is_none() && read.get("read").is_none(),
+            "{read}"
+        );
         let events = vec![
             SequencedEvent {
                 seq: 1,

@@ -321,16 +321,9 @@ pub struct TaskOutput {
     /// The node it runs on.
     pub node: String,
     pub stream: crate::agent::OutputStream,
-    /// Where in the file the piece starts (bytes).
-    pub offset: u64,
-    /// Where the next piece starts: ask from here to follow the output.
-    pub next_offset: u64,
-    /// The file's size when it was read.
-    pub size: u64,
-    /// The bytes, as text (bytes that are not UTF-8 replaced).
-    pub data: String,
-    /// The task has ended: the file is complete.
-    pub ended: bool,
+    /// The piece: ask again from its `next_offset` to follow the output.
+    #[serde(flatten)]
+    pub piece: crate::agent::OutputPiece,
 }
 
 /// `GET /jobs/{id}/events`: the job's events, oldest first (see docs/kubernetes.md for

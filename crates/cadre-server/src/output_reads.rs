@@ -8,9 +8,7 @@
 //!
 //! [`AgentMessage::OutputRead`]: cadre_proto::agent::AgentMessage::OutputRead
 
-use cadre_proto::agent::{
-    ControllerMessage, OutputReadAnswer, OutputStream, READ_OUTPUT_VERSION, RunRef,
-};
+use cadre_proto::agent::{ControllerMessage, OutputReadAnswer, OutputRequest, READ_OUTPUT_VERSION};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,17 +24,6 @@ pub const MAX_WAITING: usize = 10_000;
 /// Reads waiting for one node's agent at most: one node that does not answer does not
 /// make every other node's reads busy.
 pub const MAX_WAITING_PER_NODE: usize = 64;
-
-/// What a read asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReadRequest {
-    pub run: RunRef,
-    /// `SLURM_PROCID`.
-    pub task: u32,
-    pub stream: OutputStream,
-    pub offset: Option<u64>,
-    pub max: u32,
-}
 
 /// Why a read got no answer from its agent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,7 +87,7 @@ impl OutputReads {
     pub async fn read(
         &self,
         node: &str,
-        request: ReadRequest,
+        read: OutputRequest,
     ) -> Result<OutputReadAnswer, ReadFailure> {
         let (id, rx) = {
             let Ok(mut inner) = self.0.lock() else {
@@ -131,14 +118,7 @@ impl OutputReads {
             let id = inner.next;
             let (answer_tx, answer_rx) = oneshot::channel();
             inner.waiting.insert(id, (node.to_owned(), answer_tx));
-            let sent = tx.send(ControllerMessage::ReadOutput {
-                request: id,
-                run: request.run,
-                task: request.task,
-                stream: request.stream,
-                offset: request.offset,
-                max: request.max,
-            });
+            let sent = tx.send(ControllerMessage::ReadOutput { request: id, read });
             if sent.is_err() {
                 inner.waiting.remove(&id);
                 return Err(ReadFailure::NotConnected {
@@ -191,10 +171,10 @@ impl OutputReads {
 mod tests {
     use super::*;
     use cadre_core::job::JobId;
-    use cadre_proto::agent::OutputPiece;
+    use cadre_proto::agent::{OutputPiece, OutputStream, RunRef};
 
-    fn request() -> ReadRequest {
-        ReadRequest {
+    fn request() -> OutputRequest {
+        OutputRequest {
             run: RunRef::job_run(JobId(4), 0),
             task: 1,
             stream: OutputStream::Stdout,
@@ -222,15 +202,10 @@ mod tests {
             let reads = reads.clone();
             tokio::spawn(async move { reads.read("n1", request()).await })
         };
-        let Some(ControllerMessage::ReadOutput {
-            request: id,
-            task: 1,
-            max: 100,
-            ..
-        }) = rx.recv().await
-        else {
+        let Some(ControllerMessage::ReadOutput { request: id, read }) = rx.recv().await else {
             panic!("no read sent");
         };
+        assert_eq!(read, request());
         // Another node's agent answering that request is not heard.
         reads.answered("n2", id, piece("forged"));
         assert_eq!(reads.waiting(), 1);

@@ -134,17 +134,16 @@ struct PodFilter<'a> {
     name: Option<&'a str>,
 }
 
-/// The pods of the latest job of every applied workload the filter keeps.
-fn list_pods(client: &mut cadre_client::Client, f: &PodFilter<'_>) -> Result<Vec<Pod>> {
+/// The latest job of every applied workload that `keep` keeps, with its identity, in the
+/// order of their namespaces, kinds and names.
+fn latest_workloads(
+    client: &mut cadre_client::Client,
+    keep: impl Fn(&Identity) -> bool,
+) -> Result<Vec<(Identity, JobView)>> {
     let mut latest: BTreeMap<(String, String, String, String), (Identity, JobView)> =
         BTreeMap::new();
     for (identity, job) in workload_jobs(client)? {
-        if f.namespace.is_some_and(|n| n != identity.namespace) {
-            continue;
-        }
-        if let Some((kind, name)) = f.workload
-            && !(identity.is(kind) && identity.name == name)
-        {
+        if !keep(&identity) {
             continue;
         }
         let key = (
@@ -156,13 +155,23 @@ fn list_pods(client: &mut cadre_client::Client, f: &PodFilter<'_>) -> Result<Vec
         // Jobs come in id order: the last of a name is its latest.
         latest.insert(key, (identity, job));
     }
+    Ok(latest.into_values().collect())
+}
+
+/// The pods of the latest job of every applied workload the filter keeps.
+fn list_pods(client: &mut cadre_client::Client, f: &PodFilter<'_>) -> Result<Vec<Pod>> {
+    let latest = latest_workloads(client, |identity| {
+        f.namespace.is_none_or(|n| n == identity.namespace)
+            && f.workload
+                .is_none_or(|(kind, name)| identity.is(kind) && identity.name == name)
+    })?;
     let nodes: NodeList = if latest.is_empty() {
         NodeList { nodes: Vec::new() }
     } else {
         client.get("/nodes")?
     };
     let mut pods = Vec::new();
-    for (identity, job) in latest.values() {
+    for (identity, job) in &latest {
         let run: RunSpec = client.get(&format!("/jobs/{}/run", job.id))?;
         let Some(t) = cadre_k8s::workload_of(&run)? else {
             continue;
@@ -302,14 +311,9 @@ fn get_services(
 ) -> Result<ExitCode> {
     use cadre_k8s::service::{ports_text, selector_text};
     let mut client = conn.client()?;
-    let mut latest: BTreeMap<(String, String, String, String), JobView> = BTreeMap::new();
-    for (i, job) in workload_jobs(&mut client)? {
-        if all_namespaces || i.namespace == namespace {
-            latest.insert((i.namespace, i.kind, i.api_version, i.name), job);
-        }
-    }
+    let latest = latest_workloads(&mut client, |i| all_namespaces || i.namespace == namespace)?;
     let mut rows: Vec<(cadre_k8s::service::Service, u64, String)> = Vec::new();
-    for job in latest.values() {
+    for (_, job) in &latest {
         let run: RunSpec = client.get(&format!("/jobs/{}/run", job.id))?;
         if let Some(t) = cadre_k8s::workload_of(&run)? {
             for s in &t.services {
@@ -443,11 +447,11 @@ fn read_piece(
         f.pod.job, f.pod.task
     );
     match client.get::<TaskOutput>(&path) {
-        Ok(o) => Ok(Piece::Data {
-            more: o.next_offset < o.size,
-            data: o.data,
-            next: o.next_offset,
-            ended: o.ended,
+        Ok(TaskOutput { piece: p, .. }) => Ok(Piece::Data {
+            more: p.next_offset < p.size,
+            data: p.data,
+            next: p.next_offset,
+            ended: p.ended,
         }),
         Err(e) => {
             match e.api_failure().map(|x| x.status) {

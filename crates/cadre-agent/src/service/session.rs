@@ -37,7 +37,7 @@
 use cadre_core::cluster::NodeId;
 use cadre_core::job::JobState;
 use cadre_proto::agent::{
-    AgentMessage, ControllerMessage, Hello, LaunchOrder, NodeReport, OutputStream,
+    AgentMessage, ControllerMessage, Hello, LaunchOrder, NodeReport, OutputRequest,
     PROTOCOL_VERSION, RunRef, SequencedEvent, TaskEvent,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -135,15 +135,11 @@ pub(crate) enum Action {
         run: RunRef,
         limit: Option<Duration>,
     },
-    /// Read a task's output and answer `request` ([`ControllerMessage::ReadOutput`]).
+    /// Read a task's output and answer `request` ([`ControllerMessage::ReadOutput`]); its
+    /// `max` at most [`cadre_proto::agent::MAX_OUTPUT_READ`].
     ReadOutput {
         request: u64,
-        run: RunRef,
-        task: u32,
-        stream: OutputStream,
-        offset: Option<u64>,
-        /// At most [`cadre_proto::agent::MAX_OUTPUT_READ`].
-        max: u32,
+        read: OutputRequest,
     },
 }
 
@@ -373,24 +369,10 @@ impl Session {
             (_, ControllerMessage::Refused { reason }) => Err(SessionError::Refused { reason }),
             // Reads answer in any state after the hello: the controller may ask as soon as
             // it has the connection, before its welcome.
-            (
-                _,
-                ControllerMessage::ReadOutput {
-                    request,
-                    run,
-                    task,
-                    stream,
-                    offset,
-                    max,
-                },
-            ) => Ok(vec![Action::ReadOutput {
-                request,
-                run,
-                task,
-                stream,
-                offset,
-                max: max.min(cadre_proto::agent::MAX_OUTPUT_READ),
-            }]),
+            (_, ControllerMessage::ReadOutput { request, mut read }) => {
+                read.max = read.max.min(cadre_proto::agent::MAX_OUTPUT_READ);
+                Ok(vec![Action::ReadOutput { request, read }])
+            }
             (Link::AwaitingWelcome { .. }, m) => {
                 protocol(format!("expected a welcome, got a {} message", kind(&m)))
             }

@@ -5,12 +5,12 @@
 use super::{node_names, own_job, query_error};
 use crate::api_error::ApiError;
 use crate::auth::Principal;
-use crate::output_reads::{ReadFailure, ReadRequest};
+use crate::output_reads::ReadFailure;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use cadre_core::job::{JobId, JobState};
-use cadre_proto::agent::{MAX_OUTPUT_READ, OutputReadAnswer, OutputStream, RunRef};
+use cadre_proto::agent::{MAX_OUTPUT_READ, OutputReadAnswer, OutputRequest, OutputStream, RunRef};
 use cadre_proto::api::{ErrorBody, ErrorCode, TaskOutput};
 use serde::Deserialize;
 
@@ -95,7 +95,7 @@ pub(super) async fn job_output(
             ),
         ));
     };
-    let request = ReadRequest {
+    let request = OutputRequest {
         run: RunRef::job_run(JobId(id), job.status.requeues),
         task,
         stream,
@@ -103,16 +103,12 @@ pub(super) async fn job_output(
         max,
     };
     match st.engine.io().reads().read(&node, request).await {
-        Ok(OutputReadAnswer::Piece(p)) => Ok(Json(TaskOutput {
+        Ok(OutputReadAnswer::Piece(piece)) => Ok(Json(TaskOutput {
             job: id,
             task,
             node,
             stream,
-            offset: p.offset,
-            next_offset: p.next_offset,
-            size: p.size,
-            data: p.data,
-            ended: p.ended,
+            piece,
         })),
         Ok(OutputReadAnswer::Unavailable { why }) => Err(ApiError::new(
             ErrorCode::NotFound,
