@@ -416,11 +416,15 @@ fn srun_and_salloc_outside_an_allocation_get_one_and_give_it_back() {
     assert_eq!(lines, vec!["0: node001 0", "1: node002 0"]);
     let out = c.slurm("srun", &["-n1", "bash", "-c", "echo oops >&2; exit 7"]);
     assert_eq!(out.status.code(), Some(7));
-    assert!(
-        text(&out.stderr).starts_with("oops\n"),
-        "{}",
-        text(&out.stderr)
-    );
+    // The task's stderr comes first, unless the job waited for the first job's nodes to be
+    // given back: then srun says so before, as Slurm's does ("queued and waiting for
+    // resources", "has been allocated resources").
+    let stderr = text(&out.stderr);
+    let task_first = stderr
+        .lines()
+        .skip_while(|l| l.starts_with("srun: job ") && l.contains(" resources"))
+        .collect::<Vec<_>>();
+    assert_eq!(task_first.first(), Some(&"oops"), "{stderr}");
     let jobs: Vec<u64> = c.api("/jobs")["jobs"]
         .as_array()
         .unwrap()
