@@ -104,6 +104,7 @@ impl Policy {
             },
             backfill: BackfillSettings {
                 enabled: false,
+                starvation_wait: Dur(0),
                 ..BackfillSettings::default()
             },
             preemption: PreemptionSettings {
@@ -134,10 +135,16 @@ impl Policy {
                 reservation_depth: 1,
                 max_job_test: 500,
                 window: Dur::days(1),
+                starvation_wait: Dur(0),
             },
             preemption: PreemptionSettings {
                 enabled: false,
                 ..PreemptionSettings::default()
+            },
+            // Slurm's PriorityDecayHalfLife default.
+            fairshare: FairShareSettings {
+                half_life: Dur::days(7),
+                ..FairShareSettings::default()
             },
             // Slurm's select/cons_tres picks the best-fitting nodes.
             placement: PlacementRule::BestFit,
@@ -252,10 +259,15 @@ pub struct FairShareSettings {
 }
 
 impl Default for FairShareSettings {
+    /// cadre's defaults: Fair Tree with usage halving every day. Slurm's default half-life
+    /// (7 days, the `slurm` preset's) remembers a team's burst for weeks; a day lets the
+    /// factor follow who is using the cluster now. On the Philly trace at 512 GPUs this,
+    /// with the fair-share weight of [`PriorityWeights::default`], cut the mean wait by a
+    /// fifth (docs/simulator.md, experiment 2).
     fn default() -> Self {
         FairShareSettings {
             algorithm: FairShareMode::FairTree,
-            half_life: Dur::days(7),
+            half_life: Dur::days(1),
             calc_period: Dur::minutes(5),
             dampening: std::num::NonZeroU32::MIN,
         }
@@ -310,6 +322,13 @@ pub struct BackfillSettings {
     /// How far ahead reservations are planned (Slurm `bf_window`).
     #[serde(with = "secs")]
     pub window: Dur,
+    /// A job eligible for at least this long is starving: it is considered before every
+    /// job that is not (within its partition tier and priority class), the longest waiting
+    /// first, so the first starving job that cannot start gets the reservation, whatever its
+    /// priority. Bounds how long a large job with a low priority waits while smaller ones
+    /// keep backfilling around it. 0 turns it off (the `slurm` and `fifo` presets).
+    #[serde(with = "secs")]
+    pub starvation_wait: Dur,
 }
 
 impl Default for BackfillSettings {
@@ -320,6 +339,7 @@ impl Default for BackfillSettings {
             reservation_depth: 1,
             max_job_test: 100_000,
             window: Dur::days(14),
+            starvation_wait: Dur::days(28),
         }
     }
 }

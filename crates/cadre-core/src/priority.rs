@@ -48,15 +48,17 @@ pub enum SizeBasis {
 }
 
 impl Default for PriorityWeights {
-    /// cadre's defaults. Fair-share dominates; then work (GPUs x time limit, smaller first)
-    /// and age at equal weight, so that short narrow jobs go first but a large job that has
-    /// waited catches up within days; then QOS and partition. Measured on the Philly trace
-    /// on 512 GPUs against the `slurm` preset (see the README): lower mean wait, JCT and
-    /// bounded slowdown at higher utilization.
+    /// cadre's defaults. Fair-share dominates (twice the other factors together, so a
+    /// team that has just used much of the cluster yields to the others); then work (GPUs
+    /// x time limit, smaller first) and age at equal weight, so that short narrow jobs go
+    /// first but a large job that has waited catches up within days; then QOS and
+    /// partition. Measured on the Philly trace on 512 GPUs against the `slurm` preset (see
+    /// docs/simulator.md): lower mean, p95 and longest waits and bounded slowdown at higher
+    /// utilization.
     fn default() -> Self {
         PriorityWeights {
             age: 5000,
-            fairshare: 10_000,
+            fairshare: 20_000,
             job_size: 5000,
             partition: 1000,
             qos: 2000,

@@ -510,6 +510,70 @@ fn second_blocked_gang_is_reserved_after_the_first_reservation_ends() {
     assert_eq!(sim.pending_reason(4), PendingReason::Resources);
 }
 
+/// Two 8-GPU jobs running until 5000; pending: a 2-node gang (2, eligible at 10), a
+/// one-node job that outranks it as smaller (3, at 10), and a second gang (4, at 20).
+fn starvation_setup(starvation_wait: u64) -> Sim {
+    let mut p = weights(|w| {
+        w.job_size = 1000;
+        w.favor_small = true;
+    });
+    p.backfill.reservation_depth = 1;
+    p.backfill.starvation_wait = Dur(starvation_wait);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    sim.submit(1, job(1, 8, 5000), 0);
+    sim.submit(5, job(1, 8, 5000), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1", "start 5"]);
+    sim.submit(2, job(2, 8, 1000), 10);
+    sim.submit(3, job(1, 8, 1000), 10);
+    assert_eq!(summary(&sim.pass(10)), ["reserve 3 @5000"]);
+    sim.submit(4, job(2, 8, 1000), 20);
+    assert_eq!(summary(&sim.pass(20)), ["reserve 3 @5000"]);
+    sim
+}
+
+#[test]
+fn the_longest_waiting_starving_job_gets_a_reservation_beside_the_top_job_s() {
+    let mut sim = starvation_setup(1000);
+    // Job 2 has waited 999 s: not starving yet.
+    assert_eq!(summary(&sim.pass(1009)), ["reserve 3 @5000"]);
+    assert_eq!(sim.s.expected_start(JobId(2)), None);
+    // From 1010 it is, and goes first with a reservation of its own; the top job's
+    // reservation (depth 1) still comes, after it.
+    assert_eq!(
+        summary(&sim.pass(1010)),
+        ["reserve 2 @5000", "reserve 3 @6000"]
+    );
+    assert_eq!(sim.s.expected_start(JobId(2)), Some(Time(5000)));
+    assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+    // Job 4 starves too, but only the longest waiting of a partition is promoted.
+    assert_eq!(
+        summary(&sim.pass(1100)),
+        ["reserve 2 @5000", "reserve 3 @6000"]
+    );
+    assert_eq!(sim.s.expected_start(JobId(4)), None);
+    assert_eq!(sim.pending_reason(4), PendingReason::Resources);
+    // Once job 2 has started, the next pass promotes job 3, eligible as long as job 2 was
+    // (the tie went to the lower id), and job 4, now the top job, gets the depth's
+    // reservation behind it.
+    sim.end(1, JobState::Completed, 5000);
+    sim.end(5, JobState::Completed, 5000);
+    assert_eq!(summary(&sim.pass(5000)), ["start 2", "reserve 3 @6000"]);
+    assert_eq!(
+        summary(&sim.pass(5001)),
+        ["reserve 3 @6000", "reserve 4 @7000"]
+    );
+}
+
+#[test]
+fn without_a_starvation_wait_only_the_top_blocked_job_is_reserved_for() {
+    let mut sim = starvation_setup(0);
+    assert_eq!(summary(&sim.pass(4000)), ["reserve 3 @5000"]);
+    assert_eq!(sim.s.expected_start(JobId(2)), None);
+    assert_eq!(Policy::slurm().backfill.starvation_wait, Dur(0));
+    assert_eq!(Policy::fifo().backfill.starvation_wait, Dur(0));
+    assert_eq!(Policy::default().backfill.starvation_wait, Dur::days(28));
+}
+
 #[test]
 fn fifo_starts_nothing_behind_a_blocked_job() {
     let mut sim = backfill_setup(Policy::fifo());

@@ -24,12 +24,14 @@ enum DepState {
     Never,
 }
 
-/// The order in which eligible jobs are considered: partition tier, priority class and
-/// priority descending, then submit time and id ascending.
+/// The order in which eligible jobs are considered: preemptors first, partition tier and
+/// priority class descending, then each partition's longest-waiting starving job (see
+/// [`keep_oldest_starving`]), then priority descending, then submit time and id ascending.
 type OrderKey = (
     Reverse<bool>,
     Reverse<u32>,
     Reverse<i32>,
+    Time,
     Reverse<u64>,
     Time,
     JobId,
@@ -77,6 +79,27 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
     per_node
 }
 
+/// Keeps the starving mark (the key's eligibility time, [`Time::NEVER`] for a job that is
+/// not starving) on each partition's longest-waiting starving job alone, so that it is
+/// considered first and, if it cannot start, gets a reservation (on top of the
+/// `reservation_depth` of the jobs in priority order).
+///
+/// Only one per partition: ordering every starving job by its wait turns a long backlog
+/// into first-come first-served, which on the Philly trace doubled the mean wait (see
+/// docs/simulator.md), while one at a time bounds the longest wait just as well.
+fn keep_oldest_starving(order: &mut [Candidate]) {
+    let mut oldest: BTreeMap<PartitionId, (Time, JobId)> = BTreeMap::new();
+    for c in order.iter().filter(|c| c.key.3 != Time::NEVER) {
+        let e = oldest.entry(c.partition).or_insert((c.key.3, c.id));
+        *e = (*e).min((c.key.3, c.id));
+    }
+    for c in order.iter_mut() {
+        if oldest.get(&c.partition).is_some_and(|&(_, id)| id != c.id) {
+            c.key.3 = Time::NEVER;
+        }
+    }
+}
+
 fn job_elastic(job: &Job) -> bool {
     job.min_want != job.want
 }
@@ -95,6 +118,7 @@ impl Scheduler {
         let backfill = self.policy.backfill.clone();
         let preempt_on = self.policy.preemption.enabled;
         let mut blocked_seen = 0u32;
+        let mut starving_blocked = false;
         // Indexed by the jobs' interned shapes.
         let mut failed: Vec<Option<Failed>> = (0..self.shapes.len()).map(|_| None).collect();
         let mut victims = None;
@@ -144,7 +168,8 @@ impl Scheduler {
             }
             // Like Slurm: jobs are started in order while they fit; once one is held back,
             // only the first `max_job_test` jobs of the order are tried (bf_max_job_test).
-            let anything_blocked = blocked_seen > 0 || !blocked_partitions.is_empty();
+            let anything_blocked =
+                blocked_seen > 0 || starving_blocked || !blocked_partitions.is_empty();
             if tested >= backfill.max_job_test as usize && anything_blocked {
                 reasons.push((id, PendingReason::Priority));
                 continue;
@@ -323,12 +348,20 @@ impl Scheduler {
                             continue;
                         }
                     }
+                    // A starving job's reservation comes on top of the
+                    // `reservation_depth` of the jobs in priority order.
+                    let starving = c.key.3 != Time::NEVER;
                     let reserve = backfill.enabled
-                        && match backfill.mode {
-                            BackfillMode::Easy => blocked_seen < backfill.reservation_depth,
-                            BackfillMode::Conservative => true,
-                        };
-                    blocked_seen += 1;
+                        && (starving
+                            || match backfill.mode {
+                                BackfillMode::Easy => blocked_seen < backfill.reservation_depth,
+                                BackfillMode::Conservative => true,
+                            });
+                    if starving {
+                        starving_blocked = true;
+                    } else {
+                        blocked_seen += 1;
+                    }
                     if reserve {
                         let p = profile.get_or_insert_with(|| self.profile(now));
                         if let Some(r) = self.plan_reservation(p, id, now, &mut release_series) {
@@ -431,6 +464,7 @@ impl Scheduler {
             "pending jobs are in the job table"
         );
         let mut order = Vec::with_capacity(assessed.len());
+        let starvation_wait = self.policy.backfill.starvation_wait;
         let mut assessed = assessed.into_iter().peekable();
         for (&id, job) in self.jobs.iter_mut() {
             let Some((_, priority, blocker)) = assessed.next_if(|a| a.0 == id) else {
@@ -447,14 +481,19 @@ impl Scheduler {
                 job.reason = reason;
                 continue;
             }
-            job.eligible_since.get_or_insert(now);
+            let since = *job.eligible_since.get_or_insert(now);
             let tier = self.cluster.partition(job.partition).priority_tier;
+            // A starving job is marked with when it became eligible (`Time::NEVER`, which
+            // sorts last, for the others); see `keep_oldest_starving`.
+            let starving = starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
+            let starving_since = if starving { since } else { Time::NEVER };
             // A job that preempted others goes first, as Slurm evaluates preemptors first:
             // what its victims freed is its own, and no lower job takes it back.
             let key = (
                 Reverse(!job.victims_held.is_empty()),
                 Reverse(tier),
                 Reverse(job.class_value),
+                starving_since,
                 Reverse(priority),
                 job.spec.submit_time,
                 id,
@@ -471,6 +510,7 @@ impl Scheduler {
                 has_qos: job.spec.qos.is_some(),
             });
         }
+        keep_oldest_starving(&mut order);
         // Keys are unique (they end with the id).
         order.sort_unstable_by_key(|c| c.key);
         order
