@@ -108,29 +108,42 @@ pub(crate) fn remove(state_dir: &Path, run: RunRef) {
 /// Every record a previous life left, and what could not be read (path, why; removed).
 /// The records read stay until their runs end here ([`remove`]), or are dropped
 /// ([`forget`]).
+///
+/// A previous life killed after writing a record whole but before renaming it into place
+/// left a `.new` file that reads as a whole record (JSON read to its end: a cut one does
+/// not): that rename is finished here, so the run is adopted rather than lost with its
+/// tasks. A `.new` file that does not read whole is removed, and the record it was to
+/// replace, if any, stands.
 pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, String)>) {
     let (mut records, mut bad) = (Vec::new(), Vec::new());
     let dir = state_dir.join(RUNS_DIR);
+    let paths = |ext: &str| -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == ext))
+            .collect();
+        paths.sort();
+        paths
+    };
+    for path in paths("new") {
+        let done = read_record(&path).and_then(|_| {
+            std::fs::rename(&path, path.with_extension("json")).map_err(|e| e.to_string())
+        });
+        if let Err(why) = done {
+            bad.push((path.clone(), why));
+            let _ = std::fs::remove_file(&path);
+        }
+    }
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return (records, bad);
     };
     for e in entries.flatten() {
         let path = e.path();
-        let read = (|| -> Result<RunRecord, String> {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .map_err(|e| e.to_string())?;
-            let meta = f.metadata().map_err(|e| e.to_string())?;
-            if !meta.is_file() || meta.len() > MAX_RECORD {
-                return Err(format!(
-                    "not a record (a regular file of at most {MAX_RECORD} bytes)"
-                ));
-            }
-            serde_json::from_reader(io::BufReader::new(f)).map_err(|e| e.to_string())
-        })();
-        match read {
+        match read_record(&path) {
             Ok(r) if path.extension().is_some_and(|x| x == "json") => {
                 records.push(r);
                 continue;
@@ -142,6 +155,22 @@ pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, Strin
     }
     records.sort_by_key(|r| r.order.run);
     (records, bad)
+}
+
+/// Reads one record whole, never through a link.
+fn read_record(path: &Path) -> Result<RunRecord, String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.len() > MAX_RECORD {
+        return Err(format!(
+            "not a record (a regular file of at most {MAX_RECORD} bytes)"
+        ));
+    }
+    serde_json::from_reader(io::BufReader::new(f)).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -186,5 +215,40 @@ mod tests {
         assert_eq!(take_all(dir.path()), (vec![record.clone()], Vec::new()));
         forget(dir.path(), &record);
         assert_eq!(take_all(dir.path()).0, Vec::new());
+    }
+
+    /// Regression: an agent killed between writing a run's record and renaming it into
+    /// place (the multi-host test killed one while `sync_all` ran) lost the run, and its
+    /// next life killed the tasks it should have adopted.
+    #[test]
+    fn a_record_written_whole_but_not_renamed_is_adopted_and_a_cut_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut order = *super::super::session::tests::order(4);
+        order.run = RunRef::job_run(cadre_core::job::JobId(7), 0);
+        let record = RunRecord {
+            order,
+            node_id: NodeId(0),
+            started_ns: 9,
+            script_dir: None,
+            facts: None,
+            tasks: Vec::new(),
+        };
+        write(dir.path(), &record).unwrap();
+        let runs = dir.path().join("runs");
+        std::fs::rename(runs.join("job7.0.json"), runs.join("job7.0.new")).unwrap();
+        let text = serde_json::to_string(&record).unwrap();
+        std::fs::write(runs.join("job8.0.new"), &text[..text.len() / 2]).unwrap();
+        let (got, bad) = take_all(dir.path());
+        assert_eq!(got, vec![record.clone()]);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(bad[0].0.ends_with("job8.0.new"), "{bad:?}");
+        assert!(runs.join("job7.0.json").exists(), "the rename was finished");
+        assert!(
+            !runs.join("job8.0.new").exists(),
+            "the cut record was removed"
+        );
+        // The record is in place: its run's end removes it as any other.
+        remove(dir.path(), record.order.run);
+        assert_eq!(take_all(dir.path()), (Vec::new(), Vec::new()));
     }
 }
