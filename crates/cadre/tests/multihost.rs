@@ -518,9 +518,14 @@ fn an_agent_killed_during_a_gang_and_started_again_adopts_its_task_and_nothing_o
          while [ ! -e {d}/go ]; do sleep 0.1; done"
     );
     let id = h.gang(&script);
-    wait_until("every rank has started", || {
+    // Host 2's agent writes its run's record once the rank has started; a kill before
+    // that loses the run (its tasks are killed by the next life), which is not what this
+    // test is about, and a kill between the record's write and its rename is adopted.
+    let record = dir.join(format!("n2.state/runs/job{id}.0.json"));
+    wait_until("every rank has started and host 2 recorded its run", || {
         (0..3).all(|r| dir.join(format!("started.{r}")).exists())
             && cadre_test_support::processes_with(&marker).len() == 3
+            && record.exists()
     });
     // Host 2's agent dies without stopping anything, and is started again.
     let mut killed = h.agents[2].take().expect("host 2's agent");
