@@ -513,6 +513,11 @@ fn second_blocked_gang_is_reserved_after_the_first_reservation_ends() {
 /// Two 8-GPU jobs running until 5000; pending: a 2-node gang (2, eligible at 10), a
 /// one-node job that outranks it as smaller (3, at 10), and a second gang (4, at 20).
 fn starvation_setup(starvation_wait: u64) -> Sim {
+    starvation_setup_with(starvation_wait, |_| {})
+}
+
+/// [`starvation_setup`], with `before` run on the scheduler before its first pass.
+fn starvation_setup_with(starvation_wait: u64, before: impl FnOnce(&mut Sim)) -> Sim {
     let mut p = weights(|w| {
         w.job_size = 1000;
         w.favor_small = true;
@@ -520,6 +525,7 @@ fn starvation_setup(starvation_wait: u64) -> Sim {
     p.backfill.reservation_depth = 1;
     p.backfill.starvation_wait = Dur(starvation_wait);
     let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    before(&mut sim);
     sim.submit(1, job(1, 8, 5000), 0);
     sim.submit(5, job(1, 8, 5000), 0);
     assert_eq!(summary(&sim.pass(0)), ["start 1", "start 5"]);
@@ -562,6 +568,20 @@ fn the_longest_waiting_starving_job_gets_a_reservation_beside_the_top_job_s() {
         summary(&sim.pass(5001)),
         ["reserve 3 @6000", "reserve 4 @7000"]
     );
+}
+
+/// Regression (from a review): the mark went to the partition's longest-waiting starving
+/// job even when that job could never use it, here one that never fits, which waits
+/// forever and so kept every other job of its partition from the guard.
+#[test]
+fn a_job_that_never_fits_does_not_take_the_starving_mark() {
+    let mut sim = starvation_setup_with(1000, |sim| sim.submit(9, job(3, 8, 1000), 0));
+    assert_eq!(sim.pending_reason(9), PendingReason::BadConstraints);
+    assert_eq!(
+        summary(&sim.pass(1010)),
+        ["reserve 2 @5000", "reserve 3 @6000"]
+    );
+    assert_eq!(sim.pending_reason(9), PendingReason::BadConstraints);
 }
 
 #[test]

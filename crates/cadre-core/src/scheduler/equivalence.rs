@@ -276,6 +276,17 @@ fn default_policy_decides_as_the_reference() {
     }
 }
 
+/// The default policy with a starvation guard that fires within the run (its passes span
+/// about five hours, short of the default's 28 days).
+#[test]
+fn a_starvation_guard_decides_as_the_reference() {
+    let mut policy = Policy::default();
+    policy.backfill.starvation_wait = Dur::minutes(10);
+    for seed in 1..=4 {
+        compare(policy.clone(), seed, 300);
+    }
+}
+
 #[test]
 fn slurm_preset_decides_as_the_reference() {
     for seed in 1..=4 {

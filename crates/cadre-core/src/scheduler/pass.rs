@@ -484,8 +484,19 @@ impl Scheduler {
             let since = *job.eligible_since.get_or_insert(now);
             let tier = self.cluster.partition(job.partition).priority_tier;
             // A starving job is marked with when it became eligible (`Time::NEVER`, which
-            // sorts last, for the others); see `keep_oldest_starving`.
-            let starving = starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
+            // sorts last, for the others); see `keep_oldest_starving`. Only a job the mark
+            // can help is marked: not one the last pass found never fits or held back by a
+            // limit (a quota, an array's `%N`), which would keep the mark from the rest of
+            // its partition for as long as it waits; and not under strict order, whose
+            // head job is the one waiting longest already.
+            let may_starve = !self.policy.strict_order
+                && !job.spec.array.is_some_and(|a| a.max_running.is_some())
+                && !matches!(
+                    job.reason,
+                    PendingReason::BadConstraints | PendingReason::Limit(_)
+                );
+            let starving =
+                may_starve && starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
             let starving_since = if starving { since } else { Time::NEVER };
             // A job that preempted others goes first, as Slurm evaluates preemptors first:
             // what its victims freed is its own, and no lower job takes it back.
