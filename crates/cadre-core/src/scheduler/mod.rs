@@ -443,7 +443,8 @@ pub struct Scheduler {
     /// last changed state.
     never_fits: HashMap<u32, PlacementFailure>,
     checked_shapes: BTreeSet<u32>,
-    /// Whether the highest-priority eligible job waited for resources in the last pass.
+    /// Whether the first job of the last pass's order (the highest-priority eligible job,
+    /// or a starving one the policy's `starvation_wait` put first) waited for resources.
     head_blocked: bool,
     /// The task sizes submitted, for the fragmentation preference of placement.
     workload: WorkloadProfile,
@@ -584,7 +585,7 @@ impl Scheduler {
         self.ended.get(&id).copied()
     }
 
-    /// Whether the highest-priority eligible job of the last pass waited for resources.
+    /// Whether the first job of the last pass's order waited for resources (see the field).
     pub fn head_blocked(&self) -> bool {
         self.head_blocked
     }
