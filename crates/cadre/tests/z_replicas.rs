@@ -143,7 +143,10 @@ fn role_of(socket: &Path) -> String {
 }
 
 fn cadre(servers: &str, args: &[&str]) -> std::process::Output {
+    // The jobs' output files (slurm-<id>.out in the submission's directory) go under the
+    // build's temporary directory, not into the crate's (66 were left there at every run).
     Command::new(env!("CARGO_BIN_EXE_cadre"))
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .args(args)
         .env("CADRE_SERVER", servers)
         .env_remove("CADRE_DATA_DIR")

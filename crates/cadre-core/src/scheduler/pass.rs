@@ -490,7 +490,7 @@ impl Scheduler {
             // its partition for as long as it waits; and not under strict order, whose
             // head job is the one waiting longest already.
             let may_starve = !self.policy.strict_order
-                && !job.spec.array.is_some_and(|a| a.max_running.is_some())
+                && job.spec.array.is_none_or(|a| a.max_running.is_none())
                 && !matches!(
                     job.reason,
                     PendingReason::BadConstraints | PendingReason::Limit(_)
