@@ -117,19 +117,14 @@ pub(crate) fn remove(state_dir: &Path, run: RunRef) {
 pub(crate) fn take_all(state_dir: &Path) -> (Vec<RunRecord>, Vec<(PathBuf, String)>) {
     let (mut records, mut bad) = (Vec::new(), Vec::new());
     let dir = state_dir.join(RUNS_DIR);
-    let paths = |ext: &str| -> Vec<PathBuf> {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == ext))
-            .collect();
-        paths.sort();
-        paths
-    };
-    for path in paths("new") {
+    let unrenamed: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "new"))
+        .collect();
+    for path in unrenamed {
         let done = read_record(&path).and_then(|_| {
             std::fs::rename(&path, path.with_extension("json")).map_err(|e| e.to_string())
         });
@@ -177,18 +172,27 @@ fn read_record(path: &Path) -> Result<RunRecord, String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn records_are_private_read_back_whole_and_taken_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut order = *super::super::session::tests::order(4);
-        order.run = RunRef::job_run(cadre_core::job::JobId(4), 2);
-        let record = RunRecord {
+    /// The record of run `run` of job `job`, on node 0, with `tasks`.
+    fn record_of(job: u64, run: u32, tasks: Vec<TaskRecord>) -> RunRecord {
+        let mut order = *super::super::session::tests::order(job);
+        order.run = RunRef::job_run(cadre_core::job::JobId(job), run);
+        RunRecord {
             order,
-            node_id: NodeId(1),
+            node_id: NodeId(0),
             started_ns: 5,
             script_dir: None,
             facts: None,
-            tasks: vec![TaskRecord {
+            tasks,
+        }
+    }
+
+    #[test]
+    fn records_are_private_read_back_whole_and_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = record_of(
+            4,
+            2,
+            vec![TaskRecord {
                 index: 0,
                 keeper: 99,
                 keeper_start: 1234,
@@ -199,9 +203,18 @@ mod tests {
                 container: None,
                 leftovers_outlive: false,
             }],
-        };
+        );
         write(dir.path(), &record).unwrap();
         use std::os::unix::fs::PermissionsExt;
+        // No one but root may put a record (or a `.new` one to be renamed into place) there.
+        assert_eq!(
+            std::fs::metadata(dir.path().join("runs"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
         let path = dir.path().join("runs/job4.2.json");
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
@@ -223,16 +236,7 @@ mod tests {
     #[test]
     fn a_record_written_whole_but_not_renamed_is_adopted_and_a_cut_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let mut order = *super::super::session::tests::order(4);
-        order.run = RunRef::job_run(cadre_core::job::JobId(7), 0);
-        let record = RunRecord {
-            order,
-            node_id: NodeId(0),
-            started_ns: 9,
-            script_dir: None,
-            facts: None,
-            tasks: Vec::new(),
-        };
+        let record = record_of(7, 0, Vec::new());
         write(dir.path(), &record).unwrap();
         let runs = dir.path().join("runs");
         std::fs::rename(runs.join("job7.0.json"), runs.join("job7.0.new")).unwrap();

@@ -55,6 +55,13 @@ struct Candidate {
     has_qos: bool,
 }
 
+impl Candidate {
+    /// Whether it carries the starving mark (see [`keep_oldest_starving`]).
+    fn starving(&self) -> bool {
+        self.key.3 != Time::NEVER
+    }
+}
+
 /// Per partition, what is free now and the releases to come (see
 /// [`Profile::release_series`]), computed once per pass.
 type ReleaseSeries = BTreeMap<PartitionId, (Amounts, Vec<(Time, Amounts)>)>;
@@ -89,9 +96,12 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
 /// docs/simulator.md), while one at a time bounds the longest wait just as well.
 fn keep_oldest_starving(order: &mut [Candidate]) {
     let mut oldest: BTreeMap<PartitionId, (Time, JobId)> = BTreeMap::new();
-    for c in order.iter().filter(|c| c.key.3 != Time::NEVER) {
+    for c in order.iter().filter(|c| c.starving()) {
         let e = oldest.entry(c.partition).or_insert((c.key.3, c.id));
         *e = (*e).min((c.key.3, c.id));
+    }
+    if oldest.is_empty() {
+        return;
     }
     for c in order.iter_mut() {
         if oldest.get(&c.partition).is_some_and(|&(_, id)| id != c.id) {
@@ -350,7 +360,7 @@ impl Scheduler {
                     }
                     // A starving job's reservation comes on top of the
                     // `reservation_depth` of the jobs in priority order.
-                    let starving = c.key.3 != Time::NEVER;
+                    let starving = c.starving();
                     let reserve = backfill.enabled
                         && (starving
                             || match backfill.mode {
@@ -489,8 +499,9 @@ impl Scheduler {
             // limit (a quota, an array's `%N`), which would keep the mark from the rest of
             // its partition for as long as it waits; and not under strict order, whose
             // head job is the one waiting longest already.
+            let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
             let may_starve = !self.policy.strict_order
-                && job.spec.array.is_none_or(|a| a.max_running.is_none())
+                && !array_limited
                 && !matches!(
                     job.reason,
                     PendingReason::BadConstraints | PendingReason::Limit(_)
@@ -512,7 +523,7 @@ impl Scheduler {
             order.push(Candidate {
                 key,
                 id,
-                array_limited: job.spec.array.is_some_and(|a| a.max_running.is_some()),
+                array_limited,
                 partition: job.partition,
                 shape: job.shape,
                 time_limit: job.spec.time_limit,
