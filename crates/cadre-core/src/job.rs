@@ -164,6 +164,10 @@ pub struct JobSpec {
     /// Priority class (Kubernetes `priorityClassName`); higher classes may preempt lower.
     #[serde(default)]
     pub priority_class: Option<String>,
+    /// The Kubernetes namespace of a workload: its running gangs count against the
+    /// namespace's quotas (ResourceQuota objects). `None` for jobs of no namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     #[serde(default)]
     pub nice: i32,
     pub time_limit: Dur,
@@ -228,6 +232,7 @@ impl JobSpec {
             qos: None,
             queue: None,
             priority_class: None,
+            namespace: None,
             nice: 0,
             time_limit,
             submit_time: Time(0),

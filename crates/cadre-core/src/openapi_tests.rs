@@ -56,6 +56,7 @@ fn job_spec_schema_has_serde_field_names_and_requires_only_fields_without_defaul
     sample
         .annotations
         .insert("slurm.comment".into(), "x".into());
+    sample.namespace = Some("team".into());
     let written = serde_json::to_value(&sample).expect("a spec serializes");
     let mut keys: Vec<&String> = written.as_object().expect("an object").keys().collect();
     let mut props: Vec<&String> = spec["properties"]

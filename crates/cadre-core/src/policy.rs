@@ -405,7 +405,7 @@ pub struct QosConfig {
 
 /// A priority class (Kubernetes `PriorityClass`): higher values schedule first, and a
 /// `preempting` class may preempt jobs of lower classes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityClassConfig {
     pub name: String,

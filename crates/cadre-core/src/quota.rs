@@ -21,6 +21,10 @@
 //!   `max_per_user` (GrpTRES of each user's association under the account) and
 //!   `max_running_jobs_per_user` (MaxJobs of each user's association).
 //!
+//! - **namespaces** (Kubernetes ResourceQuota objects): `hard`, a namespace's total use
+//!   by the running gangs of jobs that name it (`JobSpec::namespace`), whatever their
+//!   queue or account; a namespace may have several, each checked, last of all.
+//!
 //! Amounts are [`Amounts`] (cpus, mem_mib, gpu_milli, nics). In a limit ([`QuotaAmounts`])
 //! each component is optional: **a component that is not written is not limited** (Slurm:
 //! a TRES not named in a limit is unlimited). In a queue's `nominal`, a component that is
@@ -319,6 +323,30 @@ impl From<QuotaAmounts> for QuotaAmountsToml {
 pub struct QuotaConfig {
     pub queues: Vec<QueueConfig>,
     pub accounts: Vec<AccountConfig>,
+    /// Hard limits on the jobs of a namespace (Kubernetes ResourceQuota objects).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<NamespaceQuotaConfig>,
+}
+
+/// One namespace quota (a Kubernetes ResourceQuota): every running gang of the namespace
+/// counts against `hard`, whatever its queue or account. A namespace may have several;
+/// each is checked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceQuotaConfig {
+    pub namespace: String,
+    /// The quota's own name (the ResourceQuota's), which messages give.
+    pub name: String,
+    /// Unwritten components are not limited.
+    pub hard: QuotaAmounts,
+}
+
+impl QuotaConfig {
+    /// Whether any queue, account limit or namespace quota is configured (without, a
+    /// scheduler need not ask the book).
+    pub fn limits_anything(&self) -> bool {
+        !self.queues.is_empty() || !self.accounts.is_empty() || !self.namespaces.is_empty()
+    }
 }
 
 fn default_weight() -> u32 {
@@ -385,6 +413,8 @@ pub enum QuotaError {
     DuplicateQueue { name: String },
     #[error("account `{name}` has limits defined twice")]
     DuplicateAccount { name: String },
+    #[error("namespace `{namespace}` has quota `{name}` defined twice")]
+    DuplicateNamespaceQuota { namespace: String, name: String },
     #[error("account `{account}` is mapped to two queues, `{first}` and `{second}`")]
     AccountMappedTwice {
         account: String,
@@ -564,6 +594,19 @@ pub enum QuotaBlock {
         user: String,
         limit: u32,
     },
+    /// Kubernetes' wording for a ResourceQuota, with cadre's units.
+    #[error(
+        "exceeded quota: {quota} in namespace {namespace}, requested: {}, used: {}, limited: {}",
+        qty(.resource, .want), qty(.resource, .used), qty(.resource, .limit)
+    )]
+    NamespaceQuota {
+        namespace: String,
+        quota: String,
+        resource: Resource,
+        limit: u64,
+        used: u64,
+        want: u64,
+    },
 }
 
 impl QuotaBlock {
@@ -597,6 +640,7 @@ impl QuotaBlock {
                 Gpus | Nics => "AssocGrpGRES",
             },
             QuotaBlock::AccountUserJobs { .. } => "AssocMaxJobsLimit",
+            QuotaBlock::NamespaceQuota { .. } => "NamespaceQuota",
         }
     }
 }
@@ -682,6 +726,14 @@ pub enum QuotaViolation {
         user: String,
         jobs: u64,
         limit: u32,
+    },
+    #[error("namespace `{namespace}` uses {}, above its quota `{quota}` of {}", qty(.resource, .used), qty(.resource, .limit))]
+    NamespaceAboveQuota {
+        namespace: String,
+        quota: String,
+        resource: Resource,
+        used: u64,
+        limit: u64,
     },
     #[error(
         "{what} counts {} in {counted_jobs} jobs, but its admitted gangs sum to {} in {admitted_jobs} jobs",
@@ -805,7 +857,16 @@ struct Charge {
     queue: Option<usize>,
     account: String,
     user: String,
+    namespace: Option<String>,
     amounts: Amounts,
+}
+
+/// A namespace quota, resolved.
+#[derive(Clone, Debug)]
+struct NamespaceQuota {
+    namespace: String,
+    name: String,
+    hard: Lim,
 }
 
 /// The quota configuration and the running gangs counted against it.
@@ -817,6 +878,8 @@ pub struct QuotaBook {
     account_queue: BTreeMap<String, usize>,
     account_limits: BTreeMap<String, AccountLimits>,
     account_usage: BTreeMap<String, AccountUsage>,
+    namespace_quotas: Vec<NamespaceQuota>,
+    namespace_usage: BTreeMap<String, Usage>,
     total: Vec4,
     /// Admitted gangs and how many of each: the source of truth for `check_invariants`.
     ledger: BTreeMap<Charge, u64>,
@@ -975,6 +1038,26 @@ impl QuotaBook {
             }
         }
 
+        let mut namespace_quotas: Vec<NamespaceQuota> = Vec::new();
+        for nq in &config.namespaces {
+            non_empty(&nq.namespace, "namespace")?;
+            non_empty(&nq.name, "namespace quota")?;
+            if namespace_quotas
+                .iter()
+                .any(|x| x.namespace == nq.namespace && x.name == nq.name)
+            {
+                return Err(QuotaError::DuplicateNamespaceQuota {
+                    namespace: nq.namespace.clone(),
+                    name: nq.name.clone(),
+                });
+            }
+            namespace_quotas.push(NamespaceQuota {
+                namespace: nq.namespace.clone(),
+                name: nq.name.clone(),
+                hard: nq.hard.lim(),
+            });
+        }
+
         Ok(QuotaBook {
             queues,
             queue_by_name,
@@ -982,6 +1065,8 @@ impl QuotaBook {
             account_queue,
             account_limits,
             account_usage: BTreeMap::new(),
+            namespace_quotas,
+            namespace_usage: BTreeMap::new(),
             total: [0; N],
             ledger: BTreeMap::new(),
         })
@@ -1050,12 +1135,26 @@ impl QuotaBook {
     }
 
     /// Whether a whole gang of total `want`, for `user` of `account`, may be admitted now
-    /// into `queue` (resolved as in [`QuotaBook::resolve`]). Nothing is counted.
+    /// into `queue` (resolved as in [`QuotaBook::resolve`]). Nothing is counted. A gang of
+    /// no namespace: see [`QuotaBook::check_in`].
     pub fn check(
         &self,
         queue: Option<QueueIx>,
         account: &str,
         user: &str,
+        want: Amounts,
+    ) -> Result<Admit, QuotaBlock> {
+        self.check_in(queue, account, user, None, want)
+    }
+
+    /// [`QuotaBook::check`] for a gang of `namespace`, which its quotas limit too (checked
+    /// last).
+    pub fn check_in(
+        &self,
+        queue: Option<QueueIx>,
+        account: &str,
+        user: &str,
+        namespace: Option<&str>,
         want: Amounts,
     ) -> Result<Admit, QuotaBlock> {
         let q = self
@@ -1075,6 +1174,9 @@ impl QuotaBook {
             borrowed = self.check_queue(qi, user, &w)?;
         }
         self.check_account(account, user, &w)?;
+        if let Some(ns) = namespace {
+            self.check_namespace(ns, &w)?;
+        }
         Ok(Admit {
             queue: q.map(QueueIx),
             borrowed: from4(borrowed),
@@ -1218,6 +1320,33 @@ impl QuotaBook {
         Ok(())
     }
 
+    fn check_namespace(&self, namespace: &str, w: &Vec4) -> Result<(), QuotaBlock> {
+        let zero = Usage::default();
+        let used = self.namespace_usage.get(namespace).unwrap_or(&zero);
+        for nq in self
+            .namespace_quotas
+            .iter()
+            .filter(|x| x.namespace == namespace)
+        {
+            for r in Resource::ALL {
+                let c = r.ix();
+                if let Some(limit) = nq.hard[c]
+                    && used.amounts[c] + w[c] > limit
+                {
+                    return Err(QuotaBlock::NamespaceQuota {
+                        namespace: namespace.to_string(),
+                        quota: nq.name.clone(),
+                        resource: r,
+                        limit,
+                        used: used.amounts[c],
+                        want: w[c],
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks, then counts the gang as running. Call [`QuotaBook::release`] with the same
     /// arguments when it ends (or is preempted).
     pub fn admit(
@@ -1227,12 +1356,32 @@ impl QuotaBook {
         user: &str,
         amounts: Amounts,
     ) -> Result<Admit, QuotaBlock> {
-        let admit = self.check(queue, account, user, amounts)?;
-        self.count(admit.queue.map(|q| q.0), account, user, amounts);
+        self.admit_in(queue, account, user, None, amounts)
+    }
+
+    /// [`QuotaBook::admit`] for a gang of `namespace`; release it with
+    /// [`QuotaBook::release_in`].
+    pub fn admit_in(
+        &mut self,
+        queue: Option<QueueIx>,
+        account: &str,
+        user: &str,
+        namespace: Option<&str>,
+        amounts: Amounts,
+    ) -> Result<Admit, QuotaBlock> {
+        let admit = self.check_in(queue, account, user, namespace, amounts)?;
+        self.count(admit.queue.map(|q| q.0), account, user, namespace, amounts);
         Ok(admit)
     }
 
-    fn count(&mut self, q: Option<usize>, account: &str, user: &str, amounts: Amounts) {
+    fn count(
+        &mut self,
+        q: Option<usize>,
+        account: &str,
+        user: &str,
+        namespace: Option<&str>,
+        amounts: Amounts,
+    ) {
         let w = to4(&amounts);
         add4(&mut self.total, &w);
         if let Some(qi) = q {
@@ -1243,12 +1392,19 @@ impl QuotaBook {
         let au = self.account_usage.entry(account.to_string()).or_default();
         au.total.add(&w);
         au.users.entry(user.to_string()).or_default().add(&w);
+        if let Some(ns) = namespace {
+            self.namespace_usage
+                .entry(ns.to_string())
+                .or_default()
+                .add(&w);
+        }
         *self
             .ledger
             .entry(Charge {
                 queue: q,
                 account: account.to_string(),
                 user: user.to_string(),
+                namespace: namespace.map(str::to_string),
                 amounts,
             })
             .or_default() += 1;
@@ -1266,17 +1422,29 @@ impl QuotaBook {
         user: &str,
         amounts: Amounts,
     ) -> Result<Option<QuotaBlock>, QuotaBlock> {
+        self.restore_in(queue, account, user, None, amounts)
+    }
+
+    /// [`QuotaBook::restore`] for a gang of `namespace`.
+    pub fn restore_in(
+        &mut self,
+        queue: Option<QueueIx>,
+        account: &str,
+        user: &str,
+        namespace: Option<&str>,
+        amounts: Amounts,
+    ) -> Result<Option<QuotaBlock>, QuotaBlock> {
         let q = self
             .resolve_ix(queue, account)
             .map_err(|index| QuotaBlock::UnknownQueue { index })?;
-        let over = match self.check(queue, account, user, amounts) {
+        let over = match self.check_in(queue, account, user, namespace, amounts) {
             Ok(_) => None,
             Err(block @ (QuotaBlock::UnknownQueue { .. } | QuotaBlock::Overflow { .. })) => {
                 return Err(block);
             }
             Err(block) => Some(block),
         };
-        self.count(q, account, user, amounts);
+        self.count(q, account, user, namespace, amounts);
         Ok(over)
     }
 
@@ -1288,6 +1456,18 @@ impl QuotaBook {
         user: &str,
         amounts: Amounts,
     ) -> Result<(), QuotaError> {
+        self.release_in(queue, account, user, None, amounts)
+    }
+
+    /// Stops counting a gang admitted with the same arguments by [`QuotaBook::admit_in`].
+    pub fn release_in(
+        &mut self,
+        queue: Option<QueueIx>,
+        account: &str,
+        user: &str,
+        namespace: Option<&str>,
+        amounts: Amounts,
+    ) -> Result<(), QuotaError> {
         let q = self
             .resolve_ix(queue, account)
             .map_err(|index| QuotaError::UnknownQueueIndex { index })?;
@@ -1295,6 +1475,7 @@ impl QuotaBook {
             queue: q,
             account: account.to_string(),
             user: user.to_string(),
+            namespace: namespace.map(str::to_string),
             amounts,
         };
         match self.ledger.get_mut(&key) {
@@ -1328,7 +1509,22 @@ impl QuotaBook {
                 self.account_usage.remove(account);
             }
         }
+        if let Some(ns) = namespace
+            && let Some(u) = self.namespace_usage.get_mut(ns)
+        {
+            u.sub(&w);
+            if u.jobs == 0 {
+                self.namespace_usage.remove(ns);
+            }
+        }
         Ok(())
+    }
+
+    /// What the running gangs of `namespace` use together.
+    pub fn namespace_used(&self, namespace: &str) -> Amounts {
+        self.namespace_usage
+            .get(namespace)
+            .map_or(Amounts::ZERO, |u| from4(u.amounts))
     }
 
     /// The queue's total use.
@@ -1448,6 +1644,24 @@ impl QuotaBook {
     /// gangs. See the module doc.
     pub fn check_invariants(&self) -> Result<(), QuotaViolation> {
         self.check_counts()?;
+        for nq in &self.namespace_quotas {
+            let Some(u) = self.namespace_usage.get(&nq.namespace) else {
+                continue;
+            };
+            for r in Resource::ALL {
+                if let Some(limit) = nq.hard[r.ix()]
+                    && u.amounts[r.ix()] > limit
+                {
+                    return Err(QuotaViolation::NamespaceAboveQuota {
+                        namespace: nq.namespace.clone(),
+                        quota: nq.name.clone(),
+                        resource: r,
+                        used: u.amounts[r.ix()],
+                        limit,
+                    });
+                }
+            }
+        }
         for qs in &self.queues {
             for r in Resource::ALL {
                 let c = r.ix();
@@ -1599,6 +1813,7 @@ impl QuotaBook {
         let mut queue_users: BTreeMap<(usize, &str), Usage> = BTreeMap::new();
         let mut accounts: BTreeMap<&str, Usage> = BTreeMap::new();
         let mut account_users: BTreeMap<(&str, &str), Usage> = BTreeMap::new();
+        let mut namespaces: BTreeMap<&str, Usage> = BTreeMap::new();
         for (charge, &n) in &self.ledger {
             let mut w = to4(&charge.amounts);
             for x in w.iter_mut() {
@@ -1626,6 +1841,9 @@ impl QuotaBook {
             add(account_users
                 .entry((charge.account.as_str(), charge.user.as_str()))
                 .or_default());
+            if let Some(ns) = &charge.namespace {
+                add(namespaces.entry(ns.as_str()).or_default());
+            }
         }
         let counted_total = Usage {
             amounts: self.total,
@@ -1697,6 +1915,25 @@ impl QuotaBook {
                     ));
                 }
             }
+        }
+        let counted: BTreeMap<&str, &Usage> = self
+            .namespace_usage
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let admitted: BTreeMap<&str, &Usage> = namespaces.iter().map(|(k, v)| (*k, v)).collect();
+        if counted != admitted {
+            let ns = counted
+                .keys()
+                .chain(admitted.keys())
+                .find(|k| counted.get(*k) != admitted.get(*k))
+                .copied()
+                .unwrap_or_default();
+            return Err(mismatch(
+                format!("namespace `{ns}`"),
+                counted.get(ns).copied().unwrap_or(&zero),
+                admitted.get(ns).copied().unwrap_or(&zero),
+            ));
         }
         Ok(())
     }
@@ -1770,6 +2007,73 @@ mod tests {
         cohort = "c"
         nominal = { gpus = 8 }
     "#;
+
+    #[test]
+    fn a_namespace_quota_limits_its_gangs_whatever_their_queue_and_is_checked_last() {
+        let mut b = book(
+            r#"
+            [[queues]]
+            name = "q"
+            nominal = { gpus = 32 }
+
+            [[namespaces]]
+            namespace = "team"
+            name = "gpus"
+            hard = { gpus = 16 }
+
+            [[namespaces]]
+            namespace = "team"
+            name = "cpus"
+            hard = { cpus = 100 }
+            "#,
+        );
+        let q = b.queue_ix("q");
+        let team = Some("team");
+        b.admit_in(q, "a", "u", team, gpus(8)).expect("8 of 16");
+        b.admit_in(None, "a", "v", team, gpus(6))
+            .expect("no queue: 14 of 16");
+        let block = b.check_in(q, "a", "u", team, gpus(6)).unwrap_err();
+        assert_eq!(
+            block.to_string(),
+            "exceeded quota: gpus in namespace team, requested: 6 gpus, used: 14 gpus, \
+             limited: 16 gpus"
+        );
+        assert_eq!(block.reason(), "NamespaceQuota");
+        // Another namespace, and no namespace, are not limited by it.
+        b.admit_in(q, "a", "u", Some("other"), gpus(6))
+            .expect("other namespace");
+        b.admit_in(q, "a", "u", None, gpus(6))
+            .expect("no namespace");
+        // The queue's own limit is reported before the namespace's.
+        let block = b.check_in(q, "a", "u", team, gpus(20)).unwrap_err();
+        assert!(matches!(block, QuotaBlock::QueueNominal { .. }), "{block}");
+        b.check_invariants().expect("invariants");
+        b.release_in(q, "a", "u", team, gpus(8)).expect("admitted");
+        b.check_in(q, "a", "u", team, gpus(8)).expect("room again");
+        assert!(
+            b.release_in(q, "a", "u", None, gpus(6)).is_ok(),
+            "the no-namespace gang is its own charge"
+        );
+        assert!(b.release_in(q, "a", "u", team, gpus(6)).is_err());
+        b.check_invariants().expect("invariants");
+        let over = b.restore_in(q, "a", "w", team, gpus(20)).expect("counted");
+        assert!(
+            matches!(over, Some(QuotaBlock::NamespaceQuota { .. })),
+            "{over:?}"
+        );
+        assert!(b.check_invariants().is_err(), "above the namespace quota");
+        b.check_counts().expect("the counts hold");
+        assert_eq!(
+            build_err(
+                "[[namespaces]]\nnamespace = \"t\"\nname = \"x\"\nhard = {}\n\
+                 [[namespaces]]\nnamespace = \"t\"\nname = \"x\"\nhard = {}\n"
+            ),
+            QuotaError::DuplicateNamespaceQuota {
+                namespace: "t".into(),
+                name: "x".into()
+            }
+        );
+    }
 
     #[test]
     fn toml_takes_whole_gpus_and_gib() {
@@ -2269,13 +2573,13 @@ mod tests {
             Err(QuotaViolation::CountMismatch { .. })
         ));
         let mut b = book(PAIR);
-        b.count(Some(0), "acct-a", "u", gpus(13));
+        b.count(Some(0), "acct-a", "u", None, gpus(13));
         assert!(matches!(
             b.check_invariants(),
             Err(QuotaViolation::AboveBorrowingLimit { .. })
         ));
         let mut b = book(PAIR);
-        b.count(Some(1), "x", "u", gpus(17));
+        b.count(Some(1), "x", "u", None, gpus(17));
         assert!(matches!(
             b.check_invariants(),
             Err(QuotaViolation::CohortAboveNominal { .. })
@@ -2401,8 +2705,9 @@ mod tests {
             proptest::option::of((0u64..16, 0u64..32)),
             proptest::option::of((0u64..8, 0u64..16)),
             proptest::option::of(1u32..4),
+            proptest::option::of((0u64..12, 0u64..24)),
         )
-            .prop_map(|(q0, q1, q2, q3, grp, per_user, jobs)| QuotaConfig {
+            .prop_map(|(q0, q1, q2, q3, grp, per_user, jobs, ns)| QuotaConfig {
                 queues: vec![q0, q1, q2, q3],
                 accounts: vec![AccountConfig {
                     name: "y".into(),
@@ -2410,6 +2715,14 @@ mod tests {
                     max_per_user: opt_lim(per_user),
                     max_running_jobs_per_user: jobs,
                 }],
+                namespaces: opt_lim(ns)
+                    .map(|hard| NamespaceQuotaConfig {
+                        namespace: "team".into(),
+                        name: "quota".into(),
+                        hard,
+                    })
+                    .into_iter()
+                    .collect(),
             })
     }
 
@@ -2419,6 +2732,7 @@ mod tests {
             queue: Option<usize>,
             account: usize,
             user: usize,
+            namespace: usize,
             gpus: u64,
             cpus: u64,
         },
@@ -2427,8 +2741,8 @@ mod tests {
 
     fn arb_op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (proptest::option::of(0usize..4), 0usize..3, 0usize..3, 0u64..6, 0u64..8).prop_map(
-                |(queue, account, user, gpus, cpus)| Op::Admit { queue, account, user, gpus, cpus }
+            3 => (proptest::option::of(0usize..4), 0usize..3, 0usize..3, 0usize..3, 0u64..6, 0u64..8).prop_map(
+                |(queue, account, user, namespace, gpus, cpus)| Op::Admit { queue, account, user, namespace, gpus, cpus }
             ),
             1 => any::<usize>().prop_map(Op::Release),
         ]
@@ -2436,6 +2750,17 @@ mod tests {
 
     const ACCOUNTS: [&str; 3] = ["x", "y", "z"];
     const USERS: [&str; 3] = ["alice", "bob", "carol"];
+    /// A gang admitted: queue, account, user, namespace, amounts.
+    type Admitted = (
+        Option<QueueIx>,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        Amounts,
+    );
+
+    /// No namespace, the one with a quota (when generated), one without.
+    const NAMESPACES: [Option<&str>; 3] = [None, Some("team"), Some("other")];
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
@@ -2445,17 +2770,17 @@ mod tests {
         #[test]
         fn admissions_keep_every_limit(cfg in arb_config(), ops in proptest::collection::vec(arb_op(), 1..60)) {
             let mut book = QuotaBook::new(&cfg).expect("generated configs are valid");
-            let mut running: Vec<(Option<QueueIx>, &str, &str, Amounts)> = Vec::new();
+            let mut running: Vec<Admitted> = Vec::new();
             for op in ops {
                 match op {
-                    Op::Admit { queue, account, user, gpus: g, cpus: c } => {
+                    Op::Admit { queue, account, user, namespace, gpus: g, cpus: c } => {
                         let queue = queue.map(QueueIx);
-                        let (account, user) = (ACCOUNTS[account], USERS[user]);
+                        let (account, user, ns) = (ACCOUNTS[account], USERS[user], NAMESPACES[namespace]);
                         let want = gpus(g) + cpus(c);
-                        let checked = book.check(queue, account, user, want);
+                        let checked = book.check_in(queue, account, user, ns, want);
                         let target = book.resolve(queue, account);
                         let mut forced = book.clone();
-                        forced.count(target.map(|q| q.0), account, user, want);
+                        forced.count(target.map(|q| q.0), account, user, ns, want);
                         prop_assert_eq!(checked.is_ok(), forced.check_invariants().is_ok(),
                             "check {:?} disagrees with the invariants {:?}", checked, forced.check_invariants());
                         if let Some(q) = target {
@@ -2471,7 +2796,7 @@ mod tests {
                         }
                         let before = book.rows();
                         let borrowed_before = target.map(|q| book.borrowed(q));
-                        let admitted = book.admit(queue, account, user, want);
+                        let admitted = book.admit_in(queue, account, user, ns, want);
                         prop_assert_eq!(&admitted, &checked);
                         match admitted {
                             Ok(admit) => {
@@ -2486,7 +2811,7 @@ mod tests {
                                 } else {
                                     prop_assert_eq!(admit.borrowed, Amounts::ZERO);
                                 }
-                                running.push((queue, account, user, want));
+                                running.push((queue, account, user, ns, want));
                             }
                             Err(_) => prop_assert_eq!(book.rows(), before),
                         }
@@ -2495,17 +2820,18 @@ mod tests {
                         if running.is_empty() {
                             continue;
                         }
-                        let (queue, account, user, want) = running.swap_remove(pick % running.len());
-                        book.release(queue, account, user, want).expect("admitted before");
+                        let (queue, account, user, ns, want) = running.swap_remove(pick % running.len());
+                        book.release_in(queue, account, user, ns, want).expect("admitted before");
                     }
                 }
                 book.check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
             }
-            for (queue, account, user, want) in running {
-                book.release(queue, account, user, want).expect("admitted before");
+            for (queue, account, user, ns, want) in running {
+                book.release_in(queue, account, user, ns, want).expect("admitted before");
             }
             prop_assert!(book.queues().all(|q| book.used(q).is_zero()));
             prop_assert!(book.ledger.is_empty() && book.account_usage.is_empty());
+            prop_assert!(book.namespace_usage.is_empty());
             book.check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
         }
     }

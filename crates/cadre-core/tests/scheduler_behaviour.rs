@@ -11,7 +11,7 @@ use cadre_core::job::{
 };
 use cadre_core::policy::{BackfillMode, Policy, PreemptMode, PriorityClassConfig, QosConfig};
 use cadre_core::priority::PriorityWeights;
-use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaConfig};
+use cadre_core::quota::{NamespaceQuotaConfig, QueueConfig, QuotaAmounts, QuotaConfig};
 use cadre_core::resources::{Amounts, TaskResources};
 use cadre_core::scheduler::{
     CoreError, Decision, Event, Hold, NodeWhyNot, PendingReason, Scheduler, StopReason,
@@ -1080,6 +1080,7 @@ fn quota_policy() -> Policy {
             },
         ],
         accounts: vec![],
+        namespaces: Vec::new(),
     };
     p
 }
@@ -1219,11 +1220,119 @@ fn one_queue(gpus: u64) -> QuotaConfig {
             max_running_jobs_per_user: None,
         }],
         accounts: vec![],
+        namespaces: vec![],
     }
 }
 
 fn in_q(spec: JobSpec) -> JobSpec {
     with(spec, |s| s.queue = Some("q".into()))
+}
+
+fn in_ns(spec: JobSpec, namespace: &str) -> JobSpec {
+    with(spec, |s| s.namespace = Some(namespace.into()))
+}
+
+#[test]
+fn a_namespace_quota_holds_a_whole_gang_above_it_and_not_other_namespaces() {
+    let mut policy = plain();
+    policy.quotas.namespaces = vec![NamespaceQuotaConfig {
+        namespace: "team".into(),
+        name: "gpu-quota".into(),
+        hard: QuotaAmounts::gpus(16),
+    }];
+    let mut sim = Sim::new(Cluster::flat_gpu(6, 8), policy);
+    // A Volcano-style gang of 8 one-GPU workers fits the 16 GPUs.
+    sim.submit(1, in_ns(job(8, 1, 1000), "team"), 0);
+    // 3 x 6 GPUs would make 26 of 16: it waits whole, naming the quota.
+    sim.submit(2, in_ns(job(3, 6, 1000), "team"), 0);
+    // The same gang in another namespace, or in none, is not limited by it.
+    sim.submit(3, in_ns(job(3, 6, 1000), "other"), 0);
+    sim.submit(4, job(1, 6, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 3, 4]);
+    assert_eq!(sim.reason(2), "NamespaceQuota");
+    let why = sim.s.reason_detail(JobId(2)).expect("a detail");
+    assert!(
+        why.contains("exceeded quota: gpu-quota in namespace team, requested: 18 gpus, used: 8 gpus, limited: 16 gpus"),
+        "{why}"
+    );
+    // 18 GPUs never fit 16: the gang still waits whole once the first has ended, and a
+    // gang of 12 in the namespace starts.
+    sim.end(1, JobState::Completed, 10);
+    sim.submit(5, in_ns(job(2, 6, 1000), "team"), 10);
+    assert_eq!(started(&sim.pass(10)), [5]);
+    assert_eq!(sim.reason(2), "NamespaceQuota");
+}
+
+#[test]
+fn priority_classes_added_at_run_time_rank_jobs_and_cannot_go_while_used() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let class = |name: &str, value: i32| PriorityClassConfig {
+        name: name.into(),
+        value,
+        preempting: false,
+    };
+    let refused = sim
+        .try_event(
+            Event::Submit {
+                id: JobId(1),
+                spec: Box::new(with(job(1, 8, 100), |s| {
+                    s.priority_class = Some("urgent".into())
+                })),
+            },
+            0,
+        )
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("priority class `urgent` does not exist"),
+        "{refused}"
+    );
+    sim.event(
+        Event::SetPriorityClasses {
+            classes: vec![class("urgent", 1000), class("batch", 10)],
+        },
+        0,
+    );
+    sim.submit(1, job(1, 8, 100), 0);
+    sim.submit(
+        2,
+        with(job(1, 8, 100), |s| s.priority_class = Some("batch".into())),
+        1,
+    );
+    sim.submit(
+        3,
+        with(job(1, 8, 100), |s| s.priority_class = Some("urgent".into())),
+        2,
+    );
+    assert_eq!(started(&sim.pass(3)), [3], "the highest class first");
+    let err = sim
+        .try_event(
+            Event::SetPriorityClasses {
+                classes: vec![class("urgent", 1000)],
+            },
+            4,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the priority classes are invalid: priority class `batch` is in use by job 2, which has \
+         not ended"
+    );
+    let twice = Event::SetPriorityClasses {
+        classes: vec![class("urgent", 1), class("urgent", 2), class("batch", 10)],
+    };
+    assert!(
+        sim.try_event(twice, 4)
+            .unwrap_err()
+            .to_string()
+            .contains("given twice")
+    );
+    sim.end(3, JobState::Completed, 5);
+    assert_eq!(started(&sim.pass(5)), [2]);
+    sim.end(2, JobState::Completed, 6);
+    sim.event(Event::SetPriorityClasses { classes: vec![] }, 7);
+    assert_eq!(sim.state(1), JobState::Pending);
 }
 
 #[test]

@@ -251,6 +251,7 @@ fn quotas() -> QuotaConfig {
             },
         ],
         accounts: vec![],
+        namespaces: vec![],
     }
 }
 

@@ -47,6 +47,14 @@ pub enum Object {
     ConfigMap(Box<k8s_openapi::api::core::v1::ConfigMap>),
     /// `v1` Secret (see [`crate::config`]).
     Secret(Box<k8s_openapi::api::core::v1::Secret>),
+    /// `scheduling.k8s.io/v1` PriorityClass (see [`crate::namespaces`]).
+    PriorityClass(Box<k8s_openapi::api::scheduling::v1::PriorityClass>),
+    /// `v1` Namespace.
+    Namespace(Box<k8s_openapi::api::core::v1::Namespace>),
+    /// `v1` ResourceQuota.
+    ResourceQuota(Box<k8s_openapi::api::core::v1::ResourceQuota>),
+    /// `v1` LimitRange.
+    LimitRange(Box<k8s_openapi::api::core::v1::LimitRange>),
 }
 
 impl Object {
@@ -66,6 +74,10 @@ impl Object {
             Object::Service(_) => "Service",
             Object::ConfigMap(_) => "ConfigMap",
             Object::Secret(_) => "Secret",
+            Object::PriorityClass(_) => "PriorityClass",
+            Object::Namespace(_) => "Namespace",
+            Object::ResourceQuota(_) => "ResourceQuota",
+            Object::LimitRange(_) => "LimitRange",
         }
     }
 
@@ -83,7 +95,13 @@ impl Object {
             Object::LocalQueue(o) => &o.api_version,
             Object::Topology(o) => &o.api_version,
             Object::ClusterTrainingRuntime(o) => &o.api_version,
-            Object::Service(_) | Object::ConfigMap(_) | Object::Secret(_) => "v1",
+            Object::Service(_)
+            | Object::ConfigMap(_)
+            | Object::Secret(_)
+            | Object::Namespace(_)
+            | Object::ResourceQuota(_)
+            | Object::LimitRange(_) => "v1",
+            Object::PriorityClass(_) => "scheduling.k8s.io/v1",
         }
     }
 
@@ -103,6 +121,10 @@ impl Object {
             Object::Service(o) => &o.metadata,
             Object::ConfigMap(o) => &o.metadata,
             Object::Secret(o) => &o.metadata,
+            Object::PriorityClass(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+            Object::ResourceQuota(o) => &o.metadata,
+            Object::LimitRange(o) => &o.metadata,
         }
     }
 
@@ -261,6 +283,12 @@ fn parse_one(value: yaml_serde::Value, origin: &str, doc: usize) -> Result<Objec
         ("", "v1", "Service") => Object::Service(Box::new(ctx.typed(value)?)),
         ("", "v1", "ConfigMap") => Object::ConfigMap(Box::new(ctx.typed(value)?)),
         ("", "v1", "Secret") => Object::Secret(Box::new(ctx.typed(value)?)),
+        ("", "v1", "Namespace") => Object::Namespace(Box::new(ctx.typed(value)?)),
+        ("", "v1", "ResourceQuota") => Object::ResourceQuota(Box::new(ctx.typed(value)?)),
+        ("", "v1", "LimitRange") => Object::LimitRange(Box::new(ctx.typed(value)?)),
+        ("scheduling.k8s.io", "v1", "PriorityClass") => {
+            Object::PriorityClass(Box::new(ctx.typed(value)?))
+        }
         ("jobset.x-k8s.io", "v1alpha2", "JobSet") => Object::JobSet(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v2beta1", "MPIJob") => Object::MpiJob(Box::new(ctx.typed(value)?)),
         ("kubeflow.org", "v1", "PyTorchJob") => Object::PyTorchJob(Box::new(ctx.typed(value)?)),

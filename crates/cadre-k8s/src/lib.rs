@@ -115,6 +115,7 @@ pub mod crd;
 pub mod document;
 pub mod error;
 pub mod model;
+pub mod namespaces;
 pub mod nesting;
 mod pod;
 pub mod quantity;
@@ -149,6 +150,21 @@ pub struct Plan {
     pub queues: QueueSet,
 }
 
+/// The LimitRanges among `docs` that read without a problem (the others are refused
+/// where they stand), for the workloads beside them.
+pub fn limit_ranges_of(
+    docs: &[(usize, Object)],
+    default_namespace: &str,
+) -> Vec<namespaces::LimitRangeConfig> {
+    let mut set = QueueSet::default();
+    for (_, o) in docs {
+        if matches!(o, Object::LimitRange(_)) {
+            let _ = set.apply_in(o, default_namespace);
+        }
+    }
+    set.limit_ranges
+}
+
 /// Reads and translates every document of `text`: the workloads into gangs, the queue
 /// objects into queues. The first error stops it, naming its document.
 pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K8sError> {
@@ -156,7 +172,13 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
     let mut services = Vec::new();
     let mut maps = Vec::new();
     let mut secrets = Vec::new();
-    for (doc, object) in document::parse_numbered(text, origin)? {
+    let docs = document::parse_numbered(text, origin)?;
+    // The file's LimitRanges hold for its workloads wherever they stand in it.
+    let mut opts = opts.clone();
+    opts.limit_ranges
+        .extend(limit_ranges_of(&docs, &opts.default_namespace));
+    let opts = &opts;
+    for (doc, object) in docs {
         let in_doc = |source: K8sError| K8sError::InDocument {
             origin: origin.to_string(),
             doc,
@@ -167,7 +189,14 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
             | Object::ClusterQueue(_)
             | Object::LocalQueue(_)
             | Object::Topology(_)
-            | Object::VolcanoQueue(_) => out.queues.apply(&object).map_err(in_doc)?,
+            | Object::VolcanoQueue(_)
+            | Object::PriorityClass(_)
+            | Object::Namespace(_)
+            | Object::ResourceQuota(_)
+            | Object::LimitRange(_) => out
+                .queues
+                .apply_in(&object, &opts.default_namespace)
+                .map_err(in_doc)?,
             Object::Service(s) => {
                 services.push(service::read_service(s, &opts.default_namespace).map_err(in_doc)?)
             }

@@ -36,6 +36,10 @@ pub struct TranslateOptions {
     pub generated_suffix: Option<String>,
     /// The submitting user's `PATH` (see [`Translated::host_path`]).
     pub path: Option<String>,
+    /// The LimitRanges in force (those applied to the cluster and those of the same apply):
+    /// each container of a workload in a range's namespace gets its defaults and is held to
+    /// its bounds ([`crate::namespaces`]).
+    pub limit_ranges: Vec<crate::namespaces::LimitRangeConfig>,
 }
 
 impl TranslateOptions {
@@ -50,6 +54,7 @@ impl TranslateOptions {
             default_namespace: "default".to_string(),
             generated_suffix: None,
             path: None,
+            limit_ranges: Vec::new(),
         }
     }
 }

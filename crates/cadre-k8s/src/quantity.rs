@@ -106,6 +106,30 @@ impl Quantity {
         self.num.div_ceil(self.den)
     }
 
+    /// The value rounded down to a whole number (a ceiling in whole units).
+    pub fn floor(&self) -> u128 {
+        self.num / self.den
+    }
+
+    /// The value in MiB, rounded down.
+    pub fn floor_mib(&self) -> u128 {
+        self.num / self.den.saturating_mul(MIB)
+    }
+
+    /// Whether `self / below` is above `ratio`, exactly (`below` not zero).
+    pub fn ratio_above(&self, below: &Quantity, ratio: &Quantity) -> bool {
+        // a/b / (c/d) > e/f  <=>  a*d*f > e*b*c; compared as fractions of fractions.
+        let lhs = Quantity {
+            num: self.num,
+            den: self.den,
+        };
+        let rhs = Quantity {
+            num: ratio.num.saturating_mul(below.num),
+            den: ratio.den.saturating_mul(below.den),
+        };
+        lhs > rhs
+    }
+
     /// The value in MiB, rounded up (memory).
     pub fn ceil_mib(&self) -> u128 {
         self.num.div_ceil(self.den.saturating_mul(MIB))

@@ -36,9 +36,13 @@ use crate::crd::volcano::VolcanoQueue;
 use crate::document::Object;
 use crate::error::{K8sError, Refusals};
 use crate::model::QueueRef;
+use crate::namespaces::{
+    K8sPriorityClass, LimitRangeConfig, NamespaceObject, read_limit_range, read_namespace,
+    read_priority_class, read_resource_quota,
+};
 use crate::pod::{HOSTNAME_LABEL, is_scheduler_key, span_of_level};
 use crate::quantity::Quantity;
-use cadre_core::quota::{QueueConfig, QuotaAmounts, QuotaBook, QuotaConfig};
+use cadre_core::quota::{NamespaceQuotaConfig, QueueConfig, QuotaAmounts, QuotaBook, QuotaConfig};
 use std::collections::BTreeMap;
 
 /// How a queue object is named, as `kubectl apply` names objects: its kind as manifests
@@ -55,15 +59,17 @@ pub struct QueueObjectName {
 /// namespace are in `default_namespace`.
 pub fn queue_object_name(object: &Object, default_namespace: &str) -> Option<QueueObjectName> {
     let namespace = match object {
-        Object::LocalQueue(q) => q
-            .metadata
+        Object::LocalQueue(_) | Object::ResourceQuota(_) | Object::LimitRange(_) => object
+            .metadata()
             .namespace
             .clone()
             .unwrap_or_else(|| default_namespace.to_string()),
         Object::ResourceFlavor(_)
         | Object::ClusterQueue(_)
         | Object::Topology(_)
-        | Object::VolcanoQueue(_) => String::new(),
+        | Object::VolcanoQueue(_)
+        | Object::PriorityClass(_)
+        | Object::Namespace(_) => String::new(),
         _ => return None,
     };
     Some(QueueObjectName {
@@ -105,8 +111,10 @@ pub struct LocalQueueRoute {
     pub cluster_queue: String,
 }
 
-/// The queue objects applied so far, as cadre queues. Applying an object of a kind and
-/// name already present replaces it, as `kubectl apply` does.
+/// The queue objects applied so far, as cadre queues, with the namespace objects beside
+/// them (PriorityClasses, Namespaces, ResourceQuotas, LimitRanges: see
+/// [`crate::namespaces`]). Applying an object of a kind and name already present replaces
+/// it, as `kubectl apply` does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueSet {
     pub queues: Vec<K8sQueue>,
@@ -114,6 +122,10 @@ pub struct QueueSet {
     pub local_queues: Vec<LocalQueueRoute>,
     /// Topologies by name: their node-label levels, coarsest first.
     pub topologies: BTreeMap<String, Vec<String>>,
+    pub priority_classes: Vec<K8sPriorityClass>,
+    pub namespaces: Vec<NamespaceObject>,
+    pub resource_quotas: Vec<NamespaceQuotaConfig>,
+    pub limit_ranges: Vec<LimitRangeConfig>,
 }
 
 fn amounts(list: &ResourceList, path: &str, r: &mut Refusals) -> QuotaAmounts {
@@ -150,11 +162,59 @@ fn quota_component(out: &mut QuotaAmounts, name: &str, value: &str, path: &str, 
 }
 
 impl QueueSet {
-    /// Applies one object; objects that are not queue objects are refused.
+    /// Applies one object (`default_namespace`: the namespace of a namespaced object that
+    /// names none); objects that are neither queue nor namespace objects are refused.
     pub fn apply(&mut self, object: &Object) -> Result<(), K8sError> {
+        self.apply_in(object, "default")
+    }
+
+    /// [`QueueSet::apply`] with the namespace of the objects that name none.
+    pub fn apply_in(&mut self, object: &Object, default_namespace: &str) -> Result<(), K8sError> {
         let describe = object.describe();
         let mut r = Refusals::default();
         match object {
+            Object::PriorityClass(p) => {
+                let class = read_priority_class(p, &mut r);
+                if class.global_default
+                    && let Some(other) = self
+                        .priority_classes
+                        .iter()
+                        .find(|c| c.global_default && c.config.name != class.config.name)
+                {
+                    r.refuse(
+                        "globalDefault",
+                        format!(
+                            "Invalid value: true: PriorityClass {} is already marked as default. \
+                             Only one default can exist",
+                            other.config.name
+                        ),
+                    );
+                }
+                r.finish(&describe, ())?;
+                self.priority_classes
+                    .retain(|c| c.config.name != class.config.name);
+                self.priority_classes.push(class);
+            }
+            Object::Namespace(n) => {
+                let ns = read_namespace(n, &mut r);
+                r.finish(&describe, ())?;
+                self.namespaces.retain(|x| x.name != ns.name);
+                self.namespaces.push(ns);
+            }
+            Object::ResourceQuota(q) => {
+                let quota = read_resource_quota(q, default_namespace, &mut r);
+                r.finish(&describe, ())?;
+                self.resource_quotas
+                    .retain(|x| !(x.namespace == quota.namespace && x.name == quota.name));
+                self.resource_quotas.push(quota);
+            }
+            Object::LimitRange(l) => {
+                let range = read_limit_range(l, default_namespace, &mut r);
+                r.finish(&describe, ())?;
+                self.limit_ranges
+                    .retain(|x| !(x.namespace == range.namespace && x.name == range.name));
+                self.limit_ranges.push(range);
+            }
             Object::ResourceFlavor(f) => {
                 let flavor = read_flavor(f, &mut r);
                 r.finish(&describe, ())?;
@@ -182,7 +242,7 @@ impl QueueSet {
                 self.put(queue, r, &describe)?;
             }
             _ => {
-                r.refuse("kind", "not a queue object");
+                r.refuse("kind", "not a queue or namespace object");
                 return Err(r.into_error(&describe));
             }
         }
@@ -209,6 +269,7 @@ impl QueueSet {
             && let Err(e) = QuotaBook::new(&QuotaConfig {
                 queues: vec![queue.config.clone()],
                 accounts: Vec::new(),
+                namespaces: Vec::new(),
             })
         {
             r.refuse("spec", e.to_string());
@@ -295,6 +356,19 @@ impl QueueSet {
         }
     }
 
+    /// The PriorityClass every workload that names none gets (`globalDefault: true`).
+    pub fn default_priority_class(&self) -> Option<&K8sPriorityClass> {
+        self.priority_classes.iter().find(|c| c.global_default)
+    }
+
+    /// The LimitRanges of `namespace`, in the order applied.
+    pub fn limit_ranges_of(&self, namespace: &str) -> Vec<&LimitRangeConfig> {
+        self.limit_ranges
+            .iter()
+            .filter(|l| l.namespace == namespace)
+            .collect()
+    }
+
     /// The node labels of queue `queue`'s flavor (empty when it has none or it is not
     /// applied).
     pub fn node_selector(&self, queue: &str) -> Vec<(String, String)> {
@@ -312,6 +386,7 @@ impl QueueSet {
         let config = QuotaConfig {
             queues: self.queues.iter().map(|q| q.config.clone()).collect(),
             accounts: Vec::new(),
+            namespaces: self.resource_quotas.clone(),
         };
         QuotaBook::new(&config).map_err(|e| K8sError::Contract {
             what: format!("the queues do not make a valid quota configuration: {e}"),
@@ -337,7 +412,7 @@ fn refuse_scheduler_annotations(
     }
 }
 
-fn name_of(
+pub(crate) fn name_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     r: &mut Refusals,
 ) -> String {

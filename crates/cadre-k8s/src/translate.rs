@@ -23,6 +23,7 @@ use crate::model::{
     CONTAINER_RUNTIME_FEATURE, Completion, ElasticContract, GroupRun, MpiImplementation,
     PyTorchContract, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
 };
+use crate::namespaces::{LimitRangeConfig, limit_container};
 use crate::pod::{
     PRIORITY_LABEL, PodPieces, PodRole, QUEUE_LABEL, SpanReq, is_scheduler_key, read_pod_template,
 };
@@ -71,7 +72,8 @@ pub fn translate(object: &Object, opts: &TranslateOptions) -> Result<Translated,
             let mut r = Refusals::default();
             r.refuse(
                 "kind",
-                "not a workload: queue objects become queues (see cadre_k8s::queues)",
+                "not a workload: queue objects become queues, namespace objects quotas, \
+                 limits and priority classes (see cadre_k8s::queues)",
             );
             Err(r.into_error(&object.describe()))
         }
@@ -263,6 +265,35 @@ impl<'a> Builder<'a> {
         role: PodRole,
         implicit_labels: &[(&str, &str)],
     ) -> PodPieces {
+        let ranges: Vec<&LimitRangeConfig> = self
+            .opts
+            .limit_ranges
+            .iter()
+            .filter(|l| l.namespace == self.namespace)
+            .collect();
+        let limited;
+        let t = if ranges.is_empty() {
+            t
+        } else {
+            let names: Vec<&str> = ranges.iter().map(|l| l.name.as_str()).collect();
+            self.note("limitRanges", names.join(","));
+            let mut copy = t.clone();
+            for (i, c) in copy
+                .spec
+                .iter_mut()
+                .flat_map(|s| s.containers.iter_mut())
+                .enumerate()
+            {
+                c.resources = limit_container(
+                    c.resources.as_ref(),
+                    &ranges,
+                    &format!("{path}.spec.containers[{i}]"),
+                    &mut self.refusals,
+                );
+            }
+            limited = copy;
+            &limited
+        };
         read_pod_template(
             t,
             path,
@@ -420,6 +451,7 @@ impl<'a> Builder<'a> {
             qos: None,
             queue,
             priority_class: self.priority_class.map(|(c, _)| c),
+            namespace: Some(self.namespace.clone()),
             nice: 0,
             time_limit: Dur(self.deadline.unwrap_or(0)),
             submit_time: Time(0),

@@ -401,6 +401,20 @@ pub struct QueueList {
     pub queues: Vec<QueueView>,
     pub local_queues: Vec<LocalQueueView>,
     pub flavors: Vec<FlavorView>,
+    /// ResourceQuotas: each namespace quota and its namespace's use.
+    #[serde(default)]
+    pub namespace_quotas: Vec<NamespaceQuotaView>,
+}
+
+/// A namespace quota (ResourceQuota): its hard limits and what the namespace's running
+/// gangs use, on the limited components.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NamespaceQuotaView {
+    pub namespace: String,
+    pub name: String,
+    pub hard: QueueAmountsView,
+    pub used: QueueAmountsView,
 }
 
 /// A queue object by name: `kind` as manifests write it (`ClusterQueue`, `LocalQueue`,

@@ -940,10 +940,21 @@ async fn list_queues(
                     node_labels: f.node_labels.clone(),
                 })
                 .collect();
+            let namespace_quotas = set
+                .resource_quotas
+                .iter()
+                .map(|q| NamespaceQuotaView {
+                    namespace: q.namespace.clone(),
+                    name: q.name.clone(),
+                    hard: limit_view(&q.hard),
+                    used: managed_view(&book.namespace_used(&q.namespace), &q.hard),
+                })
+                .collect();
             QueueList {
                 queues,
                 local_queues,
                 flavors,
+                namespace_quotas,
             }
         })
         .await?;

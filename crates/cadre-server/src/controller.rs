@@ -436,7 +436,9 @@ pub(crate) fn core_error(e: CoreError) -> ApiError {
     use cadre_core::scheduler::Refusal;
     let code = match &e {
         CoreError::UnknownJob(_) | CoreError::UnknownNode(_) => ErrorCode::NotFound,
-        CoreError::InvalidJob { .. } | CoreError::InvalidQuotas { .. } => ErrorCode::InvalidRequest,
+        CoreError::InvalidJob { .. }
+        | CoreError::InvalidQuotas { .. }
+        | CoreError::InvalidPriorityClasses { .. } => ErrorCode::InvalidRequest,
         CoreError::WrongState { .. } | CoreError::Transition(_) | CoreError::NotOnNode { .. } => {
             ErrorCode::Conflict
         }
@@ -1269,6 +1271,10 @@ impl Controller {
         self.sched
             .validate_quotas(&quotas)
             .map_err(|e| invalid(core_error(e).message))?;
+        let classes = change.next.priority_classes();
+        self.sched
+            .validate_priority_classes(&classes)
+            .map_err(|e| invalid(core_error(e).message))?;
         let response = QueueObjectsResponse {
             results: change.results,
         };
@@ -1277,6 +1283,9 @@ impl Controller {
         }
         self.tx.queue_objects.push((change.put, change.delete));
         self.queue_objects = change.next;
+        self.sched
+            .handle(Event::SetPriorityClasses { classes }, now)
+            .map_err(core_error)?;
         let decisions = self
             .sched
             .handle(

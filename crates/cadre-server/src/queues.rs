@@ -19,6 +19,7 @@
 //! LocalQueue; cadre keeps the route the job was accepted with). What happens to jobs when
 //! their queue changes or goes is the scheduler's (see `Event::SetQuotas`).
 
+use cadre_core::policy::PriorityClassConfig;
 use cadre_core::quota::QuotaConfig;
 use cadre_k8s::{Object, QueueRef, QueueSet, queue_object_name};
 use cadre_proto::api::{QueueObjectRef, QueueObjectResult};
@@ -95,7 +96,7 @@ impl QueueObjects {
     }
 
     /// The scheduler's quota configuration: the policy's queues and account limits, then
-    /// the objects' queues. A queue of the policy's name is an error.
+    /// the objects' queues and namespace quotas. A queue of the policy's name is an error.
     pub fn quotas(&self) -> Result<QuotaConfig, String> {
         let mut config = self.base.clone();
         let extra = self.set.quota_config().map_err(|e| e.to_string())?;
@@ -108,7 +109,17 @@ impl QueueObjects {
             }
             config.queues.push(q);
         }
+        config.namespaces.extend(extra.namespaces);
         Ok(config)
+    }
+
+    /// The priority classes the PriorityClass objects make, for the scheduler.
+    pub fn priority_classes(&self) -> Vec<PriorityClassConfig> {
+        self.set
+            .priority_classes
+            .iter()
+            .map(|c| c.config.clone())
+            .collect()
     }
 
     /// Where each queue comes from: `policy`, `ClusterQueue` or `Queue`.
@@ -146,8 +157,9 @@ impl QueueObjects {
             };
             let Some(name) = queue_object_name(&object, default_namespace) else {
                 problems.push(format!(
-                    "{origin}: {} is not a queue object (ResourceFlavor, ClusterQueue, \
-                     LocalQueue, Topology, Queue of scheduling.volcano.sh); workloads are \
+                    "{origin}: {} is not a queue or namespace object (ResourceFlavor, \
+                     ClusterQueue, LocalQueue, Topology, Queue of scheduling.volcano.sh, \
+                     PriorityClass, Namespace, ResourceQuota, LimitRange); workloads are \
                      submitted as jobs",
                     object.describe()
                 ));
@@ -168,6 +180,10 @@ impl QueueObjects {
             let outcome = match records.iter_mut().find(|r| key_of(r) == key_of(&record)) {
                 Some(old) if old.manifest == record.manifest => "unchanged",
                 Some(old) => {
+                    if let Err(e) = immutable(old, &object) {
+                        problems.push(format!("{origin}: {e}"));
+                        continue;
+                    }
                     *old = record.clone();
                     "configured"
                 }
@@ -191,6 +207,21 @@ impl QueueObjects {
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
             };
+            if key.kind == "Namespace" {
+                let held: Vec<String> = records
+                    .iter()
+                    .filter(|r| r.namespace == key.name)
+                    .map(|r| format!("{} `{}`", r.kind, r.name))
+                    .collect();
+                if !held.is_empty() {
+                    problems.push(format!(
+                        "Namespace `{}` holds {}: delete them first",
+                        key.name,
+                        held.join(", ")
+                    ));
+                    continue;
+                }
+            }
             let before = records.len();
             records.retain(|r| key_of(r) != key);
             if records.len() == before {
@@ -250,9 +281,38 @@ fn build(records: &[QueueObjectRecord]) -> Result<QueueSet, String> {
     for r in records {
         let origin = format!("{} `{}`", r.kind, r.name);
         let object = read_object(&r.manifest, &origin)?;
-        set.apply(&object).map_err(|e| e.to_string())?;
+        set.apply_in(&object, &r.namespace)
+            .map_err(|e| e.to_string())?;
     }
     Ok(set)
+}
+
+/// Kubernetes' immutable fields: a PriorityClass's `value` and `preemptionPolicy` (jobs
+/// keep the value they were admitted with, and a restarted controller gives it back).
+fn immutable(old: &QueueObjectRecord, new: &Object) -> Result<(), String> {
+    let Object::PriorityClass(p) = new else {
+        return Ok(());
+    };
+    let Ok(Object::PriorityClass(o)) = read_object(&old.manifest, "the applied object") else {
+        return Ok(());
+    };
+    let name = p.metadata.name.as_deref().unwrap_or_default();
+    let invalid = |what: String| {
+        Err(format!(
+            "PriorityClass.scheduling.k8s.io \"{name}\" is invalid: {what}"
+        ))
+    };
+    if o.value != p.value {
+        return invalid("value: Forbidden: may not be changed in an update.".into());
+    }
+    let policy = |x: &Option<String>| x.clone().unwrap_or_else(|| "PreemptLowerPriority".into());
+    if policy(&o.preemption_policy) != policy(&p.preemption_policy) {
+        return invalid(format!(
+            "preemptionPolicy: Invalid value: \"{}\": field is immutable",
+            policy(&p.preemption_policy)
+        ));
+    }
+    Ok(())
 }
 
 /// Routes a job labelled for a Kueue LocalQueue: its spec gets the ClusterQueue and the
@@ -274,6 +334,12 @@ pub fn route_job(
         if !defined {
             spec.queue = None;
         }
+    }
+    if spec.priority_class.is_none()
+        && spec.annotations.contains_key("k8s.apiVersion")
+        && let Some(class) = objects.set.default_priority_class()
+    {
+        spec.priority_class = Some(class.config.name.clone());
     }
     if spec.queue.is_some() {
         return Ok(());
@@ -354,6 +420,7 @@ spec: {clusterQueue: cq}
                 max_running_jobs_per_user: None,
             }],
             accounts: vec![],
+            namespaces: Vec::new(),
         }
     }
 
@@ -463,7 +530,10 @@ spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: i, 
         let err = objects
             .change(&json(job), &[], "default", Time(2))
             .unwrap_err();
-        assert!(err.contains("Job `j` is not a queue object"), "{err}");
+        assert!(
+            err.contains("Job `j` is not a queue or namespace object"),
+            "{err}"
+        );
         let twice = json(&format!("{}---\n{}", cq(1), cq(2)));
         let err = objects.change(&twice, &[], "default", Time(2)).unwrap_err();
         assert!(err.contains("ClusterQueue `cq` is given twice"), "{err}");
@@ -488,6 +558,114 @@ spec:
         );
         let err = objects.change(&bad, &[], "default", Time(2)).unwrap_err();
         assert!(err.contains("borrowing_limit but is in no cohort"), "{err}");
+    }
+
+    const CLASS: &str = "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+globalDefault: true
+";
+
+    const QUOTA: &str = "apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus}
+spec: {hard: {requests.nvidia.com/gpu: 16}}
+";
+
+    #[test]
+    fn namespace_objects_make_quotas_and_classes_and_keep_kubernetes_rules() {
+        let base = QueueObjects::new(QuotaConfig::default());
+        let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n";
+        let c = base
+            .change(
+                &json(&format!("{CLASS}---\n{QUOTA}---\n{ns}")),
+                &[],
+                "team",
+                Time(1),
+            )
+            .unwrap();
+        assert_eq!(
+            outcomes(&c),
+            [
+                "PriorityClass//high created",
+                "ResourceQuota/team/gpus created",
+                "Namespace//team created"
+            ]
+        );
+        let objects = c.next;
+        let quotas = objects.quotas().unwrap();
+        assert_eq!(quotas.namespaces.len(), 1);
+        assert_eq!(
+            quotas.namespaces[0].namespace, "team",
+            "the apply's namespace"
+        );
+        assert_eq!(quotas.namespaces[0].hard.gpu_milli, Some(16_000));
+        assert_eq!(objects.priority_classes()[0].value, 1000);
+        // Reloaded from the records, the quota keeps the namespace it was applied in.
+        let again = QueueObjects::load(QuotaConfig::default(), objects.records().to_vec()).unwrap();
+        assert_eq!(again.quotas().unwrap(), quotas);
+        // value and preemptionPolicy are immutable; the rest may change.
+        let err = objects
+            .change(&json(&CLASS.replace("1000", "7")), &[], "team", Time(2))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "object 1: PriorityClass.scheduling.k8s.io \"high\" is invalid: value: Forbidden: \
+             may not be changed in an update."
+        );
+        let err = objects
+            .change(
+                &json(&format!("{CLASS}preemptionPolicy: Never\n")),
+                &[],
+                "team",
+                Time(2),
+            )
+            .unwrap_err();
+        assert!(
+            err.contains("preemptionPolicy: Invalid value: \"Never\": field is immutable"),
+            "{err}"
+        );
+        let c = objects
+            .change(
+                &json(&format!("{CLASS}description: the deadline\n")),
+                &[],
+                "team",
+                Time(2),
+            )
+            .unwrap();
+        assert_eq!(outcomes(&c), ["PriorityClass//high configured"]);
+        // A namespace that holds objects is not deleted.
+        let namespace = QueueObjectRef {
+            kind: "Namespace".into(),
+            namespace: String::new(),
+            name: "team".into(),
+        };
+        let err = objects
+            .change(&[], std::slice::from_ref(&namespace), "default", Time(3))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "Namespace `team` holds ResourceQuota `gpus`: delete them first"
+        );
+        let quota = QueueObjectRef {
+            kind: "ResourceQuota".into(),
+            namespace: "team".into(),
+            name: "gpus".into(),
+        };
+        let c = objects
+            .change(&[], &[quota, namespace], "default", Time(3))
+            .unwrap();
+        assert_eq!(c.next.records().len(), 1);
+        // A Kubernetes workload naming no class gets the global default; others do not.
+        let mut k8s = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        k8s.annotations
+            .insert("k8s.apiVersion".into(), "batch/v1".into());
+        route_job(&objects, &mut k8s).unwrap();
+        assert_eq!(k8s.priority_class.as_deref(), Some("high"));
+        let mut slurm = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        route_job(&objects, &mut slurm).unwrap();
+        assert_eq!(slurm.priority_class, None);
     }
 
     #[test]

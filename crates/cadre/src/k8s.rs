@@ -84,7 +84,8 @@ pub struct GetArgs {
     /// What to list: `workloads` (every kind), or one kind: `jobs`, `mpijobs`,
     /// `pytorchjobs`, `jobsets`, `vcjobs` (Volcano Jobs); or `queues` (every queue, from
     /// the policy file or a queue object, with its quota and use), `clusterqueues`,
-    /// `localqueues`, `resourceflavors`.
+    /// `localqueues`, `resourceflavors`; or `priorityclasses` (`pc`), `namespaces` (`ns`),
+    /// `resourcequotas` (`quota`, with each namespace's use), `limitranges` (`limits`).
     pub what: String,
     /// Only this namespace.
     #[arg(short = 'n', long, default_value = "default")]
@@ -109,7 +110,8 @@ pub struct GetArgs {
 pub struct NamedArgs {
     /// The kind: a workload's (`job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob`) or, for
     /// `delete`, a queue object's (`clusterqueue`, `localqueue`, `resourceflavor`,
-    /// `topology`, `queue` for a Volcano Queue); plurals too.
+    /// `topology`, `queue` for a Volcano Queue) or a namespace object's (`priorityclass`,
+    /// `namespace`, `resourcequota`, `limitrange`); plurals too.
     pub kind: String,
     pub name: String,
     #[arg(short = 'n', long, default_value = "default")]
@@ -181,7 +183,32 @@ const QUEUE_KINDS: &[KindName] = &[
         group: "scheduling.volcano.sh",
         resource: "queue",
     },
+    KindName {
+        kind: "PriorityClass",
+        group: "scheduling.k8s.io",
+        resource: "priorityclass",
+    },
+    KindName {
+        kind: "Namespace",
+        group: "",
+        resource: "namespace",
+    },
+    KindName {
+        kind: "ResourceQuota",
+        group: "",
+        resource: "resourcequota",
+    },
+    KindName {
+        kind: "LimitRange",
+        group: "",
+        resource: "limitrange",
+    },
 ];
+
+/// The queue kinds applied in a namespace.
+fn is_namespaced(kind: &str) -> bool {
+    matches!(kind, "LocalQueue" | "ResourceQuota" | "LimitRange")
+}
 
 /// A queue object's kind by its word (`clusterqueue`, `cq`, `queue.scheduling.volcano.sh`,
 /// plurals), if it is one.
@@ -192,21 +219,35 @@ fn queue_kind_named(word: &str) -> Option<KindName> {
         "lq" => "localqueue",
         "rf" | "flavor" | "flavors" => "resourceflavor",
         "topologies" => "topology",
+        "pc" => "priorityclass",
+        "ns" => "namespace",
+        "quota" => "resourcequota",
+        "limits" => "limitrange",
         other => other,
     };
-    let w = w.strip_suffix('s').unwrap_or(w);
+    // The resource as given, then as a plural (`queues`, `priorityclasses`), with or
+    // without its group (`clusterqueues.kueue.x-k8s.io`).
+    let (resource, group) = w.split_once('.').unwrap_or((w, ""));
+    let singular = [
+        Some(resource),
+        resource.strip_suffix('s'),
+        resource.strip_suffix("es"),
+    ];
     QUEUE_KINDS
         .iter()
-        .find(|k| w == k.resource || w == format!("{}.{}", k.resource, k.group))
+        .find(|k| {
+            (group.is_empty() || group == k.group)
+                && singular.iter().flatten().any(|r| *r == k.resource)
+        })
         .copied()
 }
 
 /// kubectl's `resource.group/name` of a queue object.
 fn queue_object_text(kind: &str, name: &str) -> String {
-    QUEUE_KINDS.iter().find(|k| k.kind == kind).map_or_else(
-        || format!("{}/{name}", kind.to_ascii_lowercase()),
-        |k| format!("{}.{}/{name}", k.resource, k.group),
-    )
+    match QUEUE_KINDS.iter().find(|k| k.kind == kind) {
+        Some(k) if !k.group.is_empty() => format!("{}.{}/{name}", k.resource, k.group),
+        _ => format!("{}/{name}", kind.to_ascii_lowercase()),
+    }
 }
 
 pub(crate) fn kind_named(word: &str) -> Result<KindName> {
@@ -342,14 +383,25 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
     let mut services = Vec::new();
     let mut maps = Vec::new();
     let mut secrets = Vec::new();
+    let mut parsed = Vec::new();
     for (origin, text) in inputs {
-        let docs = match cadre_k8s::parse_numbered(text, origin) {
-            Ok(d) => d,
-            Err(e) => {
-                out.problems.push(e.to_string());
-                continue;
-            }
-        };
+        match cadre_k8s::parse_numbered(text, origin) {
+            Ok(d) => parsed.push((origin, text, d)),
+            Err(e) => out.problems.push(e.to_string()),
+        }
+    }
+    // The LimitRanges of the apply hold for all its workloads, wherever they stand, in
+    // place of the applied ones of their names.
+    let mut opts = opts.clone();
+    for (_, _, docs) in &parsed {
+        for l in cadre_k8s::limit_ranges_of(docs, &opts.default_namespace) {
+            opts.limit_ranges
+                .retain(|x| !(x.namespace == l.namespace && x.name == l.name));
+            opts.limit_ranges.push(l);
+        }
+    }
+    let opts = &opts;
+    for (origin, text, docs) in parsed {
         let mut json: Option<Vec<(usize, serde_json::Value)>> = None;
         for (doc, object) in docs {
             match &object {
@@ -357,11 +409,15 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                 | Object::ClusterQueue(_)
                 | Object::LocalQueue(_)
                 | Object::Topology(_)
-                | Object::VolcanoQueue(_) => {
+                | Object::VolcanoQueue(_)
+                | Object::PriorityClass(_)
+                | Object::Namespace(_)
+                | Object::ResourceQuota(_)
+                | Object::LimitRange(_) => {
                     // Checked on its own here, so that its problems name its file and
                     // document; the controller checks it again with the others applied.
                     let mut set = cadre_k8s::QueueSet::default();
-                    if let Err(e) = set.apply(&object) {
+                    if let Err(e) = set.apply_in(&object, &opts.default_namespace) {
                         out.problems.push(format!("{origin}, document {doc}: {e}"));
                         continue;
                     }
@@ -442,6 +498,22 @@ fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
     }
 }
 
+/// The queue and namespace objects applied to the cluster, as one set.
+fn applied_objects(client: &mut cadre_client::Client) -> Result<cadre_k8s::QueueSet> {
+    let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
+    let mut set = cadre_k8s::QueueSet::default();
+    for o in &list.objects {
+        let text = o.manifest.to_string();
+        let origin = format!("{} `{}`", o.kind, o.name);
+        let object = cadre_k8s::parse_numbered(&text, &origin)?
+            .pop()
+            .map(|(_, o)| o)
+            .with_context(|| format!("the controller's {origin} is empty"))?;
+        set.apply_in(&object, &o.namespace)?;
+    }
+    Ok(set)
+}
+
 fn whoami(conn: &ConnectArgs, client: &mut cadre_client::Client) -> Result<String> {
     Ok(match &conn.token {
         Some(_) => client.get::<WhoAmI>("/whoami")?.user,
@@ -485,6 +557,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             any
         }
     };
+    opts.limit_ranges = applied_objects(&mut client)?.limit_ranges;
     let Inputs {
         workloads,
         config_objects,
@@ -768,12 +841,138 @@ fn get_queues(conn: &ConnectArgs, a: &GetArgs, kind: Option<KindName>) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// `get priorityclasses`, `namespaces`, `resourcequotas`, `limitranges`: the objects
+/// applied, as kubectl lists them (a ResourceQuota with its namespace's use).
+fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Result<ExitCode> {
+    let mut client = conn.client()?;
+    let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
+    let mut objects: Vec<_> = list
+        .objects
+        .into_iter()
+        .filter(|o| o.kind == kind.kind)
+        .filter(|o| !is_namespaced(kind.kind) || a.all_namespaces || o.namespace == a.namespace)
+        .collect();
+    objects.sort_by(|x, y| (&x.namespace, &x.name).cmp(&(&y.namespace, &y.name)));
+    match a.output {
+        Some(Output::Json) => {
+            let manifests: Vec<_> = objects.iter().map(|o| &o.manifest).collect();
+            println!("{}", serde_json::to_string_pretty(&manifests)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Output::Yaml) => {
+            let manifests: Vec<_> = objects.iter().map(|o| &o.manifest).collect();
+            print!("{}", yaml_serde::to_string(&manifests)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    if objects.is_empty() {
+        if is_namespaced(kind.kind) && !a.all_namespaces {
+            eprintln!("No resources found in {} namespace.", a.namespace);
+        } else {
+            eprintln!("No resources found.");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let quotas: Vec<cadre_proto::api::NamespaceQuotaView> = if kind.kind == "ResourceQuota" {
+        client.get::<QueueList>("/queues")?.namespace_quotas
+    } else {
+        Vec::new()
+    };
+    let field = |o: &cadre_proto::api::QueueObjectView, key: &str| {
+        o.manifest
+            .get(key)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let mut table: Vec<Vec<String>> = Vec::new();
+    let mut head: Vec<&str> = Vec::new();
+    if is_namespaced(kind.kind) && a.all_namespaces {
+        head.push("NAMESPACE");
+    }
+    head.push("NAME");
+    match kind.kind {
+        "PriorityClass" => head.extend(["VALUE", "GLOBAL-DEFAULT", "PREEMPTIONPOLICY"]),
+        "Namespace" => head.push("STATUS"),
+        "ResourceQuota" => head.push("REQUEST"),
+        _ => {}
+    }
+    head.push("AGE");
+    table.push(head.iter().map(|s| s.to_string()).collect());
+    for o in &objects {
+        let mut row = Vec::new();
+        if is_namespaced(kind.kind) && a.all_namespaces {
+            row.push(o.namespace.clone());
+        }
+        row.push(o.name.clone());
+        match kind.kind {
+            "PriorityClass" => {
+                row.push(field(o, "value").to_string());
+                row.push(
+                    field(o, "globalDefault")
+                        .as_bool()
+                        .unwrap_or(false)
+                        .to_string(),
+                );
+                row.push(
+                    field(o, "preemptionPolicy")
+                        .as_str()
+                        .unwrap_or("PreemptLowerPriority")
+                        .to_string(),
+                );
+            }
+            "Namespace" => row.push("Active".into()),
+            "ResourceQuota" => {
+                let q = quotas
+                    .iter()
+                    .find(|q| q.namespace == o.namespace && q.name == o.name);
+                row.push(q.map_or_else(|| "-".into(), quota_usage_text));
+            }
+            _ => {}
+        }
+        row.push(age(o.applied));
+        table.push(row);
+    }
+    print_table(&table);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gpus: 8/16, cpus: 2/4`: a namespace quota's use of each limited component.
+fn quota_usage_text(q: &cadre_proto::api::NamespaceQuotaView) -> String {
+    let mut parts = Vec::new();
+    if q.hard.gpus.is_some() {
+        parts.push(format!("gpus: {}", used_of(q.used.gpus, q.hard.gpus)));
+    }
+    if q.hard.cpus.is_some() {
+        parts.push(format!(
+            "cpus: {}",
+            used_of(as_f64(q.used.cpus), as_f64(q.hard.cpus))
+        ));
+    }
+    if q.hard.mem_mib.is_some() {
+        parts.push(format!(
+            "memory: {}Mi",
+            used_of(as_f64(q.used.mem_mib), as_f64(q.hard.mem_mib))
+        ));
+    }
+    if q.hard.nics.is_some() {
+        parts.push(format!(
+            "nics: {}",
+            used_of(as_f64(q.used.nics), as_f64(q.hard.nics))
+        ));
+    }
+    parts.join(", ")
+}
+
 pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     let w = a.what.to_ascii_lowercase();
     if matches!(w.as_str(), "queues" | "queue") {
         return get_queues(conn, a, None);
     }
     if let Some(k) = queue_kind_named(&w) {
+        if cadre_k8s::namespaces::is_namespace_kind(k.kind) {
+            return get_namespace_objects(conn, a, k);
+        }
         return get_queues(conn, a, Some(k));
     }
     if a.selector.is_some() || a.watch {
@@ -898,7 +1097,7 @@ fn find(client: &mut cadre_client::Client, a: &NamedArgs) -> Result<Vec<JobView>
 pub fn delete(conn: &ConnectArgs, a: &NamedArgs) -> Result<ExitCode> {
     let mut client = conn.client()?;
     if let Some(k) = queue_kind_named(&a.kind) {
-        let namespace = if k.kind == "LocalQueue" {
+        let namespace = if is_namespaced(k.kind) {
             a.namespace.clone()
         } else {
             String::new()
@@ -1062,6 +1261,12 @@ fn describe_text(
     let _ = writeln!(s, "Partition:    {}", job.partition);
     if let Some(q) = job.spec.as_ref().and_then(|sp| sp.queue.as_ref()) {
         let _ = writeln!(s, "Queue:        {q}");
+    }
+    if let Some(c) = job.spec.as_ref().and_then(|sp| sp.priority_class.as_ref()) {
+        let _ = writeln!(s, "Priority:     class {c}");
+    }
+    if let Some(l) = t.spec.annotations.get("k8s.limitRanges") {
+        let _ = writeln!(s, "LimitRanges:  {l} (their defaults and bounds applied)");
     }
     let _ = writeln!(s, "Submitted:    {}", time_text(Some(job.submit_time)));
     let _ = writeln!(s, "Started:      {}", time_text(job.start_time));

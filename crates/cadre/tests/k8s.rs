@@ -676,6 +676,21 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// SIGKILLs the controller and waits until it has exited.
+    fn kill_controller(&self) {
+        let pid: i32 = std::fs::read_to_string(self.dir().join("cadre.pid"))
+            .expect("cadre.pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("the controller is killed");
+        wait_until("the killed controller exits", || !running(pid));
+    }
+
     fn go(&self, name: &str) {
         std::fs::write(self.dir().join(format!("go-{name}")), "").expect("go file");
     }
@@ -858,17 +873,7 @@ fn a_restarted_controller_brings_its_queues_back_before_its_jobs() {
     c.wait_for(first, "RUNNING", None);
     let second = c.apply(&queued_job("second"));
     c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
-    let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
-        .expect("cadre.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("the controller is killed");
-    wait_until("the killed controller exits", || !running(pid));
+    c.kill_controller();
     c.ok(&["up", "--detach", "--nodes", "1"]);
     // The running job counts in its queue again, so the second still waits for it.
     c.wait_for(second, "PENDING", Some("QOSGrpCpuLimit"));
@@ -947,17 +952,7 @@ spec:
     );
     wait_until(&format!("job {job} RUNNING"), || c.state(job) == "RUNNING");
     // kill -9 of the controller; `cadre up` again adopts the agents and the running job.
-    let pid: i32 = std::fs::read_to_string(c.dir().join("cadre.pid"))
-        .expect("cadre.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("the controller is killed");
-    wait_until("the killed controller exits", || !running(pid));
+    c.kill_controller();
     c.ok(&["up", "--detach", "--nodes", "1"]);
     std::fs::write(c.dir().join("go"), "").expect("go");
     assert_eq!(c.wait(job), "COMPLETED", "{}", c.log());
@@ -2234,4 +2229,187 @@ spec:
         "{}",
         text(&out.stderr)
     );
+}
+
+/// A Volcano gang in namespace `team`, queue `research`, of `replicas` workers of `gpus`
+/// GPUs each, each waiting for its go file; `more` is put in each container's resources.
+fn team_gang(name: &str, replicas: u32, gpus: u32, class: &str, more: &str) -> String {
+    let class = if class.is_empty() {
+        String::new()
+    } else {
+        format!("\n        priorityClassName: {class}")
+    };
+    format!(
+        "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {{name: {name}, namespace: team}}
+spec:
+  minAvailable: {replicas}
+  queue: research
+  tasks:
+  - name: worker
+    replicas: {replicas}
+    template:
+      spec:
+        restartPolicy: Never{class}
+        containers:
+        - name: w
+          image: busybox
+          command: [sh, -c, 'while [ ! -e go-{name} ]; do sleep 0.05; done']
+          resources: {{limits: {{nvidia.com/gpu: {gpus}{more}}}}}
+"
+    )
+}
+
+/// The objects a platform team gives a tenant: its namespace, a GPU quota, container
+/// defaults and maxima, priority classes, and two Volcano queues.
+const TEAM_OBJECTS: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: team, labels: {tier: gold}}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu-quota, namespace: team}
+spec:
+  hard: {requests.nvidia.com/gpu: 4}
+---
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: team}
+spec:
+  limits:
+  - type: Container
+    default: {memory: 512Mi, cpu: 1}
+    max: {memory: 2Gi}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: team-default}
+value: 100
+globalDefault: true
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: team-high}
+value: 1000
+preemptionPolicy: Never
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: research}
+spec: {weight: 2, capability: {nvidia.com/gpu: 24}}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: batch}
+spec: {weight: 1}
+";
+
+#[test]
+fn a_namespace_s_quota_limit_range_and_priority_classes_hold_its_gangs_across_a_restart() {
+    // Every node of `cadre up` is this machine, of 2 cores (CI's): a task takes a whole
+    // core, so the gangs here are of at most 6 tasks.
+    let c = Cluster::up_with(3, &["--gpus-per-node", "8"]);
+    // The workload before the objects it needs, in one file: applied in any order.
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{TEAM_OBJECTS}",
+            team_gang("four", 4, 1, "", "")
+        )),
+    );
+    let printed = text(&out.stdout);
+    for line in [
+        "namespace/team created",
+        "resourcequota/gpu-quota created",
+        "limitrange/defaults created",
+        "priorityclass.scheduling.k8s.io/team-default created",
+        "priorityclass.scheduling.k8s.io/team-high created",
+        "queue.scheduling.volcano.sh/research created",
+    ] {
+        assert!(printed.contains(line), "{line} in {printed}");
+    }
+    let four = applied_job(&out);
+    c.wait_for(four, "RUNNING", None);
+    // The LimitRange's defaults are what each worker was given, and the class is the
+    // global default.
+    let described = c.ok(&["describe", "vcjob", "four", "-n", "team"]);
+    for want in [
+        "LimitRanges:  defaults (their defaults and bounds applied)",
+        "Priority:     class team-default",
+        "512 MiB",
+    ] {
+        assert!(described.contains(want), "{want} in {described}");
+    }
+    let quotas = c.ok(&["get", "resourcequotas", "-n", "team"]);
+    assert!(
+        quotas.contains("gpu-quota") && quotas.contains("gpus: 4/4"),
+        "{quotas}"
+    );
+    let classes = c.ok(&["get", "priorityclasses"]);
+    assert!(
+        classes.contains("team-high") && classes.contains("Never") && classes.contains("1000"),
+        "{classes}"
+    );
+    assert!(c.ok(&["get", "ns"]).contains("team"));
+    // 3 x 2 GPUs would make 10 of 4: the whole gang waits, naming the quota.
+    let big = c.apply(&team_gang("big", 3, 2, "team-high", ""));
+    c.wait_for(big, "PENDING", Some("NamespaceQuota"));
+    let described = c.ok(&["describe", "vcjob", "big", "-n", "team"]);
+    assert!(
+        described.contains(
+            "exceeded quota: gpu-quota in namespace team, requested: 6 gpus, used: 4 gpus, \
+             limited: 4 gpus"
+        ),
+        "{described}"
+    );
+    // Kubernetes' rules: a class's value is immutable, a class in use stays, a namespace
+    // holding objects stays, a container above the range's maximum is refused.
+    let changed = TEAM_OBJECTS.replace("value: 1000", "value: 5");
+    let out = c.run_with(&["apply", "-f", "-"], Some(&changed));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(
+            "PriorityClass.scheduling.k8s.io \"team-high\" is invalid: value: Forbidden: may not \
+             be changed in an update."
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    for (kind, name, why) in [
+        ("priorityclass", "team-high", "in use by job"),
+        (
+            "namespace",
+            "team",
+            "holds ResourceQuota `gpu-quota`, LimitRange `defaults`",
+        ),
+    ] {
+        let out = c.run(&["delete", kind, name]);
+        assert!(!out.status.success(), "{kind} {name} deleted");
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    }
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(&team_gang("fat", 1, 1, "", ", memory: 4Gi")),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr)
+            .contains("Forbidden: maximum memory usage per Container is 2Gi, but limit is 4Gi"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A restarted controller has the classes and the quota before its jobs: the gang
+    // still runs, counted, and the other still waits for the quota.
+    c.kill_controller();
+    c.ok(&["up", "--detach", "--nodes", "3", "--gpus-per-node", "8"]);
+    c.wait_for(big, "PENDING", Some("NamespaceQuota"));
+    assert_eq!(c.state(four), "RUNNING");
+    assert!(c.ok(&["get", "quota", "-n", "team"]).contains("gpus: 4/4"));
+    c.go("four");
+    assert_eq!(c.wait(four), "COMPLETED");
+    // 6 GPUs never fit 4: the gang waits whole until it is deleted.
+    c.wait_for(big, "PENDING", Some("NamespaceQuota"));
+    c.ok(&["delete", "vcjob", "big", "-n", "team"]);
+    c.ok(&["delete", "priorityclass", "team-high"]);
 }

@@ -51,7 +51,8 @@
 //!
 //! The quota configuration a controller had (its policy's queues and the queue objects
 //! applied since) is given back with [`Event::SetQuotas`] before any job is restored, so
-//! that jobs count in the queues they ran in.
+//! that jobs count in the queues they ran in; so are the priority classes applied at run
+//! time ([`Event::SetPriorityClasses`]), so that a restored job finds its class.
 //!
 //! Not restored: fair-share usage (running jobs are charged again from their adoption),
 //! age (counted from restoration) and the workload profile of fragmentation placement
@@ -99,7 +100,7 @@ use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
 };
 use crate::placement::{self, PlacementFailure, WorkloadProfile};
-use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode};
+use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode, PriorityClassConfig};
 use crate::priority::SizeBasis;
 use crate::quota::{QueueIx, QuotaBook, QuotaConfig};
 use crate::resources::{Amounts, MILLI_PER_GPU};
@@ -167,6 +168,11 @@ pub enum Event {
     /// The queues and account limits are replaced while gangs run (see "Replacing the
     /// quotas"). Refused, changing nothing, when the configuration is invalid.
     SetQuotas { quotas: Box<QuotaConfig> },
+    /// The priority classes added at run time (Kubernetes PriorityClass objects) are
+    /// replaced; the policy file's stay. A job's class value is the one it was admitted
+    /// with. Refused, changing nothing, when a name is given twice or is the policy's, or
+    /// when a job that has not ended names a class the new set leaves out.
+    SetPriorityClasses { classes: Vec<PriorityClassConfig> },
 }
 
 /// Why the scheduler asks the executor to stop a job.
@@ -239,6 +245,8 @@ pub enum CoreError {
     },
     #[error("the quota configuration is invalid: {what}")]
     InvalidQuotas { what: String },
+    #[error("the priority classes are invalid: {what}")]
+    InvalidPriorityClasses { what: String },
 }
 
 /// Why a job is refused: the kinds a caller may tell apart (each refusal's text says the
@@ -415,6 +423,8 @@ pub enum Stopping {
 pub struct Scheduler {
     cluster: Cluster,
     policy: Policy,
+    /// Priority classes added at run time, after the policy's.
+    runtime_classes: Vec<PriorityClassConfig>,
     jobs: BTreeMap<JobId, Job>,
     /// Final states of jobs that have ended, for dependencies.
     ended: BTreeMap<JobId, JobState>,
@@ -513,7 +523,7 @@ impl Scheduler {
             .unwrap_or(1)
             .max(1);
         let max_qos_priority = policy.qos.iter().map(|q| q.priority).max().unwrap_or(0);
-        let quota_enforced = !policy.quotas.queues.is_empty() || !policy.quotas.accounts.is_empty();
+        let quota_enforced = policy.quotas.limits_anything();
         let cluster_gpus = cluster.total_gpus();
         let cluster_cpus = cluster
             .nodes
@@ -533,6 +543,7 @@ impl Scheduler {
             fairshare_factors: FairShareFactors::default(),
             fairshare_computed: None,
             quota,
+            runtime_classes: Vec::new(),
             over_quota: BTreeSet::new(),
             singletons: BTreeMap::new(),
             shapes: HashMap::new(),
@@ -686,6 +697,11 @@ impl Scheduler {
                 Ok(Vec::new())
             }
             Event::SetQuotas { quotas } => self.set_quotas(*quotas).map(|()| Vec::new()),
+            Event::SetPriorityClasses { classes } => {
+                self.validate_priority_classes(&classes)?;
+                self.runtime_classes = classes;
+                Ok(Vec::new())
+            }
         }
     }
 
@@ -772,7 +788,7 @@ impl Scheduler {
         };
         let (class_value, class_preempting) = match &spec.priority_class {
             Some(name) => {
-                let class = self.policy.priority_class(name).ok_or_else(|| {
+                let class = self.priority_class(name).ok_or_else(|| {
                     refused(
                         Refusal::UnknownPriorityClass {
                             subject: name.clone(),
@@ -990,6 +1006,47 @@ impl Scheduler {
             .collect())
     }
 
+    /// The priority class `name`: the policy file's, else one added at run time.
+    pub fn priority_class(&self, name: &str) -> Option<&PriorityClassConfig> {
+        self.policy
+            .priority_class(name)
+            .or_else(|| self.runtime_classes.iter().find(|c| c.name == name))
+    }
+
+    /// Whether [`Event::SetPriorityClasses`] would take these classes.
+    pub fn validate_priority_classes(
+        &self,
+        classes: &[PriorityClassConfig],
+    ) -> Result<(), CoreError> {
+        let invalid = |what: String| CoreError::InvalidPriorityClasses { what };
+        let mut seen = BTreeSet::new();
+        for c in classes {
+            if !seen.insert(c.name.as_str()) {
+                return Err(invalid(format!(
+                    "priority class `{}` is given twice",
+                    c.name
+                )));
+            }
+            if self.policy.priority_class(&c.name).is_some() {
+                return Err(invalid(format!(
+                    "priority class `{}` is defined in the policy file",
+                    c.name
+                )));
+            }
+        }
+        let used = self.jobs.values().find_map(|j| {
+            let name = j.spec.priority_class.as_deref()?;
+            (self.policy.priority_class(name).is_none() && !seen.contains(name))
+                .then_some((j.id, name))
+        });
+        match used {
+            Some((id, name)) => Err(invalid(format!(
+                "priority class `{name}` is in use by job {id}, which has not ended"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether [`Event::SetQuotas`] would take this configuration: what the controller
     /// asks before it commits the queue objects that make it.
     pub fn validate_quotas(&self, quotas: &QuotaConfig) -> Result<(), CoreError> {
@@ -1010,10 +1067,11 @@ impl Scheduler {
         for id in &self.active {
             let job = self.jobs.get(id).ok_or(CoreError::UnknownJob(*id))?;
             let (queue, _) = queue_of(&book, &job.spec);
-            let counted = book.restore(
+            let counted = book.restore_in(
                 queue,
                 &job.spec.account,
                 &job.spec.user,
+                job.spec.namespace.as_deref(),
                 job.spec_amounts_held(),
             );
             match counted {
@@ -1031,7 +1089,7 @@ impl Scheduler {
         for job in self.jobs.values_mut() {
             (job.queue, job.queue_missing) = queue_of(&book, &job.spec);
         }
-        self.quota_enforced = !quotas.queues.is_empty() || !quotas.accounts.is_empty();
+        self.quota_enforced = quotas.limits_anything();
         self.quota = book;
         self.over_quota = over;
         self.policy.quotas = quotas;
@@ -1055,7 +1113,13 @@ impl Scheduler {
             )),
             PendingReason::Limit(_) => self
                 .quota
-                .check(job.queue, &job.spec.account, &job.spec.user, job.min_want)
+                .check_in(
+                    job.queue,
+                    &job.spec.account,
+                    &job.spec.user,
+                    job.spec.namespace.as_deref(),
+                    job.min_want,
+                )
                 .err()
                 .map(|block| block.to_string()),
             PendingReason::BadConstraints => match self.never_fits.get(&job.shape) {
@@ -1196,9 +1260,13 @@ impl Scheduler {
         let nodes = alloc.nodes();
         self.free.refresh(&self.cluster, &nodes);
         self.classes.refresh(&self.cluster, &nodes);
-        let released = self
-            .quota
-            .release(job.queue, &job.spec.account, &job.spec.user, amounts);
+        let released = self.quota.release_in(
+            job.queue,
+            &job.spec.account,
+            &job.spec.user,
+            job.spec.namespace.as_deref(),
+            amounts,
+        );
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
         let preemptor = job.preempted_by.take();
@@ -1340,10 +1408,13 @@ impl Scheduler {
         }
         .map_err(|source| CoreError::Booking { id, source })?;
         let amounts = alloc.amounts();
-        let over = match self
-            .quota
-            .restore(job.queue, &job.spec.account, &job.spec.user, amounts)
-        {
+        let over = match self.quota.restore_in(
+            job.queue,
+            &job.spec.account,
+            &job.spec.user,
+            job.spec.namespace.as_deref(),
+            amounts,
+        ) {
             Ok(over) => over,
             Err(block) => {
                 self.cluster.release(id, &alloc);

@@ -198,9 +198,13 @@ impl Scheduler {
             }
             if self.quota_enforced {
                 let job = &self.jobs[&id];
-                let check =
-                    self.quota
-                        .check(job.queue, &job.spec.account, &job.spec.user, job.min_want);
+                let check = self.quota.check_in(
+                    job.queue,
+                    &job.spec.account,
+                    &job.spec.user,
+                    job.spec.namespace.as_deref(),
+                    job.min_want,
+                );
                 if let Err(block) = check {
                     let reclaimable = matches!(block, QuotaBlock::CohortExhausted { reclaimable, .. } if reclaimable > 0);
                     if preempt_on && self.policy.preemption.reclaim_within_cohort && reclaimable {
@@ -404,7 +408,13 @@ impl Scheduler {
     fn quota_sized_spec(&self, job: &Job) -> Option<JobSpec> {
         let admits = |spec: &JobSpec| {
             self.quota
-                .check(job.queue, &job.spec.account, &job.spec.user, spec.amounts())
+                .check_in(
+                    job.queue,
+                    &job.spec.account,
+                    &job.spec.user,
+                    job.spec.namespace.as_deref(),
+                    spec.amounts(),
+                )
                 .is_ok()
         };
         if admits(&job.spec) {

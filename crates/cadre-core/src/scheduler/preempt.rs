@@ -296,15 +296,22 @@ impl Scheduler {
         let nodes = self.cluster.partition(job.partition).nodes.clone();
         let admitted = |sched: &Scheduler, book: &crate::quota::QuotaBook| {
             let j = &sched.jobs[&id];
-            book.check(j.queue, &j.spec.account, &j.spec.user, j.min_want)
-                .is_ok()
+            book.check_in(
+                j.queue,
+                &j.spec.account,
+                &j.spec.user,
+                j.spec.namespace.as_deref(),
+                j.min_want,
+            )
+            .is_ok()
         };
         let release_quota = |sched: &Scheduler, book: &mut crate::quota::QuotaBook, v: JobId| {
             let victim = &sched.jobs[&v];
-            let released = book.release(
+            let released = book.release_in(
                 victim.queue,
                 &victim.spec.account,
                 &victim.spec.user,
+                victim.spec.namespace.as_deref(),
                 victim.spec_amounts_held(),
             );
             debug_assert!(released.is_ok(), "victim {v} was admitted: {released:?}");
@@ -340,10 +347,11 @@ impl Scheduler {
         for &v in released.iter().rev() {
             let mut with_v = book.clone();
             let victim = &self.jobs[&v];
-            let readmitted = with_v.admit(
+            let readmitted = with_v.admit_in(
                 victim.queue,
                 &victim.spec.account,
                 &victim.spec.user,
+                victim.spec.namespace.as_deref(),
                 victim.spec_amounts_held(),
             );
             self.rebook_after_search(v);

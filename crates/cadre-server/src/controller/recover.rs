@@ -172,6 +172,14 @@ impl Controller {
                     now,
                 )
                 .map_err(RecoverError::Core)?;
+            sched
+                .handle(
+                    Event::SetPriorityClasses {
+                        classes: queue_objects.priority_classes(),
+                    },
+                    now,
+                )
+                .map_err(RecoverError::Core)?;
         }
         let mut restored = 0;
         for u in usage {

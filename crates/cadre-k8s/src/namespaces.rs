@@ -1,0 +1,711 @@
+//! The objects a platform team puts beside the workloads of a multi-tenant cluster:
+//! `scheduling.k8s.io/v1` PriorityClass, and `v1` Namespace, ResourceQuota and LimitRange.
+//!
+//! **Given** one object. **Decided**: what cadre makes of it:
+//!
+//! | object | field | cadre |
+//! |---|---|---|
+//! | PriorityClass | `value`, `preemptionPolicy` | a priority class of that value, preempting unless `Never` (as the policy file's `[[priority_class]]`) |
+//! | | `globalDefault: true` | the class of the workloads that name none |
+//! | | `description` | kept |
+//! | Namespace | `metadata.labels` | kept (`get namespaces`) |
+//! | ResourceQuota | `spec.hard`: `requests.cpu`, `limits.cpu`, `cpu`; the same of `memory`; `requests.nvidia.com/gpu`; `requests.rdma/*` | a namespace quota: the running gangs of the namespace's workloads together within it (see below) |
+//! | | `spec.scopes`, `spec.scopeSelector`, object counts (`pods`, `count/*`, ...), storage | refused |
+//! | LimitRange | `spec.limits[]` of type `Container`: `default`, `defaultRequest`, `max`, `min`, `maxLimitRequestRatio` | applied to each container of the namespace's workloads when they are applied (below) |
+//! | | types `Pod` and `PersistentVolumeClaim` | refused |
+//!
+//! **Must hold**: a value cadre cannot honour is refused by its path, never approximated.
+//! cadre books one amount of each resource per task: the limit where one is set, else the
+//! request (see `pod::read_resources`). A quota's `requests.X`, `limits.X` and `X` are
+//! therefore all checked against that amount (a quota giving several takes the smallest);
+//! CPU quotas are rounded down to whole cores and memory down to MiB, since a task's CPUs
+//! are whole cores (a 3.5-core quota holds 3 of them).
+//!
+//! A LimitRange works as Kubernetes' LimitRanger admission does, per container and per
+//! resource: a missing limit takes `default`; a missing request takes `defaultRequest`,
+//! else `default`, else the (given) limit; then the request must be at least `min`, the
+//! limit at most `max` (a container with no limit where `max` is set is refused), and
+//! limit / request at most `maxLimitRequestRatio`. The messages are Kubernetes' own.
+
+use crate::error::Refusals;
+use crate::quantity::Quantity;
+use crate::queues::name_of;
+use cadre_core::policy::PriorityClassConfig;
+use cadre_core::quota::{NamespaceQuotaConfig, QuotaAmounts};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ResourceRequirements};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use std::collections::BTreeMap;
+
+/// The highest value of a PriorityClass that is not one of Kubernetes' own (system) classes.
+pub const MAX_USER_PRIORITY: i32 = 1_000_000_000;
+
+/// A PriorityClass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct K8sPriorityClass {
+    pub config: PriorityClassConfig,
+    pub global_default: bool,
+    pub preemption_policy: String,
+    pub description: Option<String>,
+}
+
+/// A Namespace object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceObject {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A quantity as the manifest wrote it (`512Mi`), and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub value: Quantity,
+    pub text: String,
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// One resource's bounds of a LimitRange item.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceBounds {
+    pub default: Option<Written>,
+    pub default_request: Option<Written>,
+    pub max: Option<Written>,
+    pub min: Option<Written>,
+    pub max_ratio: Option<Written>,
+}
+
+/// A LimitRange: bounds per resource name for the containers of its namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitRangeConfig {
+    pub namespace: String,
+    pub name: String,
+    pub resources: BTreeMap<String, ResourceBounds>,
+}
+
+fn namespace_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    default_namespace: &str,
+) -> String {
+    meta.namespace
+        .clone()
+        .unwrap_or_else(|| default_namespace.to_string())
+}
+
+/// Reads a PriorityClass, with Kubernetes' checks of its value and name.
+pub(crate) fn read_priority_class(p: &PriorityClass, r: &mut Refusals) -> K8sPriorityClass {
+    let name = name_of(&p.metadata, r);
+    if name.starts_with("system-") {
+        r.refuse(
+            "metadata.name",
+            "Forbidden: priority class names with 'system-' prefix are reserved",
+        );
+    }
+    let value = p.value.unwrap_or_else(|| {
+        r.refuse("value", "Required value");
+        0
+    });
+    if value > MAX_USER_PRIORITY {
+        r.refuse(
+            "value",
+            format!(
+                "Forbidden: maximum allowed value of a user defined priority is {MAX_USER_PRIORITY}"
+            ),
+        );
+    }
+    let policy = p
+        .preemption_policy
+        .clone()
+        .unwrap_or_else(|| "PreemptLowerPriority".into());
+    if policy != "PreemptLowerPriority" && policy != "Never" {
+        r.refuse(
+            "preemptionPolicy",
+            format!(
+                "Unsupported value: \"{policy}\": supported values: \"Never\", \
+                 \"PreemptLowerPriority\""
+            ),
+        );
+    }
+    K8sPriorityClass {
+        config: PriorityClassConfig {
+            name,
+            value,
+            preempting: policy != "Never",
+        },
+        global_default: p.global_default == Some(true),
+        preemption_policy: policy,
+        description: p.description.clone(),
+    }
+}
+
+/// Reads a Namespace.
+pub(crate) fn read_namespace(n: &Namespace, r: &mut Refusals) -> NamespaceObject {
+    let name = name_of(&n.metadata, r);
+    if n.metadata.namespace.is_some() {
+        r.refuse(
+            "metadata.namespace",
+            "a Namespace is not in a namespace (it is cluster-scoped)",
+        );
+    }
+    if let Some(f) = n.spec.as_ref().and_then(|s| s.finalizers.as_ref())
+        && !f.is_empty()
+    {
+        // Finalizers hold a namespace's deletion until controllers empty it; cadre refuses
+        // to delete a namespace that still holds objects, which is what they ensure.
+        r.refuse(
+            "spec.finalizers",
+            "not supported: cadre deletes a namespace only once it holds no object",
+        );
+    }
+    NamespaceObject {
+        name,
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+    }
+}
+
+/// Which of cadre's booked amounts a quota key limits, and how its value is read.
+enum QuotaKey {
+    Cpus,
+    Memory,
+    Gpus,
+    Nics,
+}
+
+fn quota_key(key: &str) -> Result<QuotaKey, String> {
+    let bare = key
+        .strip_prefix("requests.")
+        .or_else(|| key.strip_prefix("limits."));
+    match (key, bare) {
+        ("cpu", _) | (_, Some("cpu")) => Ok(QuotaKey::Cpus),
+        ("memory", _) | (_, Some("memory")) => Ok(QuotaKey::Memory),
+        (_, Some("nvidia.com/gpu")) if key.starts_with("requests.") => Ok(QuotaKey::Gpus),
+        (_, Some(n)) if n.starts_with("rdma/") && key.starts_with("requests.") => {
+            Ok(QuotaKey::Nics)
+        }
+        ("nvidia.com/gpu", _) => Err(
+            "Invalid value: an extended resource's quota is written `requests.nvidia.com/gpu`"
+                .into(),
+        ),
+        (_, Some("nvidia.com/gpu")) => Err(
+            "Invalid value: an extended resource's quota is written `requests.nvidia.com/gpu` \
+             (limits of extended resources are not quota keys)"
+                .into(),
+        ),
+        ("pods" | "services" | "configmaps" | "secrets" | "persistentvolumeclaims", _) => Err(
+            "object counts are not enforced by cadre: its quotas bound the CPUs, memory, GPUs \
+             and NICs of running gangs"
+                .into(),
+        ),
+        (k, _) if k.starts_with("count/") => Err(
+            "object counts are not enforced by cadre: its quotas bound the CPUs, memory, GPUs \
+             and NICs of running gangs"
+                .into(),
+        ),
+        (_, Some("storage" | "ephemeral-storage")) | ("ephemeral-storage", _) => {
+            Err("storage is not booked by cadre, so it has no quota".into())
+        }
+        (k, _) if k.contains(".storageclass.storage.k8s.io/") => {
+            Err("storage is not booked by cadre, so it has no quota".into())
+        }
+        _ => Err(
+            "not supported: cadre's namespace quotas count cpu, memory, \
+             requests.nvidia.com/gpu and requests.rdma/*"
+                .into(),
+        ),
+    }
+}
+
+/// Reads a ResourceQuota into a namespace quota.
+pub(crate) fn read_resource_quota(
+    q: &ResourceQuota,
+    default_namespace: &str,
+    r: &mut Refusals,
+) -> NamespaceQuotaConfig {
+    let name = name_of(&q.metadata, r);
+    let namespace = namespace_of(&q.metadata, default_namespace);
+    let mut hard = QuotaAmounts::UNLIMITED;
+    let spec = q.spec.clone().unwrap_or_default();
+    if spec.scopes.as_ref().is_some_and(|s| !s.is_empty()) {
+        r.refuse(
+            "spec.scopes",
+            "quota scopes are not supported: a cadre namespace quota counts every running gang \
+             of the namespace",
+        );
+    }
+    if spec.scope_selector.is_some() {
+        r.refuse(
+            "spec.scopeSelector",
+            "quota scopes are not supported: a cadre namespace quota counts every running gang \
+             of the namespace",
+        );
+    }
+    let tighten = |slot: &mut Option<u64>, v: u128| {
+        let v = u64::try_from(v).unwrap_or(u64::MAX);
+        *slot = Some(slot.map_or(v, |old| old.min(v)));
+    };
+    for (key, value) in spec.hard.iter().flatten() {
+        let path = format!("spec.hard[{key}]");
+        let kind = match quota_key(key) {
+            Ok(k) => k,
+            Err(why) => {
+                r.refuse(path, why);
+                continue;
+            }
+        };
+        let v = match Quantity::parse(&value.0) {
+            Ok(v) => v,
+            Err(e) => {
+                r.refuse(path, e.to_string());
+                continue;
+            }
+        };
+        match kind {
+            QuotaKey::Cpus => tighten(&mut hard.cpus, v.floor()),
+            QuotaKey::Memory => tighten(&mut hard.mem_mib, v.floor_mib()),
+            QuotaKey::Gpus | QuotaKey::Nics => match v.whole() {
+                Some(n) if matches!(kind, QuotaKey::Gpus) => {
+                    tighten(&mut hard.gpu_milli, n.saturating_mul(1000))
+                }
+                Some(n) => tighten(&mut hard.nics, n),
+                None => r.refuse(path, format!("{v} is not a whole number of devices")),
+            },
+        }
+    }
+    if hard == QuotaAmounts::UNLIMITED && r.is_empty() {
+        r.refuse("spec.hard", "a ResourceQuota needs at least one limit");
+    }
+    NamespaceQuotaConfig {
+        namespace,
+        name,
+        hard,
+    }
+}
+
+/// Reads a LimitRange.
+pub(crate) fn read_limit_range(
+    l: &LimitRange,
+    default_namespace: &str,
+    r: &mut Refusals,
+) -> LimitRangeConfig {
+    let name = name_of(&l.metadata, r);
+    let namespace = namespace_of(&l.metadata, default_namespace);
+    let mut resources: BTreeMap<String, ResourceBounds> = BTreeMap::new();
+    for (i, item) in l.spec.iter().flat_map(|s| &s.limits).enumerate() {
+        let at = format!("spec.limits[{i}]");
+        if item.type_ != "Container" {
+            r.refuse(
+                format!("{at}.type"),
+                format!(
+                    "`{}` limits are not supported: cadre applies LimitRanges of type \
+                     Container (a cadre pod has one container, so its bounds are the pod's)",
+                    item.type_
+                ),
+            );
+            continue;
+        }
+        let fields: [(&str, &Option<BTreeMap<String, K8sQuantity>>); 5] = [
+            ("default", &item.default),
+            ("defaultRequest", &item.default_request),
+            ("max", &item.max),
+            ("min", &item.min),
+            ("maxLimitRequestRatio", &item.max_limit_request_ratio),
+        ];
+        for (field, list) in fields {
+            for (res, q) in list.iter().flatten() {
+                let path = format!("{at}.{field}[{res}]");
+                let v = match Quantity::parse(&q.0) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        r.refuse(path, e.to_string());
+                        continue;
+                    }
+                };
+                let b = resources.entry(res.clone()).or_default();
+                let slot = match field {
+                    "default" => &mut b.default,
+                    "defaultRequest" => &mut b.default_request,
+                    "max" => &mut b.max,
+                    "min" => &mut b.min,
+                    _ => &mut b.max_ratio,
+                };
+                if slot.is_some() {
+                    r.refuse(path, "given by two items of type Container");
+                }
+                *slot = Some(Written {
+                    value: v,
+                    text: q.0.clone(),
+                });
+            }
+        }
+    }
+    for (res, b) in &resources {
+        let path = format!("spec.limits[{res}]");
+        if let (Some(min), Some(max)) = (&b.min, &b.max)
+            && min.value > max.value
+        {
+            r.refuse(
+                path.clone(),
+                format!("Invalid value: min {min} must be less than or equal to max {max}"),
+            );
+        }
+        if let (Some(d), Some(max)) = (&b.default, &b.max)
+            && d.value > max.value
+        {
+            r.refuse(
+                path.clone(),
+                format!("Invalid value: default {d} must be less than or equal to max {max}"),
+            );
+        }
+        if let (Some(d), Some(min)) = (&b.default_request, &b.min)
+            && d.value < min.value
+        {
+            r.refuse(
+                path,
+                format!(
+                    "Invalid value: min {min} must be less than or equal to defaultRequest {d}"
+                ),
+            );
+        }
+    }
+    LimitRangeConfig {
+        namespace,
+        name,
+        resources,
+    }
+}
+
+/// Applies the LimitRanges of a namespace to one container's resources: the defaults put
+/// in, then the bounds checked (problems refused at `path`, the container's path).
+pub(crate) fn limit_container(
+    resources: Option<&ResourceRequirements>,
+    ranges: &[&LimitRangeConfig],
+    path: &str,
+    r: &mut Refusals,
+) -> Option<ResourceRequirements> {
+    if ranges.is_empty() {
+        return resources.cloned();
+    }
+    let mut out = resources.cloned().unwrap_or_default();
+    for range in ranges {
+        for (res, b) in &range.resources {
+            let limits = out.limits.get_or_insert_with(BTreeMap::new);
+            if !limits.contains_key(res)
+                && let Some(d) = &b.default
+            {
+                limits.insert(res.clone(), K8sQuantity(d.text.clone()));
+            }
+            let limit = limits.get(res).cloned();
+            let requests = out.requests.get_or_insert_with(BTreeMap::new);
+            if !requests.contains_key(res)
+                && let Some(d) = b.default_request.as_ref().or(b.default.as_ref())
+            {
+                requests.insert(res.clone(), K8sQuantity(d.text.clone()));
+            }
+            if !requests.contains_key(res)
+                && let Some(l) = limit
+            {
+                requests.insert(res.clone(), l);
+            }
+        }
+    }
+    let read = |m: &Option<BTreeMap<String, K8sQuantity>>, res: &str| {
+        let text = m.as_ref().and_then(|m| m.get(res))?;
+        Some(Written {
+            value: Quantity::parse(&text.0).ok()?,
+            text: text.0.clone(),
+        })
+    };
+    for range in ranges {
+        for (res, b) in &range.resources {
+            let request = read(&out.requests, res);
+            let limit = read(&out.limits, res);
+            let forbidden =
+                |what: String| format!("Forbidden: {what} (LimitRange `{}`)", range.name);
+            let at = format!("{path}.resources");
+            if let Some(min) = &b.min {
+                match &request {
+                    Some(q) if q.value < min.value => r.refuse(
+                        format!("{at}.requests[{res}]"),
+                        forbidden(format!(
+                            "minimum {res} usage per Container is {min}, but request is {q}"
+                        )),
+                    ),
+                    None => r.refuse(
+                        format!("{at}.requests[{res}]"),
+                        forbidden(format!(
+                            "minimum {res} usage per Container is {min}.  No request is specified"
+                        )),
+                    ),
+                    _ => {}
+                }
+            }
+            if let Some(max) = &b.max {
+                match &limit {
+                    Some(l) if l.value > max.value => r.refuse(
+                        format!("{at}.limits[{res}]"),
+                        forbidden(format!(
+                            "maximum {res} usage per Container is {max}, but limit is {l}"
+                        )),
+                    ),
+                    None => r.refuse(
+                        format!("{at}.limits[{res}]"),
+                        forbidden(format!(
+                            "maximum {res} usage per Container is {max}.  No limit is specified"
+                        )),
+                    ),
+                    _ => {}
+                }
+            }
+            if let (Some(ratio), Some(l), Some(q)) = (&b.max_ratio, &limit, &request)
+                && !q.value.is_zero()
+                && l.value.ratio_above(&q.value, &ratio.value)
+            {
+                r.refuse(
+                    format!("{at}.limits[{res}]"),
+                    forbidden(format!(
+                        "{res} max limit to request ratio per Container is {ratio}, but provided \
+                         ratio is above it ({l} / {q})"
+                    )),
+                );
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whether `kind` is one of this module's kinds.
+pub fn is_namespace_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "PriorityClass" | "Namespace" | "ResourceQuota" | "LimitRange"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::document::{Object, parse_documents};
+    use crate::queues::QueueSet;
+
+    fn set(yaml: &str) -> Result<QueueSet, String> {
+        let mut set = QueueSet::default();
+        for o in parse_documents(yaml, "test").map_err(|e| e.to_string())? {
+            set.apply_in(&o, "ml").map_err(|e| e.to_string())?;
+        }
+        Ok(set)
+    }
+
+    #[test]
+    fn a_priority_class_becomes_a_cadre_class_with_kubernetes_checks() {
+        let s = set("apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+globalDefault: true
+preemptionPolicy: Never
+description: for the deadline
+")
+        .unwrap();
+        let c = &s.priority_classes[0];
+        assert_eq!(c.config.value, 1000);
+        assert!(!c.config.preempting, "Never does not preempt");
+        assert_eq!(
+            s.default_priority_class().map(|c| c.config.name.as_str()),
+            Some("high")
+        );
+        let err = set("apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: system-mine}
+value: 2000000000
+preemptionPolicy: Sometimes
+")
+        .unwrap_err();
+        assert!(
+            err.contains("priority class names with 'system-' prefix are reserved"),
+            "{err}"
+        );
+        assert!(
+            err.contains("maximum allowed value of a user defined priority is 1000000000"),
+            "{err}"
+        );
+        assert!(err.contains("Unsupported value: \"Sometimes\""), "{err}");
+        let err = set("apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: a}
+value: 1
+globalDefault: true
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: b}
+value: 2
+globalDefault: true
+")
+        .unwrap_err();
+        assert!(
+            err.contains(
+                "PriorityClass a is already marked as default. Only one default can exist"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_resource_quota_limits_what_cadre_books_and_refuses_the_rest_by_key() {
+        let s = set("apiVersion: v1
+kind: ResourceQuota
+metadata: {name: team-quota}
+spec:
+  hard:
+    requests.nvidia.com/gpu: 16
+    requests.cpu: '64'
+    limits.cpu: 40500m
+    memory: 100.5Mi
+")
+        .unwrap();
+        let q = &s.resource_quotas[0];
+        assert_eq!(
+            (q.namespace.as_str(), q.name.as_str()),
+            ("ml", "team-quota")
+        );
+        assert_eq!(q.hard.gpu_milli, Some(16_000));
+        assert_eq!(
+            q.hard.cpus,
+            Some(40),
+            "the smaller, in whole cores rounded down"
+        );
+        assert_eq!(q.hard.mem_mib, Some(100));
+        assert_eq!(s.quota_config().unwrap().namespaces, s.resource_quotas);
+        let err = set("apiVersion: v1
+kind: ResourceQuota
+metadata: {name: q, namespace: t}
+spec:
+  hard: {pods: 10, nvidia.com/gpu: 2, count/jobs.batch: 3, requests.storage: 1Ti}
+  scopes: [BestEffort]
+")
+        .unwrap_err();
+        for want in [
+            "spec.hard[pods]: object counts are not enforced",
+            "spec.hard[count/jobs.batch]: object counts",
+            "spec.hard[nvidia.com/gpu]: Invalid value: an extended resource's quota is written `requests.nvidia.com/gpu`",
+            "spec.hard[requests.storage]: storage is not booked",
+            "spec.scopes: quota scopes are not supported",
+        ] {
+            assert!(err.contains(want), "{want} in {err}");
+        }
+    }
+
+    fn job(resources: &str) -> String {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: j, namespace: ml}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: i
+        command: [train]
+        resources: {resources}
+"
+        )
+    }
+
+    const RANGE: &str = "apiVersion: v1
+kind: LimitRange
+metadata: {name: bounds, namespace: ml}
+spec:
+  limits:
+  - type: Container
+    default: {cpu: '2', memory: 1Gi}
+    defaultRequest: {cpu: '1'}
+    max: {cpu: '4'}
+    min: {memory: 256Mi}
+    maxLimitRequestRatio: {cpu: '3'}
+";
+
+    fn plan(yaml: &str) -> Result<crate::Plan, String> {
+        let opts = crate::TranslateOptions::new("u", "a", "/tmp");
+        crate::plan(yaml, "test", &opts).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_limit_range_gives_defaults_and_holds_containers_to_its_bounds() {
+        // Defaults fill what the container leaves out; the range stands after the job.
+        let p = plan(&format!("{}---\n{RANGE}", job("{}"))).unwrap();
+        let spec = &p.workloads[0].spec;
+        let task = &spec.groups[0].per_task;
+        assert_eq!(
+            (task.cpus, task.mem_mib),
+            (2, 1024),
+            "the default limits are booked"
+        );
+        assert_eq!(spec.annotations["k8s.limitRanges"], "bounds");
+        // The range holds only in its namespace.
+        let other = job("{}").replace("namespace: ml", "namespace: other");
+        let p = plan(&format!("{other}---\n{RANGE}")).unwrap();
+        assert_eq!(p.workloads[0].spec.groups[0].per_task.mem_mib, 0);
+        let err = plan(&format!(
+            "{}---\n{RANGE}",
+            job("{limits: {cpu: '6', nvidia.com/gpu: 1}, requests: {memory: 100Mi}}")
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("Forbidden: maximum cpu usage per Container is 4, but limit is 6 (LimitRange `bounds`)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("minimum memory usage per Container is 256Mi, but request is 100Mi"),
+            "{err}"
+        );
+        let err = plan(&format!(
+            "{}---\n{RANGE}",
+            job("{limits: {cpu: '4'}, requests: {cpu: 500m}}")
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("cpu max limit to request ratio per Container is 3"),
+            "{err}"
+        );
+        // A maximum with no default: a container must give a limit, as in Kubernetes.
+        let gpus = RANGE.replace("max: {cpu: '4'}", "max: {cpu: '4', nvidia.com/gpu: '2'}");
+        let err = plan(&format!("{}---\n{gpus}", job("{}"))).unwrap_err();
+        assert!(
+            err.contains("maximum nvidia.com/gpu usage per Container is 2.  No limit is specified"),
+            "{err}"
+        );
+        let err = plan(
+            &format!("{}---\n{RANGE}", job("{}")).replace("max: {cpu: '4'}", "max: {cpu: '1'}"),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("default 2 must be less than or equal to max 1"),
+            "{err}"
+        );
+        let pod = RANGE.replace("type: Container", "type: Pod");
+        let err = plan(&pod).unwrap_err();
+        assert!(err.contains("`Pod` limits are not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_namespace_is_kept_with_its_labels() {
+        let s = set("apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {tier: gold}}
+")
+        .unwrap();
+        assert_eq!(s.namespaces[0].name, "team-a");
+        assert_eq!(s.namespaces[0].labels["tier"], "gold");
+        let o = parse_documents(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+            "t",
+        )
+        .unwrap();
+        assert!(matches!(o[0], Object::Namespace(_)));
+    }
+}
