@@ -175,8 +175,11 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
     let docs = document::parse_numbered(text, origin)?;
     // The file's LimitRanges hold for its workloads wherever they stand in it.
     let mut opts = opts.clone();
-    opts.limit_ranges
-        .extend(limit_ranges_of(&docs, &opts.default_namespace));
+    for l in limit_ranges_of(&docs, &opts.default_namespace) {
+        opts.limit_ranges
+            .retain(|x| !(x.namespace == l.namespace && x.name == l.name));
+        opts.limit_ranges.push(l);
+    }
     let opts = &opts;
     for (doc, object) in docs {
         let in_doc = |source: K8sError| K8sError::InDocument {

@@ -21,15 +21,21 @@
 //! CPU quotas are rounded down to whole cores and memory down to MiB, since a task's CPUs
 //! are whole cores (a 3.5-core quota holds 3 of them).
 //!
-//! A LimitRange works as Kubernetes' LimitRanger admission does, per container and per
-//! resource: a missing limit takes `default`; a missing request takes `defaultRequest`,
-//! else `default`, else the (given) limit; then the request must be at least `min`, the
-//! limit at most `max` (a container with no limit where `max` is set is refused), and
-//! limit / request at most `maxLimitRequestRatio`. The messages are Kubernetes' own.
+//! A LimitRange works as Kubernetes does, per container and per resource. The range is
+//! defaulted as the API server defaults it (a missing `default` is `max`; a missing
+//! `defaultRequest` is `default`, else `min`) and validated (min <= defaultRequest <=
+//! default <= max, a ratio of at least 1). A container's missing request is its limit
+//! (the API server's defaulting of a pod); then LimitRanger's: a missing limit takes
+//! `default`, a missing request `defaultRequest`; then the request must be at least `min`,
+//! the limit at most `max` (a container with neither limit nor default where `max` is set
+//! is refused), and limit / request at most `maxLimitRequestRatio` (a container with no
+//! limit or no request is refused when a ratio is set). The messages are Kubernetes'
+//! own, with the range's name added.
 
 use crate::error::Refusals;
 use crate::quantity::Quantity;
 use crate::queues::name_of;
+use crate::translate::is_dns_label;
 use cadre_core::policy::PriorityClassConfig;
 use cadre_core::quota::{NamespaceQuotaConfig, QuotaAmounts};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ResourceRequirements};
@@ -90,10 +96,16 @@ pub struct LimitRangeConfig {
 fn namespace_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     default_namespace: &str,
+    r: &mut Refusals,
 ) -> String {
-    meta.namespace
+    let ns = meta
+        .namespace
         .clone()
-        .unwrap_or_else(|| default_namespace.to_string())
+        .unwrap_or_else(|| default_namespace.to_string());
+    if !is_dns_label(&ns) {
+        r.refuse("metadata.namespace", format!("`{ns}` is not a DNS label"));
+    }
+    ns
 }
 
 /// Reads a PriorityClass, with Kubernetes' checks of its value and name.
@@ -226,7 +238,7 @@ pub(crate) fn read_resource_quota(
     r: &mut Refusals,
 ) -> NamespaceQuotaConfig {
     let name = name_of(&q.metadata, r);
-    let namespace = namespace_of(&q.metadata, default_namespace);
+    let namespace = namespace_of(&q.metadata, default_namespace, r);
     let mut hard = QuotaAmounts::UNLIMITED;
     let spec = q.spec.clone().unwrap_or_default();
     if spec.scopes.as_ref().is_some_and(|s| !s.is_empty()) {
@@ -292,7 +304,7 @@ pub(crate) fn read_limit_range(
     r: &mut Refusals,
 ) -> LimitRangeConfig {
     let name = name_of(&l.metadata, r);
-    let namespace = namespace_of(&l.metadata, default_namespace);
+    let namespace = namespace_of(&l.metadata, default_namespace, r);
     let mut resources: BTreeMap<String, ResourceBounds> = BTreeMap::new();
     for (i, item) in l.spec.iter().flat_map(|s| &s.limits).enumerate() {
         let at = format!("spec.limits[{i}]");
@@ -342,32 +354,50 @@ pub(crate) fn read_limit_range(
             }
         }
     }
+    // Kubernetes' defaulting of a Container item: a missing default limit is the maximum,
+    // a missing default request the default limit, else the minimum.
+    for b in resources.values_mut() {
+        if b.default.is_none() {
+            b.default = b.max.clone();
+        }
+        if b.default_request.is_none() {
+            b.default_request = b.default.clone().or_else(|| b.min.clone());
+        }
+    }
+    // Then its validation, with its messages.
     for (res, b) in &resources {
-        let path = format!("spec.limits[{res}]");
-        if let (Some(min), Some(max)) = (&b.min, &b.max)
-            && min.value > max.value
-        {
-            r.refuse(
-                path.clone(),
-                format!("Invalid value: min {min} must be less than or equal to max {max}"),
-            );
+        let at = |field: &str| format!("spec.limits.{field}[{res}]");
+        let pairs = [
+            (&b.min, &b.max, "min", "max value"),
+            (
+                &b.default_request,
+                &b.default,
+                "defaultRequest",
+                "default limit value",
+            ),
+            (&b.min, &b.default_request, "min", "default request value"),
+            (&b.default_request, &b.max, "defaultRequest", "max value"),
+            (&b.min, &b.default, "min", "default value"),
+            (&b.default, &b.max, "default", "max value"),
+        ];
+        for (low, high, field, what) in pairs {
+            if let (Some(low), Some(high)) = (low, high)
+                && low.value > high.value
+            {
+                r.refuse(
+                    at(field),
+                    format!(
+                        "Invalid value: \"{low}\": must be less than or equal to {what} {high}"
+                    ),
+                );
+            }
         }
-        if let (Some(d), Some(max)) = (&b.default, &b.max)
-            && d.value > max.value
+        if let Some(ratio) = &b.max_ratio
+            && ratio.value < Quantity::parse("1").expect("a quantity")
         {
             r.refuse(
-                path.clone(),
-                format!("Invalid value: default {d} must be less than or equal to max {max}"),
-            );
-        }
-        if let (Some(d), Some(min)) = (&b.default_request, &b.min)
-            && d.value < min.value
-        {
-            r.refuse(
-                path,
-                format!(
-                    "Invalid value: min {min} must be less than or equal to defaultRequest {d}"
-                ),
+                at("maxLimitRequestRatio"),
+                format!("Invalid value: \"{ratio}\": ratio must be greater than or equal to 1"),
             );
         }
     }
@@ -390,6 +420,19 @@ pub(crate) fn limit_container(
         return resources.cloned();
     }
     let mut out = resources.cloned().unwrap_or_default();
+    // The API server's defaulting comes first: a request left out is the limit given.
+    let given: Vec<(String, K8sQuantity)> = out
+        .limits
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let requests = out.requests.get_or_insert_with(BTreeMap::new);
+    for (res, limit) in given {
+        requests.entry(res).or_insert(limit);
+    }
+    // Then LimitRanger's: a missing limit is the default, a missing request the default
+    // request.
     for range in ranges {
         for (res, b) in &range.resources {
             let limits = out.limits.get_or_insert_with(BTreeMap::new);
@@ -398,17 +441,11 @@ pub(crate) fn limit_container(
             {
                 limits.insert(res.clone(), K8sQuantity(d.text.clone()));
             }
-            let limit = limits.get(res).cloned();
             let requests = out.requests.get_or_insert_with(BTreeMap::new);
             if !requests.contains_key(res)
-                && let Some(d) = b.default_request.as_ref().or(b.default.as_ref())
+                && let Some(d) = &b.default_request
             {
                 requests.insert(res.clone(), K8sQuantity(d.text.clone()));
-            }
-            if !requests.contains_key(res)
-                && let Some(l) = limit
-            {
-                requests.insert(res.clone(), l);
             }
         }
     }
@@ -460,17 +497,30 @@ pub(crate) fn limit_container(
                     _ => {}
                 }
             }
-            if let (Some(ratio), Some(l), Some(q)) = (&b.max_ratio, &limit, &request)
-                && !q.value.is_zero()
-                && l.value.ratio_above(&q.value, &ratio.value)
-            {
-                r.refuse(
-                    format!("{at}.limits[{res}]"),
-                    forbidden(format!(
-                        "{res} max limit to request ratio per Container is {ratio}, but provided \
-                         ratio is above it ({l} / {q})"
-                    )),
-                );
+            if let Some(ratio) = &b.max_ratio {
+                let refuse = |r: &mut Refusals, what: String| {
+                    r.refuse(
+                        format!("{at}.limits[{res}]"),
+                        forbidden(format!(
+                            "{res} max limit to request ratio per Container is {ratio}, but {what}"
+                        )),
+                    )
+                };
+                match (&limit, &request) {
+                    (None, _) => refuse(r, "no limit is specified".into()),
+                    (_, None) => refuse(r, "no request is specified or request is 0".into()),
+                    (_, Some(q)) if q.value.is_zero() => {
+                        refuse(r, "no request is specified or request is 0".into())
+                    }
+                    (Some(l), Some(q)) if l.value.ratio_above(&q.value, &ratio.value) => refuse(
+                        r,
+                        format!(
+                            "provided ratio is {:.6}",
+                            l.value.as_f64() / q.value.as_f64()
+                        ),
+                    ),
+                    _ => {}
+                }
             }
         }
     }
@@ -669,24 +719,51 @@ spec:
         ))
         .unwrap_err();
         assert!(
-            err.contains("cpu max limit to request ratio per Container is 3"),
+            err.contains(
+                "cpu max limit to request ratio per Container is 3, but provided ratio is 8.000000"
+            ),
             "{err}"
         );
-        // A maximum with no default: a container must give a limit, as in Kubernetes.
+        // A limit given is also the request (the API server's defaulting comes before the
+        // range's): 512Mi under a 1Gi default is taken as it is.
+        let p = plan(&format!("{}---\n{RANGE}", job("{limits: {memory: 512Mi}}"))).unwrap();
+        assert_eq!(p.workloads[0].spec.groups[0].per_task.mem_mib, 512);
+        // A maximum with no default is the default limit, as the API server defaults a
+        // LimitRange.
         let gpus = RANGE.replace("max: {cpu: '4'}", "max: {cpu: '4', nvidia.com/gpu: '2'}");
-        let err = plan(&format!("{}---\n{gpus}", job("{}"))).unwrap_err();
-        assert!(
-            err.contains("maximum nvidia.com/gpu usage per Container is 2.  No limit is specified"),
-            "{err}"
-        );
+        let p = plan(&format!("{}---\n{gpus}", job("{}"))).unwrap();
+        assert_eq!(p.workloads[0].spec.groups[0].per_task.gpus, 2);
+        // The range itself is checked as Kubernetes checks it.
         let err = plan(
             &format!("{}---\n{RANGE}", job("{}")).replace("max: {cpu: '4'}", "max: {cpu: '1'}"),
         )
         .unwrap_err();
         assert!(
-            err.contains("default 2 must be less than or equal to max 1"),
+            err.contains(
+                "spec.limits.default[cpu]: Invalid value: \"2\": must be less than or equal to \
+                 max value 1"
+            ),
             "{err}"
         );
+        let err = plan(&RANGE.replace(
+            "maxLimitRequestRatio: {cpu: '3'}",
+            "maxLimitRequestRatio: {cpu: 500m}",
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("ratio must be greater than or equal to 1"),
+            "{err}"
+        );
+        let err = plan(&RANGE.replace("defaultRequest: {cpu: '1'}", "defaultRequest: {cpu: '3'}"))
+            .unwrap_err();
+        assert!(
+            err.contains(
+                "Invalid value: \"3\": must be less than or equal to default limit value 2"
+            ),
+            "{err}"
+        );
+        let err = plan(&RANGE.replace("namespace: ml}", "namespace: Team A}")).unwrap_err();
+        assert!(err.contains("`Team A` is not a DNS label"), "{err}");
         let pod = RANGE.replace("type: Container", "type: Pod");
         let err = plan(&pod).unwrap_err();
         assert!(err.contains("`Pod` limits are not supported"), "{err}");

@@ -116,18 +116,22 @@ impl Quantity {
         self.num / self.den.saturating_mul(MIB)
     }
 
-    /// Whether `self / below` is above `ratio`, exactly (`below` not zero).
+    /// Whether `self / below` is above `ratio`, exactly (`below` not zero). Quantities
+    /// too precise to compare in 128 bits count as above it (a LimitRange refuses them).
     pub fn ratio_above(&self, below: &Quantity, ratio: &Quantity) -> bool {
-        // a/b / (c/d) > e/f  <=>  a*d*f > e*b*c; compared as fractions of fractions.
-        let lhs = Quantity {
-            num: self.num,
-            den: self.den,
-        };
-        let rhs = Quantity {
-            num: ratio.num.saturating_mul(below.num),
-            den: ratio.den.saturating_mul(below.den),
-        };
-        lhs > rhs
+        // self > ratio * below, with ratio * below as one fraction.
+        match (
+            ratio.num.checked_mul(below.num),
+            ratio.den.checked_mul(below.den),
+        ) {
+            (Some(num), Some(den)) => *self > Quantity { num, den },
+            _ => true,
+        }
+    }
+
+    /// The value as a float, for messages.
+    pub fn as_f64(&self) -> f64 {
+        self.num as f64 / self.den as f64
     }
 
     /// The value in MiB, rounded up (memory).

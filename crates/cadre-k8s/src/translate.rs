@@ -509,7 +509,7 @@ impl<'a> Builder<'a> {
 }
 
 /// A DNS-1123 label: what a pod's hostname part must be.
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63

@@ -498,20 +498,26 @@ fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
     }
 }
 
-/// The queue and namespace objects applied to the cluster, as one set.
-fn applied_objects(client: &mut cadre_client::Client) -> Result<cadre_k8s::QueueSet> {
+/// The LimitRanges applied to the cluster. One this client cannot read (a newer
+/// controller's) is left out, with a warning, rather than stopping every apply.
+fn applied_limit_ranges(
+    client: &mut cadre_client::Client,
+) -> Result<Vec<cadre_k8s::namespaces::LimitRangeConfig>> {
     let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
     let mut set = cadre_k8s::QueueSet::default();
-    for o in &list.objects {
-        let text = o.manifest.to_string();
-        let origin = format!("{} `{}`", o.kind, o.name);
-        let object = cadre_k8s::parse_numbered(&text, &origin)?
-            .pop()
-            .map(|(_, o)| o)
-            .with_context(|| format!("the controller's {origin} is empty"))?;
-        set.apply_in(&object, &o.namespace)?;
+    for o in list.objects.iter().filter(|o| o.kind == "LimitRange") {
+        let origin = format!("the controller's LimitRange `{}/{}`", o.namespace, o.name);
+        let read = cadre_k8s::parse_numbered(&o.manifest.to_string(), &origin)
+            .map_err(anyhow::Error::from)
+            .and_then(|mut objects| {
+                let (_, object) = objects.pop().context("no object")?;
+                Ok(set.apply_in(&object, &o.namespace)?)
+            });
+        if let Err(e) = read {
+            eprintln!("cadre: warning: {origin} is not applied here: {e:#}");
+        }
     }
-    Ok(set)
+    Ok(set.limit_ranges)
 }
 
 fn whoami(conn: &ConnectArgs, client: &mut cadre_client::Client) -> Result<String> {
@@ -557,7 +563,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             any
         }
     };
-    opts.limit_ranges = applied_objects(&mut client)?.limit_ranges;
+    opts.limit_ranges = applied_limit_ranges(&mut client)?;
     let Inputs {
         workloads,
         config_objects,
