@@ -1393,23 +1393,86 @@ fn a_deleted_queue_leaves_its_pending_jobs_waiting_with_a_reason_until_it_return
     assert_eq!(sim.reason(2), "InvalidQueue");
     let detail = sim.s.reason_detail(JobId(2)).unwrap();
     assert!(detail.contains("queue `q` does not exist"), "{detail}");
-    // New jobs naming it are refused.
-    let refused = sim.try_event(
-        Event::Submit {
-            id: JobId(3),
-            spec: Box::new(in_q(job(1, 1, 1000))),
-        },
-        12,
-    );
-    assert!(
-        matches!(&refused, Err(CoreError::InvalidJob { what, .. }) if what == "queue `q` does not exist"),
-        "{refused:?}"
-    );
-    // Back with room for both: job 1 counts in it again, and job 2 starts.
-    set_quotas(&mut sim, one_queue(12), 20);
+    // A new job naming it is taken and waits too, as Kubernetes takes a workload before
+    // its queue.
+    sim.submit(3, in_q(job(1, 1, 1000)), 12);
+    assert!(started(&sim.pass(12)).is_empty());
+    assert_eq!(sim.pending_reason(3), PendingReason::InvalidQueue);
+    // Back with room for both: job 1 counts in it again, and jobs 2 and 3 start.
+    set_quotas(&mut sim, one_queue(13), 20);
     let q = sim.s.quota().queue_ix("q").unwrap();
     assert_eq!(sim.s.quota().used(q).gpu_milli, 8000);
-    assert_eq!(started(&sim.pass(21)), [2]);
+    assert_eq!(started(&sim.pass(21)), [2, 3]);
+}
+
+#[test]
+fn a_pending_job_routed_to_its_queue_takes_the_queue_and_the_node_labels() {
+    let mut policy = plain();
+    policy.quotas = one_queue(4);
+    let cluster = load(
+        r#"
+version = 1
+name = "pools"
+
+[[shape]]
+name = "g8"
+cores = 16
+memory = "64G"
+gpus = 8
+gpu_model = "h100"
+gpu_memory = "80G"
+
+[[nodes]]
+names = "a1"
+shape = "g8"
+labels = { pool = "a" }
+
+[[nodes]]
+names = "b1"
+shape = "g8"
+labels = { pool = "b" }
+
+[[partition]]
+name = "all"
+nodes = "ALL"
+default = true
+"#,
+    );
+    let mut sim = Sim::new(cluster, policy);
+    // Waiting in a queue that no quota has (a LocalQueue not yet applied).
+    sim.submit(
+        1,
+        with(job(1, 2, 1000), |s| s.queue = Some("ns/lq".into())),
+        0,
+    );
+    assert!(started(&sim.pass(0)).is_empty());
+    assert_eq!(sim.pending_reason(1), PendingReason::InvalidQueue);
+    sim.event(
+        Event::Route {
+            id: JobId(1),
+            queue: Some("q".into()),
+            node_selector: vec![("pool".into(), "b".into())],
+        },
+        1,
+    );
+    assert_eq!(started(&sim.pass(1)), [1]);
+    assert_eq!(sim.nodes_of(1), [1], "on the flavor's nodes");
+    let q = sim.s.quota().queue_ix("q").unwrap();
+    assert_eq!(
+        sim.s.quota().used(q).gpu_milli,
+        2000,
+        "counted in its queue"
+    );
+    // Only a pending job is routed.
+    let refused = sim.try_event(
+        Event::Route {
+            id: JobId(1),
+            queue: None,
+            node_selector: vec![],
+        },
+        2,
+    );
+    assert!(refused.is_err(), "{refused:?}");
 }
 
 #[test]
@@ -1974,10 +2037,6 @@ fn invalid_submissions_are_refused_with_what_is_wrong() {
                 s.dependencies = vec![dep(DependencyKind::AfterOk, 42)]
             }),
             "job 2 is invalid: dependency on job 42, which does not exist",
-        ),
-        (
-            with(job(1, 1, 100), |s| s.queue = Some("nope".into())),
-            "job 2 is invalid: queue `nope` does not exist",
         ),
     ];
     for (spec, msg) in cases {

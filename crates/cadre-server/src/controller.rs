@@ -44,7 +44,7 @@ pub(crate) use steps::{StepJob, step_view};
 use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::authority::check_spec_change;
-use crate::queues::{QueueObjects, route_job};
+use crate::queues::{QueueObjects, route_job, waiting_for_local_queue, waiting_routes};
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_core::hostlist;
@@ -456,7 +456,6 @@ pub(crate) fn core_error(e: CoreError) -> ApiError {
                 Refusal::UnknownPriorityClass { subject } => {
                     (ErrorReason::UnknownPriorityClass, Some(subject))
                 }
-                Refusal::UnknownQueue { subject } => (ErrorReason::UnknownQueue, Some(subject)),
                 Refusal::DependencyNotFound { subject } => {
                     (ErrorReason::DependencyNotFound, Some(subject))
                 }
@@ -1296,12 +1295,53 @@ impl Controller {
             )
             .map_err(core_error)?;
         self.apply(c, decisions, now);
+        self.route_waiting(now);
         tracing::info!(
             objects = self.queue_objects.records().len(),
             "queue objects changed: quotas replaced"
         );
         self.dirty = true;
         Ok(response)
+    }
+
+    /// Routes the pending jobs that waited for their Kueue LocalQueue (or its ClusterQueue),
+    /// now that the queue objects route them: their specs get the ClusterQueue and the
+    /// flavor's node labels, committed with the change. One whose node selector clashes
+    /// with the flavor's labels stays waiting, with an event saying why.
+    fn route_waiting(&mut self, now: Time) {
+        for (id, route) in waiting_routes(&self.queue_objects, self.sched.jobs()) {
+            let (queue, node_selector) = match route {
+                Ok(r) => r,
+                Err(e) => {
+                    self.event(id, now, "Inadmissible", true, e);
+                    continue;
+                }
+            };
+            let routed = self.sched.handle(
+                Event::Route {
+                    id,
+                    queue: Some(queue.clone()),
+                    node_selector,
+                },
+                now,
+            );
+            match routed {
+                Ok(_) => {
+                    if let Some(job) = self.sched.job(id) {
+                        self.tx.specs.push((id, job.spec.clone()));
+                    }
+                    self.event(
+                        id,
+                        now,
+                        "Routed",
+                        false,
+                        format!("its LocalQueue is applied: routed to ClusterQueue {queue}"),
+                    );
+                    self.note_change(id, now);
+                }
+                Err(e) => self.event(id, now, "Inadmissible", true, core_error(e).message),
+            }
+        }
     }
 
     fn node_action(
@@ -2102,18 +2142,23 @@ impl Controller {
             }
         }
         for (id, reason) in new {
-            let message = match self.sched.reason_detail(id) {
-                Some(detail) => format!("{reason}: {detail}"),
-                None => match &reason {
-                    PendingReason::Resources => {
-                        "Resources: not enough free resources for the whole gang now".into()
-                    }
-                    PendingReason::BadConstraints => {
-                        "BadConstraints: it can never run on this cluster as asked".into()
-                    }
-                    PendingReason::InvalidQueue => "InvalidQueue: its queue does not exist".into(),
-                    other => other.to_string(),
-                },
+            let waiting = self
+                .sched
+                .job(id)
+                .and_then(|j| waiting_for_local_queue(&self.queue_objects, &j.spec));
+            let message = match (waiting, self.sched.reason_detail(id), &reason) {
+                (Some(why), _, _) => format!("{reason}: {why}"),
+                (None, Some(detail), _) => format!("{reason}: {detail}"),
+                (None, None, PendingReason::Resources) => {
+                    "Resources: not enough free resources for the whole gang now".into()
+                }
+                (None, None, PendingReason::BadConstraints) => {
+                    "BadConstraints: it can never run on this cluster as asked".into()
+                }
+                (None, None, PendingReason::InvalidQueue) => {
+                    "InvalidQueue: its queue does not exist".into()
+                }
+                (None, None, other) => other.to_string(),
             };
             self.event(id, now, "Pending", true, message);
             self.recorded_reason.insert(id, reason);

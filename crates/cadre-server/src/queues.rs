@@ -347,9 +347,62 @@ pub fn route_job(
     let Some(local) = spec.annotations.get(LOCAL_QUEUE_ANNOTATION).cloned() else {
         return Ok(());
     };
-    let (queue, labels) = objects.route(&local)?;
+    match route_local(objects, &local, &spec.node_selector)? {
+        Some((queue, node_selector)) => {
+            spec.queue = Some(queue);
+            spec.node_selector = node_selector;
+        }
+        // Waits, in a queue of the LocalQueue's own name, which no queue can have (`/` is
+        // in no Kubernetes name), until the LocalQueue is applied ([`waiting_routes`]).
+        None => spec.queue = Some(local),
+    }
+    Ok(())
+}
+
+/// Whether a job is waiting for its Kueue LocalQueue (or the ClusterQueue it feeds) to be
+/// applied, and why: Kubernetes' `Inadmissible` condition.
+pub fn waiting_for_local_queue(
+    objects: &QueueObjects,
+    spec: &cadre_core::job::JobSpec,
+) -> Option<String> {
+    let local = spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
+    if spec.queue.as_ref() != Some(local) {
+        return None;
+    }
+    let (namespace, name) = local.split_once('/')?;
+    let route = objects.set.route(&QueueRef::Kueue {
+        namespace: namespace.to_string(),
+        local_queue: name.to_string(),
+    });
+    Some(match route {
+        Err(e) => format!("Inadmissible: {e}"),
+        Ok(_) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
+    })
+}
+
+/// A job's queue and node selector.
+pub type Route = (String, Vec<(String, String)>);
+
+/// The queue and node selector a job labelled for LocalQueue `local` (`namespace/name`)
+/// gets: its ClusterQueue, and `selector` with the flavor's node labels (a label the job
+/// selects otherwise is an error). `None`: the LocalQueue, or the ClusterQueue it feeds,
+/// is not applied (yet).
+fn route_local(
+    objects: &QueueObjects,
+    local: &str,
+    selector: &[(String, String)],
+) -> Result<Option<Route>, String> {
+    if !local.contains('/') {
+        return Err(format!(
+            "annotation {LOCAL_QUEUE_ANNOTATION} `{local}` is not namespace/name"
+        ));
+    }
+    let Ok((queue, labels)) = objects.route(local) else {
+        return Ok(None);
+    };
+    let mut selector = selector.to_vec();
     for (k, v) in labels {
-        match spec.node_selector.iter().find(|(x, _)| *x == k) {
+        match selector.iter().find(|(x, _)| *x == k) {
             Some((_, mine)) if *mine != v => {
                 return Err(format!(
                     "the job selects nodes with {k}={mine}, but its ClusterQueue `{queue}`'s \
@@ -357,11 +410,30 @@ pub fn route_job(
                 ));
             }
             Some(_) => {}
-            None => spec.node_selector.push((k, v)),
+            None => selector.push((k, v)),
         }
     }
-    spec.queue = Some(queue);
-    Ok(())
+    Ok(Some((queue, selector)))
+}
+
+/// The pending jobs waiting for their LocalQueue that `objects` now route, each with its
+/// queue and node selector (for `Event::Route`); a job whose selector clashes with its
+/// flavor's labels stays waiting, with the reason.
+pub fn waiting_routes<'a>(
+    objects: &QueueObjects,
+    jobs: impl Iterator<Item = &'a cadre_core::scheduler::Job>,
+) -> Vec<(cadre_core::job::JobId, Result<Route, String>)> {
+    jobs.filter(|j| j.state == cadre_core::job::JobState::Pending)
+        .filter(|j| waiting_for_local_queue(objects, &j.spec).is_some())
+        .filter_map(|j| {
+            let local = j.spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
+            match route_local(objects, local, &j.spec.node_selector) {
+                Ok(Some(route)) => Some((j.id, Ok(route))),
+                Ok(None) => None,
+                Err(e) => Some((j.id, Err(e))),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -689,11 +761,14 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         other
             .annotations
             .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
-        let err = route_job(&objects, &mut other).unwrap_err();
-        assert!(
-            err.contains("LocalQueue `lq` does not exist in namespace `ml`"),
-            "{err}"
+        // Its LocalQueue is not applied: it waits, in a queue of the LocalQueue's name.
+        route_job(&objects, &mut other).unwrap();
+        assert_eq!(other.queue.as_deref(), Some("ml/lq"));
+        assert_eq!(
+            waiting_for_local_queue(&objects, &other).as_deref(),
+            Some("Inadmissible: LocalQueue `lq` does not exist in namespace `ml`")
         );
+        assert_eq!(waiting_for_local_queue(&objects, &spec), None);
         let mut clash = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
         clash
             .annotations

@@ -814,21 +814,29 @@ fn kueue_and_volcano_queue_objects_applied_change_what_is_admitted() {
         "clusterqueue.kueue.x-k8s.io/cq deleted"
     );
     c.wait_for(d, "PENDING", Some("InvalidQueue"));
-    let out = c.run_with(&["apply", "-f", "-"], Some(&queued_job("e")));
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    // A new workload for it is taken and waits, saying why, as Kueue's would.
+    let e = c.apply(&queued_job("e"));
+    c.wait_for(e, "PENDING", Some("InvalidQueue"));
+    let described = c.ok(&["describe", "job", "e"]);
     assert!(
-        err.contains(
-            "LocalQueue `default/user-queue` feeds ClusterQueue `cq`, which does not exist"
+        described.contains(
+            "Inadmissible: LocalQueue `default/user-queue` feeds ClusterQueue `cq`, which does \
+             not exist"
         ),
-        "{err}"
+        "{described}"
     );
-    for j in ["a", "b", "d"] {
+    for j in ["a", "b", "d", "e"] {
         c.go(j);
     }
     assert_eq!(c.wait(a), "COMPLETED");
     c.apply_queues(&kueue_queues(1));
     assert_eq!(c.wait(d), "COMPLETED");
+    assert_eq!(c.wait(e), "COMPLETED");
+    let described = c.ok(&["describe", "job", "e"]);
+    assert!(
+        described.contains("routed to ClusterQueue cq") && described.contains("Queue:        cq"),
+        "{described}"
+    );
 
     // A Volcano Queue's capability: the second job waits until it is raised.
     let vq = |cap: u32| {
@@ -840,21 +848,13 @@ spec: {{weight: 1, capability: {{cpu: {cap}}}}}
 "
         )
     };
-    let out = c.run_with(&["apply", "-f", "-"], Some(&volcano_queued_job("v1")));
-    assert!(
-        !out.status.success(),
-        "a job naming a queue that is not applied is refused"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("queue `vq` does not exist"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A job naming a queue not applied yet waits for it.
+    let v1 = c.apply(&volcano_queued_job("v1"));
+    c.wait_for(v1, "PENDING", Some("InvalidQueue"));
     assert_eq!(
         c.apply_queues(&vq(1)).trim(),
         "queue.scheduling.volcano.sh/vq created"
     );
-    let v1 = c.apply(&volcano_queued_job("v1"));
     c.wait_for(v1, "RUNNING", None);
     let v2 = c.apply(&volcano_queued_job("v2"));
     c.wait_for(v2, "PENDING", Some("QOSGrpCpuLimit"));
@@ -864,6 +864,40 @@ spec: {{weight: 1, capability: {{cpu: {cap}}}}}
     c.go("v2");
     assert_eq!(c.wait(v1), "COMPLETED");
     assert_eq!(c.wait(v2), "COMPLETED");
+}
+
+#[test]
+fn a_workload_applied_before_its_local_queue_waits_and_starts_once_it_is_applied() {
+    let c = Cluster::up(1);
+    let early = c.apply(&queued_job("early"));
+    c.wait_for(early, "PENDING", Some("InvalidQueue"));
+    let described = c.ok(&["describe", "job", "early"]);
+    assert!(
+        described.contains(
+            "InvalidQueue: Inadmissible: LocalQueue `user-queue` does not exist in namespace \
+             `default`"
+        ),
+        "{described}"
+    );
+    // The queue objects with a quota of one CPU: the workload is routed to its ClusterQueue
+    // and counted there, and the route is kept across a restart.
+    c.apply_queues(&kueue_queues(1));
+    c.wait_for(early, "RUNNING", None);
+    let late = c.apply(&queued_job("late"));
+    c.wait_for(late, "PENDING", Some("QOSGrpCpuLimit"));
+    c.kill_controller();
+    c.ok(&["up", "--detach", "--nodes", "1"]);
+    c.wait_for(late, "PENDING", Some("QOSGrpCpuLimit"));
+    let described = c.ok(&["describe", "job", "early"]);
+    assert!(
+        described.contains("Queue:        cq")
+            && described.contains("its LocalQueue is applied: routed to ClusterQueue cq"),
+        "{described}"
+    );
+    c.go("early");
+    c.go("late");
+    assert_eq!(c.wait(early), "COMPLETED");
+    assert_eq!(c.wait(late), "COMPLETED");
 }
 
 #[test]

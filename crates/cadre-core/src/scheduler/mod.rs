@@ -73,7 +73,8 @@
 //! - a running gang whose queue is gone counts as a job naming no queue (its account's
 //!   queue, if the configuration maps its account to one; else only account limits);
 //! - a pending job whose queue is gone stays pending with [`PendingReason::InvalidQueue`]
-//!   until a queue of that name comes back; new jobs naming it are refused;
+//!   until a queue of that name comes back; so does a new job naming a queue not yet
+//!   there (Kubernetes takes objects in any order);
 //! - the counts are exact after the replacement ([`QuotaBook::check_counts`]), and the
 //!   limits are an invariant again once no gang is counted above them.
 
@@ -173,6 +174,13 @@ pub enum Event {
     /// with. Refused, changing nothing, when a name is given twice or is the policy's, or
     /// when a job that has not ended names a class the new set leaves out.
     SetPriorityClasses { classes: Vec<PriorityClassConfig> },
+    /// A pending job is routed to `queue` with these node labels (the spec's own
+    /// replaced): a Kubernetes workload that waited for its LocalQueue, once it exists.
+    Route {
+        id: JobId,
+        queue: Option<String>,
+        node_selector: Vec<(String, String)>,
+    },
 }
 
 /// Why the scheduler asks the executor to stop a job.
@@ -266,9 +274,6 @@ pub enum Refusal {
     UnknownPriorityClass {
         subject: String,
     },
-    UnknownQueue {
-        subject: String,
-    },
     DependencyNotFound {
         subject: String,
     },
@@ -277,13 +282,6 @@ pub enum Refusal {
     /// The cluster or policy cannot take it (a configuration, usage or allocation that
     /// does not fit).
     Policy,
-}
-
-/// Whether a job comes in new or is brought back after a restart.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Submission {
-    New,
-    Restored,
 }
 
 /// The queue a spec names in `book`, and whether it names one `book` does not have.
@@ -626,16 +624,14 @@ impl Scheduler {
     /// next [`Scheduler::schedule`]. A refused event changes nothing.
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
         match event {
-            Event::Submit { id, spec } => self
-                .submit(id, *spec, now, Submission::New)
-                .map(|()| Vec::new()),
+            Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
             Event::RestorePending {
                 id,
                 spec,
                 requeues,
                 hold,
             } => {
-                self.submit(id, *spec, now, Submission::Restored)?;
+                self.submit(id, *spec, now)?;
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.requeues = requeues;
                 job.hold = hold;
@@ -702,6 +698,32 @@ impl Scheduler {
                 self.runtime_classes = classes;
                 Ok(Vec::new())
             }
+            Event::Route {
+                id,
+                queue,
+                node_selector,
+            } => {
+                let job = self.pending_job_mut(id, "only a pending job can be routed")?;
+                let mut spec = job.spec.clone();
+                spec.queue = queue;
+                spec.node_selector = node_selector;
+                validate_spec(&spec).map_err(|what| CoreError::InvalidJob {
+                    id,
+                    refusal: Refusal::Spec,
+                    what,
+                })?;
+                let (queue, queue_missing) = queue_of(&self.quota, &spec);
+                let next_shape = self.shapes.len() as u32;
+                let partition = self.jobs[&id].partition;
+                let shape = *self
+                    .shapes
+                    .entry(ShapeKey::of(partition, &spec))
+                    .or_insert(next_shape);
+                let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+                (job.spec, job.queue, job.queue_missing, job.shape) =
+                    (spec, queue, queue_missing, shape);
+                Ok(Vec::new())
+            }
         }
     }
 
@@ -721,7 +743,7 @@ impl Scheduler {
     /// controller asks before it commits a submission, so that it never acknowledges a job
     /// the scheduler would then refuse. `id` only names the job in the error.
     pub fn validate(&self, id: JobId, spec: &JobSpec) -> Result<(), CoreError> {
-        self.admission(id, spec, Submission::New)?;
+        self.admission(id, spec)?;
         if self.fairshare.assoc(&spec.user, &spec.account).is_none()
             && !self.policy.auto_associations
         {
@@ -738,15 +760,10 @@ impl Scheduler {
     }
 
     /// The checks of a submission that read but do not change the scheduler, and what they
-    /// resolve: the partition, QOS factor, priority class and queue. A new job naming a
-    /// queue that does not exist is refused; a restored one is taken, marked
-    /// `queue_missing` (its queue was deleted while the controller was down).
-    fn admission(
-        &self,
-        id: JobId,
-        spec: &JobSpec,
-        how: Submission,
-    ) -> Result<Admission, CoreError> {
+    /// resolve: the partition, QOS factor, priority class and queue. A job naming a queue
+    /// that does not exist is taken, marked `queue_missing`: it waits for the queue (a new
+    /// one applied before its queue, or one whose queue was deleted).
+    fn admission(&self, id: JobId, spec: &JobSpec) -> Result<Admission, CoreError> {
         if self.jobs.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(CoreError::DuplicateJob(id));
         }
@@ -812,16 +829,9 @@ impl Scheduler {
                 }
             }
         }
+        // A job naming a queue that does not exist (yet) is taken and waits for it, as
+        // Kubernetes takes objects in any order.
         let (queue, queue_missing) = queue_of(&self.quota, spec);
-        if queue_missing && how == Submission::New {
-            let name = spec.queue.as_deref().unwrap_or_default();
-            return Err(refused(
-                Refusal::UnknownQueue {
-                    subject: name.to_string(),
-                },
-                format!("queue `{name}` does not exist"),
-            ));
-        }
         Ok(Admission {
             partition,
             qos_factor,
@@ -832,14 +842,8 @@ impl Scheduler {
         })
     }
 
-    fn submit(
-        &mut self,
-        id: JobId,
-        spec: JobSpec,
-        now: Time,
-        how: Submission,
-    ) -> Result<(), CoreError> {
-        let job = self.prepare(id, spec, now, how)?;
+    fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+        let job = self.prepare(id, spec, now)?;
         self.record_workload(&job.spec);
         self.jobs.insert(id, job);
         self.pending.insert(id);
@@ -859,13 +863,7 @@ impl Scheduler {
     /// Checks a new job against the cluster and policy and builds it, pending. Nothing
     /// changes on error; on success only its association may have been created (with
     /// `auto_associations`) and its shape interned.
-    fn prepare(
-        &mut self,
-        id: JobId,
-        spec: JobSpec,
-        now: Time,
-        how: Submission,
-    ) -> Result<Job, CoreError> {
+    fn prepare(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<Job, CoreError> {
         let Admission {
             partition,
             qos_factor,
@@ -873,7 +871,7 @@ impl Scheduler {
             class_preempting,
             queue,
             queue_missing,
-        } = self.admission(id, &spec, how)?;
+        } = self.admission(id, &spec)?;
         let invalid = |what: String| CoreError::InvalidJob {
             id,
             refusal: Refusal::Spec,
@@ -978,7 +976,7 @@ impl Scheduler {
             .restore(id, &alloc)
             .map_err(|source| CoreError::Booking { id, source })?;
         self.cluster.release(id, &alloc);
-        let mut job = self.prepare(id, spec, now, Submission::Restored)?;
+        let mut job = self.prepare(id, spec, now)?;
         job.requeues = requeues;
         job.hold = None;
         job.eligible_since = None;
@@ -1107,8 +1105,7 @@ impl Scheduler {
         }
         match &job.reason {
             PendingReason::InvalidQueue => Some(format!(
-                "queue `{}` does not exist (it was deleted after the job was submitted); the \
-                 job waits until a queue of that name is applied again",
+                "queue `{}` does not exist; the job waits until a queue of that name is applied",
                 job.spec.queue.as_deref().unwrap_or_default()
             )),
             PendingReason::Limit(_) => self

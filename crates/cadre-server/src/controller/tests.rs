@@ -1090,12 +1090,13 @@ fn restart_recovery_from_a_store_snapshot() {
 fn a_dry_run_checks_a_job_exactly_as_its_submission_and_commits_nothing() {
     let mut h = Harness::new(1);
     h.connect_all();
-    // A job sent through a LocalQueue that does not exist: the submission refuses it in
-    // its routing, and so does the dry run (which once skipped the routing and said yes).
+    // A job whose LocalQueue annotation is not namespace/name: the submission refuses it
+    // in its routing, and so does the dry run (which once skipped the routing and said
+    // yes).
     let mut lost = gpu_job(1);
     lost.annotations.insert(
         crate::queues::LOCAL_QUEUE_ANNOTATION.into(),
-        "default/nowhere".into(),
+        "nowhere".into(),
     );
     let answers = |h: &mut Harness, spec: JobSpec, dry_run: bool| {
         let reply = h.reply_to();
@@ -1127,7 +1128,7 @@ fn a_dry_run_checks_a_job_exactly_as_its_submission_and_commits_nothing() {
     );
     assert!(
         real.as_ref()
-            .is_err_and(|e| e.contains("LocalQueue `nowhere` does not exist")),
+            .is_err_and(|e| e.contains("`nowhere` is not namespace/name")),
         "{real:?}"
     );
     let (dry, committed) = answers(&mut h, gpu_job(1), true);
