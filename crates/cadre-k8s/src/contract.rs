@@ -307,6 +307,50 @@ impl Selector {
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|r| r.matches(labels))
     }
+
+    /// A Kubernetes `LabelSelector` object (`matchLabels`, `matchExpressions` with `In`,
+    /// `NotIn`, `Exists`, `DoesNotExist`); an empty one selects everything. The error says
+    /// which expression is malformed.
+    pub fn of_label_selector(
+        sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> Result<Selector, String> {
+        let mut reqs = Vec::new();
+        for (k, v) in sel.match_labels.iter().flatten() {
+            if !is_label_key(k) || !is_label_value(v) {
+                return Err(format!("matchLabels `{k}: {v}` is not a label"));
+            }
+            reqs.push(Requirement::Equals(k.clone(), v.clone()));
+        }
+        for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+            let at = format!("matchExpressions[{i}]");
+            let values = e.values.clone().unwrap_or_default();
+            if !is_label_key(&e.key) {
+                return Err(format!("{at}.key `{}` is not a label key", e.key));
+            }
+            let with_values = |values: Vec<String>| {
+                if values.is_empty() {
+                    Err(format!("{at}.values: operator {} needs values", e.operator))
+                } else {
+                    Ok(values)
+                }
+            };
+            reqs.push(match e.operator.as_str() {
+                "In" => Requirement::In(e.key.clone(), with_values(values)?),
+                "NotIn" => Requirement::NotIn(e.key.clone(), with_values(values)?),
+                "Exists" if values.is_empty() => Requirement::Exists(e.key.clone()),
+                "DoesNotExist" if values.is_empty() => Requirement::Absent(e.key.clone()),
+                "Exists" | "DoesNotExist" => {
+                    return Err(format!("{at}.values: operator {} takes none", e.operator));
+                }
+                other => {
+                    return Err(format!(
+                        "{at}.operator: `{other}` is not In, NotIn, Exists or DoesNotExist"
+                    ));
+                }
+            });
+        }
+        Ok(Selector(reqs))
+    }
 }
 
 fn is_label_key(k: &str) -> bool {

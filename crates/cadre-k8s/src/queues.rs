@@ -15,7 +15,8 @@
 //! | | `cohort` (v1beta1), `cohortName` (v1beta2) | `cohort` (flat) |
 //! | | `fairSharing.weight` | `weight` |
 //! | | one flavor in all groups | the flavor's `nodeLabels` select the queue's nodes |
-//! | | several flavors, `StrictFIFO`, admission checks, stop policies, per-queue preemption, admission fair sharing, a non-empty `namespaceSelector` | refused |
+//! | | `namespaceSelector` | the namespaces (by their Namespace objects' labels) whose workloads it admits |
+//! | | several flavors, `StrictFIFO`, admission checks, stop policies, per-queue preemption, admission fair sharing | refused |
 //! | Volcano Queue | `weight` | `weight` |
 //! | | `capability` | `capability` |
 //! | | `deserved` | `nominal`, in the implicit cohort `volcano` of all Volcano queues that have one (idle deserved capacity is lent and reclaimed, as Volcano's capacity plugin does) |
@@ -30,6 +31,7 @@
 //! holds between the objects (a ClusterQueue's ResourceFlavor must be applied:
 //! [`QueueSet::check_references`]).
 
+use crate::contract::Selector;
 use crate::crd::ResourceList;
 use crate::crd::kueue::{ClusterQueue, LocalQueue, ResourceFlavor, Topology};
 use crate::crd::volcano::VolcanoQueue;
@@ -101,6 +103,9 @@ pub struct K8sQueue {
     pub flavor: Option<String>,
     /// `ClusterQueue` or `Queue (scheduling.volcano.sh)`.
     pub source: &'static str,
+    /// A ClusterQueue's `namespaceSelector`: the namespaces whose LocalQueues' workloads it
+    /// admits (matched against their Namespace objects' labels); `None`: every namespace.
+    pub namespace_selector: Option<Selector>,
 }
 
 /// A LocalQueue: the queue name a namespace's jobs give, and the ClusterQueue it feeds.
@@ -227,7 +232,7 @@ impl QueueSet {
                 self.topologies.insert(name, levels);
             }
             Object::LocalQueue(q) => {
-                let route = read_local_queue(q, &mut r);
+                let route = read_local_queue(q, default_namespace, &mut r);
                 r.finish(&describe, ())?;
                 self.local_queues
                     .retain(|x| !(x.namespace == route.namespace && x.name == route.name));
@@ -339,21 +344,42 @@ impl QueueSet {
                             "LocalQueue `{local_queue}` does not exist in namespace `{namespace}`"
                         ))
                     })?;
-                if self
+                let Some(cq) = self
                     .queues
                     .iter()
-                    .any(|q| q.config.name == route.cluster_queue)
-                {
-                    Ok(route.cluster_queue.clone())
-                } else {
-                    Err(err(format!(
+                    .find(|q| q.config.name == route.cluster_queue)
+                else {
+                    return Err(err(format!(
                         "LocalQueue `{namespace}/{local_queue}` feeds ClusterQueue `{}`, which \
                          does not exist",
                         route.cluster_queue
-                    )))
+                    )));
+                };
+                if let Some(sel) = &cq.namespace_selector
+                    && !sel.matches(&self.namespace_labels(namespace))
+                {
+                    return Err(err(format!(
+                        "namespace `{namespace}` does not match the namespaceSelector of \
+                         ClusterQueue `{}` (its Namespace object's labels)",
+                        route.cluster_queue
+                    )));
                 }
+                Ok(route.cluster_queue.clone())
             }
         }
+    }
+
+    /// A namespace's labels, as selectors see them: its Namespace object's, and the
+    /// `kubernetes.io/metadata.name` Kubernetes gives every namespace.
+    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        let mut labels = self
+            .namespaces
+            .iter()
+            .find(|n| n.name == namespace)
+            .map(|n| n.labels.clone())
+            .unwrap_or_default();
+        labels.insert("kubernetes.io/metadata.name".into(), namespace.to_string());
+        labels
     }
 
     /// The PriorityClass every workload that names none gets (`globalDefault: true`).
@@ -469,7 +495,7 @@ fn read_topology(t: &Topology, r: &mut Refusals) -> (String, Vec<String>) {
     (name, levels)
 }
 
-fn read_local_queue(q: &LocalQueue, r: &mut Refusals) -> LocalQueueRoute {
+fn read_local_queue(q: &LocalQueue, default_namespace: &str, r: &mut Refusals) -> LocalQueueRoute {
     refuse_scheduler_annotations(&q.metadata, r);
     let name = name_of(&q.metadata, r);
     if q.spec.fair_sharing.is_some() {
@@ -491,7 +517,7 @@ fn read_local_queue(q: &LocalQueue, r: &mut Refusals) -> LocalQueueRoute {
             .metadata
             .namespace
             .clone()
-            .unwrap_or_else(|| "default".into()),
+            .unwrap_or_else(|| default_namespace.to_string()),
         name,
         cluster_queue,
     }
@@ -524,18 +550,18 @@ fn read_cluster_queue(q: &ClusterQueue, r: &mut Refusals) -> K8sQueue {
              backfill (strict order is the whole cluster's policy setting `strict_order`)",
         );
     }
-    if let Some(sel) = &s.namespace_selector
-        && (sel.match_labels.as_ref().is_some_and(|m| !m.is_empty())
-            || sel
-                .match_expressions
-                .as_ref()
-                .is_some_and(|m| !m.is_empty()))
+    let namespace_selector = match s
+        .namespace_selector
+        .as_ref()
+        .map(Selector::of_label_selector)
     {
-        r.refuse(
-            "spec.namespaceSelector",
-            "restricting a queue to namespaces is not supported (use {} for all)",
-        );
-    }
+        None => None,
+        Some(Ok(sel)) => Some(sel),
+        Some(Err(e)) => {
+            r.refuse("spec.namespaceSelector", e);
+            None
+        }
+    };
     if let Some(p) = &s.preemption {
         if p.reclaim_within_cohort
             .as_deref()
@@ -662,6 +688,7 @@ fn read_cluster_queue(q: &ClusterQueue, r: &mut Refusals) -> K8sQueue {
         },
         flavor,
         source: "ClusterQueue",
+        namespace_selector,
     }
 }
 
@@ -762,5 +789,6 @@ fn read_volcano_queue(q: &VolcanoQueue, r: &mut Refusals) -> K8sQueue {
         },
         flavor: None,
         source: "Queue (scheduling.volcano.sh)",
+        namespace_selector: None,
     }
 }

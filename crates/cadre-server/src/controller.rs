@@ -1309,7 +1309,12 @@ impl Controller {
     /// flavor's node labels, committed with the change. One whose node selector clashes
     /// with the flavor's labels stays waiting, with an event saying why.
     fn route_waiting(&mut self, now: Time) {
-        for (id, route) in waiting_routes(&self.queue_objects, self.sched.jobs()) {
+        let pending = self
+            .sched
+            .jobs()
+            .filter(|j| j.state == JobState::Pending)
+            .map(|j| (j.id, &j.spec));
+        for (id, route) in waiting_routes(&self.queue_objects, pending) {
             let (queue, node_selector) = match route {
                 Ok(r) => r,
                 Err(e) => {

@@ -416,21 +416,21 @@ fn route_local(
     Ok(Some((queue, selector)))
 }
 
-/// The pending jobs waiting for their LocalQueue that `objects` now route, each with its
-/// queue and node selector (for `Event::Route`); a job whose selector clashes with its
-/// flavor's labels stays waiting, with the reason.
+/// Of `pending` jobs, those waiting for their LocalQueue that `objects` now route, each
+/// with its queue and node selector (for `Event::Route`); a job whose selector clashes
+/// with its flavor's labels stays waiting, with the reason.
 pub fn waiting_routes<'a>(
     objects: &QueueObjects,
-    jobs: impl Iterator<Item = &'a cadre_core::scheduler::Job>,
+    pending: impl Iterator<Item = (cadre_core::job::JobId, &'a cadre_core::job::JobSpec)>,
 ) -> Vec<(cadre_core::job::JobId, Result<Route, String>)> {
-    jobs.filter(|j| j.state == cadre_core::job::JobState::Pending)
-        .filter(|j| waiting_for_local_queue(objects, &j.spec).is_some())
-        .filter_map(|j| {
-            let local = j.spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
-            match route_local(objects, local, &j.spec.node_selector) {
-                Ok(Some(route)) => Some((j.id, Ok(route))),
+    pending
+        .filter(|(_, spec)| waiting_for_local_queue(objects, spec).is_some())
+        .filter_map(|(id, spec)| {
+            let local = spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
+            match route_local(objects, local, &spec.node_selector) {
+                Ok(Some(route)) => Some((id, Ok(route))),
                 Ok(None) => None,
-                Err(e) => Some((j.id, Err(e))),
+                Err(e) => Some((id, Err(e))),
             }
         })
         .collect()
@@ -439,7 +439,7 @@ pub fn waiting_routes<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cadre_core::job::JobSpec;
+    use cadre_core::job::{JobId, JobSpec};
     use cadre_core::quota::{QueueConfig, QuotaAmounts};
     use cadre_core::resources::TaskResources;
     use cadre_core::time::{Dur, Time};
@@ -738,6 +738,76 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         let mut slurm = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
         route_job(&objects, &mut slurm).unwrap();
         assert_eq!(slurm.priority_class, None);
+    }
+
+    #[test]
+    fn a_cluster_queue_s_namespace_selector_admits_by_the_namespace_s_labels() {
+        let selective = cq(4).replace(
+            "spec:\n",
+            "spec:\n  namespaceSelector: {matchLabels: {team: a}}\n",
+        );
+        let objects = QueueObjects::new(QuotaConfig::default())
+            .change(
+                &json(&format!("{FLAVOR}---\n{selective}---\n{LQ}")),
+                &[],
+                "ml",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        spec.annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
+        route_job(&objects, &mut spec).unwrap();
+        assert_eq!(spec.queue.as_deref(), Some("ml/lq"), "waits");
+        let why = waiting_for_local_queue(&objects, &spec).unwrap();
+        assert!(
+            why.contains(
+                "namespace `ml` does not match the namespaceSelector of ClusterQueue `cq`"
+            ),
+            "{why}"
+        );
+        // Its Namespace labelled for the queue: the waiting job is routed.
+        let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: a}}\n";
+        let objects = objects.change(&json(ns), &[], "ml", Time(2)).unwrap().next;
+        let routes = waiting_routes(&objects, std::iter::once((JobId(7), &spec)));
+        assert_eq!(
+            routes,
+            [(
+                JobId(7),
+                Ok((
+                    "cq".to_string(),
+                    vec![("pool".to_string(), "a".to_string())]
+                ))
+            )]
+        );
+        // Kubernetes' own label of every namespace selects too.
+        let by_name = cq(4).replace(
+            "spec:\n",
+            "spec:\n  namespaceSelector:\n    matchExpressions:\n    - {key: kubernetes.io/metadata.name, operator: In, values: [ml]}\n",
+        );
+        let objects = QueueObjects::new(QuotaConfig::default())
+            .change(
+                &json(&format!("{FLAVOR}---\n{by_name}---\n{LQ}")),
+                &[],
+                "ml",
+                Time(1),
+            )
+            .unwrap()
+            .next;
+        let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        spec.annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
+        route_job(&objects, &mut spec).unwrap();
+        assert_eq!(spec.queue.as_deref(), Some("cq"));
+        let bad = cq(4).replace(
+            "spec:\n",
+            "spec:\n  namespaceSelector:\n    matchExpressions: [{key: team, operator: Exists, values: [a]}]\n",
+        );
+        let err = QueueObjects::new(QuotaConfig::default())
+            .change(&json(&format!("{FLAVOR}---\n{bad}")), &[], "ml", Time(1))
+            .unwrap_err();
+        assert!(err.contains("operator Exists takes none"), "{err}");
     }
 
     #[test]
