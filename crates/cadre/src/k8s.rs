@@ -498,6 +498,17 @@ fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
     }
 }
 
+/// Whether job `id` runs workload `t` as it stands (then applying it again changes
+/// nothing, as `kubectl apply` of an unchanged object). A workload with Secrets never is:
+/// the controller shows no Secret's value, so a changed one could not be told.
+fn as_applied(client: &mut cadre_client::Client, id: JobId, t: &Translated) -> Result<bool> {
+    if !t.secrets.is_empty() {
+        return Ok(false);
+    }
+    let run: RunSpec = client.get(&format!("/jobs/{id}/run"))?;
+    Ok(cadre_k8s::workload_of(&run)?.as_ref() == Some(t))
+}
+
 /// The LimitRanges applied to the cluster. One this client cannot read (a newer
 /// controller's) is left out, with a warning, rather than stopping every apply.
 fn applied_limit_ranges(
@@ -573,6 +584,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
     let existing = workload_jobs(&mut client)?;
     let mut jobs = Vec::new();
     let mut names = Vec::new();
+    let mut unchanged = Vec::new();
     for t in &workloads {
         let id = Identity::of_translated(t);
         if let Some((_, j)) = existing
@@ -580,13 +592,18 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             .rev()
             .find(|(i, j)| *i == id && !j.state.is_final())
         {
-            problems.push(format!(
-                "{} in namespace {} is job {} ({}): delete it first (a workload's spec cannot change)",
-                id.object(),
-                id.namespace,
-                j.id,
-                j.state
-            ));
+            if as_applied(&mut client, j.id, t)? {
+                unchanged.push(format!("{} unchanged (job {})", id.object(), j.id));
+            } else {
+                problems.push(format!(
+                    "{} in namespace {} is job {} ({}) and differs from this manifest: a \
+                     workload's spec is immutable; delete it first",
+                    id.object(),
+                    id.namespace,
+                    j.id,
+                    j.state
+                ));
+            }
             continue;
         }
         if names.contains(&id) {
@@ -616,8 +633,11 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
         eprintln!("cadre: nothing was applied");
         return Ok(ExitCode::from(exit::ERROR));
     }
-    if jobs.is_empty() && queue_objects.is_empty() {
+    if jobs.is_empty() && queue_objects.is_empty() && unchanged.is_empty() {
         bail!("nothing to apply in {}", a.files.join(", "));
+    }
+    for u in &unchanged {
+        println!("{u}");
     }
     if !queue_objects.is_empty() {
         let resp: Result<QueueObjectsResponse, _> = client.send(

@@ -556,12 +556,14 @@ spec:
             "rank {rank} of a gang that cannot fit started"
         );
     }
-    // Applying a name whose job has not ended is refused; delete cancels it.
+    // Applying another manifest of a name whose job has not ended is refused; delete
+    // cancels it.
     let again = c.run_with(&["apply", "-f", "-"], Some("apiVersion: batch/v1\nkind: Job\nmetadata: {name: big}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: b, command: ['true']}]\n"));
     assert!(!again.status.success());
     assert!(
         String::from_utf8_lossy(&again.stderr).contains(&format!(
-            "job.batch/big in namespace default is job {big} (PENDING): delete it first"
+            "job.batch/big in namespace default is job {big} (PENDING) and differs from \
+             this manifest: a workload's spec is immutable; delete it first"
         )),
         "{}",
         String::from_utf8_lossy(&again.stderr)
@@ -883,6 +885,25 @@ fn a_workload_applied_before_its_local_queue_waits_and_starts_once_it_is_applied
     // and counted there, and the route is kept across a restart.
     c.apply_queues(&kueue_queues(1));
     c.wait_for(early, "RUNNING", None);
+    // Applied again as it is, it is unchanged; changed, it is refused (a Job's template is
+    // immutable), and nothing is applied.
+    let again = c.run_with(&["apply", "-f", "-"], Some(&queued_job("early")));
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(
+        text(&again.stdout).trim(),
+        format!("job.batch/early unchanged (job {early})")
+    );
+    let changed = queued_job("early").replace("sleep 0.05", "sleep 0.1");
+    let out = c.run_with(&["apply", "-f", "-"], Some(&changed));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "job.batch/early in namespace default is job {early} (RUNNING) and differs from this \
+             manifest: a workload's spec is immutable; delete it first"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
     let late = c.apply(&queued_job("late"));
     c.wait_for(late, "PENDING", Some("QOSGrpCpuLimit"));
     c.kill_controller();
