@@ -115,6 +115,7 @@ pub mod crd;
 pub mod document;
 pub mod error;
 pub mod model;
+mod names;
 pub mod namespaces;
 pub mod nesting;
 mod pod;

@@ -38,6 +38,7 @@ use crate::crd::volcano::VolcanoQueue;
 use crate::document::Object;
 use crate::error::{K8sError, Refusals};
 use crate::model::QueueRef;
+use crate::names::name_of;
 use crate::namespaces::{
     K8sPriorityClass, LimitRangeConfig, NamespaceObject, read_limit_range, read_namespace,
     read_priority_class, read_resource_quota,
@@ -434,19 +435,6 @@ fn refuse_scheduler_annotations(
             );
         } else if is_scheduler_key(k) {
             r.refuse(format!("metadata.annotations[{k}]"), "not supported");
-        }
-    }
-}
-
-pub(crate) fn name_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    r: &mut Refusals,
-) -> String {
-    match &meta.name {
-        Some(n) if !n.is_empty() => n.clone(),
-        _ => {
-            r.refuse("metadata.name", "missing");
-            String::new()
         }
     }
 }

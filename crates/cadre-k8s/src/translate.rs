@@ -23,6 +23,7 @@ use crate::model::{
     CONTAINER_RUNTIME_FEATURE, Completion, ElasticContract, GroupRun, MpiImplementation,
     PyTorchContract, QueueRef, SshKeys, TranslateOptions, Translated, WorkloadKind,
 };
+use crate::names::is_dns_label;
 use crate::namespaces::{LimitRangeConfig, limit_container};
 use crate::pod::{
     PRIORITY_LABEL, PodPieces, PodRole, QUEUE_LABEL, SpanReq, is_scheduler_key, read_pod_template,
@@ -506,17 +507,6 @@ impl<'a> Builder<'a> {
             secrets: Default::default(),
         })
     }
-}
-
-/// A DNS-1123 label: what a pod's hostname part must be.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 fn count(v: Option<i32>, default: u32, path: &str, r: &mut Refusals) -> u32 {
