@@ -2468,3 +2468,94 @@ fn a_namespace_s_quota_limit_range_and_priority_classes_hold_its_gangs_across_a_
     c.ok(&["delete", "vcjob", "big", "-n", "team"]);
     c.ok(&["delete", "priorityclass", "team-high"]);
 }
+
+/// The MPI Operator's pattern at 16 ranks: an MPIJob named by `generateName`, whose
+/// launcher waits for its host file and for each worker over `ssh` before `mpiexec -n 16`
+/// across 2 workers of 8 slots, one worker per node, each with a memory `emptyDir` at
+/// `/dev/shm` (accepted; on the host the ranks that `cadre-rsh` starts in a worker's pod do
+/// not see its volumes yet: see docs/kubernetes.md).
+#[test]
+fn a_sixteen_rank_mpijob_named_by_generate_name_fills_two_workers_of_eight_slots() {
+    let c = Cluster::up(3);
+    if mpi_program(c.dir()).is_none() {
+        return;
+    }
+    let manifest = r#"apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {generateName: pi16-}
+spec:
+  slotsPerWorker: 8
+  mpiImplementation: MPICH
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: mpi-launcher
+            image: mpioperator/mpi-pi:openmpi
+            command:
+            - sh
+            - -c
+            - |
+              until [ -s /etc/mpi/hostfile ]; do sleep 0.1; done
+              for w in $(cut -d: -f1 /etc/mpi/hostfile); do
+                until ssh -o ConnectTimeout=2 $w true; do sleep 1; done
+              done
+              exec mpiexec.hydra -n 16 sh -c 'echo rank $PMI_RANK of $PMI_SIZE on $(hostname)'
+            resources: {limits: {cpu: 1}}
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          affinity:
+            podAntiAffinity:
+              requiredDuringSchedulingIgnoredDuringExecution:
+              - labelSelector:
+                  matchLabels: {training.kubeflow.org/replica-type: worker}
+                topologyKey: kubernetes.io/hostname
+          volumes:
+          - name: shm
+            emptyDir: {medium: Memory, sizeLimit: 64Mi}
+          containers:
+          - name: mpi-worker
+            image: mpioperator/mpi-pi:openmpi
+            command: [/usr/sbin/sshd]
+            args: [-De, -f, /home/mpiuser/.sshd_config]
+            volumeMounts: [{name: shm, mountPath: /dev/shm}]
+            resources: {limits: {cpu: 1}}
+"#;
+    let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
+    let job = applied_job(&out);
+    let name = text(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mpijob.kubeflow.org/").map(str::to_string))
+        .unwrap_or_else(|| panic!("no name in {}", text(&out.stdout)));
+    assert!(name.starts_with("pi16-") && name.len() == 10, "{name}");
+    assert_eq!(
+        c.wait(job),
+        "COMPLETED",
+        "{}\n{}",
+        c.outputs_of(job),
+        c.log()
+    );
+    let launcher = c.output(&name, job, 0);
+    let mut per_host: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for line in launcher.lines().filter(|l| l.starts_with("rank ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[3], "16", "{line}");
+        per_host
+            .entry(words[5].to_string())
+            .or_default()
+            .push(words[1].parse().expect("a rank"));
+    }
+    let hosts: Vec<&String> = per_host.keys().collect();
+    assert_eq!(
+        hosts,
+        [&format!("{name}-worker-0"), &format!("{name}-worker-1")],
+        "{launcher}"
+    );
+    for (host, ranks) in &per_host {
+        assert_eq!(ranks.len(), 8, "8 slots of {host}: {launcher}");
+    }
+}
