@@ -740,25 +740,36 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         assert_eq!(slurm.priority_class, None);
     }
 
-    #[test]
-    fn a_cluster_queue_s_namespace_selector_admits_by_the_namespace_s_labels() {
-        let selective = cq(4).replace(
+    /// The flavor, ClusterQueue `cq` with this `namespaceSelector` (YAML under it), and
+    /// LocalQueue `lq`, applied in namespace `ml`.
+    fn selective(selector: &str) -> Result<QueueObjects, String> {
+        let queue = cq(4).replace(
             "spec:\n",
-            "spec:\n  namespaceSelector: {matchLabels: {team: a}}\n",
+            &format!("spec:\n  namespaceSelector: {selector}\n"),
         );
-        let objects = QueueObjects::new(QuotaConfig::default())
+        QueueObjects::new(QuotaConfig::default())
             .change(
-                &json(&format!("{FLAVOR}---\n{selective}---\n{LQ}")),
+                &json(&format!("{FLAVOR}---\n{queue}---\n{LQ}")),
                 &[],
                 "ml",
                 Time(1),
             )
-            .unwrap()
-            .next;
+            .map(|c| c.next)
+    }
+
+    /// A job labelled for LocalQueue `ml/lq`, routed by `objects`.
+    fn routed_in_ml(objects: &QueueObjects) -> JobSpec {
         let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
         spec.annotations
             .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
-        route_job(&objects, &mut spec).unwrap();
+        route_job(objects, &mut spec).unwrap();
+        spec
+    }
+
+    #[test]
+    fn a_cluster_queue_s_namespace_selector_admits_by_the_namespace_s_labels() {
+        let objects = selective("{matchLabels: {team: a}}").unwrap();
+        let spec = routed_in_ml(&objects);
         assert_eq!(spec.queue.as_deref(), Some("ml/lq"), "waits");
         let why = waiting_for_local_queue(&objects, &spec).unwrap();
         assert!(
@@ -771,41 +782,18 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: a}}\n";
         let objects = objects.change(&json(ns), &[], "ml", Time(2)).unwrap().next;
         let routes = waiting_routes(&objects, std::iter::once((JobId(7), &spec)));
-        assert_eq!(
-            routes,
-            [(
-                JobId(7),
-                Ok((
-                    "cq".to_string(),
-                    vec![("pool".to_string(), "a".to_string())]
-                ))
-            )]
+        let route = (
+            "cq".to_string(),
+            vec![("pool".to_string(), "a".to_string())],
         );
+        assert_eq!(routes, [(JobId(7), Ok(route))]);
         // Kubernetes' own label of every namespace selects too.
-        let by_name = cq(4).replace(
-            "spec:\n",
-            "spec:\n  namespaceSelector:\n    matchExpressions:\n    - {key: kubernetes.io/metadata.name, operator: In, values: [ml]}\n",
-        );
-        let objects = QueueObjects::new(QuotaConfig::default())
-            .change(
-                &json(&format!("{FLAVOR}---\n{by_name}---\n{LQ}")),
-                &[],
-                "ml",
-                Time(1),
-            )
-            .unwrap()
-            .next;
-        let mut spec = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
-        spec.annotations
-            .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
-        route_job(&objects, &mut spec).unwrap();
-        assert_eq!(spec.queue.as_deref(), Some("cq"));
-        let bad = cq(4).replace(
-            "spec:\n",
-            "spec:\n  namespaceSelector:\n    matchExpressions: [{key: team, operator: Exists, values: [a]}]\n",
-        );
-        let err = QueueObjects::new(QuotaConfig::default())
-            .change(&json(&format!("{FLAVOR}---\n{bad}")), &[], "ml", Time(1))
+        let objects = selective(
+            "{matchExpressions: [{key: kubernetes.io/metadata.name, operator: In, values: [ml]}]}",
+        )
+        .unwrap();
+        assert_eq!(routed_in_ml(&objects).queue.as_deref(), Some("cq"));
+        let err = selective("{matchExpressions: [{key: team, operator: Exists, values: [a]}]}")
             .unwrap_err();
         assert!(err.contains("operator Exists takes none"), "{err}");
     }
