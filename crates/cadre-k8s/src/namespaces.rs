@@ -10,7 +10,8 @@
 //! | | `description` | kept |
 //! | Namespace | `metadata.labels` | kept (`get namespaces`) |
 //! | ResourceQuota | `spec.hard`: `requests.cpu`, `limits.cpu`, `cpu`; the same of `memory`; `requests.nvidia.com/gpu`; `requests.rdma/*` | a namespace quota: the running gangs of the namespace's workloads together within it (see below) |
-//! | | `spec.scopes`, `spec.scopeSelector`, object counts (`pods`, `count/*`, ...), storage | refused |
+//! | | `pods`, `count/pods`, `count/<resource>.<group>` of the workload kinds | object counts, checked at submission ([`ObjectQuota`]) |
+//! | | `spec.scopes`, `spec.scopeSelector`, counts of other objects, storage | refused |
 //! | LimitRange | `spec.limits[]` of type `Container`: `default`, `defaultRequest`, `max`, `min`, `maxLimitRequestRatio` | applied to each container of the namespace's workloads when they are applied (below) |
 //! | | types `Pod` and `PersistentVolumeClaim` | refused |
 //!
@@ -184,6 +185,39 @@ enum QuotaKey {
     Memory,
     Gpus,
     Nics,
+    /// `pods`, `count/pods`: a workload's ranks.
+    Pods,
+    /// `count/<resource>.<group>` of a workload kind.
+    Workloads(&'static str),
+}
+
+/// The workload kinds a ResourceQuota counts (`count/<resource>.<group>`), by kind and
+/// API group.
+pub const WORKLOAD_RESOURCES: [(&str, &str, &str); 5] = [
+    ("Job", "batch", "jobs.batch"),
+    ("MPIJob", "kubeflow.org", "mpijobs.kubeflow.org"),
+    ("PyTorchJob", "kubeflow.org", "pytorchjobs.kubeflow.org"),
+    ("JobSet", "jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
+    ("Job", "batch.volcano.sh", "jobs.batch.volcano.sh"),
+];
+
+/// What a namespace quota counts of objects (a ResourceQuota's object counts): checked
+/// when a workload is submitted, over the namespace's workloads that have not ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectQuota {
+    pub namespace: String,
+    pub name: String,
+    /// `pods`: ranks of the workloads.
+    pub pods: Option<u64>,
+    /// `count/<resource>.<group>`: workloads of a kind, by that resource name.
+    pub workloads: BTreeMap<String, u64>,
+}
+
+impl ObjectQuota {
+    /// Whether it counts anything.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_none() && self.workloads.is_empty()
+    }
 }
 
 fn quota_key(key: &str) -> Result<QuotaKey, String> {
@@ -206,14 +240,24 @@ fn quota_key(key: &str) -> Result<QuotaKey, String> {
              (limits of extended resources are not quota keys)"
                 .into(),
         ),
-        ("pods" | "services" | "configmaps" | "secrets" | "persistentvolumeclaims", _) => Err(
-            "object counts are not enforced by cadre: its quotas bound the CPUs, memory, GPUs \
-             and NICs of running gangs"
-                .into(),
-        ),
-        (k, _) if k.starts_with("count/") => Err(
-            "object counts are not enforced by cadre: its quotas bound the CPUs, memory, GPUs \
-             and NICs of running gangs"
+        ("pods" | "count/pods", _) => Ok(QuotaKey::Pods),
+        (k, _) if k.starts_with("count/") => {
+            let resource = &k["count/".len()..];
+            WORKLOAD_RESOURCES
+                .iter()
+                .find(|(_, _, r)| *r == resource)
+                .map(|(_, _, r)| QuotaKey::Workloads(r))
+                .ok_or_else(|| {
+                    format!(
+                        "cadre counts workloads ({}) and pods; `{resource}` are kept with the \
+                         workloads that use them, not as objects of their own",
+                        WORKLOAD_RESOURCES.map(|(_, _, r)| r).join(", ")
+                    )
+                })
+        }
+        ("services" | "configmaps" | "secrets" | "persistentvolumeclaims", _) => Err(
+            "cadre counts workloads (count/<resource>.<group>) and pods; these are kept with the \
+             workloads that use them, not as objects of their own"
                 .into(),
         ),
         (_, Some("storage" | "ephemeral-storage")) | ("ephemeral-storage", _) => {
@@ -230,15 +274,20 @@ fn quota_key(key: &str) -> Result<QuotaKey, String> {
     }
 }
 
-/// Reads a ResourceQuota into a namespace quota.
+/// Reads a ResourceQuota into a namespace quota, and what it counts of objects.
 pub(crate) fn read_resource_quota(
     q: &ResourceQuota,
     default_namespace: &str,
     r: &mut Refusals,
-) -> NamespaceQuotaConfig {
+) -> (NamespaceQuotaConfig, ObjectQuota) {
     let name = name_of(&q.metadata, r);
     let namespace = namespace_of(&q.metadata, default_namespace, r);
     let mut hard = QuotaAmounts::UNLIMITED;
+    let mut objects = ObjectQuota {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        ..ObjectQuota::default()
+    };
     let spec = q.spec.clone().unwrap_or_default();
     if spec.scopes.as_ref().is_some_and(|s| !s.is_empty()) {
         r.refuse(
@@ -277,23 +326,45 @@ pub(crate) fn read_resource_quota(
         match kind {
             QuotaKey::Cpus => tighten(&mut hard.cpus, v.floor()),
             QuotaKey::Memory => tighten(&mut hard.mem_mib, v.floor_mib()),
-            QuotaKey::Gpus | QuotaKey::Nics => match v.whole() {
-                Some(n) if matches!(kind, QuotaKey::Gpus) => {
-                    tighten(&mut hard.gpu_milli, n.saturating_mul(1000))
+            QuotaKey::Gpus | QuotaKey::Nics | QuotaKey::Pods | QuotaKey::Workloads(_) => {
+                let Some(n) = v.whole() else {
+                    r.refuse(path, format!("{v} is not a whole number"));
+                    continue;
+                };
+                match kind {
+                    QuotaKey::Gpus => tighten(&mut hard.gpu_milli, n.saturating_mul(1000)),
+                    QuotaKey::Nics => tighten(&mut hard.nics, n),
+                    QuotaKey::Pods => tighten(&mut objects.pods, n),
+                    QuotaKey::Workloads(resource) => {
+                        let mut slot = objects.workloads.get(resource).copied();
+                        tighten(&mut slot, n);
+                        objects
+                            .workloads
+                            .insert(resource.to_string(), slot.unwrap_or(0));
+                    }
+                    QuotaKey::Cpus | QuotaKey::Memory => {}
                 }
-                Some(n) => tighten(&mut hard.nics, n),
-                None => r.refuse(path, format!("{v} is not a whole number of devices")),
-            },
+            }
         }
     }
-    if hard == QuotaAmounts::UNLIMITED && r.is_empty() {
+    if hard == QuotaAmounts::UNLIMITED && objects.is_empty() && r.is_empty() {
         r.refuse("spec.hard", "a ResourceQuota needs at least one limit");
     }
-    NamespaceQuotaConfig {
+    let quota = NamespaceQuotaConfig {
         namespace,
         name,
         hard,
-    }
+    };
+    (quota, objects)
+}
+
+/// The `count/...` resource name of a workload of `kind` and `api_version`.
+pub fn workload_resource(kind: &str, api_version: &str) -> Option<&'static str> {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    WORKLOAD_RESOURCES
+        .iter()
+        .find(|(k, g, _)| *k == kind && *g == group)
+        .map(|(_, _, r)| *r)
 }
 
 /// Reads a LimitRange.

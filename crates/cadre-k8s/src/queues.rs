@@ -40,8 +40,8 @@ use crate::error::{K8sError, Refusals};
 use crate::model::QueueRef;
 use crate::names::name_of;
 use crate::namespaces::{
-    K8sPriorityClass, LimitRangeConfig, NamespaceObject, read_limit_range, read_namespace,
-    read_priority_class, read_resource_quota,
+    K8sPriorityClass, LimitRangeConfig, NamespaceObject, ObjectQuota, read_limit_range,
+    read_namespace, read_priority_class, read_resource_quota,
 };
 use crate::pod::{HOSTNAME_LABEL, is_scheduler_key, span_of_level};
 use crate::quantity::Quantity;
@@ -131,6 +131,8 @@ pub struct QueueSet {
     pub priority_classes: Vec<K8sPriorityClass>,
     pub namespaces: Vec<NamespaceObject>,
     pub resource_quotas: Vec<NamespaceQuotaConfig>,
+    /// The ResourceQuotas' object counts, in the same order.
+    pub object_quotas: Vec<ObjectQuota>,
     pub limit_ranges: Vec<LimitRangeConfig>,
 }
 
@@ -208,11 +210,14 @@ impl QueueSet {
                 self.namespaces.push(ns);
             }
             Object::ResourceQuota(q) => {
-                let quota = read_resource_quota(q, default_namespace, &mut r);
+                let (quota, objects) = read_resource_quota(q, default_namespace, &mut r);
                 r.finish(&describe, ())?;
                 self.resource_quotas
                     .retain(|x| !(x.namespace == quota.namespace && x.name == quota.name));
                 self.resource_quotas.push(quota);
+                self.object_quotas
+                    .retain(|x| !(x.namespace == objects.namespace && x.name == objects.name));
+                self.object_quotas.push(objects);
             }
             Object::LimitRange(l) => {
                 let range = read_limit_range(l, default_namespace, &mut r);
@@ -413,7 +418,13 @@ impl QueueSet {
         let config = QuotaConfig {
             queues: self.queues.iter().map(|q| q.config.clone()).collect(),
             accounts: Vec::new(),
-            namespaces: self.resource_quotas.clone(),
+            // A quota of object counts alone limits no resource.
+            namespaces: self
+                .resource_quotas
+                .iter()
+                .filter(|q| q.hard != QuotaAmounts::UNLIMITED)
+                .cloned()
+                .collect(),
         };
         QuotaBook::new(&config).map_err(|e| K8sError::Contract {
             what: format!("the queues do not make a valid quota configuration: {e}"),

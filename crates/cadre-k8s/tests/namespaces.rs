@@ -93,17 +93,32 @@ spec:
         );
         assert_eq!(q.hard.mem_mib, Some(100));
         assert_eq!(s.quota_config().unwrap().namespaces, s.resource_quotas);
+        // Object counts: ranks and workloads of a kind; a quota of them alone limits no
+        // resource.
+        let s = set("apiVersion: v1
+kind: ResourceQuota
+metadata: {name: counts}
+spec:
+  hard: {pods: 10, count/pods: '12', count/jobs.batch: 3, count/mpijobs.kubeflow.org: 1}
+")
+        .unwrap();
+        let o = &s.object_quotas[0];
+        assert_eq!(o.pods, Some(10), "the smaller of pods and count/pods");
+        assert_eq!(o.workloads["jobs.batch"], 3);
+        assert_eq!(o.workloads["mpijobs.kubeflow.org"], 1);
+        assert!(s.quota_config().unwrap().namespaces.is_empty());
         let err = set("apiVersion: v1
 kind: ResourceQuota
 metadata: {name: q, namespace: t}
 spec:
-  hard: {pods: 10, nvidia.com/gpu: 2, count/jobs.batch: 3, requests.storage: 1Ti}
+  hard: {count/configmaps: 10, services: 1, nvidia.com/gpu: 2, count/deployments.apps: 3, requests.storage: 1Ti}
   scopes: [BestEffort]
 ")
         .unwrap_err();
         for want in [
-            "spec.hard[pods]: object counts are not enforced",
-            "spec.hard[count/jobs.batch]: object counts",
+            "spec.hard[count/configmaps]: cadre counts workloads (jobs.batch, ",
+            "spec.hard[services]: cadre counts workloads",
+            "spec.hard[count/deployments.apps]: cadre counts workloads",
             "spec.hard[nvidia.com/gpu]: Invalid value: an extended resource's quota is written `requests.nvidia.com/gpu`",
             "spec.hard[requests.storage]: storage is not booked",
             "spec.scopes: quota scopes are not supported",

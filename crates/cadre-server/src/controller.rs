@@ -44,7 +44,9 @@ pub(crate) use steps::{StepJob, step_view};
 use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::authority::check_spec_change;
-use crate::queues::{QueueObjects, route_job, waiting_for_local_queue, waiting_routes};
+use crate::queues::{
+    QueueObjects, check_object_quotas, route_job, waiting_for_local_queue, waiting_routes,
+};
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::{NodeAvail, NodeId};
 use cadre_core::hostlist;
@@ -506,6 +508,7 @@ impl Controller {
                 let checked = jobs
                     .iter_mut()
                     .try_for_each(|job| self.prepare(job, wall))
+                    .and_then(|()| self.check_object_quotas(&[], &jobs))
                     .map(|()| Vec::new());
                 self.replies.push((reply, Answer::Submitted(checked)));
             }
@@ -737,7 +740,14 @@ impl Controller {
                     continue;
                 }
             }
-            match jobs.iter_mut().try_for_each(|job| self.prepare(job, now)) {
+            let checked = jobs
+                .iter_mut()
+                .try_for_each(|job| self.prepare(job, now))
+                .and_then(|()| {
+                    let earlier: Vec<&NewJob> = accepted.iter().flat_map(|(j, _, _)| j).collect();
+                    self.check_object_quotas(&earlier, &jobs)
+                });
+            match checked {
                 Err(e) => self.replies.push((reply, Answer::Submitted(Err(e)))),
                 Ok(()) => accepted.push((jobs, key, reply)),
             }
@@ -815,6 +825,23 @@ impl Controller {
                 self.submit_keys.remove(&k);
             }
         }
+    }
+
+    /// Whether `jobs`, after the `earlier` ones of the same batch, keep within the object
+    /// counts of their namespaces' ResourceQuotas ([`check_object_quotas`]).
+    fn check_object_quotas(&self, earlier: &[&NewJob], jobs: &[NewJob]) -> Result<(), ApiError> {
+        let new: Vec<&cadre_core::job::JobSpec> = earlier
+            .iter()
+            .copied()
+            .chain(jobs)
+            .map(|j| &j.spec)
+            .collect();
+        check_object_quotas(
+            &self.queue_objects,
+            self.sched.jobs().map(|j| &j.spec),
+            &new,
+        )
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))
     }
 
     /// Makes a job ready to commit, or says why it cannot be: its submit time, its default

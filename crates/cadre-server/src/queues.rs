@@ -24,7 +24,7 @@ use cadre_core::quota::QuotaConfig;
 use cadre_k8s::{Object, QueueRef, QueueSet, queue_object_name};
 use cadre_proto::api::{QueueObjectRef, QueueObjectResult};
 use cadre_store::{QueueObjectKey, QueueObjectRecord};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The annotation a Kueue-labelled job's spec carries: `namespace/local-queue`.
 pub const LOCAL_QUEUE_ANNOTATION: &str = "k8s.kueue.localQueue";
@@ -378,6 +378,73 @@ pub fn waiting_for_local_queue(
         Err(e) => format!("Inadmissible: {e}"),
         Ok(_) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
     })
+}
+
+/// Whether the `new` jobs, submitted in order beside the `unended` ones, keep within the
+/// object counts of their namespaces' ResourceQuotas (`pods`: ranks; `count/<resource>`:
+/// workloads of a kind). Kubernetes counts objects as they are created; cadre counts the
+/// workloads that have not ended (an ended one no longer counts, as if deleted at once).
+/// The error is Kubernetes' `exceeded quota` message.
+pub fn check_object_quotas<'a>(
+    objects: &QueueObjects,
+    unended: impl Iterator<Item = &'a cadre_core::job::JobSpec>,
+    new: &[&cadre_core::job::JobSpec],
+) -> Result<(), String> {
+    let quotas = &objects.set.object_quotas;
+    if quotas
+        .iter()
+        .all(cadre_k8s::namespaces::ObjectQuota::is_empty)
+    {
+        return Ok(());
+    }
+    let counted = |spec: &cadre_core::job::JobSpec| {
+        let ns = spec.namespace.clone()?;
+        let resource = cadre_k8s::namespaces::workload_resource(
+            spec.annotations.get("k8s.kind")?,
+            spec.annotations.get("k8s.apiVersion")?,
+        )?;
+        let pods: u64 = spec.groups.iter().map(|g| u64::from(g.count)).sum();
+        Some((ns, resource, pods))
+    };
+    // Per namespace: ranks, and workloads by resource.
+    type Used = BTreeMap<String, (u64, BTreeMap<&'static str, u64>)>;
+    let add = |used: &mut Used, ns: String, resource: &'static str, pods: u64| {
+        let u = used.entry(ns).or_default();
+        u.0 = u.0.saturating_add(pods);
+        *u.1.entry(resource).or_default() += 1;
+    };
+    let mut used = Used::new();
+    for (ns, resource, pods) in unended.filter_map(counted) {
+        add(&mut used, ns, resource, pods);
+    }
+    for spec in new {
+        let Some((ns, resource, pods)) = counted(spec) else {
+            continue;
+        };
+        let (used_pods, used_kinds) = used.get(&ns).cloned().unwrap_or_default();
+        let used_kind = used_kinds.get(resource).copied().unwrap_or(0);
+        for q in quotas.iter().filter(|q| q.namespace == ns) {
+            let exceeded = |key: &str, requested: u64, used: u64, limit: u64| {
+                Err(format!(
+                    "exceeded quota: {}, requested: {key}={requested}, used: {key}={used}, \
+                     limited: {key}={limit}",
+                    q.name
+                ))
+            };
+            if let Some(limit) = q.pods
+                && used_pods.saturating_add(pods) > limit
+            {
+                return exceeded("pods", pods, used_pods, limit);
+            }
+            if let Some(&limit) = q.workloads.get(resource)
+                && used_kind + 1 > limit
+            {
+                return exceeded(&format!("count/{resource}"), 1, used_kind, limit);
+            }
+        }
+        add(&mut used, ns, resource, pods);
+    }
+    Ok(())
 }
 
 /// A job's queue and node selector.
@@ -796,6 +863,49 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         let err = selective("{matchExpressions: [{key: team, operator: Exists, values: [a]}]}")
             .unwrap_err();
         assert!(err.contains("operator Exists takes none"), "{err}");
+    }
+
+    #[test]
+    fn a_resource_quota_s_object_counts_hold_workloads_at_submission() {
+        let quota = "apiVersion: v1
+kind: ResourceQuota
+metadata: {name: counts}
+spec: {hard: {pods: 5, count/jobs.batch: 2}}
+";
+        let objects = QueueObjects::new(QuotaConfig::default())
+            .change(&json(quota), &[], "team", Time(1))
+            .unwrap()
+            .next;
+        let job = |ns: &str, tasks: u32, kind: &str, api: &str| {
+            let mut s = JobSpec::simple("u", "a", tasks, TaskResources::default(), Dur(10));
+            s.namespace = Some(ns.into());
+            s.annotations.insert("k8s.kind".into(), kind.into());
+            s.annotations.insert("k8s.apiVersion".into(), api.into());
+            s
+        };
+        let running = job("team", 2, "Job", "batch/v1");
+        let mpi = job("team", 2, "MPIJob", "kubeflow.org/v2beta1");
+        // 2 + 2 ranks of 5, one Job of 2: both fit.
+        check_object_quotas(&objects, [&running].into_iter(), &[&mpi]).unwrap();
+        // One more rank than is left.
+        let big = job("team", 2, "Job", "batch/v1");
+        let err = check_object_quotas(&objects, [&running, &mpi].into_iter(), &[&big]).unwrap_err();
+        assert_eq!(
+            err,
+            "exceeded quota: counts, requested: pods=2, used: pods=4, limited: pods=5"
+        );
+        // The third Job, counted with the earlier ones of its own batch.
+        let one = job("team", 1, "Job", "batch/v1");
+        let err = check_object_quotas(&objects, [&running].into_iter(), &[&one, &one]).unwrap_err();
+        assert_eq!(
+            err,
+            "exceeded quota: counts, requested: count/jobs.batch=1, used: count/jobs.batch=2, \
+             limited: count/jobs.batch=2"
+        );
+        // Another namespace, and a job of no Kubernetes kind, are not counted.
+        let other = job("other", 9, "Job", "batch/v1");
+        let plain = JobSpec::simple("u", "a", 9, TaskResources::default(), Dur(10));
+        check_object_quotas(&objects, [&running].into_iter(), &[&other, &plain]).unwrap();
     }
 
     #[test]

@@ -2326,7 +2326,7 @@ apiVersion: v1
 kind: ResourceQuota
 metadata: {name: gpu-quota, namespace: team}
 spec:
-  hard: {requests.nvidia.com/gpu: 4}
+  hard: {requests.nvidia.com/gpu: 4, pods: 8, count/jobs.batch.volcano.sh: 3}
 ---
 apiVersion: v1
 kind: LimitRange
@@ -2443,6 +2443,19 @@ fn a_namespace_s_quota_limit_range_and_priority_classes_hold_its_gangs_across_a_
         assert!(!out.status.success(), "{kind} {name} deleted");
         assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
     }
+    // Its object counts: 4 + 3 ranks of 8, so 2 more are refused at apply.
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(&team_gang("more", 2, 1, "", "")),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "exceeded quota: gpu-quota, requested: pods=2, used: pods=7, limited: pods=8"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     let out = c.run_with(
         &["apply", "-f", "-"],
         Some(&team_gang("fat", 1, 1, "", ", memory: 4Gi")),
