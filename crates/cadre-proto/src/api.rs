@@ -907,6 +907,9 @@ pub enum ErrorReason {
     UnknownQos,
     /// 400: the priority class named does not exist (`subject`).
     UnknownPriorityClass,
+    /// 400: the queue named does not exist (`subject`); a Kubernetes workload waits for
+    /// its queue instead.
+    UnknownQueue,
     /// 400: a dependency names a job that does not exist (`subject`: its id).
     DependencyNotFound,
     /// 400: the user may not charge the account named.
@@ -947,8 +950,10 @@ impl ErrorReason {
         use ErrorReason::*;
         match self {
             InvalidRequest | InvalidBody | InvalidJobSpec | OutOfRange | UnknownPartition
-            | NoDefaultPartition | UnknownQos | UnknownPriorityClass | DependencyNotFound
-            | NoAssociation | PolicyRefused | UnknownNode => ErrorCode::InvalidRequest,
+            | NoDefaultPartition | UnknownQos | UnknownPriorityClass | UnknownQueue
+            | DependencyNotFound | NoAssociation | PolicyRefused | UnknownNode => {
+                ErrorCode::InvalidRequest
+            }
             Unauthenticated => ErrorCode::Unauthenticated,
             Forbidden | ForbiddenField | JoinRefused | TlsRequired => ErrorCode::Forbidden,
             NotFound => ErrorCode::NotFound,

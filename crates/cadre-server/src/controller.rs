@@ -853,6 +853,18 @@ impl Controller {
         self.default_time_limit(&mut job.spec);
         route_job(&self.queue_objects, &mut job.spec)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
+        // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
+        // in any order; any other job naming a queue that does not exist is a mistake.
+        if !job.spec.annotations.contains_key("k8s.apiVersion")
+            && let Some(q) = &job.spec.queue
+            && self.sched.quota().queue_ix(q).is_none()
+        {
+            return Err(ApiError::because(
+                ErrorReason::UnknownQueue,
+                format!("queue `{q}` does not exist"),
+            )
+            .about(q.clone()));
+        }
         self.sched
             .validate(JobId(u64::MAX), &job.spec)
             .map_err(core_error)?;
@@ -1335,7 +1347,7 @@ impl Controller {
     /// now that the queue objects route them: their specs get the ClusterQueue and the
     /// flavor's node labels, committed with the change. One whose node selector clashes
     /// with the flavor's labels stays waiting, with an event saying why.
-    fn route_waiting(&mut self, now: Time) {
+    pub(crate) fn route_waiting(&mut self, now: Time) {
         let pending = self
             .sched
             .jobs()

@@ -347,6 +347,15 @@ pub fn route_job(
     let Some(local) = spec.annotations.get(LOCAL_QUEUE_ANNOTATION).cloned() else {
         return Ok(());
     };
+    // A LocalQueue is its namespace's: a job of another namespace may not name it (nor
+    // pass a ClusterQueue's namespaceSelector through it).
+    if let (Some(ns), Some((queue_ns, _))) = (&spec.namespace, local.split_once('/'))
+        && ns != queue_ns
+    {
+        return Err(format!(
+            "the job is in namespace `{ns}`, but its LocalQueue `{local}` is in `{queue_ns}`"
+        ));
+    }
     match route_local(objects, &local, &spec.node_selector)? {
         Some((queue, node_selector)) => {
             spec.queue = Some(queue);
@@ -374,10 +383,13 @@ pub fn waiting_for_local_queue(
         namespace: namespace.to_string(),
         local_queue: name.to_string(),
     });
-    Some(match route {
-        Err(e) => format!("Inadmissible: {e}"),
-        Ok(_) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
-    })
+    Some(
+        match (route, route_local(objects, local, &spec.node_selector)) {
+            (Err(e), _) => format!("Inadmissible: {e}"),
+            (Ok(_), Err(e)) => format!("Inadmissible: {e}"),
+            (Ok(_), Ok(_)) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
+        },
+    )
 }
 
 /// Whether the `new` jobs, submitted in order beside the `unended` ones, keep within the
@@ -391,14 +403,20 @@ pub fn check_object_quotas<'a>(
     new: &[&cadre_core::job::JobSpec],
 ) -> Result<(), String> {
     let quotas = &objects.set.object_quotas;
-    if quotas
+    // Only the namespaces that have object counts are counted.
+    let counting: BTreeSet<&str> = quotas
         .iter()
-        .all(cadre_k8s::namespaces::ObjectQuota::is_empty)
-    {
+        .filter(|q| !q.is_empty())
+        .map(|q| q.namespace.as_str())
+        .collect();
+    if counting.is_empty() {
         return Ok(());
     }
     let counted = |spec: &cadre_core::job::JobSpec| {
-        let ns = spec.namespace.clone()?;
+        let ns = spec
+            .namespace
+            .clone()
+            .filter(|ns| counting.contains(ns.as_str()))?;
         let resource = cadre_k8s::namespaces::workload_resource(
             spec.annotations.get("k8s.kind")?,
             spec.annotations.get("k8s.apiVersion")?,
@@ -929,6 +947,17 @@ spec: {hard: {pods: 5, count/jobs.batch: 2}}
         other
             .annotations
             .insert(LOCAL_QUEUE_ANNOTATION.into(), "ml/lq".into());
+        // A job of another namespace may not name the LocalQueue.
+        let mut stranger = JobSpec::simple("u", "a", 1, TaskResources::default(), Dur(10));
+        stranger.namespace = Some("ml".into());
+        stranger
+            .annotations
+            .insert(LOCAL_QUEUE_ANNOTATION.into(), "default/lq".into());
+        let err = route_job(&objects, &mut stranger).unwrap_err();
+        assert_eq!(
+            err,
+            "the job is in namespace `ml`, but its LocalQueue `default/lq` is in `default`"
+        );
         // Its LocalQueue is not applied: it waits, in a queue of the LocalQueue's name.
         route_job(&objects, &mut other).unwrap();
         assert_eq!(other.queue.as_deref(), Some("ml/lq"));

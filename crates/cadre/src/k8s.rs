@@ -500,13 +500,17 @@ fn with_generated_suffix(opts: &TranslateOptions) -> TranslateOptions {
 
 /// Whether job `id` runs workload `t` as it stands (then applying it again changes
 /// nothing, as `kubectl apply` of an unchanged object). A workload with Secrets never is:
-/// the controller shows no Secret's value, so a changed one could not be told.
-fn as_applied(client: &mut cadre_client::Client, id: JobId, t: &Translated) -> Result<bool> {
+/// the controller shows no Secret's value, so a changed one could not be told. Nor is one
+/// whose run cannot be read (another user's job, or one that ended meanwhile).
+fn as_applied(client: &mut cadre_client::Client, id: JobId, t: &Translated) -> bool {
     if !t.secrets.is_empty() {
-        return Ok(false);
+        return false;
     }
-    let run: RunSpec = client.get(&format!("/jobs/{id}/run"))?;
-    Ok(cadre_k8s::workload_of(&run)?.as_ref() == Some(t))
+    client
+        .get::<RunSpec>(&format!("/jobs/{id}/run"))
+        .ok()
+        .and_then(|run| cadre_k8s::workload_of(&run).ok().flatten())
+        .is_some_and(|stored| stored == *t)
 }
 
 /// The LimitRanges applied to the cluster. One this client cannot read (a newer
@@ -592,7 +596,7 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             .rev()
             .find(|(i, j)| *i == id && !j.state.is_final())
         {
-            if as_applied(&mut client, j.id, t)? {
+            if as_applied(&mut client, j.id, t) {
                 unchanged.push(format!("{} unchanged (job {})", id.object(), j.id));
             } else {
                 problems.push(format!(

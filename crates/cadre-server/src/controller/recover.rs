@@ -330,6 +330,9 @@ impl Controller {
             controller.apply(c, decisions, now);
         }
         controller.recover_steps(steps, now);
+        // A job that waited for its LocalQueue whose route was not committed with the queue
+        // objects (the controller died between the two writes) is routed now.
+        controller.route_waiting(now);
         controller.flush(c);
         if let Some(e) = controller.fatal.take() {
             return Err(RecoverError::Failed(e));

@@ -1131,6 +1131,17 @@ fn a_dry_run_checks_a_job_exactly_as_its_submission_and_commits_nothing() {
             .is_err_and(|e| e.contains("`nowhere` is not namespace/name")),
         "{real:?}"
     );
+    // A job that is not a Kubernetes workload naming a queue that does not exist: refused
+    // (a workload would wait for it).
+    let mut typo = gpu_job(1);
+    typo.queue = Some("nowhere".into());
+    let (real, committed) = answers(&mut h, typo, false);
+    assert!(!committed);
+    assert!(
+        real.as_ref()
+            .is_err_and(|e| e.contains("queue `nowhere` does not exist")),
+        "{real:?}"
+    );
     let (dry, committed) = answers(&mut h, gpu_job(1), true);
     assert_eq!(dry, Ok("[]".to_string()));
     assert!(!committed, "a dry run commits nothing");
