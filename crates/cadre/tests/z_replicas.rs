@@ -732,22 +732,31 @@ fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_k
         || std::fs::read_to_string(&salloc_err).unwrap_or_default() + &c.logs(),
     );
 
-    // The leader killed: the standby takes over, the step goes on, the job completes.
+    // The leader killed: a replica takes over (the standby, or the killed one started
+    // again, whichever takes the lease first once it has lapsed), the step goes on, the job
+    // completes.
     let leader = if roles(&c)[0] == "leader" { 1 } else { 2 };
-    let standby = 3 - leader;
     let (_, killed, _) = c.replica(leader);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(killed),
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("the leader killed");
+    let new_leader_of = || {
+        (1..=2u8).find(|&r| {
+            let (_, pid, role) = c.replica(r);
+            pid != killed && role == "leader"
+        })
+    };
     wait_until_or(
-        "the standby takes over",
-        || c.replica(standby).2 == "leader",
+        "a replica takes over",
+        || new_leader_of().is_some(),
         || c.logs(),
     );
+    let took_over = new_leader_of().expect("a leader");
+    let other = 3 - took_over;
     std::fs::write(&flag, "").unwrap();
-    let new_leader = Target::Unix(c.replica(standby).0);
+    let new_leader = Target::Unix(c.replica(took_over).0);
     let job = || api(&new_leader, None, "GET", &format!("/jobs/{id}"), None).1;
     wait_until_or(
         "the batch job completes",
@@ -771,14 +780,19 @@ fn cadre_up_with_two_replicas_fails_over_under_a_running_step_and_restarts_the_k
         text(&salloc.stdout)
     );
 
-    // The killed replica was started again, and stands by.
+    // The killed replica was started again; the replica that did not take over stands by.
     wait_until_or(
-        "the killed replica stands by again",
+        "the other replica stands by",
         || {
-            let (_, pid, role) = c.replica(leader);
+            let (_, pid, role) = c.replica(other);
             pid != killed && role == "standby"
         },
         || c.logs(),
+    );
+    assert_ne!(
+        c.replica(leader).1,
+        killed,
+        "the killed replica was started again"
     );
     // An interactive step on the new leader: the batch step started on the other replica,
     // so one of the two found the leader behind the first socket's standby.
