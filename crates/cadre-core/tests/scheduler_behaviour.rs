@@ -551,6 +551,15 @@ fn the_longest_waiting_starving_job_gets_a_reservation_beside_the_top_job_s() {
     );
     assert_eq!(sim.s.expected_start(JobId(2)), Some(Time(5000)));
     assert_eq!(sim.pending_reason(2), PendingReason::Resources);
+    // Explain says why it went first: when it became eligible.
+    let starving = |sim: &Sim, id: u64| {
+        sim.s
+            .explain(JobId(id), Time(1010), false)
+            .expect("pending")
+            .starving_since
+    };
+    assert_eq!(starving(&sim, 2), Some(Time(10)));
+    assert_eq!(starving(&sim, 3), None);
     // Job 4 starves too, but only the longest waiting of a partition is promoted.
     assert_eq!(
         summary(&sim.pass(1100)),
@@ -558,6 +567,11 @@ fn the_longest_waiting_starving_job_gets_a_reservation_beside_the_top_job_s() {
     );
     assert_eq!(sim.s.expected_start(JobId(4)), None);
     assert_eq!(sim.pending_reason(4), PendingReason::Resources);
+    assert_eq!(
+        starving(&sim, 4),
+        None,
+        "not marked: another job of its partition is"
+    );
     // Once job 2 has started, the next pass promotes job 3, eligible as long as job 2 was
     // (the tie went to the lower id), and job 4, now the top job, gets the depth's
     // reservation behind it.

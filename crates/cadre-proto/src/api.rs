@@ -288,6 +288,11 @@ pub struct ExplainView {
     /// Priority factors by name (`age`, `fairshare`, ...), each in [0, 1].
     pub factors: Vec<(String, f64)>,
     pub expected_start: Option<u64>,
+    /// A job the last pass found starving (waiting longer than the policy's
+    /// `starvation_wait`) and put first in its partition, with a reservation of its own:
+    /// when it became eligible (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starving_since: Option<u64>,
     /// For each node of the job's partition that cannot take it now, why not.
     pub nodes: Vec<(String, String)>,
     /// What the reason means in this job's case, when its name alone does not say: the

@@ -740,6 +740,7 @@ async fn explain(
                 priority: x.priority,
                 factors,
                 expected_start: x.expected_start.map(|t| t.0),
+                starving_since: x.starving_since.map(|t| t.0),
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
                 detail: e.sched().reason_detail(JobId(id)),
             })
@@ -752,6 +753,7 @@ async fn explain(
         priority: 0,
         factors: Vec::new(),
         expected_start: None,
+        starving_since: None,
         nodes: Vec::new(),
         detail: None,
     })))

@@ -380,6 +380,13 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         for (name, value) in &x.factors {
             println!("  {name:<10} {value:.4}");
         }
+        if let Some(since) = x.starving_since {
+            println!(
+                "starving: eligible for {}, longer than the policy's starvation_wait: first in \
+                 its partition, with a reservation of its own",
+                format_duration_short(now_secs().saturating_sub(since))
+            );
+        }
         match x.expected_start {
             Some(t) => println!(
                 "expected to start in {} (backfill reservation)",

@@ -30,6 +30,10 @@ pub struct Explanation {
     pub factors: Option<Factors>,
     /// The start time backfill planned, if it planned one.
     pub expected_start: Option<Time>,
+    /// A pending job the last pass found starving (waiting longer than the policy's
+    /// `starvation_wait`) and put first in its partition, with a reservation of its own:
+    /// when it became eligible.
+    pub starving_since: Option<Time>,
     /// Per node of the job's partition, why it cannot take the job now (only nodes that
     /// cannot; with `nodes = false`, empty).
     pub nodes: Vec<NodeWhyNot>,
@@ -67,6 +71,9 @@ impl Scheduler {
                 .then(|| self.factors(id, now))
                 .flatten(),
             expected_start: self.expected_start(id),
+            starving_since: job
+                .starving_since
+                .filter(|_| job.state == JobState::Pending),
             nodes: per_node,
         })
     }

@@ -373,6 +373,9 @@ pub struct Job {
     pub priority: u64,
     /// When the job first became eligible in its current pending period (age counts from here).
     pub eligible_since: Option<Time>,
+    /// When the last pass found it starving and put it first in its partition (see
+    /// `starvation_wait` in the policy): when it became eligible. `None` otherwise.
+    pub starving_since: Option<Time>,
     pub hold: Option<Hold>,
     pub start_time: Option<Time>,
     /// Start plus time limit: when the job must end at the latest.
@@ -927,6 +930,7 @@ impl Scheduler {
             reason: PendingReason::None,
             priority: 0,
             eligible_since,
+            starving_since: None,
             hold,
             start_time: None,
             end_time: None,

@@ -491,6 +491,7 @@ impl Scheduler {
                 continue;
             };
             job.priority = priority;
+            job.starving_since = None;
             if let Some(reason) = blocker {
                 if !matches!(
                     reason,
@@ -543,6 +544,12 @@ impl Scheduler {
             });
         }
         keep_oldest_starving(&mut order);
+        // At most one a partition: a few lookups.
+        for c in order.iter().filter(|c| c.starving()) {
+            if let Some(job) = self.jobs.get_mut(&c.id) {
+                job.starving_since = Some(c.key.3);
+            }
+        }
         // Keys are unique (they end with the id).
         order.sort_unstable_by_key(|c| c.key);
         order
