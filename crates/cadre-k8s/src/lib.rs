@@ -151,19 +151,20 @@ pub struct Plan {
     pub queues: QueueSet,
 }
 
-/// The LimitRanges among `docs` that read without a problem (the others are refused
-/// where they stand), for the workloads beside them.
-pub fn limit_ranges_of(
-    docs: &[(usize, Object)],
-    default_namespace: &str,
-) -> Vec<namespaces::LimitRangeConfig> {
-    let mut set = QueueSet::default();
+/// Adds the LimitRanges among `docs` to `opts`, in place of those of their names: a
+/// file's ranges hold for all the workloads beside them, wherever they stand. A range with
+/// a problem is left out here (it is refused where it stands).
+pub fn add_limit_ranges(opts: &mut TranslateOptions, docs: &[(usize, Object)]) {
+    let mut set = QueueSet {
+        limit_ranges: std::mem::take(&mut opts.limit_ranges),
+        ..QueueSet::default()
+    };
     for (_, o) in docs {
         if matches!(o, Object::LimitRange(_)) {
-            let _ = set.apply_in(o, default_namespace);
+            let _ = set.apply_in(o, &opts.default_namespace);
         }
     }
-    set.limit_ranges
+    opts.limit_ranges = set.limit_ranges;
 }
 
 /// Reads and translates every document of `text`: the workloads into gangs, the queue
@@ -174,13 +175,8 @@ pub fn plan(text: &str, origin: &str, opts: &TranslateOptions) -> Result<Plan, K
     let mut maps = Vec::new();
     let mut secrets = Vec::new();
     let docs = document::parse_numbered(text, origin)?;
-    // The file's LimitRanges hold for its workloads wherever they stand in it.
     let mut opts = opts.clone();
-    for l in limit_ranges_of(&docs, &opts.default_namespace) {
-        opts.limit_ranges
-            .retain(|x| !(x.namespace == l.namespace && x.name == l.name));
-        opts.limit_ranges.push(l);
-    }
+    add_limit_ranges(&mut opts, &docs);
     let opts = &opts;
     for (doc, object) in docs {
         let in_doc = |source: K8sError| K8sError::InDocument {

@@ -393,14 +393,6 @@ impl QueueSet {
         self.priority_classes.iter().find(|c| c.global_default)
     }
 
-    /// The LimitRanges of `namespace`, in the order applied.
-    pub fn limit_ranges_of(&self, namespace: &str) -> Vec<&LimitRangeConfig> {
-        self.limit_ranges
-            .iter()
-            .filter(|l| l.namespace == namespace)
-            .collect()
-    }
-
     /// The node labels of queue `queue`'s flavor (empty when it has none or it is not
     /// applied).
     pub fn node_selector(&self, queue: &str) -> Vec<(String, String)> {

@@ -45,7 +45,8 @@ use crate::api_error::ApiError;
 use crate::auth::Principal;
 use crate::authority::check_spec_change;
 use crate::queues::{
-    QueueObjects, check_object_quotas, route_job, waiting_for_local_queue, waiting_routes,
+    QueueObjects, check_object_quotas, is_workload, route_job, waiting_for_local_queue,
+    waiting_routes,
 };
 use cadre_core::alloc::Allocation;
 use cadre_core::cluster::{NodeAvail, NodeId};
@@ -855,7 +856,7 @@ impl Controller {
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
         // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
         // in any order; any other job naming a queue that does not exist is a mistake.
-        if !job.spec.annotations.contains_key("k8s.apiVersion")
+        if !is_workload(&job.spec)
             && let Some(q) = &job.spec.queue
             && self.sched.quota().queue_ix(q).is_none()
         {

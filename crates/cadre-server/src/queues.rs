@@ -336,7 +336,7 @@ pub fn route_job(
         }
     }
     if spec.priority_class.is_none()
-        && spec.annotations.contains_key("k8s.apiVersion")
+        && is_workload(spec)
         && let Some(class) = objects.set.default_priority_class()
     {
         spec.priority_class = Some(class.config.name.clone());
@@ -368,28 +368,38 @@ pub fn route_job(
     Ok(())
 }
 
+/// Whether a job is a Kubernetes workload (`cadre apply` records its apiVersion).
+pub fn is_workload(spec: &cadre_core::job::JobSpec) -> bool {
+    spec.annotations.contains_key("k8s.apiVersion")
+}
+
 /// Whether a job is waiting for its Kueue LocalQueue (or the ClusterQueue it feeds) to be
 /// applied, and why: Kubernetes' `Inadmissible` condition.
 pub fn waiting_for_local_queue(
     objects: &QueueObjects,
     spec: &cadre_core::job::JobSpec,
 ) -> Option<String> {
-    let local = spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
-    if spec.queue.as_ref() != Some(local) {
-        return None;
-    }
+    let local = waiting_on(spec)?;
     let (namespace, name) = local.split_once('/')?;
     let route = objects.set.route(&QueueRef::Kueue {
         namespace: namespace.to_string(),
         local_queue: name.to_string(),
     });
-    Some(
-        match (route, route_local(objects, local, &spec.node_selector)) {
-            (Err(e), _) => format!("Inadmissible: {e}"),
-            (Ok(_), Err(e)) => format!("Inadmissible: {e}"),
-            (Ok(_), Ok(_)) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
+    Some(match route {
+        Err(e) => format!("Inadmissible: {e}"),
+        Ok(_) => match route_local(objects, local, &spec.node_selector) {
+            Err(e) => format!("Inadmissible: {e}"),
+            Ok(_) => format!("Inadmissible: LocalQueue `{local}` is being applied"),
         },
-    )
+    })
+}
+
+/// The LocalQueue (`namespace/name`) a job waits for: the one it is labelled for, when its
+/// queue is still that LocalQueue's own name ([`route_job`]).
+fn waiting_on(spec: &cadre_core::job::JobSpec) -> Option<&String> {
+    spec.annotations
+        .get(LOCAL_QUEUE_ANNOTATION)
+        .filter(|local| spec.queue.as_ref() == Some(*local))
 }
 
 /// Whether the `new` jobs, submitted in order beside the `unended` ones, keep within the
@@ -509,9 +519,8 @@ pub fn waiting_routes<'a>(
     pending: impl Iterator<Item = (cadre_core::job::JobId, &'a cadre_core::job::JobSpec)>,
 ) -> Vec<(cadre_core::job::JobId, Result<Route, String>)> {
     pending
-        .filter(|(_, spec)| waiting_for_local_queue(objects, spec).is_some())
         .filter_map(|(id, spec)| {
-            let local = spec.annotations.get(LOCAL_QUEUE_ANNOTATION)?;
+            let local = waiting_on(spec)?;
             match route_local(objects, local, &spec.node_selector) {
                 Ok(Some(route)) => Some((id, Ok(route))),
                 Ok(None) => None,

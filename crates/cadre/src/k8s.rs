@@ -394,11 +394,7 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
     // place of the applied ones of their names.
     let mut opts = opts.clone();
     for (_, _, docs) in &parsed {
-        for l in cadre_k8s::limit_ranges_of(docs, &opts.default_namespace) {
-            opts.limit_ranges
-                .retain(|x| !(x.namespace == l.namespace && x.name == l.name));
-            opts.limit_ranges.push(l);
-        }
+        cadre_k8s::add_limit_ranges(&mut opts, docs);
     }
     let opts = &opts;
     for (origin, text, docs) in parsed {

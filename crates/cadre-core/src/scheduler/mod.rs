@@ -707,7 +707,7 @@ impl Scheduler {
                 node_selector,
             } => {
                 let job = self.pending_job_mut(id, "only a pending job can be routed")?;
-                let mut spec = job.spec.clone();
+                let (mut spec, partition) = (job.spec.clone(), job.partition);
                 spec.queue = queue;
                 spec.node_selector = node_selector;
                 validate_spec(&spec).map_err(|what| CoreError::InvalidJob {
@@ -716,12 +716,7 @@ impl Scheduler {
                     what,
                 })?;
                 let (queue, queue_missing) = queue_of(&self.quota, &spec);
-                let next_shape = self.shapes.len() as u32;
-                let partition = self.jobs[&id].partition;
-                let shape = *self
-                    .shapes
-                    .entry(ShapeKey::of(partition, &spec))
-                    .or_insert(next_shape);
+                let shape = self.intern_shape(partition, &spec);
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 (job.spec, job.queue, job.queue_missing, job.shape) =
                     (spec, queue, queue_missing, shape);
@@ -863,6 +858,15 @@ impl Scheduler {
         }
     }
 
+    /// The interned number of the shape of a job of `spec` in `partition`.
+    fn intern_shape(&mut self, partition: PartitionId, spec: &JobSpec) -> u32 {
+        let next = self.shapes.len() as u32;
+        *self
+            .shapes
+            .entry(ShapeKey::of(partition, spec))
+            .or_insert(next)
+    }
+
     /// Checks a new job against the cluster and policy and builds it, pending. Nothing
     /// changes on error; on success only its association may have been created (with
     /// `auto_associations`) and its shape interned.
@@ -908,11 +912,7 @@ impl Scheduler {
             (hold.is_none() && spec.begin.is_none_or(|b| b <= now) && spec.dependencies.is_empty())
                 .then_some(now);
         let (want, min_want) = (spec.amounts(), spec.min_amounts());
-        let next_shape = self.shapes.len() as u32;
-        let shape = *self
-            .shapes
-            .entry(ShapeKey::of(partition, &spec))
-            .or_insert(next_shape);
+        let shape = self.intern_shape(partition, &spec);
         Ok(Job {
             id,
             spec,
