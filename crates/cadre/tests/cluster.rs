@@ -1749,3 +1749,76 @@ fn connections_that_wait_too_long_are_closed_and_streams_are_not() {
     );
     c.ok(&["cancel", &id.to_string()]);
 }
+
+/// The objects that bound a namespace (ResourceQuota, LimitRange, PriorityClass,
+/// Namespace) are the administrator's: a local user can neither apply nor delete them, nor
+/// go around a quota's object counts by applying into its namespace.
+#[test]
+fn a_user_can_neither_change_a_namespace_s_quota_nor_apply_past_it() {
+    let Some(nobody) = Nobody::new() else { return };
+    let c = up(1, 0, &[]);
+    let cadre = env!("CARGO_BIN_EXE_cadre");
+    let quota = "apiVersion: v1
+kind: ResourceQuota
+metadata: {name: counts, namespace: team}
+spec: {hard: {count/jobs.batch: 0}}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: urgent}
+value: 1000000
+";
+    let file = |name: &str, text: &str| {
+        let path = nobody.home().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        path.display().to_string()
+    };
+    // Their own quota and class, raised over root's: refused, nothing applied.
+    let mine = file(
+        "mine.yaml",
+        &quota.replace("count/jobs.batch: 0", "count/jobs.batch: 99"),
+    );
+    let out = nobody.run(&c, cadre, &["apply", "-f", &mine]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("only an administrator may apply or delete queue objects"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(c.ok(&["get", "quota", "-A"]).is_empty());
+    // Root's: applied; the user may not delete them.
+    let root = c.path("quota.yaml");
+    std::fs::write(&root, quota).unwrap();
+    c.ok(&["apply", "-f", root.to_str().unwrap()]);
+    for (kind, name) in [("resourcequota", "counts"), ("priorityclass", "urgent")] {
+        let out = nobody.run(&c, cadre, &["delete", kind, name, "-n", "team"]);
+        assert_eq!(out.status.code(), Some(1), "{kind} {name}");
+        assert!(
+            text(&out.stderr).contains("only an administrator"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // A workload of theirs in the namespace is held to its counts.
+    let job = "apiVersion: batch/v1
+kind: Job
+metadata: {name: sneak, namespace: team}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, command: ['true']}]
+";
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("job.yaml", job)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "exceeded quota: counts, requested: count/jobs.batch=1, used: count/jobs.batch=0, \
+             limited: count/jobs.batch=0"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(c.ok(&["get", "quota", "-n", "team"]).contains("counts"));
+}
