@@ -6,7 +6,7 @@
 //! A guard stops the cluster (`cadre down`) when a test ends, also when it panics. Tests
 //! wait for states and files; deadlines only keep a broken build from hanging.
 
-use cadre_test_support::{skip_unless_ci, text, wait_until};
+use cadre_test_support::{skip_unless_ci, text, wait_until, wait_until_or};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -686,7 +686,11 @@ fn a_running_jobs_time_limit_changes_where_it_runs_and_in_the_store() {
         Some(r#"{"time_limit": 2}"#),
     );
     assert_eq!(answer, Value::Null, "{answer}");
-    wait_until("the job times out", || c.state(id) == "TIMEOUT");
+    wait_until_or(
+        "the job times out",
+        || c.state(id) == "TIMEOUT",
+        || format!("state {}{}", c.state(id), c.inner.logs()),
+    );
     assert_eq!(c.show(&id.to_string())["TimeLimit"], "00:00:02");
     let _ = c.cadre(&["down"]);
     let out = c.cadre(&["up", "--detach", "--nodes", "2", "--gpus-per-node", "4"]);
