@@ -163,6 +163,7 @@ struct ChildBind {
     path: CString,
     made: crate::rundir::BindSource,
     at: CString,
+    read_only: bool,
 }
 
 /// Everything the child needs between fork and exec, prepared by the parent.
@@ -240,6 +241,9 @@ impl ChildPlan {
             for b in &self.binds {
                 crate::mountns::bind_made(&b.path, b.made.fd(), &b.at)
                     .map_err(|e| fail(ChildStep::Bind, e))?;
+                if b.read_only {
+                    crate::mountns::read_only(&b.at).map_err(|e| fail(ChildStep::Bind, e))?;
+                }
             }
             for (at, options) in &self.tmpfs {
                 crate::mountns::tmpfs(at, options).map_err(|e| fail(ChildStep::Bind, e))?;
@@ -507,6 +511,7 @@ pub(crate) fn launch_task_with(
             path: path_c("bind mount source", what.path())?,
             made: what.clone(),
             at: path_c("bind mount target", at)?,
+            read_only: what.is_read_only(),
         })
     })
     .collect::<Result<Vec<_>, LaunchError>>()?;

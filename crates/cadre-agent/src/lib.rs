@@ -34,6 +34,7 @@
 //! the caller's clock readings, with blocking convenience loops on top.
 
 pub mod cgroup;
+pub mod claimdir;
 pub mod container;
 pub mod discovery;
 pub mod enrol;

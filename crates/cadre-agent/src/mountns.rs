@@ -181,6 +181,27 @@ pub(crate) fn bind_made(path: &CStr, made: BorrowedFd<'_>, at: &CStr) -> Result<
     bind(proc_fd_path(fd.as_raw_fd(), &mut buf)?, at)
 }
 
+/// In a forked child, after a bind over `at`: makes that mount read-only, keeping the flags
+/// it has (a mount namespace made in a user namespace may not clear them).
+pub(crate) fn read_only(at: &CStr) -> Result<(), Errno> {
+    use nix::sys::statvfs::FsFlags;
+    let have = nix::sys::statvfs::statvfs(at)?.flags();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (f, m) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if have.contains(f) {
+            flags |= m;
+        }
+    }
+    mount(None::<&CStr>, at, None::<&CStr>, flags, None::<&CStr>)
+}
+
 /// `/proc/self/fd/<fd>`, written into `buf` without allocating.
 fn proc_fd_path(fd: i32, buf: &mut [u8; 32]) -> Result<&CStr, Errno> {
     const PREFIX: &[u8] = b"/proc/self/fd/";

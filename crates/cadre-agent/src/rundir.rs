@@ -79,6 +79,11 @@ impl RunDir {
         &self.path
     }
 
+    /// The job's user, who owns the files in it (`None`: the agent's own user).
+    pub(crate) fn owner(&self) -> Option<(u32, u32)> {
+        self.owner
+    }
+
     /// A subdirectory `name` (mode 0755, the agent's), made if missing, open.
     pub(crate) fn subdir(&self, name: &str) -> io::Result<RunDir> {
         self.dir_in(name, 0o755, true)
@@ -179,6 +184,8 @@ pub struct BindSource {
     fd: Arc<OwnedFd>,
     /// Where it was opened, for messages.
     path: PathBuf,
+    /// Mounted read-only.
+    read_only: bool,
 }
 
 impl PartialEq for BindSource {
@@ -190,7 +197,8 @@ impl PartialEq for BindSource {
 impl Eq for BindSource {}
 
 impl BindSource {
-    fn open_at(dir: &impl AsFd, name: &str, path: PathBuf) -> io::Result<BindSource> {
+    /// `name` in directory `dir` (at `path`), opened to be mounted, never through a link.
+    pub(crate) fn open_at(dir: &impl AsFd, name: &str, path: PathBuf) -> io::Result<BindSource> {
         let fd = nix::fcntl::openat(
             dir,
             name,
@@ -228,7 +236,21 @@ impl BindSource {
         Ok(BindSource {
             fd: Arc::new(fd),
             path,
+            read_only: false,
         })
+    }
+
+    /// The same, mounted read-only.
+    pub(crate) fn read_only(self) -> BindSource {
+        BindSource {
+            read_only: true,
+            ..self
+        }
+    }
+
+    /// Whether it is mounted read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Where it was opened.

@@ -147,6 +147,16 @@ pub enum WorkloadError {
         "task group {group} mounts volumes, which needs a mount namespace of the task's own: the agent of node {node} is not root and cannot make user namespaces"
     )]
     VolumesNeedNamespace { group: usize, node: String },
+    /// A claim's directory cannot be made or used on this node.
+    #[error(
+        "task group {group} mounts persistentvolumeclaim `{claim}`, whose directory on node {node} cannot be used: {source}"
+    )]
+    Claim {
+        group: usize,
+        claim: String,
+        node: String,
+        source: io::Error,
+    },
 }
 
 impl WorkloadError {
@@ -563,6 +573,15 @@ pub fn prepare(
                             .map_err(write_err(run_dir.join(&name)))?;
                         spec.mounts.push((made, v.path.clone()));
                     }
+                    VolumeKind::Claim { claim, read_only } => {
+                        let made = claim_source(order, dir, claim, *read_only, group, &node_name)?;
+                        let at = (made.path().to_path_buf(), v.path.clone());
+                        if made.is_read_only() {
+                            spec.mounts.push(at);
+                        } else {
+                            spec.writable.push(at);
+                        }
+                    }
                 }
             }
             programs.insert(
@@ -645,6 +664,11 @@ pub fn prepare(
                         volume_files(dir, &name, t, &v.kind)
                             .map_err(write_err(run_dir.join(&name)))?;
                     }
+                    VolumeKind::Claim { claim, read_only } => {
+                        let made = claim_source(order, dir, claim, *read_only, group, &node_name)?;
+                        volume_binds.push((made, at));
+                        continue;
+                    }
                 }
                 let made = dir
                     .bind_source(&name)
@@ -695,7 +719,9 @@ fn volume_files(
     let (object, items, secret) = match kind {
         VolumeKind::ConfigMap { name, items, .. } => (name, items, false),
         VolumeKind::Secret { name, items, .. } => (name, items, true),
-        VolumeKind::EmptyDir | VolumeKind::Memory { .. } => return Ok(made.path().to_path_buf()),
+        VolumeKind::EmptyDir | VolumeKind::Memory { .. } | VolumeKind::Claim { .. } => {
+            return Ok(made.path().to_path_buf());
+        }
     };
     let keys: Vec<String> = if secret {
         t.secrets.0.get(object).map(|d| d.keys().cloned().collect())
@@ -727,6 +753,41 @@ fn volume_files(
     Ok(made.path().to_path_buf())
 }
 
+/// The directory of claim `claim` on this node, as the launch order names it (only the
+/// controller's claims are mounted: never one the job's own translation names alone),
+/// made the job's user's and opened to be mounted; read-only when the volume or the claim
+/// says so.
+fn claim_source(
+    order: &LaunchOrder,
+    dir: &RunDir,
+    claim: &str,
+    read_only: bool,
+    group: usize,
+    node: &str,
+) -> Result<crate::rundir::BindSource, WorkloadError> {
+    let Some(c) = order.claims.iter().find(|c| c.name == claim) else {
+        return Err(cadre_k8s::K8sError::Contract {
+            what: format!(
+                "task group {group} mounts persistentvolumeclaim `{claim}`, which the \
+                 controller's launch order does not give"
+            ),
+        }
+        .into());
+    };
+    let made =
+        crate::claimdir::claim_dir(c, dir.owner()).map_err(|source| WorkloadError::Claim {
+            group,
+            claim: claim.to_string(),
+            node: node.to_string(),
+            source,
+        })?;
+    Ok(if read_only || c.read_only {
+        made.read_only()
+    } else {
+        made
+    })
+}
+
 /// Whether `path` is written only of what a mount path may hold here: absolute, letters,
 /// digits, `/`, `.`, `_`, `-`, no `..` (a container runtime's options are joined with `:`
 /// and `,`).
@@ -746,7 +807,6 @@ fn mount_path_words(path: &str) -> bool {
 /// sticky): no user can swap a part of the path for a link between this check and the
 /// mount, and whether a directory exists where the user cannot look is not told.
 fn node_mount_point(path: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
     if !mount_path_words(path) {
         return false;
     }
@@ -759,26 +819,7 @@ fn node_mount_point(path: &str) -> bool {
     {
         return false;
     }
-    let parts: Vec<_> = p.components().skip(1).collect();
-    if parts.is_empty() {
-        return false;
-    }
-    let mut at = PathBuf::from("/");
-    for (i, part) in parts.iter().enumerate() {
-        at.push(part);
-        let Ok(m) = std::fs::symlink_metadata(&at) else {
-            return false;
-        };
-        if !m.is_dir() || m.uid() != 0 {
-            return false;
-        }
-        let above = i + 1 < parts.len();
-        let mode = m.mode();
-        if above && (mode & 0o001 == 0 || (mode & 0o022 != 0 && mode & 0o1000 == 0)) {
-            return false;
-        }
-    }
-    true
+    crate::claimdir::root_owned_dirs(p, false)
 }
 
 /// A memory-backed volume's size when its manifest gives none: the task's memory, as the
@@ -924,6 +965,7 @@ spec:
             time_limit_ms: None,
             step: None,
             job_token: None,
+            claims: Vec::new(),
         }
     }
 

@@ -284,6 +284,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         time_limit_ms: None,
         step: None,
         job_token: None,
+        claims: Vec::new(),
     }
 }
 

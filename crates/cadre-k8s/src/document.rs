@@ -55,6 +55,10 @@ pub enum Object {
     ResourceQuota(Box<k8s_openapi::api::core::v1::ResourceQuota>),
     /// `v1` LimitRange.
     LimitRange(Box<k8s_openapi::api::core::v1::LimitRange>),
+    /// `storage.k8s.io/v1` StorageClass (see [`crate::storage`]).
+    StorageClass(Box<k8s_openapi::api::storage::v1::StorageClass>),
+    /// `v1` PersistentVolumeClaim.
+    PersistentVolumeClaim(Box<k8s_openapi::api::core::v1::PersistentVolumeClaim>),
 }
 
 impl Object {
@@ -78,6 +82,8 @@ impl Object {
             Object::Namespace(_) => "Namespace",
             Object::ResourceQuota(_) => "ResourceQuota",
             Object::LimitRange(_) => "LimitRange",
+            Object::StorageClass(_) => "StorageClass",
+            Object::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
         }
     }
 
@@ -100,8 +106,10 @@ impl Object {
             | Object::Secret(_)
             | Object::Namespace(_)
             | Object::ResourceQuota(_)
-            | Object::LimitRange(_) => "v1",
+            | Object::LimitRange(_)
+            | Object::PersistentVolumeClaim(_) => "v1",
             Object::PriorityClass(_) => "scheduling.k8s.io/v1",
+            Object::StorageClass(_) => "storage.k8s.io/v1",
         }
     }
 
@@ -125,6 +133,8 @@ impl Object {
             Object::Namespace(o) => &o.metadata,
             Object::ResourceQuota(o) => &o.metadata,
             Object::LimitRange(o) => &o.metadata,
+            Object::StorageClass(o) => &o.metadata,
+            Object::PersistentVolumeClaim(o) => &o.metadata,
         }
     }
 
@@ -286,6 +296,12 @@ fn parse_one(value: yaml_serde::Value, origin: &str, doc: usize) -> Result<Objec
         ("", "v1", "Namespace") => Object::Namespace(Box::new(ctx.typed(value)?)),
         ("", "v1", "ResourceQuota") => Object::ResourceQuota(Box::new(ctx.typed(value)?)),
         ("", "v1", "LimitRange") => Object::LimitRange(Box::new(ctx.typed(value)?)),
+        ("", "v1", "PersistentVolumeClaim") => {
+            Object::PersistentVolumeClaim(Box::new(ctx.typed(value)?))
+        }
+        ("storage.k8s.io", "v1", "StorageClass") => {
+            Object::StorageClass(Box::new(ctx.typed(value)?))
+        }
         ("scheduling.k8s.io", "v1", "PriorityClass") => {
             Object::PriorityClass(Box::new(ctx.typed(value)?))
         }
@@ -449,12 +465,12 @@ mod tests {
 
     #[test]
     fn unknown_kinds_name_the_document_the_kind_and_what_is_supported() {
-        let text = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: x}\n---\n\
+        let text = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: x}\n---\n\
                     apiVersion: example.com/v1\nkind: Thing\n";
         let err = parse_documents(text, "f.yaml").unwrap_err().to_string();
         assert!(
             err.starts_with(
-                "f.yaml, document 1: kind `PersistentVolumeClaim` of apiVersion `v1` is not supported; cadre reads batch/v1 Job;"
+                "f.yaml, document 1: kind `PersistentVolume` of apiVersion `v1` is not supported; cadre reads batch/v1 Job;"
             ),
             "{err}"
         );

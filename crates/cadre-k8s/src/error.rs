@@ -13,7 +13,8 @@ pub const SUPPORTED_KINDS: &str = "batch/v1 Job; jobset.x-k8s.io/v1alpha2 JobSet
     scheduling.volcano.sh/v1beta1 Queue; kueue.x-k8s.io/v1beta1 and v1beta2 ResourceFlavor, \
     ClusterQueue, LocalQueue and Topology (also v1alpha1); \
     trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime; v1 Service, ConfigMap and Secret \
-    (with the workloads that use them)";
+    (with the workloads that use them); scheduling.k8s.io/v1 PriorityClass; v1 Namespace, \
+    ResourceQuota, LimitRange and PersistentVolumeClaim; storage.k8s.io/v1 StorageClass";
 
 /// One thing cadre cannot do with an object: the field, as a path in the manifest
 /// (`spec.template.spec.volumes[0]`), and the reason.

@@ -122,6 +122,7 @@ mod pod;
 pub mod quantity;
 pub mod queues;
 pub mod service;
+pub mod storage;
 pub mod submission;
 pub mod translate;
 

@@ -379,6 +379,14 @@ pub enum VolumeKind {
         #[serde(default)]
         optional: bool,
     },
+    /// A `persistentVolumeClaim` volume: the claim's directory (see [`crate::storage`]),
+    /// which the controller names in the launch order; `read_only` from the volume's or the
+    /// mount's `readOnly`.
+    Claim {
+        claim: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        read_only: bool,
+    },
 }
 
 impl GroupRun {

@@ -93,7 +93,7 @@ pub struct LimitRangeConfig {
     pub resources: BTreeMap<String, ResourceBounds>,
 }
 
-fn namespace_of(
+pub(crate) fn namespace_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     default_namespace: &str,
     r: &mut Refusals,

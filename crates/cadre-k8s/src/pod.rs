@@ -578,9 +578,21 @@ fn read_volume(
             optional: s.optional == Some(true),
         });
     }
+    if let Some(c) = &v.persistent_volume_claim {
+        if c.claim_name.is_empty() {
+            refusals.refuse(
+                format!("{path}.persistentVolumeClaim.claimName"),
+                "Required value",
+            );
+            return None;
+        }
+        return Some(VolumeKind::Claim {
+            claim: c.claim_name.clone(),
+            read_only: c.read_only == Some(true),
+        });
+    }
     let Some(e) = &v.empty_dir else {
         let source = [
-            (v.persistent_volume_claim.is_some(), "persistentVolumeClaim"),
             (v.host_path.is_some(), "hostPath"),
             (v.nfs.is_some(), "nfs"),
             (v.projected.is_some(), "projected"),
@@ -594,8 +606,8 @@ fn read_volume(
         refusals.refuse(
             path,
             format!(
-                "volume `{}`: {source} volumes are not supported yet (emptyDir, configMap and \
-                 secret are; tasks see the node's file systems, so a shared path that exists \
+                "volume `{}`: {source} volumes are not supported yet (emptyDir, configMap, \
+                 secret and persistentVolumeClaim are; tasks see the node's file systems, so a shared path that exists \
                  on the nodes needs no volume)",
                 v.name
             ),
@@ -1150,7 +1162,7 @@ fn read_container(
         {
             refusals.refuse(
                 format!("{mpath}.subPath"),
-                "not supported: an emptyDir is mounted whole",
+                "not supported: a volume is mounted whole",
             );
         }
         if v.mount_propagation.as_deref().is_some_and(|m| m != "None") {
@@ -1182,10 +1194,14 @@ fn read_container(
             );
             continue;
         }
+        let mut kind = kind.clone();
+        if let VolumeKind::Claim { read_only, .. } = &mut kind {
+            *read_only |= v.read_only == Some(true);
+        }
         mounted.push(Volume {
             name: v.name.clone(),
             path: at.to_string(),
-            kind: kind.clone(),
+            kind,
         });
     }
     if volume_devices.as_ref().is_some_and(|v| !v.is_empty()) {

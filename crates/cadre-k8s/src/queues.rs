@@ -45,6 +45,9 @@ use crate::namespaces::{
 };
 use crate::pod::{HOSTNAME_LABEL, is_scheduler_key, span_of_level};
 use crate::quantity::Quantity;
+use crate::storage::{
+    ClaimConfig, DEFAULT_CLASS_ANNOTATION, StorageClassConfig, read_claim, read_storage_class,
+};
 use cadre_core::quota::{NamespaceQuotaConfig, QueueConfig, QuotaAmounts, QuotaBook, QuotaConfig};
 use std::collections::BTreeMap;
 
@@ -62,7 +65,10 @@ pub struct QueueObjectName {
 /// namespace are in `default_namespace`.
 pub fn queue_object_name(object: &Object, default_namespace: &str) -> Option<QueueObjectName> {
     let namespace = match object {
-        Object::LocalQueue(_) | Object::ResourceQuota(_) | Object::LimitRange(_) => object
+        Object::LocalQueue(_)
+        | Object::ResourceQuota(_)
+        | Object::LimitRange(_)
+        | Object::PersistentVolumeClaim(_) => object
             .metadata()
             .namespace
             .clone()
@@ -72,7 +78,8 @@ pub fn queue_object_name(object: &Object, default_namespace: &str) -> Option<Que
         | Object::Topology(_)
         | Object::VolcanoQueue(_)
         | Object::PriorityClass(_)
-        | Object::Namespace(_) => String::new(),
+        | Object::Namespace(_)
+        | Object::StorageClass(_) => String::new(),
         _ => return None,
     };
     Some(QueueObjectName {
@@ -133,6 +140,9 @@ pub struct QueueSet {
     pub resource_quotas: Vec<NamespaceQuotaConfig>,
     /// The ResourceQuotas' object counts, in the same order.
     pub object_quotas: Vec<ObjectQuota>,
+    /// StorageClasses and PersistentVolumeClaims (see [`crate::storage`]).
+    pub storage_classes: Vec<StorageClassConfig>,
+    pub claims: Vec<ClaimConfig>,
     pub limit_ranges: Vec<LimitRangeConfig>,
 }
 
@@ -226,6 +236,33 @@ impl QueueSet {
                     .retain(|x| !(x.namespace == range.namespace && x.name == range.name));
                 self.limit_ranges.push(range);
             }
+            Object::StorageClass(c) => {
+                let class = read_storage_class(c, &mut r);
+                if class.default
+                    && let Some(other) = self
+                        .storage_classes
+                        .iter()
+                        .find(|c| c.default && c.name != class.name)
+                {
+                    r.refuse(
+                        format!("metadata.annotations[{DEFAULT_CLASS_ANNOTATION}]"),
+                        format!(
+                            "StorageClass {} is already the default; one class at most is",
+                            other.name
+                        ),
+                    );
+                }
+                r.finish(&describe, ())?;
+                self.storage_classes.retain(|x| x.name != class.name);
+                self.storage_classes.push(class);
+            }
+            Object::PersistentVolumeClaim(c) => {
+                let claim = read_claim(c, default_namespace, &mut r);
+                r.finish(&describe, ())?;
+                self.claims
+                    .retain(|x| !(x.namespace == claim.namespace && x.name == claim.name));
+                self.claims.push(claim);
+            }
             Object::ResourceFlavor(f) => {
                 let flavor = read_flavor(f, &mut r);
                 r.finish(&describe, ())?;
@@ -293,7 +330,8 @@ impl QueueSet {
 
     /// Checks what one object asks of others: every ClusterQueue's ResourceFlavor is
     /// applied (Kueue would keep such a queue inactive; cadre refuses it, so that a
-    /// queue's nodes are always known), and so is every flavor's Topology.
+    /// queue's nodes are always known), and so is every flavor's Topology and every
+    /// claim's StorageClass.
     pub fn check_references(&self) -> Result<(), K8sError> {
         let mut problems = Vec::new();
         for q in &self.queues {
@@ -305,6 +343,21 @@ impl QueueSet {
                      it too, or first)",
                     q.config.name
                 ));
+            }
+        }
+        for c in &self.claims {
+            match &c.class {
+                Some(class) if self.storage_classes.iter().any(|s| &s.name == class) => {}
+                Some(class) => problems.push(format!(
+                    "PersistentVolumeClaim `{}` in namespace {}: storageclass.storage.k8s.io \
+                     \"{class}\" not found (an administrator applies it first)",
+                    c.name, c.namespace
+                )),
+                None => problems.push(format!(
+                    "PersistentVolumeClaim `{}` in namespace {} names no storageClassName, and \
+                     no StorageClass is the default",
+                    c.name, c.namespace
+                )),
             }
         }
         for f in &self.flavors {
@@ -386,6 +439,11 @@ impl QueueSet {
             .unwrap_or_default();
         labels.insert("kubernetes.io/metadata.name".into(), namespace.to_string());
         labels
+    }
+
+    /// The StorageClass of the claims that name none.
+    pub fn default_storage_class(&self) -> Option<&StorageClassConfig> {
+        self.storage_classes.iter().find(|c| c.default)
     }
 
     /// The PriorityClass every workload that names none gets (`globalDefault: true`).

@@ -424,10 +424,10 @@ fn environment_values_and_refusals() {
 fn pod_features_cadre_does_not_have_are_refused_by_path() {
     let cases: &[(&str, &str, &str, &str)] = &[
         (
-            "      volumes: [{name: data, persistentVolumeClaim: {claimName: c}}]\n",
+            "      volumes: [{name: data, hostPath: {path: /data}}]\n",
             "",
             "spec.template.spec.volumes[0]",
-            "persistentVolumeClaim volumes are not supported yet",
+            "hostPath volumes are not supported yet",
         ),
         (
             "",

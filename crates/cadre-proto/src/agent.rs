@@ -431,6 +431,26 @@ pub struct LaunchOrder {
     /// controller): the agent makes it with its key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_token: Option<Secret>,
+    /// The PersistentVolumeClaims the run's pods mount, as the controller resolved them from
+    /// its own records (never from the job's own files): an agent mounts only these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ClaimMount>,
+}
+
+/// A PersistentVolumeClaim a run mounts: the directory `volume` in `class_path`, the job's
+/// user's alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimMount {
+    /// The claim's name in the workload's namespace.
+    pub name: String,
+    /// Its StorageClass's `parameters.path`: a directory that must be root's all the way
+    /// down (the agent checks).
+    pub class_path: String,
+    /// The claim's directory in it: `pvc-<uid>`.
+    pub volume: String,
+    /// Every task mounts it read-only (`ReadOnlyMany`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// A secret in a message: serialized as itself, never shown by `Debug`.
@@ -546,6 +566,7 @@ mod tests {
                 hostname: Some("pi-worker-1".into()),
             }),
             job_token: Some(Secret("cadre-job-7-0-00ff".into())),
+            claims: Vec::new(),
         };
         for m in [
             ControllerMessage::Welcome {

@@ -987,7 +987,8 @@ async fn list_queue_objects(
     Ok(Json(QueueObjectList { objects }))
 }
 
-/// Applies and deletes Kubernetes queue objects (administrators): all of them, or none.
+/// Applies and deletes Kubernetes queue, namespace and storage objects (administrators;
+/// any user their own PersistentVolumeClaims): all of them, or none.
 /// Committed before the scheduler's quotas are replaced; running jobs are never stopped by
 /// it.
 #[utoipa::path(post, path = "/queue-objects", request_body = QueueObjectsRequest,

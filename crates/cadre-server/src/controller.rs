@@ -854,6 +854,8 @@ impl Controller {
         self.default_time_limit(&mut job.spec);
         route_job(&self.queue_objects, &mut job.spec)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
+        crate::claims::check_claims(&self.queue_objects, &mut job.spec, &job.run)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
         // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
         // in any order; any other job naming a queue that does not exist is a mistake.
         if !is_workload(&job.spec)
@@ -1291,20 +1293,40 @@ impl Controller {
         request: &QueueObjectsRequest,
         now: Time,
     ) -> Result<QueueObjectsResponse, ApiError> {
-        if !who.admin {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "only an administrator may apply or delete queue objects; `{}` is not one",
-                    who.user
-                ),
-            ));
+        let namespace = request.namespace.as_deref().unwrap_or("default");
+        if let Some(why) = crate::claims::forbidden(
+            &self.queue_objects,
+            &request.put,
+            &request.delete,
+            namespace,
+            &who.user,
+            who.admin,
+        ) {
+            return Err(ApiError::new(ErrorCode::Forbidden, why));
         }
         let invalid = |e: String| ApiError::new(ErrorCode::InvalidRequest, e);
-        let namespace = request.namespace.as_deref().unwrap_or("default");
+        let jobs = &self.sched;
+        let claim_user = |ns: &str, name: &str| {
+            crate::claims::claim_user(
+                jobs.jobs()
+                    .filter(|j| !j.state.is_final())
+                    .map(|j| (j.id.0, &j.spec)),
+                ns,
+                name,
+            )
+        };
         let change = self
             .queue_objects
-            .change(&request.put, &request.delete, namespace, now)
+            .change(
+                &request.put,
+                &request.delete,
+                namespace,
+                now,
+                &crate::queues::Applier {
+                    user: &who.user,
+                    claim_user: &claim_user,
+                },
+            )
             .map_err(invalid)?;
         let quotas = change.next.quotas().map_err(invalid)?;
         self.sched
@@ -1629,7 +1651,16 @@ impl Controller {
                 return;
             }
         };
-        let order = self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms);
+        let order =
+            match self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms) {
+                Ok(o) => o,
+                Err(why) => {
+                    for node in nodes {
+                        self.node_launch_failed(c, id, node, why.clone(), true, now);
+                    }
+                    return;
+                }
+            };
         for node in nodes {
             if self.is_connected(node) {
                 self.outgoing
@@ -1641,7 +1672,8 @@ impl Controller {
         }
     }
 
-    /// The order that starts `run` of a job on its nodes.
+    /// The order that starts `run` of a job on its nodes; an error says why it cannot be
+    /// made (a claim the job mounts is no longer there).
     fn launch_order(
         &self,
         run: RunRef,
@@ -1650,9 +1682,10 @@ impl Controller {
         allocation: Allocation,
         run_spec: RunSpec,
         time_limit_ms: Option<u64>,
-    ) -> LaunchOrder {
+    ) -> Result<LaunchOrder, String> {
         let (node_names, node_addresses) = self.names_and_addresses(&allocation.nodes());
-        LaunchOrder {
+        let claims = crate::claims::claim_mounts(&self.queue_objects, &spec)?;
+        Ok(LaunchOrder {
             run,
             spec,
             partition,
@@ -1663,7 +1696,8 @@ impl Controller {
             time_limit_ms,
             step: None,
             job_token: self.job_token(run),
-        }
+            claims,
+        })
     }
 
     /// Sends `node` the launch order of job `id`'s current run again: its agent came back
@@ -1681,7 +1715,11 @@ impl Controller {
         let Some(Some(run_spec)) = self.read(c.run_spec(id)) else {
             return false;
         };
-        let order = self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms);
+        let Ok(order) =
+            self.launch_order(run, spec, partition, allocation, run_spec, time_limit_ms)
+        else {
+            return false;
+        };
         tracing::info!(job = %id, node = %self.node_name(node), "launch order sent again: the agent came back without it");
         self.outgoing
             .push((node, ControllerMessage::Launch(Box::new(order))));

@@ -25,6 +25,7 @@ pub mod api;
 pub mod api_error;
 pub mod auth;
 pub mod authority;
+pub mod claims;
 pub mod controller;
 pub mod dashboard;
 pub mod engine;

@@ -132,34 +132,56 @@ impl QueueObjects {
     }
 
     /// Checks a change: `put` manifests (JSON) replace objects of their name or come last,
-    /// then `delete` removes objects, which must exist. `at`: the time of the apply.
+    /// then `delete` removes objects, which must exist. `at`: the time of the apply. Who may
+    /// make it is [`crate::claims::forbidden`]'s to say; `by` says who a new
+    /// PersistentVolumeClaim belongs to and which claims running jobs use.
     pub fn change(
         &self,
         put: &[serde_json::Value],
         delete: &[QueueObjectRef],
         default_namespace: &str,
         at: cadre_core::time::Time,
+        by: &Applier<'_>,
     ) -> Result<QueueChange, String> {
         let mut records = self.records.clone();
+        let records_before = self.records.clone();
         let mut results = Vec::new();
         let mut problems = Vec::new();
         let mut puts = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, manifest) in put.iter().enumerate() {
-            let text = manifest.to_string();
             let origin = format!("object {}", i + 1);
-            let object = match read_object(&text, &origin) {
+            let mut object = match read_object(&manifest.to_string(), &origin) {
                 Ok(o) => o,
                 Err(e) => {
                     problems.push(e);
                     continue;
                 }
             };
+            let mut manifest = manifest.clone();
+            if let Object::PersistentVolumeClaim(_) = object {
+                let name = queue_object_name(&object, default_namespace);
+                let old = name.as_ref().and_then(|n| {
+                    records.iter().find(|r| {
+                        r.kind == n.kind && r.namespace == n.namespace && r.name == n.name
+                    })
+                });
+                stamp(&mut manifest, old, &records, by.user);
+                object = match read_object(&manifest.to_string(), &origin) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        problems.push(e);
+                        continue;
+                    }
+                };
+            }
+            let text = manifest.to_string();
             let Some(name) = queue_object_name(&object, default_namespace) else {
                 problems.push(format!(
                     "{origin}: {} is not a queue or namespace object (ResourceFlavor, \
                      ClusterQueue, LocalQueue, Topology, Queue of scheduling.volcano.sh, \
-                     PriorityClass, Namespace, ResourceQuota, LimitRange); workloads are \
+                     PriorityClass, Namespace, ResourceQuota, LimitRange, StorageClass, \
+                     PersistentVolumeClaim); workloads are \
                      submitted as jobs",
                     object.describe()
                 ));
@@ -180,7 +202,7 @@ impl QueueObjects {
             let outcome = match records.iter_mut().find(|r| key_of(r) == key_of(&record)) {
                 Some(old) if old.manifest == record.manifest => "unchanged",
                 Some(old) => {
-                    if let Err(e) = immutable(old, &object) {
+                    if let Err(e) = immutable(old, &object, &records_before) {
                         problems.push(format!("{origin}: {e}"));
                         continue;
                     }
@@ -207,6 +229,35 @@ impl QueueObjects {
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
             };
+            if key.kind == "PersistentVolumeClaim"
+                && let Some(job) = (by.claim_user)(&key.namespace, &key.name)
+            {
+                problems.push(format!(
+                    "PersistentVolumeClaim `{}` in namespace {} is mounted by {job}, which has \
+                     not ended: delete it once no job uses it",
+                    key.name, key.namespace
+                ));
+                continue;
+            }
+            if key.kind == "StorageClass" {
+                let used: Vec<String> = records
+                    .iter()
+                    .filter(|r| {
+                        r.kind == "PersistentVolumeClaim"
+                            && claim_class(r) == Some(key.name.clone())
+                    })
+                    .map(|r| format!("{}/{}", r.namespace, r.name))
+                    .collect();
+                if !used.is_empty() {
+                    problems.push(format!(
+                        "StorageClass `{}` is the class of PersistentVolumeClaims {}: delete \
+                         them first",
+                        key.name,
+                        used.join(", ")
+                    ));
+                    continue;
+                }
+            }
             if key.kind == "Namespace" {
                 let held: Vec<String> = records
                     .iter()
@@ -287,9 +338,127 @@ fn build(records: &[QueueObjectRecord]) -> Result<QueueSet, String> {
     Ok(set)
 }
 
+/// Who applies a change, and which claims the jobs not ended mount.
+pub struct Applier<'a> {
+    /// The user a new PersistentVolumeClaim belongs to.
+    pub user: &'a str,
+    /// The job not ended that mounts claim `(namespace, name)`, as a message names it.
+    pub claim_user: &'a dyn Fn(&str, &str) -> Option<String>,
+}
+
+/// A claim's manifest as it is recorded: the uid, owner and class of the claim it replaces
+/// (`old`), else a new uid, `user` as its owner and the default class of `records` when it
+/// names none.
+fn stamp(
+    manifest: &mut serde_json::Value,
+    old: Option<&QueueObjectRecord>,
+    records: &[QueueObjectRecord],
+    user: &str,
+) {
+    let old = old.and_then(|r| match read_object(&r.manifest, "the applied claim") {
+        Ok(Object::PersistentVolumeClaim(c)) => Some(c),
+        _ => None,
+    });
+    match old {
+        Some(c) => {
+            let meta = &c.metadata;
+            let owner = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(cadre_k8s::storage::OWNER_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            let class = c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+            cadre_k8s::storage::stamp_claim(
+                manifest,
+                meta.uid.as_deref().unwrap_or_default(),
+                &owner,
+                class.as_deref(),
+            );
+        }
+        None => {
+            let default = records
+                .iter()
+                .filter(|r| r.kind == "StorageClass")
+                .filter_map(|r| match read_object(&r.manifest, "a class") {
+                    Ok(Object::StorageClass(c)) => Some(c),
+                    _ => None,
+                })
+                .find(|c| {
+                    c.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(cadre_k8s::storage::DEFAULT_CLASS_ANNOTATION))
+                        .is_some_and(|v| v == "true")
+                })
+                .and_then(|c| c.metadata.name.clone());
+            cadre_k8s::storage::stamp_claim(manifest, &new_uid(), user, default.as_deref());
+        }
+    }
+}
+
+/// A new object's `metadata.uid`: 128 random bits, written as a UUID (version 4).
+fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the operating system's random source failed");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The class a stored claim was given.
+fn claim_class(r: &QueueObjectRecord) -> Option<String> {
+    match read_object(&r.manifest, "a claim") {
+        Ok(Object::PersistentVolumeClaim(c)) => c.spec.and_then(|s| s.storage_class_name),
+        _ => None,
+    }
+}
+
 /// Kubernetes' immutable fields: a PriorityClass's `value` and `preemptionPolicy` (jobs
-/// keep the value they were admitted with, and a restarted controller gives it back).
-fn immutable(old: &QueueObjectRecord, new: &Object) -> Result<(), String> {
+/// keep the value they were admitted with, and a restarted controller gives it back); a
+/// StorageClass's provisioner and parameters; a claim's spec but a growing storage request
+/// where its class allows it (`records`: the objects before the change).
+fn immutable(
+    old: &QueueObjectRecord,
+    new: &Object,
+    records: &[QueueObjectRecord],
+) -> Result<(), String> {
+    let read = |o: &Object| {
+        let mut set = QueueSet::default();
+        set.apply_in(o, &old.namespace).map(|()| set)
+    };
+    match new {
+        Object::StorageClass(_) | Object::PersistentVolumeClaim(_) => {
+            let before = read_object(&old.manifest, "the applied object")?;
+            let (Ok(before), Ok(after)) = (read(&before), read(new)) else {
+                return Ok(());
+            };
+            if let (Some(a), Some(b)) = (
+                before.storage_classes.first(),
+                after.storage_classes.first(),
+            ) {
+                return cadre_k8s::storage::class_update(a, b);
+            }
+            if let (Some(a), Some(b)) = (before.claims.first(), after.claims.first()) {
+                let classes = build(records)?;
+                let class = classes
+                    .storage_classes
+                    .iter()
+                    .find(|c| Some(&c.name) == a.class.as_ref());
+                return cadre_k8s::storage::claim_update(a, b, class);
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
     let Object::PriorityClass(p) = new else {
         return Ok(());
     };
@@ -532,6 +701,13 @@ pub fn waiting_routes<'a>(
 
 #[cfg(test)]
 mod tests {
+    /// An administrator's change, while no job mounts a claim.
+    fn root() -> Applier<'static> {
+        Applier {
+            user: "root",
+            claim_user: &|_, _| None,
+        }
+    }
     use super::*;
     use cadre_core::job::{JobId, JobSpec};
     use cadre_core::quota::{QueueConfig, QuotaAmounts};
@@ -606,7 +782,7 @@ spec: {clusterQueue: cq}
     fn a_change_creates_configures_keeps_and_deletes_like_kubectl_apply() {
         let base = QueueObjects::new(policy_queue("slurm"));
         let all = json(&format!("{FLAVOR}---\n{}---\n{LQ}", cq(4)));
-        let c = base.change(&all, &[], "ml", Time(1)).unwrap();
+        let c = base.change(&all, &[], "ml", Time(1), &root()).unwrap();
         assert_eq!(
             outcomes(&c),
             [
@@ -625,6 +801,7 @@ spec: {clusterQueue: cq}
                 &[],
                 "ml",
                 Time(2),
+                &root(),
             )
             .unwrap();
         assert_eq!(
@@ -639,7 +816,9 @@ spec: {clusterQueue: cq}
             namespace: "ml".into(),
             name: "lq".into(),
         };
-        let c = objects.change(&[], &[lq], "default", Time(3)).unwrap();
+        let c = objects
+            .change(&[], &[lq], "default", Time(3), &root())
+            .unwrap();
         assert_eq!(outcomes(&c), ["LocalQueue/ml/lq deleted"]);
         assert_eq!(c.next.records().len(), 2);
     }
@@ -653,6 +832,7 @@ spec: {clusterQueue: cq}
                 &[],
                 "default",
                 Time(1),
+                &root(),
             )
             .unwrap_err();
         assert_eq!(
@@ -661,7 +841,7 @@ spec: {clusterQueue: cq}
         );
         let base = QueueObjects::new(QuotaConfig::default());
         let err = base
-            .change(&json(&cq(4)), &[], "default", Time(1))
+            .change(&json(&cq(4)), &[], "default", Time(1), &root())
             .unwrap_err();
         assert!(
             err.contains("ClusterQueue `cq` uses ResourceFlavor `f`, which is not applied"),
@@ -673,6 +853,7 @@ spec: {clusterQueue: cq}
                 &[],
                 "default",
                 Time(1),
+                &root(),
             )
             .unwrap()
             .next;
@@ -682,7 +863,7 @@ spec: {clusterQueue: cq}
             name: "f".into(),
         };
         let err = objects
-            .change(&[], &[flavor], "default", Time(2))
+            .change(&[], &[flavor], "default", Time(2), &root())
             .unwrap_err();
         assert!(
             err.contains("uses ResourceFlavor `f`, which is not applied"),
@@ -694,14 +875,16 @@ metadata: {name: j}
 spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: i, command: ['true']}]}}}
 ";
         let err = objects
-            .change(&json(job), &[], "default", Time(2))
+            .change(&json(job), &[], "default", Time(2), &root())
             .unwrap_err();
         assert!(
             err.contains("Job `j` is not a queue or namespace object"),
             "{err}"
         );
         let twice = json(&format!("{}---\n{}", cq(1), cq(2)));
-        let err = objects.change(&twice, &[], "default", Time(2)).unwrap_err();
+        let err = objects
+            .change(&twice, &[], "default", Time(2), &root())
+            .unwrap_err();
         assert!(err.contains("ClusterQueue `cq` is given twice"), "{err}");
         let missing = QueueObjectRef {
             kind: "ClusterQueue".into(),
@@ -709,7 +892,7 @@ spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: i, 
             name: "nope".into(),
         };
         let err = objects
-            .change(&[], &[missing], "default", Time(2))
+            .change(&[], &[missing], "default", Time(2), &root())
             .unwrap_err();
         assert_eq!(err, "ClusterQueue `nope` is not applied");
         let bad = json(
@@ -722,7 +905,9 @@ spec:
     flavors: [{name: f, resources: [{name: cpu, nominalQuota: 1, borrowingLimit: 1}]}]
 ",
         );
-        let err = objects.change(&bad, &[], "default", Time(2)).unwrap_err();
+        let err = objects
+            .change(&bad, &[], "default", Time(2), &root())
+            .unwrap_err();
         assert!(err.contains("borrowing_limit but is in no cohort"), "{err}");
     }
 
@@ -749,6 +934,7 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
                 &[],
                 "team",
                 Time(1),
+                &root(),
             )
             .unwrap();
         assert_eq!(
@@ -773,7 +959,13 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         assert_eq!(again.quotas().unwrap(), quotas);
         // value and preemptionPolicy are immutable; the rest may change.
         let err = objects
-            .change(&json(&CLASS.replace("1000", "7")), &[], "team", Time(2))
+            .change(
+                &json(&CLASS.replace("1000", "7")),
+                &[],
+                "team",
+                Time(2),
+                &root(),
+            )
             .unwrap_err();
         assert_eq!(
             err,
@@ -786,6 +978,7 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
                 &[],
                 "team",
                 Time(2),
+                &root(),
             )
             .unwrap_err();
         assert!(
@@ -798,6 +991,7 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
                 &[],
                 "team",
                 Time(2),
+                &root(),
             )
             .unwrap();
         assert_eq!(outcomes(&c), ["PriorityClass//high configured"]);
@@ -808,7 +1002,13 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
             name: "team".into(),
         };
         let err = objects
-            .change(&[], std::slice::from_ref(&namespace), "default", Time(3))
+            .change(
+                &[],
+                std::slice::from_ref(&namespace),
+                "default",
+                Time(3),
+                &root(),
+            )
             .unwrap_err();
         assert_eq!(
             err,
@@ -820,7 +1020,7 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
             name: "gpus".into(),
         };
         let c = objects
-            .change(&[], &[quota, namespace], "default", Time(3))
+            .change(&[], &[quota, namespace], "default", Time(3), &root())
             .unwrap();
         assert_eq!(c.next.records().len(), 1);
         // A Kubernetes workload naming no class gets the global default; others do not.
@@ -847,6 +1047,7 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
                 &[],
                 "ml",
                 Time(1),
+                &root(),
             )
             .map(|c| c.next)
     }
@@ -874,7 +1075,10 @@ spec: {hard: {requests.nvidia.com/gpu: 16}}
         );
         // Its Namespace labelled for the queue: the waiting job is routed.
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: a}}\n";
-        let objects = objects.change(&json(ns), &[], "ml", Time(2)).unwrap().next;
+        let objects = objects
+            .change(&json(ns), &[], "ml", Time(2), &root())
+            .unwrap()
+            .next;
         let routes = waiting_routes(&objects, std::iter::once((JobId(7), &spec)));
         let route = (
             "cq".to_string(),
@@ -900,7 +1104,7 @@ metadata: {name: counts}
 spec: {hard: {pods: 5, count/jobs.batch: 2}}
 ";
         let objects = QueueObjects::new(QuotaConfig::default())
-            .change(&json(quota), &[], "team", Time(1))
+            .change(&json(quota), &[], "team", Time(1), &root())
             .unwrap()
             .next;
         let job = |ns: &str, tasks: u32, kind: &str, api: &str| {
@@ -943,6 +1147,7 @@ spec: {hard: {pods: 5, count/jobs.batch: 2}}
                 &[],
                 "default",
                 Time(1),
+                &root(),
             )
             .unwrap()
             .next;

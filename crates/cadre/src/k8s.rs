@@ -85,7 +85,9 @@ pub struct GetArgs {
     /// `pytorchjobs`, `jobsets`, `vcjobs` (Volcano Jobs); or `queues` (every queue, from
     /// the policy file or a queue object, with its quota and use), `clusterqueues`,
     /// `localqueues`, `resourceflavors`; or `priorityclasses` (`pc`), `namespaces` (`ns`),
-    /// `resourcequotas` (`quota`, with each namespace's use), `limitranges` (`limits`).
+    /// `resourcequotas` (`quota`, with each namespace's use), `limitranges` (`limits`); or
+    /// `storageclasses` (`sc`), `persistentvolumeclaims` (`pvc`, with each claim's
+    /// directory and owner).
     pub what: String,
     /// Only this namespace.
     #[arg(short = 'n', long, default_value = "default")]
@@ -111,7 +113,8 @@ pub struct NamedArgs {
     /// The kind: a workload's (`job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob`) or, for
     /// `delete`, a queue object's (`clusterqueue`, `localqueue`, `resourceflavor`,
     /// `topology`, `queue` for a Volcano Queue) or a namespace object's (`priorityclass`,
-    /// `namespace`, `resourcequota`, `limitrange`); plurals too.
+    /// `namespace`, `resourcequota`, `limitrange`) or a storage object's (`storageclass`,
+    /// `sc`, `persistentvolumeclaim`, `pvc`: a claim's directory is kept); plurals too.
     pub kind: String,
     pub name: String,
     #[arg(short = 'n', long, default_value = "default")]
@@ -203,11 +206,24 @@ const QUEUE_KINDS: &[KindName] = &[
         group: "",
         resource: "limitrange",
     },
+    KindName {
+        kind: "StorageClass",
+        group: "storage.k8s.io",
+        resource: "storageclass",
+    },
+    KindName {
+        kind: "PersistentVolumeClaim",
+        group: "",
+        resource: "persistentvolumeclaim",
+    },
 ];
 
 /// The queue kinds applied in a namespace.
 fn is_namespaced(kind: &str) -> bool {
-    matches!(kind, "LocalQueue" | "ResourceQuota" | "LimitRange")
+    matches!(
+        kind,
+        "LocalQueue" | "ResourceQuota" | "LimitRange" | "PersistentVolumeClaim"
+    )
 }
 
 /// A queue object's kind by its word (`clusterqueue`, `cq`, `queue.scheduling.volcano.sh`,
@@ -223,6 +239,8 @@ fn queue_kind_named(word: &str) -> Option<KindName> {
         "ns" => "namespace",
         "quota" => "resourcequota",
         "limits" => "limitrange",
+        "sc" => "storageclass",
+        "pvc" => "persistentvolumeclaim",
         other => other,
     };
     // The resource as given, then as a plural (`queues`, `priorityclasses`), with or
@@ -409,7 +427,9 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                 | Object::PriorityClass(_)
                 | Object::Namespace(_)
                 | Object::ResourceQuota(_)
-                | Object::LimitRange(_) => {
+                | Object::LimitRange(_)
+                | Object::StorageClass(_)
+                | Object::PersistentVolumeClaim(_) => {
                     // Checked on its own here, so that its problems name its file and
                     // document; the controller checks it again with the others applied.
                     let mut set = cadre_k8s::QueueSet::default();
@@ -867,8 +887,9 @@ fn get_queues(conn: &ConnectArgs, a: &GetArgs, kind: Option<KindName>) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
-/// `get priorityclasses`, `namespaces`, `resourcequotas`, `limitranges`: the objects
-/// applied, as kubectl lists them (a ResourceQuota with its namespace's use).
+/// `get priorityclasses`, `namespaces`, `resourcequotas`, `limitranges`,
+/// `storageclasses`, `persistentvolumeclaims`: the objects applied, as kubectl lists them
+/// (a ResourceQuota with its namespace's use, a claim with its directory and owner).
 fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Result<ExitCode> {
     let mut client = conn.client()?;
     let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
@@ -921,6 +942,21 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
         "PriorityClass" => head.extend(["VALUE", "GLOBAL-DEFAULT", "PREEMPTIONPOLICY"]),
         "Namespace" => head.push("STATUS"),
         "ResourceQuota" => head.push("REQUEST"),
+        "StorageClass" => head.extend([
+            "PROVISIONER",
+            "RECLAIMPOLICY",
+            "VOLUMEBINDINGMODE",
+            "ALLOWVOLUMEEXPANSION",
+            "PATH",
+        ]),
+        "PersistentVolumeClaim" => head.extend([
+            "STATUS",
+            "VOLUME",
+            "CAPACITY",
+            "ACCESS MODES",
+            "STORAGECLASS",
+            "OWNER",
+        ]),
         _ => {}
     }
     head.push("AGE");
@@ -930,8 +966,64 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
         if is_namespaced(kind.kind) && a.all_namespaces {
             row.push(o.namespace.clone());
         }
-        row.push(o.name.clone());
+        let at = |pointer: &str| o.manifest.pointer(pointer).and_then(|v| v.as_str());
+        let default = kind.kind == "StorageClass"
+            && at(&format!(
+                "/metadata/annotations/{}",
+                cadre_k8s::storage::DEFAULT_CLASS_ANNOTATION.replace('/', "~1")
+            )) == Some("true");
+        row.push(if default {
+            format!("{} (default)", o.name)
+        } else {
+            o.name.clone()
+        });
         match kind.kind {
+            "StorageClass" => {
+                row.push(at("/provisioner").unwrap_or("-").to_string());
+                row.push(at("/reclaimPolicy").unwrap_or("Retain").to_string());
+                row.push(at("/volumeBindingMode").unwrap_or("Immediate").to_string());
+                row.push(
+                    field(o, "allowVolumeExpansion")
+                        .as_bool()
+                        .unwrap_or(false)
+                        .to_string(),
+                );
+                row.push(at("/parameters/path").unwrap_or("-").to_string());
+            }
+            "PersistentVolumeClaim" => {
+                let modes: Vec<&str> = o
+                    .manifest
+                    .pointer("/spec/accessModes")
+                    .and_then(|m| m.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m.as_str())
+                    .map(|m| match m {
+                        "ReadWriteOnce" => "RWO",
+                        "ReadOnlyMany" => "ROX",
+                        "ReadWriteMany" => "RWX",
+                        "ReadWriteOncePod" => "RWOP",
+                        other => other,
+                    })
+                    .collect();
+                row.push("Bound".into());
+                row.push(at("/metadata/uid").map_or("-".into(), |u| format!("pvc-{u}")));
+                row.push(
+                    at("/spec/resources/requests/storage")
+                        .unwrap_or("-")
+                        .to_string(),
+                );
+                row.push(modes.join(","));
+                row.push(at("/spec/storageClassName").unwrap_or("-").to_string());
+                row.push(
+                    at(&format!(
+                        "/metadata/annotations/{}",
+                        cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
+                    ))
+                    .unwrap_or("-")
+                    .to_string(),
+                );
+            }
             "PriorityClass" => {
                 row.push(field(o, "value").to_string());
                 row.push(
@@ -996,7 +1088,9 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
         return get_queues(conn, a, None);
     }
     if let Some(k) = queue_kind_named(&w) {
-        if cadre_k8s::namespaces::is_namespace_kind(k.kind) {
+        if cadre_k8s::namespaces::is_namespace_kind(k.kind)
+            || matches!(k.kind, "StorageClass" | "PersistentVolumeClaim")
+        {
             return get_namespace_objects(conn, a, k);
         }
         return get_queues(conn, a, Some(k));

@@ -1822,3 +1822,155 @@ spec:
     );
     assert!(c.ok(&["get", "quota", "-n", "team"]).contains("counts"));
 }
+
+/// A user's PersistentVolumeClaim is theirs: they apply it (an owner they name themselves is
+/// replaced by who they are), their job gets its directory (theirs alone); they may neither
+/// apply a StorageClass nor mount, change or delete root's claim.
+#[test]
+fn a_user_s_claim_is_theirs_alone_and_root_s_is_not_theirs_to_take() {
+    let Some(nobody) = Nobody::new() else { return };
+    let c = up(1, 0, &[]);
+    let cadre = env!("CARGO_BIN_EXE_cadre");
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let class = top.path().join("claims");
+    std::fs::create_dir(&class).unwrap();
+    std::fs::set_permissions(&class, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let storage = format!(
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: shared
+  annotations: {{storageclass.kubernetes.io/is-default-class: \"true\"}}
+provisioner: cadre.io/shared-directory
+parameters: {{path: {}}}
+",
+        class.display()
+    );
+    let claim = |name: &str| {
+        format!(
+            "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}
+  namespace: team
+  annotations: {{cadre.io/owner: root}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+"
+        )
+    };
+    let file = |name: &str, text: &str| {
+        let path = nobody.home().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        path.display().to_string()
+    };
+    // A class of their own, over a directory of their choosing: refused.
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("sc.yaml", &storage)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("only an administrator may apply or delete queue objects"),
+        "{}",
+        text(&out.stderr)
+    );
+    let root = c.path("storage.yaml");
+    std::fs::write(&root, format!("{storage}---\n{}", claim("roots"))).unwrap();
+    c.ok(&["apply", "-f", root.to_str().unwrap()]);
+    // Their own claim, naming root as its owner: it is theirs.
+    let out = nobody.run(
+        &c,
+        cadre,
+        &["apply", "-f", &file("mine.yaml", &claim("mine"))],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = c.ok(&["get", "pvc", "-n", "team"]);
+    let owner = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            // OWNER, before AGE.
+            .and_then(|l| l.split_whitespace().rev().nth(1))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(
+        (owner("mine"), owner("roots")),
+        ("nobody".into(), "root".into()),
+        "{listed}"
+    );
+    // Root's claim: not theirs to change, delete or mount.
+    let changed = claim("roots").replace("1Gi", "2Gi");
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("roots.yaml", &changed)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("belongs to `root`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = nobody.run(&c, cadre, &["delete", "pvc", "roots", "-n", "team"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("belongs to `root`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let job = |claim: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: use-{claim}, namespace: team}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: d, persistentVolumeClaim: {{claimName: {claim}}}}}]
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'id -u > /mnt/who; stat -c %a /mnt']
+        volumeMounts: [{{name: d, mountPath: /mnt}}]
+"
+        )
+    };
+    let out = nobody.run(
+        &c,
+        cadre,
+        &["apply", "-f", &file("take.yaml", &job("roots"))],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "persistentvolumeclaim \"roots\" in namespace team belongs to `root`: a job of \
+             `nobody` may not mount it"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    // Their own: their job writes in a directory that is theirs alone.
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("use.yaml", &job("mine"))]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: u64 = text(&out.stdout)
+        .rsplit_once("(job ")
+        .and_then(|(_, r)| r.trim_end().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no job in {}", text(&out.stdout)));
+    assert_eq!(c.wait(id), "COMPLETED");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&class)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let theirs = dirs
+        .iter()
+        .find(|d| d.join("who").exists())
+        .unwrap_or_else(|| panic!("no claim directory was written: {dirs:?}"));
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(theirs).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (NOBODY, 0o700));
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("who")).unwrap(),
+        "65534\n"
+    );
+    let out = std::fs::read_to_string(nobody.home().join(format!("use-mine-{id}-0.out"))).unwrap();
+    assert_eq!(out, "700\n");
+}

@@ -2131,13 +2131,13 @@ spec:
     // A volume source cadre does not give, and a mount point the node lacks.
     let refused = manifest.replace(
         "{name: scratch, emptyDir: {}}",
-        "{name: scratch, persistentVolumeClaim: {claimName: data}}",
+        "{name: scratch, hostPath: {path: /data}}",
     );
     let out = c.run_with(&["apply", "-f", "-"], Some(&refused));
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("volume `scratch`: persistentVolumeClaim volumes are not supported yet"),
+        err.contains("volume `scratch`: hostPath volumes are not supported yet"),
         "{err}"
     );
     let nowhere = manifest
@@ -2571,4 +2571,226 @@ spec:
     for (host, ranks) in &per_host {
         assert_eq!(ranks.len(), 8, "8 slots of {host}: {launcher}");
     }
+}
+
+/// A StorageClass's directory for the tests: root's all the way down, as the agents want
+/// it (the temporary directory above it searchable by all).
+fn class_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let top = tempfile::tempdir().expect("temporary directory");
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let class = top.path().join("shared");
+    std::fs::create_dir(&class).unwrap();
+    std::fs::set_permissions(&class, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (top, class)
+}
+
+/// The default StorageClass `shared` over `class`, whose claims may grow.
+fn storage_class(class: &Path) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: shared
+  annotations: {{storageclass.kubernetes.io/is-default-class: \"true\"}}
+provisioner: cadre.io/shared-directory
+parameters: {{path: {}}}
+reclaimPolicy: Retain
+allowVolumeExpansion: true
+",
+        class.display()
+    )
+}
+
+/// In a container, a claim mounted twice: writable at one path, read-only at another.
+#[test]
+fn in_a_container_a_claim_is_mounted_writable_or_read_only() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let c = Cluster::up_with(1, &["--container-runtime", &runtime]);
+    let (_top, class) = class_dir();
+    let manifest = format!(
+        "{}---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: cpvc}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: d, persistentVolumeClaim: {{claimName: data}}}}]
+      containers:
+      - name: c
+        image: localhost/cadre-test:1
+        imagePullPolicy: Never
+        command: [/bin/sh, -c, 'echo hi > /mnt/f; cat /ro/f; touch /ro/g 2>/dev/null || echo read-only']
+        volumeMounts:
+        - {{name: d, mountPath: /mnt}}
+        - {{name: d, mountPath: /ro, readOnly: true}}
+",
+        storage_class(&class)
+    );
+    let job = c.apply(&manifest);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    assert_eq!(c.output("cpvc", job, 0), "hi\nread-only\n");
+    let dirs: Vec<_> = std::fs::read_dir(&class)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert_eq!(std::fs::read_to_string(dirs[0].join("f")).unwrap(), "hi\n");
+    assert!(!dirs[0].join("g").exists());
+}
+
+/// A claim applied beside the Indexed Job that mounts it: both ranks (on two nodes) write
+/// into its one directory, a later job reads what they wrote (read-only, as `ReadOnlyMany`
+/// mounts it), the claim and its class cannot be deleted while they are used, and a
+/// deleted claim's directory is kept.
+#[test]
+fn a_claim_s_directory_outlives_its_jobs_and_is_kept_while_they_use_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a claim's directory is made by a root agent");
+        return;
+    }
+    let c = Cluster::up(2);
+    let (_top, class) = class_dir();
+    c.run_with(&["apply", "-f", "-"], Some(&storage_class(&class)));
+    let claim = "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: team}
+spec:
+  accessModes: [ReadWriteMany]
+  resources: {requests: {storage: 1Gi}}
+";
+    let job = |name: &str, script: &str, read_only: bool| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: team}}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: d, persistentVolumeClaim: {{claimName: data}}}}]
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, '{script}']
+        volumeMounts: [{{name: d, mountPath: /mnt, readOnly: {read_only}}}]
+"
+        )
+    };
+    let writer = format!(
+        "{claim}---\n{}",
+        job(
+            "writer",
+            "echo rank $JOB_COMPLETION_INDEX on $(hostname) > /mnt/rank-$JOB_COMPLETION_INDEX",
+            false
+        )
+    );
+    let first = c.apply(&writer);
+    assert_eq!(c.wait(first), "COMPLETED", "{}", c.outputs_of(first));
+    let listed = c.ok(&["get", "pvc", "-n", "team"]);
+    assert!(listed.contains("Bound"), "{listed}");
+    assert!(listed.contains("RWX"), "{listed}");
+    assert!(listed.contains("shared"), "{listed}");
+    let volume = listed
+        .split_whitespace()
+        .find(|w| w.starts_with("pvc-"))
+        .unwrap_or_else(|| panic!("no volume in {listed}"))
+        .to_string();
+    let dir = class.join(&volume);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&dir).unwrap();
+        assert_eq!(
+            m.mode() & 0o777,
+            0o700,
+            "the claim's directory is its owner's alone"
+        );
+    }
+    for r in 0..2 {
+        let written = std::fs::read_to_string(dir.join(format!("rank-{r}"))).unwrap();
+        assert!(
+            written.starts_with(&format!("rank {r} on writer-{r}")),
+            "{written}"
+        );
+    }
+    // Re-applying the claim is `unchanged`; shrinking it is refused, growing it is not.
+    let out = c.run_with(&["apply", "-f", "-"], Some(claim));
+    assert!(
+        text(&out.stdout).contains("persistentvolumeclaim/data unchanged"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = c.run_with(&["apply", "-f", "-"], Some(&claim.replace("1Gi", "1Mi")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("field can not be less than status.capacity"),
+        "{}",
+        text(&out.stderr)
+    );
+    c.run_with(&["apply", "-f", "-"], Some(&claim.replace("1Gi", "2Gi")));
+    assert!(c.ok(&["get", "pvc", "-n", "team"]).contains("2Gi"));
+    // A reader while it runs: the claim and its class stay; it reads what was written and
+    // cannot write.
+    let gate = c.dir().join("pvc-go");
+    let reader = job(
+        "reader",
+        &format!(
+            "cat /mnt/rank-$JOB_COMPLETION_INDEX; touch /mnt/new 2>/dev/null || echo read-only; \
+             while [ ! -e {} ]; do sleep 0.1; done",
+            gate.display()
+        ),
+        true,
+    );
+    let second = c.apply(&reader);
+    wait_until("the reader runs", || c.state(second) == "RUNNING");
+    let out = c.run(&["delete", "pvc", "data", "-n", "team"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("is mounted by job {second}, which has not ended")),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = c.run(&["delete", "sc", "shared"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is the class of PersistentVolumeClaims team/data"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(c.wait(second), "COMPLETED", "{}", c.outputs_of(second));
+    for r in 0..2 {
+        let out = c.output("reader", second, r);
+        assert!(
+            out.starts_with(&format!("rank {r} on writer-{r}\nread-only\n")),
+            "{out}"
+        );
+    }
+    assert!(!dir.join("new").exists());
+    // Deleted once no job uses it; its directory is kept (Retain).
+    let out = c.ok(&["delete", "pvc", "data", "-n", "team"]);
+    assert!(out.contains("persistentvolumeclaim/data deleted"), "{out}");
+    assert!(dir.join("rank-0").exists());
+    // A workload naming a claim that is not applied is refused, saying which.
+    let out = c.run_with(&["apply", "-f", "-"], Some(&job("late", "true", false)));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("persistentvolumeclaim \"data\" not found in namespace team"),
+        "{}",
+        text(&out.stderr)
+    );
+    c.ok(&["delete", "sc", "shared"]);
 }

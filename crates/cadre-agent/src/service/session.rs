@@ -682,6 +682,7 @@ pub(crate) mod tests {
             time_limit_ms: None,
             step: None,
             job_token: None,
+            claims: Vec::new(),
         })
     }
 

@@ -523,6 +523,7 @@ impl Controller {
             time_limit_ms,
             step: Some(context),
             job_token,
+            claims: Vec::new(),
         };
         let view = step_view(
             &record,

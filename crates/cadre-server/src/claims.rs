@@ -1,0 +1,436 @@
+//! PersistentVolumeClaims in the controller: who may apply them, which jobs mount them, and
+//! what a launch order says of them.
+//!
+//! **Given** the objects applied ([`QueueObjects`]) and a job's spec and run spec.
+//! **Decided**: whether a change of objects is the applier's to make (every kind but
+//! PersistentVolumeClaim is an administrator's; a claim is its owner's or an
+//! administrator's); which claims a workload mounts (read from the translation its run
+//! spec carries, the one the agents run, and recorded by the controller in the job's
+//! annotation [`CLAIMS_ANNOTATION`], which no submitter can give); the claims of a launch
+//! order. **Must hold**: a job mounts only claims of its own namespace that its own user
+//! owns; a claim that a job not ended mounts is not deleted, nor is the class of a claim.
+
+use crate::queues::QueueObjects;
+use cadre_core::job::JobSpec;
+use cadre_core::run::RunSpec;
+use cadre_k8s::storage::claims_of;
+use cadre_k8s::{Object, queue_object_name};
+use cadre_proto::agent::ClaimMount;
+use cadre_proto::api::QueueObjectRef;
+
+/// The annotation in which the controller records the claims a job mounts (`a,b`).
+pub const CLAIMS_ANNOTATION: &str = "k8s.claims";
+
+/// Why `user` may not make this change, if they may not: an administrator may make any;
+/// anyone else may apply and delete PersistentVolumeClaims only, and only their own.
+pub fn forbidden(
+    objects: &QueueObjects,
+    put: &[serde_json::Value],
+    delete: &[QueueObjectRef],
+    default_namespace: &str,
+    user: &str,
+    admin: bool,
+) -> Option<String> {
+    if admin {
+        return None;
+    }
+    let not_admin = |kind: &str| {
+        Some(format!(
+            "only an administrator may apply or delete queue objects (here a {kind}; queue, \
+             namespace and storage objects are the cluster's); `{user}` is not one: a user \
+             applies and deletes PersistentVolumeClaims, their own"
+        ))
+    };
+    let owned_by_other = |kind: &str, namespace: &str, name: &str| {
+        let record = objects
+            .records()
+            .iter()
+            .find(|r| r.kind == kind && r.namespace == namespace && r.name == name)?;
+        let owner = owner_of(&record.manifest).unwrap_or_default();
+        (owner != user).then(|| {
+            format!(
+                "PersistentVolumeClaim `{name}` in namespace {namespace} belongs to `{owner}`; \
+                 only its owner or an administrator may change or delete it"
+            )
+        })
+    };
+    for manifest in put {
+        let Ok(mut objs) = cadre_k8s::parse_numbered(&manifest.to_string(), "object") else {
+            continue; // The change itself says what is wrong with it.
+        };
+        let Some((_, object)) = objs.pop() else {
+            continue;
+        };
+        if !matches!(object, Object::PersistentVolumeClaim(_)) {
+            return not_admin(object.kind());
+        }
+        if let Some(n) = queue_object_name(&object, default_namespace)
+            && let Some(why) = owned_by_other(n.kind, &n.namespace, &n.name)
+        {
+            return Some(why);
+        }
+    }
+    for d in delete {
+        if d.kind != "PersistentVolumeClaim" {
+            return not_admin(&d.kind);
+        }
+        if let Some(why) = owned_by_other(&d.kind, &d.namespace, &d.name) {
+            return Some(why);
+        }
+    }
+    None
+}
+
+/// The owner a stored claim's manifest records.
+fn owner_of(manifest: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(manifest).ok()?;
+    v.pointer("/metadata/annotations")?
+        .get(cadre_k8s::storage::OWNER_ANNOTATION)?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Records in `spec` the claims its workload mounts, after checking each is applied in the
+/// workload's namespace and is its user's; any [`CLAIMS_ANNOTATION`] the submitter gave is
+/// replaced. A run spec that carries no translation mounts none.
+pub fn check_claims(
+    objects: &QueueObjects,
+    spec: &mut JobSpec,
+    run: &RunSpec,
+) -> Result<(), String> {
+    spec.annotations.remove(CLAIMS_ANNOTATION);
+    let t = match cadre_k8s::workload_of(run) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(format!("the workload the job carries cannot be read: {e}")),
+    };
+    let names = claims_of(&t);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let namespace = namespace_of(spec);
+    for name in &names {
+        let Some(claim) = objects
+            .set()
+            .claims
+            .iter()
+            .find(|c| c.namespace == namespace && &c.name == name)
+        else {
+            return Err(format!(
+                "persistentvolumeclaim \"{name}\" not found in namespace {namespace} (apply it \
+                 first, or in the same apply)"
+            ));
+        };
+        let owner = claim.owner.as_deref().unwrap_or_default();
+        if owner != spec.user {
+            return Err(format!(
+                "persistentvolumeclaim \"{name}\" in namespace {namespace} belongs to \
+                 `{owner}`: a job of `{}` may not mount it (a claim's directory is its owner's \
+                 alone)",
+                spec.user
+            ));
+        }
+    }
+    spec.annotations
+        .insert(CLAIMS_ANNOTATION.into(), names.join(","));
+    Ok(())
+}
+
+/// The claims a job mounts, as its annotation records them.
+fn claims_recorded(spec: &JobSpec) -> impl Iterator<Item = &str> {
+    spec.annotations
+        .get(CLAIMS_ANNOTATION)
+        .map(String::as_str)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|n| !n.is_empty())
+}
+
+/// The namespace of a workload's job.
+fn namespace_of(spec: &JobSpec) -> &str {
+    spec.annotations
+        .get("k8s.namespace")
+        .map_or("default", String::as_str)
+}
+
+/// Whether a job not ended among `jobs` mounts claim `namespace/name`, as a message names
+/// it (`job 12`).
+pub fn claim_user<'a>(
+    mut jobs: impl Iterator<Item = (u64, &'a JobSpec)>,
+    namespace: &str,
+    name: &str,
+) -> Option<String> {
+    jobs.find(|(_, spec)| {
+        namespace_of(spec) == namespace && claims_recorded(spec).any(|c| c == name)
+    })
+    .map(|(id, _)| format!("job {id}"))
+}
+
+/// The claims of a launch order for a job: each recorded claim with its class's path and its
+/// directory, from the objects applied now. A claim that is gone, or is no longer the job's
+/// user's, is an error (the launch fails, saying which).
+pub fn claim_mounts(objects: &QueueObjects, spec: &JobSpec) -> Result<Vec<ClaimMount>, String> {
+    let set = objects.set();
+    let namespace = namespace_of(spec);
+    let mut out = Vec::new();
+    for name in claims_recorded(spec) {
+        let claim = set
+            .claims
+            .iter()
+            .find(|c| c.namespace == namespace && c.name == name)
+            .filter(|c| c.owner.as_deref() == Some(spec.user.as_str()))
+            .ok_or_else(|| {
+                format!("persistentvolumeclaim \"{name}\" in namespace {namespace} is not the job's user's")
+            })?;
+        let class = set
+            .storage_classes
+            .iter()
+            .find(|s| Some(&s.name) == claim.class.as_ref())
+            .ok_or_else(|| {
+                format!("the StorageClass of persistentvolumeclaim \"{name}\" is gone")
+            })?;
+        let volume = claim
+            .volume()
+            .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" has no uid"))?;
+        out.push(ClaimMount {
+            name: name.to_string(),
+            class_path: class.path.clone(),
+            volume,
+            read_only: claim.read_only(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queues::Applier;
+    use cadre_core::quota::QuotaConfig;
+    use cadre_core::time::Time;
+
+    fn json(yaml: &str) -> Vec<serde_json::Value> {
+        cadre_k8s::documents_json(yaml, "test")
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    const CLASS: &str = "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: shared
+  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}
+provisioner: cadre.io/shared-directory
+parameters: {path: /srv/claims}
+";
+
+    const CLAIM: &str = "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  annotations: {cadre.io/owner: root}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+";
+
+    fn by<'a>(user: &'a str, used: &'a dyn Fn(&str, &str) -> Option<String>) -> Applier<'a> {
+        Applier {
+            user,
+            claim_user: used,
+        }
+    }
+
+    fn unused(_: &str, _: &str) -> Option<String> {
+        None
+    }
+
+    /// The class applied by root, then `CLAIM` by alice in namespace `ml`.
+    fn applied() -> QueueObjects {
+        let objects = QueueObjects::new(QuotaConfig::default());
+        let objects = objects
+            .change(&json(CLASS), &[], "ml", Time(1), &by("root", &unused))
+            .unwrap()
+            .next;
+        objects
+            .change(&json(CLAIM), &[], "ml", Time(2), &by("alice", &unused))
+            .unwrap()
+            .next
+    }
+
+    fn claim_ref() -> QueueObjectRef {
+        QueueObjectRef {
+            kind: "PersistentVolumeClaim".into(),
+            namespace: "ml".into(),
+            name: "data".into(),
+        }
+    }
+
+    #[test]
+    fn a_claim_gets_a_uid_its_applier_as_owner_and_the_default_class_and_keeps_them() {
+        let objects = applied();
+        let c = &objects.set().claims[0];
+        assert_eq!(
+            c.owner.as_deref(),
+            Some("alice"),
+            "the owner named is replaced"
+        );
+        assert_eq!(c.class.as_deref(), Some("shared"));
+        let uid = c.uid.clone().unwrap();
+        assert_eq!((uid.len(), uid.as_bytes()[14]), (36, b'4'), "{uid}");
+        // The same manifest again: unchanged, the same uid.
+        let again = objects
+            .change(&json(CLAIM), &[], "ml", Time(3), &by("alice", &unused))
+            .unwrap();
+        assert_eq!(again.results[0].outcome, "unchanged");
+        assert_eq!(again.next.set().claims[0].uid.as_ref(), Some(&uid));
+        // Another claim gets another uid.
+        let other = objects
+            .change(
+                &json(&CLAIM.replace("name: data", "name: more")),
+                &[],
+                "ml",
+                Time(3),
+                &by("alice", &unused),
+            )
+            .unwrap()
+            .next;
+        assert_ne!(other.set().claims[1].uid.as_ref(), Some(&uid));
+    }
+
+    #[test]
+    fn only_a_claim_s_owner_or_an_administrator_changes_it_and_users_apply_nothing_else() {
+        let objects = applied();
+        let forbidden_to = |user: &str, put: &[serde_json::Value], delete: &[QueueObjectRef]| {
+            forbidden(&objects, put, delete, "ml", user, false)
+        };
+        assert_eq!(forbidden_to("alice", &json(CLAIM), &[]), None);
+        assert_eq!(forbidden_to("alice", &[], &[claim_ref()]), None);
+        let why = forbidden_to("bob", &json(CLAIM), &[]).unwrap();
+        assert!(why.contains("belongs to `alice`"), "{why}");
+        let why = forbidden_to("bob", &[], &[claim_ref()]).unwrap();
+        assert!(why.contains("belongs to `alice`"), "{why}");
+        let why = forbidden_to("bob", &json(CLASS), &[]).unwrap();
+        assert!(
+            why.contains(
+                "only an administrator may apply or delete queue objects (here a StorageClass"
+            ),
+            "{why}"
+        );
+        assert_eq!(
+            forbidden(&objects, &json(CLASS), &[claim_ref()], "ml", "root", true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_claim_in_use_and_the_class_of_a_claim_are_not_deleted() {
+        let objects = applied();
+        let used =
+            |ns: &str, name: &str| (ns == "ml" && name == "data").then(|| "job 7".to_string());
+        let err = objects
+            .change(&[], &[claim_ref()], "ml", Time(3), &by("alice", &used))
+            .unwrap_err();
+        assert!(
+            err.contains("is mounted by job 7, which has not ended"),
+            "{err}"
+        );
+        let class = QueueObjectRef {
+            kind: "StorageClass".into(),
+            namespace: String::new(),
+            name: "shared".into(),
+        };
+        let err = objects
+            .change(
+                &[],
+                std::slice::from_ref(&class),
+                "ml",
+                Time(3),
+                &by("root", &unused),
+            )
+            .unwrap_err();
+        assert!(
+            err.contains("is the class of PersistentVolumeClaims ml/data"),
+            "{err}"
+        );
+        let gone = objects
+            .change(
+                &[],
+                &[claim_ref(), class],
+                "ml",
+                Time(3),
+                &by("root", &unused),
+            )
+            .unwrap();
+        assert!(gone.next.set().claims.is_empty());
+    }
+
+    #[test]
+    fn a_job_mounts_only_its_user_s_claims_of_its_namespace_as_the_controller_records_them() {
+        let objects = applied();
+        let workload = |user: &str, namespace: &str| {
+            let yaml = format!(
+                "apiVersion: batch/v1
+kind: Job
+metadata: {{name: train, namespace: {namespace}}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: d, persistentVolumeClaim: {{claimName: data}}}}]
+      containers:
+      - name: c
+        image: busybox
+        command: ['true']
+        volumeMounts: [{{name: d, mountPath: /data}}]
+"
+            );
+            let o = cadre_k8s::parse_documents(&yaml, "t").unwrap().remove(0);
+            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
+            let t = cadre_k8s::translate(&o, &opts).unwrap();
+            cadre_k8s::submission(&t).unwrap()
+        };
+        let (mut spec, run) = workload("alice", "ml");
+        spec.annotations
+            .insert(CLAIMS_ANNOTATION.into(), "other".into());
+        check_claims(&objects, &mut spec, &run).unwrap();
+        assert_eq!(
+            spec.annotations[CLAIMS_ANNOTATION], "data",
+            "the submitter's is replaced"
+        );
+        let uid = objects.set().claims[0].uid.clone().unwrap();
+        assert_eq!(
+            claim_mounts(&objects, &spec).unwrap(),
+            [ClaimMount {
+                name: "data".into(),
+                class_path: "/srv/claims".into(),
+                volume: format!("pvc-{uid}"),
+                read_only: false,
+            }]
+        );
+        assert_eq!(
+            claim_user([(7, &spec)].into_iter(), "ml", "data").as_deref(),
+            Some("job 7")
+        );
+        assert_eq!(claim_user([(7, &spec)].into_iter(), "team", "data"), None);
+        let (mut spec, run) = workload("bob", "ml");
+        let err = check_claims(&objects, &mut spec, &run).unwrap_err();
+        assert!(
+            err.contains("belongs to `alice`: a job of `bob` may not mount it"),
+            "{err}"
+        );
+        let (mut spec, run) = workload("alice", "team");
+        let err = check_claims(&objects, &mut spec, &run).unwrap_err();
+        assert!(
+            err.contains("persistentvolumeclaim \"data\" not found in namespace team"),
+            "{err}"
+        );
+        // A job whose annotation was not the controller's gets no mount of another's claim.
+        let (mut spec, _) = workload("bob", "ml");
+        spec.annotations
+            .insert(CLAIMS_ANNOTATION.into(), "data".into());
+        assert!(claim_mounts(&objects, &spec).is_err());
+    }
+}
