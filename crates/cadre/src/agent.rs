@@ -412,7 +412,7 @@ fn node_tls(
 }
 
 /// `--container-allowed-capabilities`, each named as [`cadre_k8s::capability`] names it.
-fn allowed_capabilities(names: &[String]) -> Result<Vec<String>> {
+pub(crate) fn allowed_capabilities(names: &[String]) -> Result<Vec<String>> {
     let mut allowed: Vec<String> = Vec::new();
     for name in names.iter().filter(|n| !n.trim().is_empty()) {
         let Some(c) = cadre_k8s::capability(name) else {

@@ -240,6 +240,11 @@ pub struct UpArgs {
     /// started with `--container-runtime`): Kubernetes workloads then run in their images.
     #[arg(long, env = "CADRE_CONTAINER_RUNTIME", value_name = "COMMAND")]
     pub container_runtime: Option<String>,
+    /// The capabilities the nodes' containers may be given back when their manifests ask
+    /// for them (each agent's --container-allowed-capabilities), comma-separated:
+    /// `IPC_LOCK,SYS_NICE` [default: none].
+    #[arg(long, value_name = "CAPS", value_delimiter = ',')]
+    pub container_allowed_capabilities: Vec<String>,
     /// Run N replicated controllers on this machine (2 to 5), on one PostgreSQL
     /// --database: one leads, the others stand by and take over when it goes; one that
     /// stops is started again and stands by. For trying the HA form: in production each
@@ -701,17 +706,27 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     }
     init_tracing();
     write_file(&layout.pid(), &format!("{}\n", std::process::id()), 0o600)?;
-    let runtime = args.container_runtime.as_deref();
+    let capabilities = crate::agent::allowed_capabilities(&args.container_allowed_capabilities)?;
+    let agents = NodeAgents {
+        runtime: args.container_runtime.as_deref(),
+        capabilities: &capabilities,
+    };
     let result = if args.replicas > 1 {
-        replicas::run(&args.controller, &layout, args.replicas, runtime)
+        replicas::run(&args.controller, &layout, args.replicas, &agents)
     } else {
-        run_up(&args.controller, &layout, runtime)
+        run_up(&args.controller, &layout, &agents)
     };
     let _ = std::fs::remove_file(layout.pid());
     result
 }
 
-fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Result<ExitCode> {
+/// What `cadre up` starts its agents with, beside their node.
+pub(crate) struct NodeAgents<'a> {
+    pub(crate) runtime: Option<&'a str>,
+    pub(crate) capabilities: &'a [String],
+}
+
+fn run_up(args: &ControllerArgs, layout: &Layout, agents: &NodeAgents<'_>) -> Result<ExitCode> {
     let (config, cluster) = server_config(args, layout)?;
     let nodes = local_nodes(&args.cluster, &cluster);
     let gpus = args.cluster.gpus_per_node;
@@ -726,7 +741,7 @@ fn run_up(args: &ControllerArgs, layout: &Layout, runtime: Option<&str>) -> Resu
                 node,
                 &loopback_address(i),
                 gpus,
-                runtime,
+                agents,
                 &controller,
             ) {
                 Ok(pid) => agent_pids.push((node.clone(), pid)),
@@ -762,7 +777,7 @@ fn ensure_agent(
     node: &str,
     address: &str,
     gpus: u32,
-    runtime: Option<&str>,
+    agents: &NodeAgents<'_>,
     controller: &str,
 ) -> Result<i32> {
     let pid_file = layout.agent(node, "pid");
@@ -775,8 +790,13 @@ fn ensure_agent(
     let mut command = std::process::Command::new(exe);
     with_original_umask(&mut command);
     command.arg("agent");
-    if let Some(runtime) = runtime {
+    if let Some(runtime) = agents.runtime {
         command.arg("--container-runtime").arg(runtime);
+    }
+    if !agents.capabilities.is_empty() {
+        command
+            .arg("--container-allowed-capabilities")
+            .arg(agents.capabilities.join(","));
     }
     command
         .arg("--controller")

@@ -2573,6 +2573,123 @@ spec:
     }
 }
 
+/// The MPI Operator's shape in containers, as the issue's check writes it: a launcher that
+/// waits for its host file and for each worker over `ssh`, then `mpirun -np 16` over two
+/// workers of `slotsPerWorker: 8` kept apart by `podAntiAffinity`, each with a
+/// `medium: Memory` emptyDir at `/dev/shm` and `IPC_LOCK` (which the nodes allow): every
+/// rank runs in its worker's container, sees its 64 MiB `/dev/shm` and has the capability.
+#[test]
+fn in_containers_a_sixteen_rank_mpijob_gets_its_workers_shm_and_ipc_lock() {
+    let Some(runtime) = container_runtime() else {
+        return;
+    };
+    let c = Cluster::up_with(
+        3,
+        &[
+            "--container-runtime",
+            &runtime,
+            "--container-allowed-capabilities",
+            "IPC_LOCK",
+        ],
+    );
+    let mpi_image =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/container-mpi-image.sh");
+    let built = Command::new("sh")
+        .arg(&mpi_image)
+        .arg(&runtime)
+        .output()
+        .expect("the MPI image script runs");
+    assert!(
+        built.status.success(),
+        "the MPI test image: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let manifest = r#"apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {generateName: cpi16-}
+spec:
+  slotsPerWorker: 8
+  mpiImplementation: OpenMPI
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: mpi-launcher
+            image: localhost/cadre-mpi:1
+            imagePullPolicy: Never
+            command:
+            - sh
+            - -c
+            - |
+              until [ -s /etc/mpi/hostfile ]; do sleep 0.1; done
+              for w in $(cut -d' ' -f1 /etc/mpi/hostfile); do
+                until ssh -o ConnectTimeout=2 $w true; do sleep 1; done
+              done
+              exec mpirun --allow-run-as-root -np 16 sh -c 'while read k v; do [ "$k" = CapEff: ] && c=$v; done </proc/self/status; echo rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $(cat /proc/sys/kernel/hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ") CapEff: $c'
+            resources: {limits: {cpu: 1}}
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          affinity:
+            podAntiAffinity:
+              requiredDuringSchedulingIgnoredDuringExecution:
+              - labelSelector:
+                  matchLabels: {training.kubeflow.org/replica-type: worker}
+                topologyKey: kubernetes.io/hostname
+          volumes:
+          - name: shm
+            emptyDir: {medium: Memory, sizeLimit: 64Mi}
+          containers:
+          - name: mpi-worker
+            image: localhost/cadre-mpi:1
+            imagePullPolicy: Never
+            command: [/usr/sbin/sshd]
+            args: [-De, -f, /home/mpiuser/.sshd_config]
+            securityContext: {capabilities: {add: [IPC_LOCK]}}
+            volumeMounts: [{name: shm, mountPath: /dev/shm}]
+            resources: {limits: {cpu: 1}}
+"#;
+    let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
+    let job = applied_job(&out);
+    let name = text(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mpijob.kubeflow.org/").map(str::to_string))
+        .unwrap_or_else(|| panic!("no name in {}", text(&out.stdout)));
+    assert_eq!(
+        c.wait(job),
+        "COMPLETED",
+        "{}\n{}",
+        c.outputs_of(job),
+        c.log()
+    );
+    let launcher = c.output(&name, job, 0);
+    let mut per_host: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for line in launcher.lines().filter(|l| l.starts_with("rank ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[3], "16", "{line}");
+        assert_eq!(words.len(), 10, "{launcher}");
+        assert_eq!(words[7], "67108864", "the worker's /dev/shm: {line}");
+        // CAP_IPC_LOCK is bit 14, and the only one a root rank has.
+        assert_eq!(words[9], "0000000000004000", "IPC_LOCK alone: {line}");
+        per_host
+            .entry(words[5].to_string())
+            .or_default()
+            .push(words[1].parse().expect("a rank"));
+    }
+    let hosts: Vec<&String> = per_host.keys().collect();
+    assert_eq!(
+        hosts,
+        [&format!("{name}-worker-0"), &format!("{name}-worker-1")],
+        "{launcher}"
+    );
+    for (host, ranks) in &per_host {
+        assert_eq!(ranks.len(), 8, "8 slots of {host}: {launcher}");
+    }
+}
+
 /// A StorageClass's directory for the tests: root's all the way down, as the agents want
 /// it (the temporary directory above it searchable by all).
 fn class_dir() -> (tempfile::TempDir, std::path::PathBuf) {

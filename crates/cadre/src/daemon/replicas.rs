@@ -20,8 +20,9 @@
 //! running from an earlier `cadre up` that was killed are adopted.
 
 use super::{
-    ControllerArgs, Layout, alive, ensure_agent, live_pid, local_nodes, log_tail, loopback_address,
-    reap, replica_config, server_config, spawn_logged, stop_agents, stop_processes, termination,
+    ControllerArgs, Layout, NodeAgents, alive, ensure_agent, live_pid, local_nodes, log_tail,
+    loopback_address, reap, replica_config, server_config, spawn_logged, stop_agents,
+    stop_processes, termination,
 };
 use anyhow::{Context, Result, bail};
 use cadre_client::locate::MAX_LOCAL_REPLICAS;
@@ -162,7 +163,7 @@ pub(super) fn run(
     args: &ControllerArgs,
     layout: &Layout,
     n: u8,
-    runtime: Option<&str>,
+    node_agents: &NodeAgents<'_>,
 ) -> Result<ExitCode> {
     // The agent key and the CA, made here once rather than by replicas racing to.
     let (_, cluster) = server_config(args, layout)?;
@@ -198,7 +199,7 @@ pub(super) fn run(
             node,
             &loopback_address(k),
             gpus,
-            runtime,
+            node_agents,
             &controllers,
         ) {
             Ok(pid) => agents.push((node.clone(), pid)),
