@@ -106,6 +106,12 @@ pub struct JobLaunch {
     /// With `binds`: the host name of tasks that have no program of their own, in a UTS
     /// namespace of their own (a step `cadre rsh` starts in a Kubernetes pod: the pod's).
     pub hostname: Option<String>,
+    /// With `binds`: the private tmpfs mounts of tasks that have no program of their own
+    /// (a step `cadre rsh` starts in a pod: the pod's `medium: Memory` volumes).
+    pub tmpfs: Vec<(PathBuf, Option<u64>)>,
+    /// Tasks that have no program of their own cannot gain privileges (a step with a pod's
+    /// volumes, as the pod's tasks).
+    pub no_new_privs: bool,
 }
 
 /// What a job step's tasks see of the step and of its job.
@@ -206,6 +212,8 @@ impl JobLaunch {
             exec_in: None,
             leftovers_outlive: false,
             hostname: None,
+            tmpfs: Vec::new(),
+            no_new_privs: false,
         }
     }
 }

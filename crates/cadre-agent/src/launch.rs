@@ -673,8 +673,9 @@ pub(crate) fn launch_task_with(
         user_ns: (!binds.is_empty() && !nix::unistd::geteuid().is_root())
             .then(crate::mountns::UserMaps::own),
         tmpfs: match (binds.is_empty(), job.programs.get(&index)) {
-            (false, Some(p)) => p
-                .tmpfs
+            (true, _) => Vec::new(),
+            (false, p) => p
+                .map_or(&job.tmpfs, |p| &p.tmpfs)
                 .iter()
                 .map(|(at, size)| {
                     let options = match size {
@@ -687,9 +688,11 @@ pub(crate) fn launch_task_with(
                     ))
                 })
                 .collect::<Result<Vec<_>, LaunchError>>()?,
-            _ => Vec::new(),
         },
-        no_new_privs: job.programs.get(&index).is_some_and(|p| p.no_new_privs),
+        no_new_privs: job
+            .programs
+            .get(&index)
+            .map_or(job.no_new_privs, |p| p.no_new_privs),
         hostname: match (binds.is_empty(), own_hostname) {
             (false, Some(h)) => Some(cstring(job.id, "host name", h.as_bytes())?),
             _ => None,

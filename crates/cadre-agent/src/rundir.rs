@@ -164,6 +164,20 @@ impl RunDir {
         Ok(self.path.join(name))
     }
 
+    /// Writes a new file `name` holding `bytes`, the agent's alone (mode 0600, never given
+    /// to the run's user): what the agent records for itself.
+    pub(crate) fn write_private(&self, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(io_err)?;
+        std::fs::File::from(fd).write_all(bytes)?;
+        Ok(self.path.join(name))
+    }
+
     /// A symbolic link `name` to `target`, the agent's.
     pub(crate) fn symlink(&self, name: &str, target: &Path) -> io::Result<PathBuf> {
         nix::unistd::symlinkat(target, &self.fd, name).map_err(io_err)?;
@@ -174,6 +188,28 @@ impl RunDir {
     pub(crate) fn bind_source(&self, name: &str) -> io::Result<BindSource> {
         BindSource::open_at(&self.fd, name, self.path.join(name))
     }
+}
+
+/// A file [`RunDir::write_private`] wrote, read back: opened without following a link and
+/// only if it is still the agent's alone (owned by the agent's user, mode 0600).
+pub(crate) fn read_private(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_err)?;
+    let st = nix::sys::stat::fstat(&fd).map_err(io_err)?;
+    if st.st_uid != nix::unistd::geteuid().as_raw() || st.st_mode & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not the agent's alone: not read", path.display()),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// What a task gets mounted: a file or directory the agent opened with
@@ -271,6 +307,25 @@ mod tests {
 
     fn mode(p: &Path) -> u32 {
         std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_private_record_is_read_back_only_while_it_is_the_agent_s_alone() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(&top.path().join("job1.0"), None).unwrap();
+        let path = dir.write_private("record", b"mine").unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(read_private(&path).unwrap(), b"mine");
+        // Made readable by others: no longer trusted.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = read_private(&path).unwrap_err();
+        assert!(err.to_string().contains("not the agent's alone"), "{err}");
+        // A link in its place is not followed.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        read_private(&path).unwrap_err();
+        // Never made over an existing name.
+        dir.write_private("record", b"again").unwrap_err();
     }
 
     #[test]

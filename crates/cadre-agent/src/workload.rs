@@ -637,7 +637,10 @@ pub fn prepare(
         let mut own_hostname = None;
         let mut tmpfs = Vec::new();
         let volumes = &t.groups[group].volumes;
-        if !volumes.is_empty() && !holds {
+        // What the daemons `cadre-rsh` starts in a holding worker's pod mount: recorded
+        // for the steps that start them (see [`PodVolumes`]).
+        let mut recorded = Vec::new();
+        if !volumes.is_empty() {
             if !mounts.can_bind() {
                 return Err(WorkloadError::VolumesNeedNamespace {
                     group,
@@ -657,7 +660,12 @@ pub fn prepare(
                             .map_err(write_err(run_dir.join(&name)))?;
                     }
                     VolumeKind::Memory { size_bytes } => {
-                        tmpfs.push((at, size_bytes.or(task_memory(task))));
+                        let size = size_bytes.or(task_memory(task));
+                        recorded.push(PodVolume::Memory {
+                            at: v.path.clone(),
+                            size,
+                        });
+                        tmpfs.push((at, size));
                         continue;
                     }
                     VolumeKind::ConfigMap { .. } | VolumeKind::Secret { .. } => {
@@ -666,15 +674,37 @@ pub fn prepare(
                     }
                     VolumeKind::Claim { claim, read_only } => {
                         let made = claim_source(order, dir, claim, *read_only, group, &node_name)?;
+                        if let Some(c) = order.claims.iter().find(|c| &c.name == claim) {
+                            recorded.push(PodVolume::Claim {
+                                at: v.path.clone(),
+                                claim: c.clone(),
+                                read_only: made.is_read_only(),
+                            });
+                        }
                         volume_binds.push((made, at));
                         continue;
                     }
                 }
+                recorded.push(PodVolume::Dir {
+                    at: v.path.clone(),
+                    name: name.clone(),
+                });
                 let made = dir
                     .bind_source(&name)
                     .map_err(write_err(run_dir.join(&name)))?;
                 volume_binds.push((made, at));
             }
+        }
+        if holds && !recorded.is_empty() {
+            // The holder runs nothing: its pod's volumes are the daemons' that `cadre-rsh`
+            // starts in it, by its host name.
+            let file = PodVolumes::file_name(&hostname);
+            serde_json::to_vec(&PodVolumes { volumes: recorded })
+                .map_err(|e| io::Error::other(e.to_string()))
+                .and_then(|bytes| dir.write_private(&file, &bytes))
+                .map_err(write_err(run_dir.join(&file)))?;
+            volume_binds.clear();
+            tmpfs.clear();
         }
         if !mounts.can_bind() {
             env.push(("CADRE_HOSTS_FILE".into(), hosts_path.display().to_string()));
@@ -698,7 +728,7 @@ pub fn prepare(
                 container: None,
                 holds,
                 hostname: own_hostname,
-                no_new_privs: !volumes.is_empty(),
+                no_new_privs: !volumes.is_empty() && !holds,
                 tmpfs,
             },
         );
@@ -751,6 +781,89 @@ fn volume_files(
     }
     made.hand_over()?;
     Ok(made.path().to_path_buf())
+}
+
+/// The volumes of a pod whose worker holds its node for `cadre-rsh` (it runs nothing): the
+/// steps `cadre-rsh` starts in the pod (MPI's daemons, and the ranks they start) mount
+/// them, as the pod's containers would. Written by the agent in the job's run directory
+/// (the agent's, mode 0600: no user can write or replace it) at the job's launch, read at
+/// each such step's ([`PodVolumes::mounts`]).
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PodVolumes {
+    pub(crate) volumes: Vec<PodVolume>,
+}
+
+/// One volume of a [`PodVolumes`], by its mount path in the pod.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum PodVolume {
+    /// A directory the agent made in the job's run directory (`emptyDir`, `configMap`,
+    /// `secret`).
+    Dir { at: String, name: String },
+    /// A private tmpfs of `size` bytes (`emptyDir` of `medium: Memory`).
+    Memory { at: String, size: Option<u64> },
+    /// A claim's directory, made again (found) through [`crate::claimdir::claim_dir`].
+    Claim {
+        at: String,
+        claim: cadre_proto::agent::ClaimMount,
+        read_only: bool,
+    },
+}
+
+/// What a step started in a pod mounts: its bind mounts (after the job's files) and its
+/// tmpfs mounts.
+pub(crate) type StepMounts = (Vec<(BindSource, PathBuf)>, Vec<(PathBuf, Option<u64>)>);
+
+impl PodVolumes {
+    /// The record's file in the job's run directory, for the pod of host name `hostname`.
+    pub(crate) fn file_name(hostname: &str) -> String {
+        format!("pod-{hostname}.volumes")
+    }
+
+    /// The mounts of a step started in the pod of host name `hostname` of the job whose run
+    /// directory is `job_dir` (`owner`: the job's user, as the run directory gives it);
+    /// none when the pod has no record (not a holding worker, or no volumes).
+    pub(crate) fn mounts(
+        job_dir: &Path,
+        hostname: &str,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<StepMounts> {
+        let path = job_dir.join(PodVolumes::file_name(hostname));
+        let bytes = match crate::rundir::read_private(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(e),
+        };
+        let record: PodVolumes = serde_json::from_slice(&bytes).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        let mut binds = Vec::new();
+        let mut tmpfs = Vec::new();
+        for v in record.volumes {
+            match v {
+                PodVolume::Dir { at, name } => {
+                    if name.contains('/') {
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, name));
+                    }
+                    binds.push((BindSource::open(&job_dir.join(name))?, PathBuf::from(at)));
+                }
+                PodVolume::Memory { at, size } => tmpfs.push((PathBuf::from(at), size)),
+                PodVolume::Claim {
+                    at,
+                    claim,
+                    read_only,
+                } => {
+                    let made = crate::claimdir::claim_dir(&claim, owner)?;
+                    let made = if read_only { made.read_only() } else { made };
+                    binds.push((made, PathBuf::from(at)));
+                }
+            }
+        }
+        Ok((binds, tmpfs))
+    }
 }
 
 /// The directory of claim `claim` on this node, as the launch order names it (only the

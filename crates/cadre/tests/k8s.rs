@@ -2515,7 +2515,7 @@ spec:
               for w in $(cut -d: -f1 /etc/mpi/hostfile); do
                 until ssh -o ConnectTimeout=2 $w true; do sleep 1; done
               done
-              exec mpiexec.hydra -n 16 sh -c 'echo rank $PMI_RANK of $PMI_SIZE on $(hostname)'
+              exec mpiexec.hydra -n 16 sh -c 'echo rank $PMI_RANK of $PMI_SIZE on $(hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ")'
             resources: {limits: {cpu: 1}}
     Worker:
       replicas: 2
@@ -2557,6 +2557,8 @@ spec:
     for line in launcher.lines().filter(|l| l.starts_with("rank ")) {
         let words: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(words[3], "16", "{line}");
+        // The worker pod's own /dev/shm, which its daemon mounted for its ranks.
+        assert_eq!(words.get(7), Some(&"67108864"), "{line}");
         per_host
             .entry(words[5].to_string())
             .or_default()

@@ -735,6 +735,23 @@ fn prepare(
                     .push((source, PathBuf::from(crate::workload::HOSTS_TARGET)));
             }
         }
+        // A step `cadre-rsh` starts in a holding worker's pod mounts the pod's volumes,
+        // after the job's files, from what the agent recorded at the job's launch.
+        if let Some(h) = &job.hostname
+            && order.run.step.is_some()
+            && ctx.mounts.can_bind()
+        {
+            let (binds, tmpfs) =
+                crate::workload::PodVolumes::mounts(&job_dir, h, owner).map_err(|source| {
+                    crate::workload::WorkloadError::Write {
+                        path: job_dir.join(crate::workload::PodVolumes::file_name(h)),
+                        source,
+                    }
+                })?;
+            job.no_new_privs = !binds.is_empty() || !tmpfs.is_empty();
+            job.binds.extend(binds);
+            job.tmpfs = tmpfs;
+        }
     }
     Ok((job, run_as, script_dir))
 }
