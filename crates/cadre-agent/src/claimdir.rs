@@ -72,26 +72,14 @@ pub fn claim_dir(claim: &ClaimMount, owner: Option<(u32, u32)>) -> io::Result<Bi
         )));
     }
     let volume = &claim.volume;
-    if volume.is_empty() || volume.contains('/') || volume.starts_with('.') {
+    let uid_part = volume.strip_prefix("pvc-").unwrap_or_default();
+    if uid_part.is_empty() || !uid_part.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return Err(refused(format!(
-            "`{volume}` is not a claim directory's name"
+            "`{volume}` is not a claim directory's name (pvc-<uid>)"
         )));
     }
     let dir = nix::fcntl::open(
         class,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(io_err)?;
-    let made = match nix::sys::stat::mkdirat(&dir, volume.as_str(), Mode::from_bits_truncate(0o700))
-    {
-        Ok(()) => true,
-        Err(nix::errno::Errno::EEXIST) => false,
-        Err(e) => return Err(io_err(e)),
-    };
-    let fd = nix::fcntl::openat(
-        &dir,
-        volume.as_str(),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
@@ -103,26 +91,76 @@ pub fn claim_dir(claim: &ClaimMount, owner: Option<(u32, u32)>) -> io::Result<Bi
         )
     });
     let path = class.join(volume);
-    if made {
-        nix::unistd::fchown(
-            &fd,
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
+    let open = |name: &str| {
+        nix::fcntl::openat(
+            &dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
         )
-        .map_err(io_err)?;
-    } else {
-        let st = nix::sys::stat::fstat(&fd).map_err(io_err)?;
-        if st.st_uid != uid {
-            return Err(refused(format!(
-                "{} (claim `{}`) is owned by uid {}, not by the job's user (uid {uid}): not \
-                 mounting it",
-                path.display(),
-                claim.name,
-                st.st_uid
-            )));
+        .map_err(io_err)
+    };
+    match open(volume) {
+        Ok(fd) => {
+            let st = nix::sys::stat::fstat(&fd).map_err(io_err)?;
+            if st.st_uid != uid {
+                return Err(refused(format!(
+                    "{} (claim `{}`) is owned by uid {}, not by the job's user (uid {uid}): not \
+                     mounting it",
+                    path.display(),
+                    claim.name,
+                    st.st_uid
+                )));
+            }
         }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Made under a name of this agent's alone, given to the user, then put in place
+            // whole: another node or job making it at once finds it the user's, or this one
+            // loses the race and its own is removed.
+            let temp = format!(".{volume}.{}.{}", std::process::id(), unique());
+            nix::sys::stat::mkdirat(&dir, temp.as_str(), Mode::from_bits_truncate(0o700))
+                .map_err(io_err)?;
+            let placed = open(&temp)
+                .and_then(|fd| {
+                    nix::unistd::fchown(
+                        &fd,
+                        Some(nix::unistd::Uid::from_raw(uid)),
+                        Some(nix::unistd::Gid::from_raw(gid)),
+                    )
+                    .map_err(io_err)
+                })
+                .and_then(|()| {
+                    nix::fcntl::renameat2(
+                        &dir,
+                        temp.as_str(),
+                        &dir,
+                        volume.as_str(),
+                        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                    )
+                    .map_err(io_err)
+                });
+            if let Err(e) = placed {
+                let _ = nix::unistd::unlinkat(
+                    &dir,
+                    temp.as_str(),
+                    nix::unistd::UnlinkatFlags::RemoveDir,
+                );
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(e);
+                }
+                // Made meanwhile: found again, it must be the user's.
+                return claim_dir(claim, owner);
+            }
+        }
+        Err(e) => return Err(e),
     }
     BindSource::open_at(&dir, volume, path)
+}
+
+/// A number no other call of this process has had.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -172,6 +210,11 @@ mod tests {
         std::fs::create_dir(&class).unwrap();
         std::fs::set_permissions(&class, std::fs::Permissions::from_mode(0o755)).unwrap();
         let made = claim_dir(&claim(&class, "pvc-1"), Some((65534, 65534))).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&class)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["pvc-1"], "no name of the making is left");
         let m = std::fs::symlink_metadata(made.path()).unwrap();
         assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (65534, 65534, 0o700));
         // Found again, for the same user.
@@ -184,5 +227,6 @@ mod tests {
         claim_dir(&claim(&class, "pvc-2"), Some((65534, 65534))).unwrap_err();
         // Nor a name that leaves the class directory.
         claim_dir(&claim(&class, "../x"), Some((65534, 65534))).unwrap_err();
+        claim_dir(&claim(&class, "pvc-../x"), Some((65534, 65534))).unwrap_err();
     }
 }

@@ -289,6 +289,12 @@ impl BindSource {
         self.read_only
     }
 
+    /// Whether it is a directory (else a regular file: see [`BindSource::open`]).
+    pub(crate) fn is_dir(&self) -> bool {
+        nix::sys::stat::fstatat(&*self.fd, "", AtFlags::AT_EMPTY_PATH)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    }
+
     /// Where it was opened.
     pub fn path(&self) -> &Path {
         &self.path

@@ -147,6 +147,16 @@ pub enum WorkloadError {
         "task group {group} mounts volumes, which needs a mount namespace of the task's own: the agent of node {node} is not root and cannot make user namespaces"
     )]
     VolumesNeedNamespace { group: usize, node: String },
+    /// A `hostPath` volume's path cannot be used on this node.
+    #[error(
+        "task group {group} mounts hostPath {path}, which cannot be used on node {node}: {source}"
+    )]
+    HostPath {
+        group: usize,
+        path: String,
+        node: String,
+        source: io::Error,
+    },
     /// A claim's directory cannot be made or used on this node.
     #[error(
         "task group {group} mounts persistentvolumeclaim `{claim}`, whose directory on node {node} cannot be used: {source}"
@@ -468,6 +478,23 @@ pub fn prepare(
         // mounted, or in its container): torchrun's c10d rendezvous decides which rank
         // hosts its store by it.
         let hostname = cadre_k8s::pod_hostname(t, group, task.rank);
+        // Checked again here (the translation comes from the client): no volume is mounted
+        // inside another, whose contents, the user's, would decide where it lands.
+        let vols = &t.groups[group].volumes;
+        for (i, a) in vols.iter().enumerate() {
+            if let Some(b) = vols[i + 1..]
+                .iter()
+                .find(|b| cadre_k8s::nested(&a.path, &b.path))
+            {
+                return Err(cadre_k8s::K8sError::Contract {
+                    what: format!(
+                        "task group {group} mounts volumes at {} and {}, one inside the other",
+                        a.path, b.path
+                    ),
+                }
+                .into());
+            }
+        }
         if let (Some(rsh), 0) = (rsh, group) {
             env.push(("CADRE_SERVER".into(), rsh.controller.to_string()));
             env.push(("CADRE_TOKEN".into(), rsh.token.to_string()));
@@ -573,8 +600,8 @@ pub fn prepare(
                             .map_err(write_err(run_dir.join(&name)))?;
                         spec.mounts.push((made, v.path.clone()));
                     }
-                    VolumeKind::Claim { claim, read_only } => {
-                        let made = claim_source(order, dir, claim, *read_only, group, &node_name)?;
+                    VolumeKind::Claim { .. } | VolumeKind::HostPath { .. } => {
+                        let made = outside_source(order, dir, &v.kind, group, &node_name)?;
                         let at = (made.path().to_path_buf(), v.path.clone());
                         if made.is_read_only() {
                             spec.mounts.push(at);
@@ -672,14 +699,24 @@ pub fn prepare(
                         volume_files(dir, &name, t, &v.kind)
                             .map_err(write_err(run_dir.join(&name)))?;
                     }
-                    VolumeKind::Claim { claim, read_only } => {
-                        let made = claim_source(order, dir, claim, *read_only, group, &node_name)?;
-                        if let Some(c) = order.claims.iter().find(|c| &c.name == claim) {
-                            recorded.push(PodVolume::Claim {
+                    VolumeKind::Claim { .. } | VolumeKind::HostPath { .. } => {
+                        let made = outside_source(order, dir, &v.kind, group, &node_name)?;
+                        let read_only = made.is_read_only();
+                        match &v.kind {
+                            VolumeKind::Claim { claim, .. } => {
+                                if let Some(c) = order.claims.iter().find(|c| &c.name == claim) {
+                                    recorded.push(PodVolume::Claim {
+                                        at: v.path.clone(),
+                                        claim: c.clone(),
+                                        read_only,
+                                    });
+                                }
+                            }
+                            _ => recorded.push(PodVolume::HostPath {
                                 at: v.path.clone(),
-                                claim: c.clone(),
-                                read_only: made.is_read_only(),
-                            });
+                                path: made.path().to_path_buf(),
+                                read_only,
+                            }),
                         }
                         volume_binds.push((made, at));
                         continue;
@@ -749,7 +786,10 @@ fn volume_files(
     let (object, items, secret) = match kind {
         VolumeKind::ConfigMap { name, items, .. } => (name, items, false),
         VolumeKind::Secret { name, items, .. } => (name, items, true),
-        VolumeKind::EmptyDir | VolumeKind::Memory { .. } | VolumeKind::Claim { .. } => {
+        VolumeKind::EmptyDir
+        | VolumeKind::Memory { .. }
+        | VolumeKind::Claim { .. }
+        | VolumeKind::HostPath { .. } => {
             return Ok(made.path().to_path_buf());
         }
     };
@@ -808,6 +848,12 @@ pub(crate) enum PodVolume {
         claim: cadre_proto::agent::ClaimMount,
         read_only: bool,
     },
+    /// A node path the job's launch order allowed (`hostPath`).
+    HostPath {
+        at: String,
+        path: PathBuf,
+        read_only: bool,
+    },
 }
 
 /// What a step started in a pod mounts: its bind mounts (after the job's files) and its
@@ -860,10 +906,97 @@ impl PodVolumes {
                     let made = if read_only { made.read_only() } else { made };
                     binds.push((made, PathBuf::from(at)));
                 }
+                PodVolume::HostPath {
+                    at,
+                    path,
+                    read_only,
+                } => {
+                    let made = BindSource::open(&path)?;
+                    let made = if read_only { made.read_only() } else { made };
+                    binds.push((made, PathBuf::from(at)));
+                }
             }
         }
         Ok((binds, tmpfs))
     }
+}
+
+/// What a volume from outside the run's directory mounts: a claim's directory
+/// ([`claim_source`]) or a node path ([`host_path_source`]).
+fn outside_source(
+    order: &LaunchOrder,
+    dir: &RunDir,
+    kind: &VolumeKind,
+    group: usize,
+    node: &str,
+) -> Result<BindSource, WorkloadError> {
+    match kind {
+        VolumeKind::Claim { claim, read_only } => {
+            claim_source(order, dir, claim, *read_only, group, node)
+        }
+        VolumeKind::HostPath {
+            path,
+            kind,
+            read_only,
+        } => host_path_source(order, path, *kind, *read_only, group, node),
+        _ => Err(cadre_k8s::K8sError::Contract {
+            what: format!("task group {group}: not a volume from outside the run"),
+        }
+        .into()),
+    }
+}
+
+/// The node's `path` of a `hostPath` volume, as the launch order allows it (the controller
+/// names only an administrator's: never one the job's own translation names alone), made
+/// first for `DirectoryOrCreate` (mode 0755, root's, as the kubelet makes it), checked to
+/// be what its type says, opened to be mounted (its last component not followed).
+fn host_path_source(
+    order: &LaunchOrder,
+    path: &str,
+    kind: Option<cadre_k8s::HostPathKind>,
+    read_only: bool,
+    group: usize,
+    node: &str,
+) -> Result<BindSource, WorkloadError> {
+    use cadre_k8s::HostPathKind;
+    if !order.host_paths.iter().any(|p| p == path) || !mount_path_words(path) {
+        return Err(cadre_k8s::K8sError::Contract {
+            what: format!(
+                "task group {group} mounts hostPath `{path}`, which the controller's launch \
+                 order does not give"
+            ),
+        }
+        .into());
+    }
+    let fail = |source: io::Error| WorkloadError::HostPath {
+        group,
+        path: path.to_string(),
+        node: node.to_string(),
+        source,
+    };
+    if kind == Some(HostPathKind::DirectoryOrCreate) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path)
+            .map_err(fail)?;
+    }
+    let made = BindSource::open(Path::new(path)).map_err(fail)?;
+    let wrong = match kind {
+        Some(HostPathKind::Directory | HostPathKind::DirectoryOrCreate) => {
+            (!made.is_dir()).then_some("a directory")
+        }
+        Some(HostPathKind::File) => made.is_dir().then_some("a file"),
+        None => None,
+    };
+    if let Some(want) = wrong {
+        return Err(fail(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is not {want}, as its type says"),
+        )));
+    }
+    Ok(if read_only { made.read_only() } else { made })
 }
 
 /// The directory of claim `claim` on this node, as the launch order names it (only the
@@ -1079,6 +1212,7 @@ spec:
             step: None,
             job_token: None,
             claims: Vec::new(),
+            host_paths: Vec::new(),
         }
     }
 

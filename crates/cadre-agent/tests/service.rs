@@ -285,6 +285,7 @@ fn order(job: u64, user: &str, dir: &Path, script: &str) -> LaunchOrder {
         step: None,
         job_token: None,
         claims: Vec::new(),
+        host_paths: Vec::new(),
     }
 }
 

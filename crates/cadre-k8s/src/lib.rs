@@ -134,11 +134,12 @@ pub use contract::{
 pub use document::{Object, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem, SUPPORTED_KINDS};
 pub use model::{
-    CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun,
+    CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun, HostPathKind,
     MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,
     Volume, VolumeKind, WorkloadKind, capability,
 };
 pub use nesting::MAX_NESTING_DEPTH;
+pub use pod::nested;
 pub use queues::{QueueObjectName, QueueSet, queue_object_name};
 pub use submission::{WORKLOAD_RUN_VERSION, WorkloadRun, submission, workload_of};
 pub use translate::translate;

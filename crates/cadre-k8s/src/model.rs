@@ -387,6 +387,29 @@ pub enum VolumeKind {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         read_only: bool,
     },
+    /// A `hostPath` volume (an administrator's workloads only: the API refuses it of anyone
+    /// else, and the controller names the paths it allows in the launch order): the node's
+    /// `path`, checked as `kind` says.
+    HostPath {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<HostPathKind>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        read_only: bool,
+    },
+}
+
+/// What a `hostPath` volume's `type` asks of its path (none: a file or directory that
+/// exists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostPathKind {
+    /// `Directory`: a directory that exists.
+    Directory,
+    /// `DirectoryOrCreate`: a directory, made (mode 0755, root's) if missing.
+    DirectoryOrCreate,
+    /// `File`: a file that exists.
+    File,
 }
 
 impl GroupRun {

@@ -24,3 +24,17 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
+
+/// A DNS-1123 subdomain: what most objects' names must be (a PersistentVolumeClaim's).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && !s.is_empty()
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}

@@ -7,8 +7,8 @@
 
 use crate::error::Refusals;
 use crate::model::{
-    EnvFrom, EnvSource, EnvVar, GroupRun, Port, Program, PullPolicy, TranslateOptions, Volume,
-    VolumeKind,
+    EnvFrom, EnvSource, EnvVar, GroupRun, HostPathKind, Port, Program, PullPolicy,
+    TranslateOptions, Volume, VolumeKind,
 };
 use crate::quantity::Quantity;
 use cadre_core::resources::TaskResources;
@@ -579,10 +579,10 @@ fn read_volume(
         });
     }
     if let Some(c) = &v.persistent_volume_claim {
-        if c.claim_name.is_empty() {
+        if !crate::names::is_dns_subdomain(&c.claim_name) {
             refusals.refuse(
                 format!("{path}.persistentVolumeClaim.claimName"),
-                "Required value",
+                format!("`{}`: a claim's name (an RFC 1123 subdomain)", c.claim_name),
             );
             return None;
         }
@@ -591,9 +591,11 @@ fn read_volume(
             read_only: c.read_only == Some(true),
         });
     }
+    if let Some(h) = &v.host_path {
+        return read_host_path(h, &format!("{path}.hostPath"), refusals);
+    }
     let Some(e) = &v.empty_dir else {
         let source = [
-            (v.host_path.is_some(), "hostPath"),
             (v.nfs.is_some(), "nfs"),
             (v.projected.is_some(), "projected"),
             (v.downward_api.is_some(), "downwardAPI"),
@@ -607,7 +609,7 @@ fn read_volume(
             path,
             format!(
                 "volume `{}`: {source} volumes are not supported yet (emptyDir, configMap, \
-                 secret and persistentVolumeClaim are; tasks see the node's file systems, so a shared path that exists \
+                 secret, persistentVolumeClaim and hostPath are; tasks see the node's file systems, so a shared path that exists \
                  on the nodes needs no volume)",
                 v.name
             ),
@@ -647,6 +649,58 @@ fn read_volume(
             None
         }
     }
+}
+
+/// Whether mount paths `a` and `b` are one inside the other (or the same), by components.
+pub fn nested(a: &str, b: &str) -> bool {
+    let (a, b) = (std::path::Path::new(a), std::path::Path::new(b));
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// A `hostPath` volume: its path (absolute, of the words a container runtime's options can
+/// carry) and its type; devices and sockets are refused by type. Whether the workload may
+/// have it at all is the controller's to say (an administrator's only).
+fn read_host_path(
+    h: &k8s_openapi::api::core::v1::HostPathVolumeSource,
+    path: &str,
+    refusals: &mut Refusals,
+) -> Option<VolumeKind> {
+    let p = h.path.trim_end_matches('/');
+    let words = p
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+    if !p.starts_with('/') || p.split('/').any(|c| c == ".." || c == ".") || !words {
+        refusals.refuse(
+            format!("{path}.path"),
+            format!(
+                "`{}`: an absolute path of letters, digits, `/`, `.`, `_` and `-`, without `.` \
+                 or `..` components, and not `/`",
+                h.path
+            ),
+        );
+        return None;
+    }
+    let kind = match h.type_.as_deref().unwrap_or("") {
+        "" => None,
+        "Directory" => Some(HostPathKind::Directory),
+        "DirectoryOrCreate" => Some(HostPathKind::DirectoryOrCreate),
+        "File" => Some(HostPathKind::File),
+        other => {
+            refusals.refuse(
+                format!("{path}.type"),
+                format!(
+                    "`{other}` is not supported (none, Directory, DirectoryOrCreate and File \
+                     are; a task sees the node's devices and sockets where they are)"
+                ),
+            );
+            return None;
+        }
+    };
+    Some(VolumeKind::HostPath {
+        path: p.to_string(),
+        kind,
+        read_only: false,
+    })
 }
 
 fn q_text(q: &Quantity) -> String {
@@ -1179,13 +1233,6 @@ fn read_container(
                 "an emptyDir mounted read-only stays empty: mount it writable",
             );
         }
-        if mounted.iter().any(|m| m.path == v.mount_path) {
-            refusals.refuse(
-                format!("{mpath}.mountPath"),
-                format!("`{}` is mounted twice", v.mount_path),
-            );
-            continue;
-        }
         let at = v.mount_path.trim_end_matches('/');
         if at.is_empty() {
             refusals.refuse(
@@ -1194,8 +1241,28 @@ fn read_container(
             );
             continue;
         }
+        if mounted.iter().any(|m| m.path == at) {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                format!("`{}` is mounted twice", v.mount_path),
+            );
+            continue;
+        }
+        if let Some(other) = mounted.iter().find(|m| nested(&m.path, at)) {
+            refusals.refuse(
+                format!("{mpath}.mountPath"),
+                format!(
+                    "`{at}` and `{}` are one inside the other: nested volume mounts are not \
+                     supported (what one volume holds would decide where the other lands)",
+                    other.path
+                ),
+            );
+            continue;
+        }
         let mut kind = kind.clone();
-        if let VolumeKind::Claim { read_only, .. } = &mut kind {
+        if let VolumeKind::Claim { read_only, .. } | VolumeKind::HostPath { read_only, .. } =
+            &mut kind
+        {
             *read_only |= v.read_only == Some(true);
         }
         mounted.push(Volume {

@@ -26,7 +26,7 @@
 
 use crate::document::Object;
 use crate::error::Refusals;
-use crate::names::name_of;
+use crate::names::{is_dns_subdomain, name_of};
 use crate::namespaces::{Written, namespace_of};
 use crate::quantity::Quantity;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -247,6 +247,16 @@ pub(crate) fn read_claim(
     r: &mut Refusals,
 ) -> ClaimConfig {
     let name = name_of(&c.metadata, r);
+    if !name.is_empty() && !is_dns_subdomain(&name) {
+        r.refuse(
+            "metadata.name",
+            format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower \
+                 case alphanumeric characters, '-' or '.', and must start and end with an \
+                 alphanumeric character"
+            ),
+        );
+    }
     let namespace = namespace_of(&c.metadata, default_namespace, r);
     let spec = c.spec.clone().unwrap_or_default();
     let class = match spec.storage_class_name.as_deref() {
@@ -369,14 +379,23 @@ pub fn stamp_claim(manifest: &mut serde_json::Value, uid: &str, owner: &str, cla
     let Some(object) = manifest.as_object_mut() else {
         return;
     };
+    // A `metadata` or `annotations` that is no mapping (`null`) is replaced by one, so
+    // that no claim is kept without its owner.
+    let mapping = |v: &mut serde_json::Value| {
+        if !v.is_object() {
+            *v = serde_json::json!({});
+        }
+    };
     let meta = object
         .entry("metadata")
         .or_insert_with(|| serde_json::json!({}));
+    mapping(meta);
     if let Some(meta) = meta.as_object_mut() {
         meta.insert("uid".into(), uid.into());
         let annotations = meta
             .entry("annotations")
             .or_insert_with(|| serde_json::json!({}));
+        mapping(annotations);
         if let Some(a) = annotations.as_object_mut() {
             a.insert(OWNER_ANNOTATION.into(), owner.into());
         }
@@ -457,6 +476,21 @@ pub fn claims_of(t: &crate::model::Translated) -> Vec<String> {
                 && !out.contains(claim)
             {
                 out.push(claim.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The node paths a workload's pods mount (`hostPath` volumes), each once.
+pub fn host_paths_of(t: &crate::model::Translated) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for g in &t.groups {
+        for v in &g.volumes {
+            if let crate::model::VolumeKind::HostPath { path, .. } = &v.kind
+                && !out.contains(path)
+            {
+                out.push(path.clone());
             }
         }
     }

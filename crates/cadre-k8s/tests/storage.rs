@@ -118,6 +118,8 @@ spec:
     ] {
         assert!(err.contains(words), "{words}: {err}");
     }
+    let err = set(&CLAIM.replace("name: data", "name: 'a,victim'")).unwrap_err();
+    assert!(err.contains("a lowercase RFC 1123 subdomain"), "{err}");
     let err = set("apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: empty}
@@ -201,6 +203,27 @@ spec:
         - {name: out, mountPath: /out}
         - {name: out, mountPath: /peek, readOnly: true}
 ";
+    let nested = yaml.replace("mountPath: /peek", "mountPath: /out/peek");
+    let objects = parse_documents(&nested, "t.yaml").unwrap();
+    let err = translate(
+        &objects[0],
+        &TranslateOptions::new("alice", "ml", std::path::PathBuf::from("/home/alice")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("`/out/peek` and `/out` are one inside the other: nested volume mounts"),
+        "{err}"
+    );
+    let bad = yaml.replace("claimName: results", "claimName: 'a,b'");
+    let objects = parse_documents(&bad, "t.yaml").unwrap();
+    let err = translate(
+        &objects[0],
+        &TranslateOptions::new("alice", "ml", std::path::PathBuf::from("/home/alice")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`a,b`: a claim's name"), "{err}");
     let objects = parse_documents(yaml, "t.yaml").unwrap();
     let t = translate(
         &objects[0],
@@ -225,4 +248,63 @@ spec:
         ]
     );
     assert_eq!(claims_of(&t), ["datasets", "results"]);
+}
+
+#[test]
+fn a_host_path_is_read_with_its_type_and_devices_and_odd_paths_are_refused() {
+    let job = |volume: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: train}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{volume}]
+      containers:
+      - name: c
+        image: busybox
+        command: ['true']
+        volumeMounts: [{{name: h, mountPath: /data, readOnly: true}}]
+"
+        )
+    };
+    let opts = TranslateOptions::new("root", "root", std::path::PathBuf::from("/"));
+    let read = |volume: &str| {
+        let objects = parse_documents(&job(volume), "t.yaml").unwrap();
+        translate(&objects[0], &opts).map_err(|e| e.to_string())
+    };
+    let t = read("{name: h, hostPath: {path: /datasets/, type: DirectoryOrCreate}}").unwrap();
+    assert_eq!(
+        t.groups[0].volumes[0].kind,
+        VolumeKind::HostPath {
+            path: "/datasets".into(),
+            kind: Some(cadre_k8s::HostPathKind::DirectoryOrCreate),
+            read_only: true,
+        }
+    );
+    assert_eq!(cadre_k8s::storage::host_paths_of(&t), ["/datasets"]);
+    for (volume, words) in [
+        (
+            "{name: h, hostPath: {path: /dev/infiniband, type: CharDevice}}",
+            "`CharDevice` is not supported",
+        ),
+        (
+            "{name: h, hostPath: {path: data}}",
+            "`data`: an absolute path",
+        ),
+        (
+            "{name: h, hostPath: {path: /a/../etc}}",
+            "without `.` or `..`",
+        ),
+        (
+            "{name: h, hostPath: {path: '/a:b'}}",
+            "an absolute path of letters",
+        ),
+        ("{name: h, hostPath: {path: /}}", "and not `/`"),
+    ] {
+        let err = read(volume).unwrap_err();
+        assert!(err.contains(words), "{volume}: {err}");
+    }
 }

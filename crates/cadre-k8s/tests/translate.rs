@@ -424,10 +424,10 @@ fn environment_values_and_refusals() {
 fn pod_features_cadre_does_not_have_are_refused_by_path() {
     let cases: &[(&str, &str, &str, &str)] = &[
         (
-            "      volumes: [{name: data, hostPath: {path: /data}}]\n",
+            "      volumes: [{name: data, nfs: {server: files, path: /data}}]\n",
             "",
             "spec.template.spec.volumes[0]",
-            "hostPath volumes are not supported yet",
+            "nfs volumes are not supported yet",
         ),
         (
             "",

@@ -435,6 +435,10 @@ pub struct LaunchOrder {
     /// its own records (never from the job's own files): an agent mounts only these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<ClaimMount>,
+    /// The node paths the run's pods mount (`hostPath` volumes), which the controller took
+    /// from an administrator only: an agent mounts only these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_paths: Vec<String>,
 }
 
 /// A PersistentVolumeClaim a run mounts: the directory `volume` in `class_path`, the job's
@@ -567,6 +571,7 @@ mod tests {
             }),
             job_token: Some(Secret("cadre-job-7-0-00ff".into())),
             claims: Vec::new(),
+            host_paths: Vec::new(),
         };
         for m in [
             ControllerMessage::Welcome {

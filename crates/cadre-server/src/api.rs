@@ -281,10 +281,12 @@ async fn submit(
         run.validate()
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("jobs[{i}].run: {e}")))?;
         crate::limits::check_job(&spec, &run).map_err(|e| e.answer(&format!("jobs[{i}].")))?;
-        crate::authority::check_spec_change(&who, None, &spec).map_err(|e| ApiError {
-            message: format!("jobs[{i}]: {}", e.message),
-            ..e
-        })?;
+        crate::authority::check_spec_change(&who, None, &spec)
+            .and_then(|()| crate::authority::check_host_paths(&who, &run))
+            .map_err(|e| ApiError {
+                message: format!("jobs[{i}]: {}", e.message),
+                ..e
+            })?;
         jobs.push(NewJob {
             // The controller resolves it (`Controller::prepare`).
             partition: String::new(),

@@ -121,6 +121,30 @@ pub fn check_arrays(jobs: &[NewJob]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Whether `who` may submit a workload that mounts paths of the node (`hostPath` volumes):
+/// an administrator only, since the root agent binds the path for the task whatever the
+/// permissions of the directories above it.
+pub fn check_host_paths(who: &Principal, run: &cadre_core::run::RunSpec) -> Result<(), ApiError> {
+    if who.admin {
+        return Ok(());
+    }
+    let Ok(Some(t)) = cadre_k8s::workload_of(run) else {
+        return Ok(());
+    };
+    match cadre_k8s::storage::host_paths_of(&t).first() {
+        None => Ok(()),
+        Some(p) => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "hostPath volume `{p}`: only an administrator's workloads mount paths of the \
+                 node (a root agent would bind it past the permissions of the directories \
+                 above it); `{}` is not one: use a PersistentVolumeClaim",
+                who.user
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

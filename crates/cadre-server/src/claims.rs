@@ -21,6 +21,11 @@ use cadre_proto::api::QueueObjectRef;
 /// The annotation in which the controller records the claims a job mounts (`a,b`).
 pub const CLAIMS_ANNOTATION: &str = "k8s.claims";
 
+/// The annotation in which the controller records the node paths a job mounts (`hostPath`
+/// volumes, `/a,/b`), which the API took from an administrator only
+/// (`crate::authority::check_host_paths`).
+pub const HOST_PATHS_ANNOTATION: &str = "k8s.hostPaths";
+
 /// Why `user` may not make this change, if they may not: an administrator may make any;
 /// anyone else may apply and delete PersistentVolumeClaims only, and only their own.
 pub fn forbidden(
@@ -99,11 +104,17 @@ pub fn check_claims(
     run: &RunSpec,
 ) -> Result<(), String> {
     spec.annotations.remove(CLAIMS_ANNOTATION);
+    spec.annotations.remove(HOST_PATHS_ANNOTATION);
     let t = match cadre_k8s::workload_of(run) {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(()),
         Err(e) => return Err(format!("the workload the job carries cannot be read: {e}")),
     };
+    let paths = cadre_k8s::storage::host_paths_of(&t);
+    if !paths.is_empty() {
+        spec.annotations
+            .insert(HOST_PATHS_ANNOTATION.into(), paths.join(","));
+    }
     let names = claims_of(&t);
     if names.is_empty() {
         return Ok(());
@@ -134,6 +145,19 @@ pub fn check_claims(
     spec.annotations
         .insert(CLAIMS_ANNOTATION.into(), names.join(","));
     Ok(())
+}
+
+/// The node paths a job mounts, as its annotation records them.
+pub fn host_paths(spec: &JobSpec) -> Vec<String> {
+    spec.annotations
+        .get(HOST_PATHS_ANNOTATION)
+        .map(|p| {
+            p.split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The claims a job mounts, as its annotation records them.
@@ -298,6 +322,16 @@ spec:
             .unwrap()
             .next;
         assert_ne!(other.set().claims[1].uid.as_ref(), Some(&uid));
+        // Annotations given as null still get the owner.
+        let null = CLAIM
+            .replace("name: data", "name: bare")
+            .replace("annotations: {cadre.io/owner: root}", "annotations: null");
+        let bare = objects
+            .change(&json(&null), &[], "ml", Time(4), &by("bob", &unused))
+            .unwrap()
+            .next;
+        let c = bare.set().claims.iter().find(|c| c.name == "bare").unwrap();
+        assert_eq!(c.owner.as_deref(), Some("bob"));
     }
 
     #[test]

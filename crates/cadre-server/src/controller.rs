@@ -1685,6 +1685,7 @@ impl Controller {
     ) -> Result<LaunchOrder, String> {
         let (node_names, node_addresses) = self.names_and_addresses(&allocation.nodes());
         let claims = crate::claims::claim_mounts(&self.queue_objects, &spec)?;
+        let host_paths = crate::claims::host_paths(&spec);
         Ok(LaunchOrder {
             run,
             spec,
@@ -1697,6 +1698,7 @@ impl Controller {
             step: None,
             job_token: self.job_token(run),
             claims,
+            host_paths,
         })
     }
 

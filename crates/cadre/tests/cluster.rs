@@ -1934,6 +1934,20 @@ spec:
 "
         )
     };
+    // A path of the node: an administrator's only.
+    let host = job("mine").replace(
+        "persistentVolumeClaim: {claimName: mine}",
+        "hostPath: {path: /root}",
+    );
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("host.yaml", &host)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "hostPath volume `/root`: only an administrator's workloads mount paths of the node"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     let out = nobody.run(
         &c,
         cadre,

@@ -2131,13 +2131,13 @@ spec:
     // A volume source cadre does not give, and a mount point the node lacks.
     let refused = manifest.replace(
         "{name: scratch, emptyDir: {}}",
-        "{name: scratch, hostPath: {path: /data}}",
+        "{name: scratch, nfs: {server: files, path: /data}}",
     );
     let out = c.run_with(&["apply", "-f", "-"], Some(&refused));
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("volume `scratch`: hostPath volumes are not supported yet"),
+        err.contains("volume `scratch`: nfs volumes are not supported yet"),
         "{err}"
     );
     let nowhere = manifest
@@ -2912,4 +2912,61 @@ spec:
         text(&out.stderr)
     );
     c.ok(&["delete", "sc", "shared"]);
+}
+
+/// An administrator's hostPath volumes: a node directory bound writable, the same read-only,
+/// one made for `DirectoryOrCreate`; a type the path does not have holds the job, saying
+/// why. (A user's are refused: `tests/cluster.rs`.)
+#[test]
+fn an_administrator_s_host_paths_are_bound_as_their_types_say() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: an administrator's workload, as root");
+        return;
+    }
+    let c = Cluster::up(1);
+    let top = tempfile::tempdir().unwrap();
+    let data = top.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("in"), "from the node\n").unwrap();
+    let made = top.path().join("made/here");
+    let manifest = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: hp}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes:
+      - {{name: data, hostPath: {{path: {data}, type: Directory}}}}
+      - {{name: made, hostPath: {{path: {made}, type: DirectoryOrCreate}}}}
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'cat /mnt/in; echo out > /mnt/out; touch /srv/x 2>/dev/null || echo read-only; ls -d /media']
+        volumeMounts:
+        - {{name: data, mountPath: /mnt}}
+        - {{name: data, mountPath: /srv, readOnly: true}}
+        - {{name: made, mountPath: /media}}
+",
+        data = data.display(),
+        made = made.display()
+    );
+    let job = c.apply(&manifest);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    assert_eq!(c.output("hp", job, 0), "from the node\nread-only\n/media\n");
+    assert_eq!(std::fs::read_to_string(data.join("out")).unwrap(), "out\n");
+    assert!(!data.join("x").exists());
+    assert!(made.is_dir(), "DirectoryOrCreate made it");
+    // A file where a directory is asked for: held, naming the path and why.
+    std::fs::write(top.path().join("file"), "").unwrap();
+    let wrong = manifest.replace("name: hp", "name: wrong").replace(
+        &data.display().to_string(),
+        &top.path().join("file").display().to_string(),
+    );
+    let job = c.apply(&wrong);
+    wait_until("the job is held for its host path", || {
+        let explained = text(&c.run(&["explain", &job.to_string()]).stdout);
+        explained.contains("it is not a directory, as its type says")
+    });
 }

@@ -683,6 +683,7 @@ pub(crate) mod tests {
             step: None,
             job_token: None,
             claims: Vec::new(),
+            host_paths: Vec::new(),
         })
     }
 

@@ -524,6 +524,7 @@ impl Controller {
             step: Some(context),
             job_token,
             claims: Vec::new(),
+            host_paths: Vec::new(),
         };
         let view = step_view(
             &record,
