@@ -130,21 +130,46 @@ pub fn claim_dir(claim: &ClaimMount, owner: Option<(u32, u32)>) -> io::Result<Bi
                     .map_err(io_err)
                 })
                 .and_then(|()| {
-                    nix::fcntl::renameat2(
+                    match nix::fcntl::renameat2(
                         &dir,
                         temp.as_str(),
                         &dir,
                         volume.as_str(),
                         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-                    )
-                    .map_err(io_err)
+                    ) {
+                        // A file system without it (some NFS and FUSE ones): made in place
+                        // and given to the user (a launch on another node at that instant
+                        // may find it root's and fail, to be retried; a rename could replace
+                        // a directory a task already mounts).
+                        Err(nix::errno::Errno::EINVAL) => nix::sys::stat::mkdirat(
+                            &dir,
+                            volume.as_str(),
+                            Mode::from_bits_truncate(0o700),
+                        )
+                        .and_then(|()| {
+                            let fd = nix::fcntl::openat(
+                                &dir,
+                                volume.as_str(),
+                                OFlag::O_RDONLY
+                                    | OFlag::O_DIRECTORY
+                                    | OFlag::O_NOFOLLOW
+                                    | OFlag::O_CLOEXEC,
+                                Mode::empty(),
+                            )?;
+                            nix::unistd::fchown(
+                                &fd,
+                                Some(nix::unistd::Uid::from_raw(uid)),
+                                Some(nix::unistd::Gid::from_raw(gid)),
+                            )
+                        })
+                        .map_err(io_err),
+                        r => r.map_err(io_err),
+                    }
                 });
+            // Gone when it was renamed; left (empty) when it was not.
+            let _ =
+                nix::unistd::unlinkat(&dir, temp.as_str(), nix::unistd::UnlinkatFlags::RemoveDir);
             if let Err(e) = placed {
-                let _ = nix::unistd::unlinkat(
-                    &dir,
-                    temp.as_str(),
-                    nix::unistd::UnlinkatFlags::RemoveDir,
-                );
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(e);
                 }

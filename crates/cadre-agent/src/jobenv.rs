@@ -156,6 +156,9 @@ pub struct TaskProgram {
     /// The task cannot gain privileges (`PR_SET_NO_NEW_PRIVS`): one with volumes it may
     /// write, mounted where set-user-id programs look, must not make them root's.
     pub no_new_privs: bool,
+    /// Its pod's `securityContext` identity fields, checked against the job's user when
+    /// it starts (see [`cadre_k8s::PodIdentity`]).
+    pub identity: cadre_k8s::PodIdentity,
 }
 
 impl JobLaunch {

@@ -119,6 +119,65 @@ fn user_switch(job: &JobLaunch, run_as: &RunAs) -> Result<Option<UserSwitch>, La
     }))
 }
 
+/// The switch of a task whose pod's `securityContext` gives identity fields, checked
+/// against who the task is (`switch`, else the agent itself): `runAsNonRoot` refuses root,
+/// `fsGroup` and `supplementalGroups` must be the user's groups, and `runAsGroup` becomes
+/// the task's group where the user is in it (root is in every group). `runAsUser` changes
+/// nothing: no manifest makes the user another.
+fn with_identity(
+    job: &JobLaunch,
+    id: &cadre_k8s::PodIdentity,
+    switch: Option<UserSwitch>,
+) -> Result<Option<UserSwitch>, LaunchError> {
+    let refuse = |field: &'static str, why: String| LaunchError::Identity {
+        job: job.id,
+        field,
+        why,
+    };
+    let me = match &switch {
+        Some(s) => s.clone(),
+        None => UserSwitch {
+            uid: nix::unistd::geteuid(),
+            gid: nix::unistd::getegid(),
+            groups: nix::unistd::getgroups().map_err(|source| LaunchError::UserLookup {
+                user: job.spec.user.clone(),
+                source,
+            })?,
+        },
+    };
+    let root = me.uid.is_root();
+    let member = |g: u32| root || me.gid.as_raw() == g || me.groups.iter().any(|x| x.as_raw() == g);
+    if id.run_as_non_root && root {
+        return Err(refuse("runAsNonRoot", "the job's user is root".to_string()));
+    }
+    let not_in = |g: u32| format!("`{}` is not in group {g} on this node", job.spec.user);
+    if let Some(g) = id.fs_group.filter(|g| !member(*g)) {
+        return Err(refuse("fsGroup", not_in(g)));
+    }
+    if let Some(g) = id.supplemental_groups.iter().copied().find(|g| !member(*g)) {
+        return Err(refuse("supplementalGroups", not_in(g)));
+    }
+    let Some(g) = id.run_as_group.filter(|g| *g != me.gid.as_raw()) else {
+        return Ok(switch);
+    };
+    if !member(g) {
+        return Err(refuse("runAsGroup", not_in(g)));
+    }
+    if switch.is_none() && !nix::unistd::geteuid().is_root() {
+        return Err(refuse(
+            "runAsGroup",
+            format!(
+                "the agent is not root and cannot give a task group {g} (its own group is {})",
+                me.gid
+            ),
+        ));
+    }
+    Ok(Some(UserSwitch {
+        gid: Gid::from_raw(g),
+        ..me
+    }))
+}
+
 fn cstring(job: JobId, what: &'static str, bytes: &[u8]) -> Result<CString, LaunchError> {
     CString::new(bytes).map_err(|_| LaunchError::NulByte {
         job,
@@ -423,7 +482,12 @@ pub(crate) fn launch_task_with(
         index,
         tasks: job.allocation.tasks.len(),
     })?;
-    let switch = user_switch(job, run_as)?;
+    let switch = match job.programs.get(&index) {
+        Some(p) if !p.identity.is_empty() => {
+            with_identity(job, &p.identity, user_switch(job, run_as)?)?
+        }
+        _ => user_switch(job, run_as)?,
+    };
     let ids: crate::prolog::Ids = switch.as_ref().map(|s| {
         (
             s.uid.as_raw(),
@@ -552,9 +616,11 @@ pub(crate) fn launch_task_with(
             use nix::sys::resource::Resource;
             let settings = container::TaskSettings {
                 env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                user: nix::unistd::geteuid()
-                    .is_root()
-                    .then_some((run_as.uid, run_as.gid)),
+                user: nix::unistd::geteuid().is_root().then(|| {
+                    switch.as_ref().map_or((run_as.uid, run_as.gid), |s| {
+                        (s.uid.as_raw(), s.gid.as_raw())
+                    })
+                }),
                 mem_mib,
                 gpus: jobenv::gpu_indices(job.id, node, task)?,
                 nofile: container::own_limit(Resource::RLIMIT_NOFILE, None),
@@ -689,10 +755,13 @@ pub(crate) fn launch_task_with(
                 })
                 .collect::<Result<Vec<_>, LaunchError>>()?,
         },
-        no_new_privs: job
-            .programs
-            .get(&index)
-            .map_or(job.no_new_privs, |p| p.no_new_privs),
+        // A task in namespaces cadre made (its own files over the node's, its pod's host
+        // name) gains no privileges: a set-user-id program (sudo) would believe them.
+        no_new_privs: !binds.is_empty()
+            || job
+                .programs
+                .get(&index)
+                .map_or(job.no_new_privs, |p| p.no_new_privs),
         hostname: match (binds.is_empty(), own_hostname) {
             (false, Some(h)) => Some(cstring(job.id, "host name", h.as_bytes())?),
             _ => None,

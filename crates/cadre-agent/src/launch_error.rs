@@ -53,6 +53,13 @@ pub enum LaunchError {
     },
     #[error("refusing to run job {job} of user `{user}` as root (uid 0)")]
     RefuseRoot { job: JobId, user: String },
+    /// A pod's `securityContext` asks for more than the job's user may be.
+    #[error("job {job}: securityContext.{field}: {why}")]
+    Identity {
+        job: JobId,
+        field: &'static str,
+        why: String,
+    },
     #[error(
         "cannot run job {job} as `{user}` (uid {uid}): the agent runs as uid {agent_uid}, \
          not root, and can only run its own tasks"

@@ -186,6 +186,10 @@ impl WorkloadError {
             WorkloadError::Contract(_)
                 | WorkloadError::CapabilityNotAllowed { .. }
                 | WorkloadError::NoMountPoint { .. }
+                // The path the job names, or its claim's directory, is not what it may
+                // mount: held with why, rather than the node drained for a job's doing.
+                | WorkloadError::HostPath { .. }
+                | WorkloadError::Claim { .. }
         )
     }
 }
@@ -623,6 +627,7 @@ pub fn prepare(
                     hostname: None,
                     no_new_privs: false,
                     tmpfs: Vec::new(),
+                    identity: run.identity.clone(),
                 },
             );
             continue;
@@ -732,6 +737,12 @@ pub fn prepare(
                 volume_binds.push((made, at));
             }
         }
+        if holds && !recorded.is_empty() && !cadre_proto::api::is_step_hostname(&hostname) {
+            return Err(cadre_k8s::K8sError::Contract {
+                what: format!("task group {group}: `{hostname}` is not a pod's host name"),
+            }
+            .into());
+        }
         if holds && !recorded.is_empty() {
             // The holder runs nothing: its pod's volumes are the daemons' that `cadre-rsh`
             // starts in it, by its host name.
@@ -767,6 +778,7 @@ pub fn prepare(
                 hostname: own_hostname,
                 no_new_privs: !volumes.is_empty() && !holds,
                 tmpfs,
+                identity: t.groups[group].identity.clone(),
             },
         );
     }
@@ -911,7 +923,7 @@ impl PodVolumes {
                     path,
                     read_only,
                 } => {
-                    let made = BindSource::open(&path)?;
+                    let made = open_host_path(&path)?;
                     let made = if read_only { made.read_only() } else { made };
                     binds.push((made, PathBuf::from(at)));
                 }
@@ -975,6 +987,15 @@ fn host_path_source(
         source,
     };
     if kind == Some(HostPathKind::DirectoryOrCreate) {
+        // Only below directories that are root's all the way down: no user can have put a
+        // link where root would follow it.
+        let existing = Path::new(path)
+            .ancestors()
+            .find(|a| a.exists())
+            .unwrap_or(Path::new("/"));
+        if !crate::claimdir::root_owned_dirs(existing, false) && existing != Path::new("/") {
+            return Err(fail(not_roots(existing)));
+        }
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -982,7 +1003,7 @@ fn host_path_source(
             .create(path)
             .map_err(fail)?;
     }
-    let made = BindSource::open(Path::new(path)).map_err(fail)?;
+    let made = open_host_path(Path::new(path)).map_err(fail)?;
     let wrong = match kind {
         Some(HostPathKind::Directory | HostPathKind::DirectoryOrCreate) => {
             (!made.is_dir()).then_some("a directory")
@@ -997,6 +1018,29 @@ fn host_path_source(
         )));
     }
     Ok(if read_only { made.read_only() } else { made })
+}
+
+/// Why a host path is not taken: a directory of it (or above it) that a user could change.
+fn not_roots(dir: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} is not a directory owned by root as is every directory above it, each \
+             searchable by all and writable by root alone (or sticky): a user could swap a part \
+             of the path for a link",
+            dir.display()
+        ),
+    )
+}
+
+/// A node path to mount (`hostPath`), opened: every directory above it root's (checked
+/// first: no user can change them after), its last component not followed if a link.
+pub(crate) fn open_host_path(path: &Path) -> io::Result<BindSource> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    if parent != Path::new("/") && !crate::claimdir::root_owned_dirs(parent, false) {
+        return Err(not_roots(parent));
+    }
+    BindSource::open(path)
 }
 
 /// The directory of claim `claim` on this node, as the launch order names it (only the

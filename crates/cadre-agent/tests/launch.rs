@@ -755,6 +755,7 @@ fn a_task_with_its_own_program_sees_the_jobs_files_over_the_nodes_in_its_own_nam
             hostname: Some("peer-0".into()),
             tmpfs: vec![(shm.clone(), Some(1 << 20))],
             no_new_privs: true,
+            identity: Default::default(),
         },
     );
     let node_name = nix::unistd::gethostname().unwrap();
@@ -889,6 +890,7 @@ fn container_program(
         hostname: None,
         tmpfs: Vec::new(),
         no_new_privs: false,
+        identity: Default::default(),
     }
 }
 

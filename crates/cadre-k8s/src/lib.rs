@@ -70,10 +70,10 @@
 //! (cadre is the scheduler), `dnsPolicy`, `enableServiceLinks`,
 //! `automountServiceAccountToken`, `setHostnameAsFQDN`, `shareProcessNamespace`, `overhead`,
 //! `hostNetwork`/`hostIPC`/`hostPID` (tasks use the node's), `hostPort`, tolerations
-//! (permissions, and cadre's nodes have no taints; recorded), security contexts' identity
-//! and restrictions (`runAsUser`, `fsGroup`, seccomp, AppArmor, SELinux, capability drops:
-//! a task always runs as the submitting user, an unprivileged process; `runAsUser` is
-//! recorded), `ttlSecondsAfterFinished`, `cleanPodPolicy` (cadre always stops a finished
+//! (permissions, and cadre's nodes have no taints; recorded), security contexts'
+//! restrictions (seccomp, AppArmor, SELinux, capability drops: a task is an unprivileged
+//! process of the submitting user; their identity fields are checked against that user on
+//! the node, see [`PodIdentity`]), `ttlSecondsAfterFinished`, `cleanPodPolicy` (cadre always stops a finished
 //! job's tasks; recorded), `runPolicy.schedulingPolicy.minResources` (cadre computes the
 //! gang's total), Volcano `svc` plugin flags, `launcherCreationPolicy` (a gang starts at
 //! once; the launcher's ssh retries), ResourceFlavor `tolerations`, ClusterQueue
@@ -135,8 +135,8 @@ pub use document::{Object, documents_json, parse_documents, parse_numbered};
 pub use error::{K8sError, Problem, SUPPORTED_KINDS};
 pub use model::{
     CAPABILITIES, CONTAINER_RUNTIME_FEATURE, Completion, EnvSource, EnvVar, GroupRun, HostPathKind,
-    MpiImplementation, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions, Translated,
-    Volume, VolumeKind, WorkloadKind, capability,
+    MpiImplementation, PodIdentity, Program, PullPolicy, QueueRef, SshKeys, TranslateOptions,
+    Translated, Volume, VolumeKind, WorkloadKind, capability,
 };
 pub use nesting::MAX_NESTING_DEPTH;
 pub use pod::nested;

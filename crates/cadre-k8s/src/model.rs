@@ -339,6 +339,37 @@ pub struct GroupRun {
     /// `envFrom`, in order (expanded into `env` once the objects are attached).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFrom>,
+    /// The identity fields of the pod's and the container's `securityContext`, checked on
+    /// the node against the submitting user ([`PodIdentity`]).
+    #[serde(default, skip_serializing_if = "PodIdentity::is_empty")]
+    pub identity: PodIdentity,
+}
+
+/// What a pod's `securityContext` (the container's over the pod's) says of who its task
+/// is. A task is never more than the submitting user may be: `runAsGroup` becomes the
+/// task's group only if the user is in that group on the node, `fsGroup` and
+/// `supplementalGroups` must be groups of the user (who has them all already), and
+/// `runAsNonRoot` refuses a job of root. `runAsUser` cannot make the user another: the
+/// task runs as the submitting user whatever it says (it is recorded).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodIdentity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_user: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supplemental_groups: Vec<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_as_non_root: bool,
+}
+
+impl PodIdentity {
+    pub fn is_empty(&self) -> bool {
+        *self == PodIdentity::default()
+    }
 }
 
 /// A volume a container mounts.
@@ -429,6 +460,7 @@ impl GroupRun {
             labels: std::collections::BTreeMap::new(),
             volumes: Vec::new(),
             env_from: Vec::new(),
+            identity: PodIdentity::default(),
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::error::Refusals;
 use crate::model::{
-    EnvFrom, EnvSource, EnvVar, GroupRun, HostPathKind, Port, Program, PullPolicy,
+    EnvFrom, EnvSource, EnvVar, GroupRun, HostPathKind, PodIdentity, Port, Program, PullPolicy,
     TranslateOptions, Volume, VolumeKind,
 };
 use crate::quantity::Quantity;
@@ -113,6 +113,8 @@ pub(crate) struct PodPieces {
     pub labels: BTreeMap<String, String>,
     /// The pod's volumes that cadre gives, by name.
     pub volumes: BTreeMap<String, VolumeKind>,
+    /// The pod's `securityContext` identity fields (a container's own override them).
+    pub identity: PodIdentity,
 }
 
 /// Reads pod template `t` found at `path` (`spec.mpiReplicaSpecs.Worker.template`), for
@@ -439,8 +441,26 @@ fn read_pod_spec(
                 "cadre runs Linux tasks",
             );
         }
-        // runAsUser, runAsGroup, fsGroup, supplementalGroups: tasks run as the submitting
-        // user; seccomp, AppArmor, SELinux: a task is an unprivileged process of that user.
+        // runAsUser, runAsGroup, fsGroup, supplementalGroups, runAsNonRoot: checked on the
+        // node against the submitting user (`PodIdentity`); seccomp, AppArmor, SELinux: a
+        // task is an unprivileged process of that user.
+        let field = |f: &str| at(&format!("securityContext.{f}"));
+        let id = &mut pieces.identity;
+        id.run_as_user = sc
+            .run_as_user
+            .and_then(|v| id_of(v, &field("runAsUser"), refusals));
+        id.run_as_group = sc
+            .run_as_group
+            .and_then(|v| id_of(v, &field("runAsGroup"), refusals));
+        id.fs_group = sc
+            .fs_group
+            .and_then(|v| id_of(v, &field("fsGroup"), refusals));
+        for (i, g) in sc.supplemental_groups.iter().flatten().enumerate() {
+            if let Some(g) = id_of(*g, &field(&format!("supplementalGroups[{i}]")), refusals) {
+                id.supplemental_groups.push(g);
+            }
+        }
+        id.run_as_non_root = sc.run_as_non_root == Some(true);
         if let Some(u) = sc.run_as_user {
             notes.insert(format!("k8s.{group}.runAsUser"), u.to_string());
         }
@@ -1165,7 +1185,18 @@ fn read_container(
         );
     }
     let mut capabilities = Vec::new();
+    let mut identity = pieces.identity.clone();
     if let Some(sc) = security_context {
+        let field = |f: &str| at(&format!("securityContext.{f}"));
+        if let Some(v) = sc.run_as_user {
+            identity.run_as_user = id_of(v, &field("runAsUser"), refusals);
+        }
+        if let Some(v) = sc.run_as_group {
+            identity.run_as_group = id_of(v, &field("runAsGroup"), refusals);
+        }
+        if let Some(v) = sc.run_as_non_root {
+            identity.run_as_non_root = v;
+        }
         capabilities = read_security_context(
             sc,
             &at("securityContext"),
@@ -1298,6 +1329,21 @@ fn read_container(
         labels: BTreeMap::new(),
         volumes: mounted,
         env_from: from_objects,
+        identity,
+    }
+}
+
+/// A user or group id of a security context: refused when no Linux id can be it.
+fn id_of(v: i64, path: &str, refusals: &mut Refusals) -> Option<u32> {
+    match u32::try_from(v) {
+        Ok(id) if i32::try_from(id).is_ok() => Some(id),
+        _ => {
+            refusals.refuse(
+                path,
+                format!("Invalid value: {v}: must be between 0 and 2147483647, inclusive"),
+            );
+            None
+        }
     }
 }
 

@@ -54,9 +54,52 @@ pub fn verify(agent_key: &str, token: &str) -> Option<(JobId, u32)> {
     Some((job, run))
 }
 
+/// The controller's seal on `what` under `agent_key` (hex HMAC-SHA256 of `cadre seal
+/// <what>`): what it decided for a job and keeps in the job's spec, which no one without
+/// the key can make, so that a value a submitter wrote there (to a controller that did not
+/// yet clear it) is never taken for the controller's.
+pub fn seal(agent_key: &str, what: &str) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(agent_key.as_bytes())
+        .expect("HMAC takes keys of any length");
+    mac.update(format!("cadre seal {what}").as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether `code` is the seal of `what` under `agent_key` (in time independent of where a
+/// forged code differs); never with an empty key.
+pub fn sealed(agent_key: &str, what: &str, code: &str) -> bool {
+    if agent_key.is_empty() || code.len() != 64 {
+        return false;
+    }
+    let Some(bytes) = (0..32)
+        .map(|i| u8::from_str_radix(code.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+    else {
+        return false;
+    };
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(agent_key.as_bytes())
+        .expect("HMAC takes keys of any length");
+    mac.update(format!("cadre seal {what}").as_bytes());
+    mac.verify_slice(&bytes).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_seal_holds_for_its_value_and_key_alone() {
+        let code = seal("k", "a");
+        assert!(sealed("k", "a", &code));
+        assert!(!sealed("k", "b", &code));
+        assert!(!sealed("other", "a", &code));
+        assert!(!sealed("", "a", &seal("", "a")));
+        assert!(!sealed("k", "a", "zz"));
+    }
 
     #[test]
     fn a_token_names_one_run_of_its_job_under_its_key_only() {

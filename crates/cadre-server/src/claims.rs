@@ -96,12 +96,15 @@ fn owner_of(manifest: &str) -> Option<String> {
 }
 
 /// Records in `spec` the claims its workload mounts, after checking each is applied in the
-/// workload's namespace and is its user's; any [`CLAIMS_ANNOTATION`] the submitter gave is
+/// workload's namespace and is its user's, and the node paths it mounts under the
+/// controller's seal (`key`: the cluster's key; the API took them from an administrator
+/// only); any [`CLAIMS_ANNOTATION`] or [`HOST_PATHS_ANNOTATION`] the submitter gave is
 /// replaced. A run spec that carries no translation mounts none.
 pub fn check_claims(
     objects: &QueueObjects,
     spec: &mut JobSpec,
     run: &RunSpec,
+    key: &str,
 ) -> Result<(), String> {
     spec.annotations.remove(CLAIMS_ANNOTATION);
     spec.annotations.remove(HOST_PATHS_ANNOTATION);
@@ -112,8 +115,15 @@ pub fn check_claims(
     };
     let paths = cadre_k8s::storage::host_paths_of(&t);
     if !paths.is_empty() {
+        if key.is_empty() {
+            return Err(
+                "hostPath volumes need the cluster's key, which this controller lacks".into(),
+            );
+        }
+        let paths = paths.join(",");
+        let code = cadre_proto::job_token::seal(key, &host_paths_sealed(&spec.user, &paths));
         spec.annotations
-            .insert(HOST_PATHS_ANNOTATION.into(), paths.join(","));
+            .insert(HOST_PATHS_ANNOTATION.into(), format!("{paths};{code}"));
     }
     let names = claims_of(&t);
     if names.is_empty() {
@@ -147,17 +157,30 @@ pub fn check_claims(
     Ok(())
 }
 
-/// The node paths a job mounts, as its annotation records them.
-pub fn host_paths(spec: &JobSpec) -> Vec<String> {
-    spec.annotations
+/// What the controller seals of a job's node paths: the paths and the job's user.
+fn host_paths_sealed(user: &str, paths: &str) -> String {
+    format!("hostPaths of {user}: {paths}")
+}
+
+/// The node paths a job mounts, as the controller recorded them in its annotation under
+/// its seal (`key`: the cluster's key); nothing when the seal does not hold (a value a
+/// submitter wrote there to an older controller, which did not clear it).
+pub fn host_paths(spec: &JobSpec, key: &str) -> Vec<String> {
+    let Some((paths, code)) = spec
+        .annotations
         .get(HOST_PATHS_ANNOTATION)
-        .map(|p| {
-            p.split(',')
-                .filter(|p| !p.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+        .and_then(|v| v.rsplit_once(';'))
+    else {
+        return Vec::new();
+    };
+    if !cadre_proto::job_token::sealed(key, &host_paths_sealed(&spec.user, paths), code) {
+        return Vec::new();
+    }
+    paths
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The claims a job mounts, as its annotation records them.
@@ -429,7 +452,7 @@ spec:
         let (mut spec, run) = workload("alice", "ml");
         spec.annotations
             .insert(CLAIMS_ANNOTATION.into(), "other".into());
-        check_claims(&objects, &mut spec, &run).unwrap();
+        check_claims(&objects, &mut spec, &run, "k").unwrap();
         assert_eq!(
             spec.annotations[CLAIMS_ANNOTATION], "data",
             "the submitter's is replaced"
@@ -450,17 +473,49 @@ spec:
         );
         assert_eq!(claim_user([(7, &spec)].into_iter(), "team", "data"), None);
         let (mut spec, run) = workload("bob", "ml");
-        let err = check_claims(&objects, &mut spec, &run).unwrap_err();
+        let err = check_claims(&objects, &mut spec, &run, "k").unwrap_err();
         assert!(
             err.contains("belongs to `alice`: a job of `bob` may not mount it"),
             "{err}"
         );
         let (mut spec, run) = workload("alice", "team");
-        let err = check_claims(&objects, &mut spec, &run).unwrap_err();
+        let err = check_claims(&objects, &mut spec, &run, "k").unwrap_err();
         assert!(
             err.contains("persistentvolumeclaim \"data\" not found in namespace team"),
             "{err}"
         );
+        // Node paths: sealed for the job's user; a value the controller did not seal, or
+        // sealed for another user, gives none.
+        let host = |user: &str| {
+            let yaml = "apiVersion: batch/v1
+kind: Job
+metadata: {name: h, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{name: d, hostPath: {path: /datasets}}]
+      containers:
+      - {name: c, image: busybox, command: ['true'], volumeMounts: [{name: d, mountPath: /data}]}
+";
+            let o = cadre_k8s::parse_documents(yaml, "t").unwrap().remove(0);
+            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
+            cadre_k8s::submission(&cadre_k8s::translate(&o, &opts).unwrap()).unwrap()
+        };
+        let (mut spec, run) = host("root");
+        check_claims(&objects, &mut spec, &run, "k").unwrap();
+        assert_eq!(host_paths(&spec, "k"), ["/datasets"]);
+        assert!(host_paths(&spec, "another key").is_empty());
+        let mut forged = spec.clone();
+        forged.user = "bob".into();
+        assert!(
+            host_paths(&forged, "k").is_empty(),
+            "sealed for root, not bob"
+        );
+        forged
+            .annotations
+            .insert(HOST_PATHS_ANNOTATION.into(), "/etc".into());
+        assert!(host_paths(&forged, "k").is_empty());
         // A job whose annotation was not the controller's gets no mount of another's claim.
         let (mut spec, _) = workload("bob", "ml");
         spec.annotations

@@ -854,8 +854,13 @@ impl Controller {
         self.default_time_limit(&mut job.spec);
         route_job(&self.queue_objects, &mut job.spec)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
-        crate::claims::check_claims(&self.queue_objects, &mut job.spec, &job.run)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
+        crate::claims::check_claims(
+            &self.queue_objects,
+            &mut job.spec,
+            &job.run,
+            &self.config.job_token_key,
+        )
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
         // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
         // in any order; any other job naming a queue that does not exist is a mistake.
         if !is_workload(&job.spec)
@@ -1685,7 +1690,7 @@ impl Controller {
     ) -> Result<LaunchOrder, String> {
         let (node_names, node_addresses) = self.names_and_addresses(&allocation.nodes());
         let claims = crate::claims::claim_mounts(&self.queue_objects, &spec)?;
-        let host_paths = crate::claims::host_paths(&spec);
+        let host_paths = crate::claims::host_paths(&spec, &self.config.job_token_key);
         Ok(LaunchOrder {
             run,
             spec,

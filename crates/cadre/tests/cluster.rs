@@ -1988,3 +1988,49 @@ spec:
     let out = std::fs::read_to_string(nobody.home().join(format!("use-mine-{id}-0.out"))).unwrap();
     assert_eq!(out, "700\n");
 }
+
+/// As `nobody`: a pod's `runAsUser: 0` does not make them root (the task runs as them), and
+/// `runAsGroup` of a group they are not in holds the job, saying so.
+#[test]
+fn a_user_s_security_context_makes_them_neither_root_nor_another_group() {
+    let Some(nobody) = Nobody::new() else { return };
+    let c = up(1, 0, &[]);
+    let cadre = env!("CARGO_BIN_EXE_cadre");
+    let job = |name: &str, context: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      securityContext: {context}
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'echo $(id -u) $(id -g)']
+"
+        )
+    };
+    let apply = |name: &str, context: &str| {
+        let path = nobody.home().join(format!("{name}.yaml"));
+        std::fs::write(&path, job(name, context)).unwrap();
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        let out = nobody.run(&c, cadre, &["apply", "-f", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+            .rsplit_once("(job ")
+            .and_then(|(_, r)| r.trim_end().trim_end_matches(')').parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no job in {}", text(&out.stdout)))
+    };
+    let id = apply("asroot", "{runAsUser: 0, runAsNonRoot: true}");
+    assert_eq!(c.wait(id), "COMPLETED");
+    let out = std::fs::read_to_string(nobody.home().join(format!("asroot-{id}-0.out"))).unwrap();
+    assert_eq!(out, "65534 65534\n");
+    let id = apply("wheel", "{runAsGroup: 0}");
+    wait_until("the job is held for its group", || {
+        c.ok(&["explain", &id.to_string()])
+            .contains("securityContext.runAsGroup: `nobody` is not in group 0 on this node")
+    });
+}

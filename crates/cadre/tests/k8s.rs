@@ -2969,4 +2969,68 @@ spec:
         let explained = text(&c.run(&["explain", &job.to_string()]).stdout);
         explained.contains("it is not a directory, as its type says")
     });
+    // Below a user's directory: that user could swap a part of the path for a link.
+    let theirs = top.path().join("theirs");
+    std::fs::create_dir_all(theirs.join("data")).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let below = manifest.replace("name: hp", "name: below").replace(
+        &data.display().to_string(),
+        &theirs.join("data").display().to_string(),
+    );
+    let job = c.apply(&below);
+    let explain = || text(&c.run(&["explain", &job.to_string()]).stdout);
+    wait_until_or(
+        "the job is held for a path a user could swap",
+        || explain().contains("is not a directory owned by root as is every directory above it"),
+        || format!("{}\n{}", explain(), c.outputs_of(job)),
+    );
+}
+
+/// A pod's securityContext identity, within what the submitting user (root here) may be:
+/// `runAsGroup` becomes the task's group, `runAsUser` makes no one another; a job of root
+/// with `runAsNonRoot` is held, saying why.
+#[test]
+fn a_pod_s_run_as_group_is_the_task_s_and_run_as_non_root_holds_a_job_of_root() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the job of root");
+        return;
+    }
+    let c = Cluster::up(1);
+    let manifest = "apiVersion: batch/v1
+kind: Job
+metadata: {name: ids}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      securityContext: {runAsGroup: 100, fsGroup: 100}
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'echo $(id -u) $(id -g); grep NoNewPrivs /proc/self/status']
+        securityContext: {runAsUser: 1000}
+";
+    let job = c.apply(manifest);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    // In the pod's namespaces (its host name, its hosts file), a set-user-id program
+    // gains nothing: sudo would believe the host name.
+    assert_eq!(c.output("ids", job, 0), "0 100\nNoNewPrivs:\t1\n");
+    let refused = manifest
+        .replace("name: ids", "name: nonroot")
+        .replace("{runAsUser: 1000}", "{runAsNonRoot: true}");
+    let job = c.apply(&refused);
+    wait_until("the job is held for runAsNonRoot", || {
+        let explained = text(&c.run(&["explain", &job.to_string()]).stdout);
+        explained.contains("securityContext.runAsNonRoot: the job's user is root")
+    });
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(&manifest.replace("runAsGroup: 100", "runAsGroup: -1")),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("securityContext.runAsGroup: Invalid value: -1"),
+        "{}",
+        text(&out.stderr)
+    );
 }

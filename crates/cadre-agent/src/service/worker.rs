@@ -166,6 +166,7 @@ pub(crate) fn is_permanent(e: &LaunchError) -> bool {
         | UnknownUser { .. }
         | UserMismatch { .. }
         | RefuseRoot { .. }
+        | Identity { .. }
         | CannotSwitchUser { .. }
         | NoTasksOnNode { .. }
         | NoWorkDir { .. }
