@@ -3034,3 +3034,79 @@ spec:
         text(&out.stderr)
     );
 }
+
+/// A PyTorchJob of a master and two workers, each running PyPI's `torchrun` with no
+/// arguments but the script, as the Training Operator's examples do: torchrun takes the
+/// node count, rank, master address and port from the `PET_*` variables the contract sets,
+/// the three processes form one gloo group over the master's store, all-reduce and meet at
+/// a barrier.
+#[test]
+fn a_pytorchjob_s_master_and_workers_meet_under_real_torchrun() {
+    let Some(torch) = torch_bin() else { return };
+    let c = Cluster::up(3);
+    let train = c.dir().join("train-ptj.py");
+    std::fs::write(
+        &train,
+        "import os, socket, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+r, w = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([r + 1.0])
+dist.all_reduce(t)
+dist.barrier()
+print(f'rank {r} of {w} on {socket.gethostname()} sum {t.item():.0f}', flush=True)
+dist.destroy_process_group()
+",
+    )
+    .expect("train-ptj.py");
+    let group = |kind: &str, replicas: u32| {
+        format!(
+            "    {kind}:
+      replicas: {replicas}
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+            command: [torchrun, {}]
+            resources: {{limits: {{cpu: 1}}}}
+",
+            train.display()
+        )
+    };
+    let manifest = format!(
+        "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: ptj}}
+spec:
+  nprocPerNode: \"1\"
+  pytorchReplicaSpecs:
+{}{}",
+        group("Master", 1),
+        group("Worker", 2)
+    );
+    let path = format!(
+        "{}:{}",
+        torch.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = c.run_in(
+        c.dir(),
+        &["apply", "-f", "-"],
+        Some(&manifest),
+        &[("PATH", path.as_str())],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job = applied_job(&out);
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    let logs = c.ok(&["logs", "pytorchjob/ptj"]);
+    for (r, pod) in ["ptj-master-0", "ptj-worker-0", "ptj-worker-1"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            logs.contains(&format!("rank {r} of 3 on {pod} sum 6")),
+            "rank {r} on {pod}:\n{logs}"
+        );
+    }
+}
