@@ -3110,3 +3110,70 @@ spec:
         );
     }
 }
+
+/// The issue's namespace check at its own scale: a ResourceQuota of 16 GPUs and a
+/// LimitRange in a world of two Volcano queues, on 4 nodes of 8 GPUs (and 2 cores each, so
+/// 8 one-core tasks fill them): a gang of 8 one-GPU workers runs whole with the range's
+/// defaults; a gang of 3 x 6 GPUs waits whole, naming the quota.
+#[test]
+fn a_quota_of_sixteen_gpus_runs_eight_workers_whole_and_holds_three_times_six_whole() {
+    let c = Cluster::up_with(4, &["--gpus-per-node", "8"]);
+    let objects = TEAM_OBJECTS
+        .replace(
+            "requests.nvidia.com/gpu: 4, pods: 8",
+            "requests.nvidia.com/gpu: 16, pods: 16",
+        )
+        .replace(
+            "capability: {nvidia.com/gpu: 24}",
+            "capability: {nvidia.com/gpu: 32}",
+        );
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{objects}---\n{}",
+            team_gang("eight", 8, 1, "", "")
+        )),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let eight = applied_job(&out);
+    c.wait_for(eight, "RUNNING", None);
+    let pods: Value = serde_json::from_str(&c.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "team",
+        "-l",
+        "volcano.sh/job-name=eight",
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    let pods = pods.as_array().expect("pods");
+    assert_eq!(pods.len(), 8, "{pods:?}");
+    assert!(pods.iter().all(|p| p["status"] == "Running"), "{pods:?}");
+    let described = c.ok(&["describe", "vcjob", "eight", "-n", "team"]);
+    assert!(described.contains("LimitRanges:  defaults"), "{described}");
+    assert!(described.contains("512 MiB"), "{described}");
+    assert!(
+        c.ok(&["get", "quota", "-n", "team"]).contains("gpus: 8/16"),
+        "the quota's use"
+    );
+    let big = c.apply(&team_gang("big", 3, 6, "", ""));
+    c.wait_for(big, "PENDING", Some("NamespaceQuota"));
+    let described = c.ok(&["describe", "vcjob", "big", "-n", "team"]);
+    assert!(
+        described.contains(
+            "exceeded quota: gpu-quota in namespace team, requested: 18 gpus, used: 8 gpus, \
+             limited: 16 gpus"
+        ),
+        "{described}"
+    );
+    let pods = c.ok(&["get", "pods", "-n", "team", "-l", "volcano.sh/job-name=big"]);
+    assert_eq!(
+        pods.matches("Pending").count(),
+        3,
+        "no rank of it starts: {pods}"
+    );
+    std::fs::write(c.dir().join("go-eight"), "").unwrap();
+    assert_eq!(c.wait(eight), "COMPLETED");
+}
