@@ -2482,23 +2482,20 @@ fn a_namespace_s_quota_limit_range_and_priority_classes_hold_its_gangs_across_a_
     c.ok(&["delete", "priorityclass", "team-high"]);
 }
 
-/// The MPI Operator's pattern at 16 ranks: an MPIJob named by `generateName`, whose
-/// launcher waits for its host file and for each worker over `ssh` before `mpiexec -n 16`
-/// across 2 workers of 8 slots, one worker per node, each with a memory `emptyDir` at
-/// `/dev/shm` (accepted; on the host the ranks that `cadre-rsh` starts in a worker's pod do
-/// not see its volumes yet: see docs/kubernetes.md).
-#[test]
-fn a_sixteen_rank_mpijob_named_by_generate_name_fills_two_workers_of_eight_slots() {
-    let c = Cluster::up(3);
-    if mpi_program(c.dir()).is_none() {
-        return;
-    }
-    let manifest = r#"apiVersion: kubeflow.org/v2beta1
+/// The MPI Operator's shape at 16 ranks, named by `generateName`: a launcher that waits
+/// for its host file and for each worker over `ssh`, then runs `mpi` (which starts 16 ranks,
+/// each printing `rank R of N on HOST shm BYTES ...`), over 2 workers of `slotsPerWorker: 8`
+/// kept apart by `podAntiAffinity`, each with a 64 MiB `medium: Memory` emptyDir at
+/// `/dev/shm`; `image` (with its pull policy) for both, `worker` added to the worker's
+/// container.
+fn sixteen_rank_mpijob(implementation: &str, image: &str, mpi: &str, worker: &str) -> String {
+    format!(
+        r#"apiVersion: kubeflow.org/v2beta1
 kind: MPIJob
-metadata: {generateName: pi16-}
+metadata: {{generateName: pi16-}}
 spec:
   slotsPerWorker: 8
-  mpiImplementation: MPICH
+  mpiImplementation: {implementation}
   mpiReplicaSpecs:
     Launcher:
       replicas: 1
@@ -2506,17 +2503,17 @@ spec:
         spec:
           containers:
           - name: mpi-launcher
-            image: mpioperator/mpi-pi:openmpi
+            {image}
             command:
             - sh
             - -c
             - |
               until [ -s /etc/mpi/hostfile ]; do sleep 0.1; done
-              for w in $(cut -d: -f1 /etc/mpi/hostfile); do
+              for w in $(sed 's/[: ].*//' /etc/mpi/hostfile); do
                 until ssh -o ConnectTimeout=2 $w true; do sleep 1; done
               done
-              exec mpiexec.hydra -n 16 sh -c 'echo rank $PMI_RANK of $PMI_SIZE on $(hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ")'
-            resources: {limits: {cpu: 1}}
+              exec {mpi}
+            resources: {{limits: {{cpu: 1}}}}
     Worker:
       replicas: 2
       template:
@@ -2525,19 +2522,26 @@ spec:
             podAntiAffinity:
               requiredDuringSchedulingIgnoredDuringExecution:
               - labelSelector:
-                  matchLabels: {training.kubeflow.org/replica-type: worker}
+                  matchLabels: {{training.kubeflow.org/replica-type: worker}}
                 topologyKey: kubernetes.io/hostname
           volumes:
           - name: shm
-            emptyDir: {medium: Memory, sizeLimit: 64Mi}
+            emptyDir: {{medium: Memory, sizeLimit: 64Mi}}
           containers:
           - name: mpi-worker
-            image: mpioperator/mpi-pi:openmpi
+            {image}
             command: [/usr/sbin/sshd]
-            args: [-De, -f, /home/mpiuser/.sshd_config]
-            volumeMounts: [{name: shm, mountPath: /dev/shm}]
-            resources: {limits: {cpu: 1}}
-"#;
+            args: [-De, -f, /home/mpiuser/.sshd_config]{worker}
+            volumeMounts: [{{name: shm, mountPath: /dev/shm}}]
+            resources: {{limits: {{cpu: 1}}}}
+"#
+    )
+}
+
+/// Applies a [`sixteen_rank_mpijob`] and checks its launcher's output: 16 ranks, 8 on each
+/// worker's pod (by its host name), each seeing the worker's 64 MiB `/dev/shm`; `line`
+/// checks each rank's line further (its words).
+fn sixteen_ranks_fill_two_workers(c: &Cluster, manifest: &str, line: impl Fn(&[&str])) {
     let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
     let job = applied_job(&out);
     let name = text(&out.stdout)
@@ -2554,11 +2558,12 @@ spec:
     );
     let launcher = c.output(&name, job, 0);
     let mut per_host: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
-    for line in launcher.lines().filter(|l| l.starts_with("rank ")) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words[3], "16", "{line}");
-        // The worker pod's own /dev/shm, which its daemon mounted for its ranks.
-        assert_eq!(words.get(7), Some(&"67108864"), "{line}");
+    for l in launcher.lines().filter(|l| l.starts_with("rank ")) {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(words.get(3), Some(&"16"), "{l}");
+        // The worker pod's own /dev/shm (on the host, its daemon mounted it for its ranks).
+        assert_eq!(words.get(7), Some(&"67108864"), "{l}");
+        line(&words);
         per_host
             .entry(words[5].to_string())
             .or_default()
@@ -2575,11 +2580,26 @@ spec:
     }
 }
 
-/// The MPI Operator's shape in containers, as the issue's check writes it: a launcher that
-/// waits for its host file and for each worker over `ssh`, then `mpirun -np 16` over two
-/// workers of `slotsPerWorker: 8` kept apart by `podAntiAffinity`, each with a
-/// `medium: Memory` emptyDir at `/dev/shm` and `IPC_LOCK` (which the nodes allow): every
-/// rank runs in its worker's container, sees its 64 MiB `/dev/shm` and has the capability.
+/// The MPI Operator's pattern at 16 ranks on the host, with MPICH's Hydra: the daemons
+/// `cadre-rsh` starts in each worker's pod mount its volumes.
+#[test]
+fn a_sixteen_rank_mpijob_named_by_generate_name_fills_two_workers_of_eight_slots() {
+    let c = Cluster::up(3);
+    if mpi_program(c.dir()).is_none() {
+        return;
+    }
+    let manifest = sixteen_rank_mpijob(
+        "MPICH",
+        "image: mpioperator/mpi-pi:openmpi",
+        r#"mpiexec.hydra -n 16 sh -c 'echo rank $PMI_RANK of $PMI_SIZE on $(hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ")'"#,
+        "",
+    );
+    sixteen_ranks_fill_two_workers(&c, &manifest, |_| {});
+}
+
+/// The same in containers, as the issue's check writes it, with OpenMPI's `mpirun` and
+/// `IPC_LOCK` (which the nodes allow): every rank runs in its worker's container, sees its
+/// `/dev/shm` and has the capability.
 #[test]
 fn in_containers_a_sixteen_rank_mpijob_gets_its_workers_shm_and_ipc_lock() {
     let Some(runtime) = container_runtime() else {
@@ -2606,90 +2626,20 @@ fn in_containers_a_sixteen_rank_mpijob_gets_its_workers_shm_and_ipc_lock() {
         "the MPI test image: {}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let manifest = r#"apiVersion: kubeflow.org/v2beta1
-kind: MPIJob
-metadata: {generateName: cpi16-}
-spec:
-  slotsPerWorker: 8
-  mpiImplementation: OpenMPI
-  mpiReplicaSpecs:
-    Launcher:
-      replicas: 1
-      template:
-        spec:
-          containers:
-          - name: mpi-launcher
-            image: localhost/cadre-mpi:1
-            imagePullPolicy: Never
-            command:
-            - sh
-            - -c
-            - |
-              until [ -s /etc/mpi/hostfile ]; do sleep 0.1; done
-              for w in $(cut -d' ' -f1 /etc/mpi/hostfile); do
-                until ssh -o ConnectTimeout=2 $w true; do sleep 1; done
-              done
-              exec mpirun --allow-run-as-root -np 16 sh -c 'while read k v; do [ "$k" = CapEff: ] && c=$v; done </proc/self/status; echo rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $(cat /proc/sys/kernel/hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ") CapEff: $c'
-            resources: {limits: {cpu: 1}}
-    Worker:
-      replicas: 2
-      template:
-        spec:
-          affinity:
-            podAntiAffinity:
-              requiredDuringSchedulingIgnoredDuringExecution:
-              - labelSelector:
-                  matchLabels: {training.kubeflow.org/replica-type: worker}
-                topologyKey: kubernetes.io/hostname
-          volumes:
-          - name: shm
-            emptyDir: {medium: Memory, sizeLimit: 64Mi}
-          containers:
-          - name: mpi-worker
-            image: localhost/cadre-mpi:1
-            imagePullPolicy: Never
-            command: [/usr/sbin/sshd]
-            args: [-De, -f, /home/mpiuser/.sshd_config]
-            securityContext: {capabilities: {add: [IPC_LOCK]}}
-            volumeMounts: [{name: shm, mountPath: /dev/shm}]
-            resources: {limits: {cpu: 1}}
-"#;
-    let out = c.run_with(&["apply", "-f", "-"], Some(manifest));
-    let job = applied_job(&out);
-    let name = text(&out.stdout)
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("mpijob.kubeflow.org/").map(str::to_string))
-        .unwrap_or_else(|| panic!("no name in {}", text(&out.stdout)));
-    assert_eq!(
-        c.wait(job),
-        "COMPLETED",
-        "{}\n{}",
-        c.outputs_of(job),
-        c.log()
+    let manifest = sixteen_rank_mpijob(
+        "OpenMPI",
+        "image: localhost/cadre-mpi:1\n            imagePullPolicy: Never",
+        r#"mpirun --allow-run-as-root -np 16 sh -c 'while read k v; do [ "$k" = CapEff: ] && c=$v; done </proc/self/status; echo rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $(cat /proc/sys/kernel/hostname) shm $(df -B1 --output=size /dev/shm | tail -n 1 | tr -d " ") CapEff: $c'"#,
+        "\n            securityContext: {capabilities: {add: [IPC_LOCK]}}",
     );
-    let launcher = c.output(&name, job, 0);
-    let mut per_host: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
-    for line in launcher.lines().filter(|l| l.starts_with("rank ")) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words[3], "16", "{line}");
-        assert_eq!(words.len(), 10, "{launcher}");
-        assert_eq!(words[7], "67108864", "the worker's /dev/shm: {line}");
+    sixteen_ranks_fill_two_workers(&c, &manifest, |words| {
         // CAP_IPC_LOCK is bit 14, and the only one a root rank has.
-        assert_eq!(words[9], "0000000000004000", "IPC_LOCK alone: {line}");
-        per_host
-            .entry(words[5].to_string())
-            .or_default()
-            .push(words[1].parse().expect("a rank"));
-    }
-    let hosts: Vec<&String> = per_host.keys().collect();
-    assert_eq!(
-        hosts,
-        [&format!("{name}-worker-0"), &format!("{name}-worker-1")],
-        "{launcher}"
-    );
-    for (host, ranks) in &per_host {
-        assert_eq!(ranks.len(), 8, "8 slots of {host}: {launcher}");
-    }
+        assert_eq!(
+            words.get(9),
+            Some(&"0000000000004000"),
+            "IPC_LOCK alone: {words:?}"
+        );
+    });
 }
 
 /// A StorageClass's directory for the tests: root's all the way down, as the agents want
