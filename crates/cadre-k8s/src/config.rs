@@ -1,5 +1,7 @@
-//! `v1 ConfigMap` and `v1 Secret` beside a workload: read here, then kept with the
-//! workloads of the same apply that use them ([`crate::contract::attach_config`]):
+//! `v1 ConfigMap` and `v1 Secret` beside a workload: read here, kept by the controller, and
+//! given to the workloads of the same apply, or applied after them, that use them
+//! ([`crate::contract::attach_config`]; a Secret applied before comes with its keys alone,
+//! and the controller puts in its values, for its owner's jobs only):
 //! - a ConfigMap's values become the variables that name them (`configMapKeyRef`,
 //!   `envFrom`), and the files of its volumes;
 //! - a Secret's data is carried with the workload to its nodes only (the controller's store

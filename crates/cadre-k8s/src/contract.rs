@@ -485,20 +485,19 @@ fn is_env_name(k: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// Gives each workload the ConfigMaps and Secrets of its apply that its pods use: a
-/// ConfigMap's values become literal variables (never expanded again) and its volumes'
-/// files; a Secret is carried with the workload for its tasks to read when they start.
-/// `envFrom` is expanded into variables, before the container's own `env` (which wins).
-/// Every problem (an object used but not applied and not `optional`, a key it lacks, an
-/// object no workload uses) is returned, each saying which.
+/// Gives each workload the ConfigMaps and Secrets its pods use, of its apply or applied
+/// before it: a ConfigMap's values become literal variables (never expanded again) and
+/// its volumes' files; a Secret is carried with the workload for its tasks to read when
+/// they start (one applied before comes with its keys alone: the controller puts its
+/// values in at submission, from its own records). `envFrom` is expanded into variables,
+/// before the container's own `env` (which wins). Every problem (an object used but not
+/// applied and not `optional`, a key it lacks) is returned, each saying which.
 pub fn attach_config(
     workloads: &mut [Translated],
     config_maps: &[crate::config::ConfigMap],
     secrets: &[crate::config::Secret],
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut used_maps = vec![false; config_maps.len()];
-    let mut used_secrets = vec![false; secrets.len()];
     for t in workloads.iter_mut() {
         let ns = t.namespace.clone();
         let find_map = |name: &str| {
@@ -513,12 +512,11 @@ pub fn attach_config(
         };
         let missing = |kind: &str, name: &str, t: &Translated| {
             format!(
-                "`{}`: {kind}/{name} is not in namespace {} of this apply (apply it with the workload, or mark the reference optional)",
+                "`{}`: {kind}/{name} is not applied in namespace {} (apply it with the workload or before it, or mark the reference optional)",
                 t.name, t.namespace
             )
         };
-        let mut attach_secret = |i: usize, t: &mut Translated| {
-            used_secrets[i] = true;
+        let attach_secret = |i: usize, t: &mut Translated| {
             let s = &secrets[i];
             t.secrets.0.insert(s.name.clone(), s.data.clone());
         };
@@ -548,7 +546,6 @@ pub fn attach_config(
                 } else {
                     match find_map(&ef.name) {
                         Some(i) => {
-                            used_maps[i] = true;
                             for (k, v) in &config_maps[i].data {
                                 if is_env_name(&format!("{}{k}", ef.prefix)) {
                                     env.push(EnvVar {
@@ -570,14 +567,13 @@ pub fn attach_config(
                         key,
                         optional,
                     } => match find_map(name).map(|i| (i, config_maps[i].data.get(key))) {
-                        Some((i, Some(v))) => {
-                            used_maps[i] = true;
+                        Some((_, Some(v))) => {
                             env.push(EnvVar {
                                 name: var.name.clone(),
                                 source: EnvSource::Literal(v.replace('$', "$$")),
                             });
                         }
-                        Some((i, None)) if *optional => used_maps[i] = true,
+                        Some((_, None)) if *optional => {}
                         None if *optional => {}
                         Some((_, None)) => problems.push(format!(
                             "`{}`: variable {}: ConfigMap `{name}` has no key `{key}`",
@@ -613,7 +609,6 @@ pub fn attach_config(
                         optional,
                     } => match find_map(name) {
                         Some(i) => {
-                            used_maps[i] = true;
                             let data = &config_maps[i].data;
                             for (k, _) in items {
                                 if !data.contains_key(k) && !optional {
@@ -650,22 +645,6 @@ pub fn attach_config(
                     _ => {}
                 }
             }
-        }
-    }
-    for (c, used) in config_maps.iter().zip(used_maps) {
-        if !used {
-            problems.push(format!(
-                "configmap/{} in namespace {} is used by no workload applied with it: cadre keeps a ConfigMap with the workloads that use it; apply them together",
-                c.name, c.namespace
-            ));
-        }
-    }
-    for (s, used) in secrets.iter().zip(used_secrets) {
-        if !used {
-            problems.push(format!(
-                "secret/{} in namespace {} is used by no workload applied with it: cadre keeps a Secret with the workloads that use it; apply them together",
-                s.name, s.namespace
-            ));
         }
     }
     problems

@@ -68,7 +68,10 @@ pub fn queue_object_name(object: &Object, default_namespace: &str) -> Option<Que
         Object::LocalQueue(_)
         | Object::ResourceQuota(_)
         | Object::LimitRange(_)
-        | Object::PersistentVolumeClaim(_) => object
+        | Object::PersistentVolumeClaim(_)
+        | Object::Service(_)
+        | Object::ConfigMap(_)
+        | Object::Secret(_) => object
             .metadata()
             .namespace
             .clone()
@@ -143,6 +146,11 @@ pub struct QueueSet {
     /// StorageClasses and PersistentVolumeClaims (see [`crate::storage`]).
     pub storage_classes: Vec<StorageClassConfig>,
     pub claims: Vec<ClaimConfig>,
+    /// Services, ConfigMaps and Secrets applied on their own, for the workloads applied
+    /// after them (see [`crate::contract::attach_services`], [`crate::contract::attach_config`]).
+    pub services: Vec<crate::service::Service>,
+    pub config_maps: Vec<crate::config::ConfigMap>,
+    pub secrets: Vec<crate::config::Secret>,
     pub limit_ranges: Vec<LimitRangeConfig>,
 }
 
@@ -255,6 +263,24 @@ impl QueueSet {
                 r.finish(&describe, ())?;
                 self.storage_classes.retain(|x| x.name != class.name);
                 self.storage_classes.push(class);
+            }
+            Object::Service(o) => {
+                let o = crate::service::read_service(o, default_namespace)?;
+                self.services
+                    .retain(|x| !(x.namespace == o.namespace && x.name == o.name));
+                self.services.push(o);
+            }
+            Object::ConfigMap(o) => {
+                let o = crate::config::read_config_map(o, default_namespace)?;
+                self.config_maps
+                    .retain(|x| !(x.namespace == o.namespace && x.name == o.name));
+                self.config_maps.push(o);
+            }
+            Object::Secret(o) => {
+                let o = crate::config::read_secret(o, default_namespace)?;
+                self.secrets
+                    .retain(|x| !(x.namespace == o.namespace && x.name == o.name));
+                self.secrets.push(o);
             }
             Object::PersistentVolumeClaim(c) => {
                 let claim = read_claim(c, default_namespace, &mut r);

@@ -1,6 +1,6 @@
 //! `v1 Service` beside a workload, the standard way a job's ranks find rank 0: read
-//! ([`read_service`]), then kept with the workloads of the same apply whose pods it selects
-//! ([`crate::contract::attach_services`]), where the job's hosts file gives its names
+//! ([`read_service`]), kept by the controller, and given to the workloads of the same apply,
+//! or applied after it, whose pods it selects ([`crate::contract::attach_services`]), where the job's hosts file gives its names
 //! ([`crate::contract::hosts_file`]).
 //!
 //! What a Service means under cadre, where tasks use their nodes' network (no virtual IP,
@@ -14,8 +14,8 @@
 //!
 //! The rule for a Service's own name when it selects several pods: it resolves to the node
 //! of the selected pod of the lowest rank (rank 0 of an Indexed Job or a PyTorchJob's
-//! master, usually what the Service is for). A Service that selects no pod of a workload
-//! of its apply is refused: cadre keeps Services with the workloads they select.
+//! master, usually what the Service is for). A Service that selects no pod yet is kept for
+//! the workloads to come ([`crate::plan`], which reads one file alone, refuses it).
 
 use crate::error::{K8sError, Refusals};
 use serde::{Deserialize, Serialize};

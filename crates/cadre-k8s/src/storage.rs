@@ -373,8 +373,9 @@ pub(crate) fn read_claim(
     }
 }
 
-/// A new claim as the controller records it: its uid, its owner and its class (the default
-/// class when it names none) set in its manifest (JSON), replacing any the manifest gave.
+/// An owned object as the controller records it (a claim, Service, ConfigMap or Secret):
+/// its uid, its owner and, for a claim, its class (the default class when it names none)
+/// set in its manifest (JSON), replacing any the manifest gave.
 pub fn stamp_claim(manifest: &mut serde_json::Value, uid: &str, owner: &str, class: Option<&str>) {
     let Some(object) = manifest.as_object_mut() else {
         return;
@@ -495,6 +496,17 @@ pub fn host_paths_of(t: &crate::model::Translated) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether objects of `kind` are a user's own (any user applies them; the controller
+/// records who, and only they or an administrator change or delete them): claims, and the
+/// Services, ConfigMaps and Secrets workloads use. Every other kind kept is an
+/// administrator's.
+pub fn is_owned_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "PersistentVolumeClaim" | "Service" | "ConfigMap" | "Secret"
+    )
 }
 
 /// Whether an object is one of this module's kinds.

@@ -978,7 +978,7 @@ async fn list_queue_objects(
     let objects = records
         .into_iter()
         .map(|r| QueueObjectView {
-            manifest: serde_json::from_str(&r.manifest).unwrap_or(serde_json::Value::Null),
+            manifest: shown(&r.kind, &r.manifest),
             kind: r.kind,
             api_version: r.api_version,
             namespace: r.namespace,
@@ -987,6 +987,24 @@ async fn list_queue_objects(
         })
         .collect();
     Ok(Json(QueueObjectList { objects }))
+}
+
+/// A kept object's manifest as the API shows it: a Secret's values blanked (its keys stay,
+/// for the workloads applied after it; its values reach only its owner's jobs, put in by
+/// the controller).
+fn shown(kind: &str, manifest: &str) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(manifest).unwrap_or(serde_json::Value::Null);
+    if kind == "Secret" {
+        for field in ["data", "stringData"] {
+            if let Some(map) = v.get_mut(field).and_then(|d| d.as_object_mut()) {
+                for value in map.values_mut() {
+                    *value = serde_json::Value::String(String::new());
+                }
+            }
+        }
+    }
+    v
 }
 
 /// Applies and deletes Kubernetes queue, namespace and storage objects (administrators;

@@ -13,8 +13,8 @@
 use crate::queues::QueueObjects;
 use cadre_core::job::JobSpec;
 use cadre_core::run::RunSpec;
-use cadre_k8s::storage::claims_of;
-use cadre_k8s::{Object, queue_object_name};
+use cadre_k8s::storage::{claims_of, is_owned_kind};
+use cadre_k8s::{WORKLOAD_RUN_VERSION, WorkloadRun, queue_object_name};
 use cadre_proto::agent::ClaimMount;
 use cadre_proto::api::QueueObjectRef;
 
@@ -43,7 +43,7 @@ pub fn forbidden(
         Some(format!(
             "only an administrator may apply or delete queue objects (here a {kind}; queue, \
              namespace and storage objects are the cluster's); `{user}` is not one: a user \
-             applies and deletes PersistentVolumeClaims, their own"
+             applies and deletes PersistentVolumeClaims, Services, ConfigMaps and Secrets, their own"
         ))
     };
     let owned_by_other = |kind: &str, namespace: &str, name: &str| {
@@ -54,8 +54,8 @@ pub fn forbidden(
         let owner = owner_of(&record.manifest).unwrap_or_default();
         (owner != user).then(|| {
             format!(
-                "PersistentVolumeClaim `{name}` in namespace {namespace} belongs to `{owner}`; \
-                 only its owner or an administrator may change or delete it"
+                "{kind} `{name}` in namespace {namespace} belongs to `{owner}`; only its owner \
+                 or an administrator may change or delete it"
             )
         })
     };
@@ -66,7 +66,7 @@ pub fn forbidden(
         let Some((_, object)) = objs.pop() else {
             continue;
         };
-        if !matches!(object, Object::PersistentVolumeClaim(_)) {
+        if !is_owned_kind(object.kind()) {
             return not_admin(object.kind());
         }
         if let Some(n) = queue_object_name(&object, default_namespace)
@@ -76,7 +76,7 @@ pub fn forbidden(
         }
     }
     for d in delete {
-        if d.kind != "PersistentVolumeClaim" {
+        if !is_owned_kind(&d.kind) {
             return not_admin(&d.kind);
         }
         if let Some(why) = owned_by_other(&d.kind, &d.namespace, &d.name) {
@@ -160,6 +160,57 @@ pub fn check_claims(
 /// What the controller seals of a job's node paths: the paths and the job's user.
 fn host_paths_sealed(user: &str, paths: &str) -> String {
     format!("hostPaths of {user}: {paths}")
+}
+
+/// Puts in a workload's run spec the values of the Secrets it uses, from the controller's
+/// own records: each must be applied in the workload's namespace (with the workload, whose
+/// objects are applied first, or before it) and be the job's user's. What the submitter
+/// sent as their values is replaced (a client that read a Secret applied before knows its
+/// keys alone; no one else's values reach a job).
+pub fn attach_secrets(
+    objects: &QueueObjects,
+    spec: &JobSpec,
+    run: &mut RunSpec,
+) -> Result<(), String> {
+    let mut t = match cadre_k8s::workload_of(run) {
+        Ok(Some(t)) if !t.secrets.0.is_empty() => t,
+        Ok(_) => return Ok(()),
+        Err(e) => return Err(format!("the workload the job carries cannot be read: {e}")),
+    };
+    let namespace = namespace_of(spec);
+    for (name, data) in t.secrets.0.iter_mut() {
+        let (Some(secret), Some(record)) = (
+            objects
+                .set()
+                .secrets
+                .iter()
+                .find(|s| s.namespace == namespace && &s.name == name),
+            objects
+                .records()
+                .iter()
+                .find(|r| r.kind == "Secret" && r.namespace == namespace && &r.name == name),
+        ) else {
+            return Err(format!(
+                "secret \"{name}\" not found in namespace {namespace} (apply it with the \
+                 workload, or before it)"
+            ));
+        };
+        let owner = owner_of(&record.manifest).unwrap_or_default();
+        if owner != spec.user {
+            return Err(format!(
+                "secret \"{name}\" in namespace {namespace} belongs to `{owner}`: a job of `{}` \
+                 may not use it",
+                spec.user
+            ));
+        }
+        data.clone_from(&secret.data);
+    }
+    let carried = WorkloadRun {
+        version: WORKLOAD_RUN_VERSION,
+        workload: t,
+    };
+    run.kubernetes = Some(serde_json::to_value(&carried).map_err(|e| e.to_string())?);
+    Ok(())
 }
 
 /// The node paths a job mounts, as the controller recorded them in its annotation under
@@ -516,6 +567,51 @@ spec:
             .annotations
             .insert(HOST_PATHS_ANNOTATION.into(), "/etc".into());
         assert!(host_paths(&forged, "k").is_empty());
+        // A Secret's values come from the controller's records, for its owner's jobs only.
+        let secret =
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: hf}\nstringData: {token: real}\n";
+        let with_secret = objects
+            .change(&json(secret), &[], "ml", Time(5), &by("alice", &unused))
+            .unwrap()
+            .next;
+        let uses = |user: &str| {
+            let yaml = "apiVersion: batch/v1
+kind: Job
+metadata: {name: s, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox
+        command: ['true']
+        env: [{name: T, valueFrom: {secretKeyRef: {name: hf, key: token}}}]
+";
+            let o = cadre_k8s::parse_documents(yaml, "t").unwrap().remove(0);
+            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
+            let mut t = cadre_k8s::translate(&o, &opts).unwrap();
+            // As a client sends it: the keys, and values of its own making.
+            let forged: std::collections::BTreeMap<String, String> =
+                [("token".to_string(), "Zm9yZ2Vk".to_string())].into();
+            t.secrets.0.insert("hf".into(), forged);
+            cadre_k8s::submission(&t).unwrap()
+        };
+        let (spec, mut run) = uses("alice");
+        attach_secrets(&with_secret, &spec, &mut run).unwrap();
+        let t = cadre_k8s::workload_of(&run).unwrap().unwrap();
+        assert_eq!(t.secrets.get("hf", "token").as_deref(), Some(&b"real"[..]));
+        let (spec, mut run) = uses("bob");
+        let err = attach_secrets(&with_secret, &spec, &mut run).unwrap_err();
+        assert!(
+            err.contains("secret \"hf\" in namespace ml belongs to `alice`"),
+            "{err}"
+        );
+        let err = attach_secrets(&objects, &spec, &mut run).unwrap_err();
+        assert!(
+            err.contains("secret \"hf\" not found in namespace ml"),
+            "{err}"
+        );
         // A job whose annotation was not the controller's gets no mount of another's claim.
         let (mut spec, _) = workload("bob", "ml");
         spec.annotations

@@ -860,6 +860,7 @@ impl Controller {
             &job.run,
             &self.config.job_token_key,
         )
+        .and_then(|()| crate::claims::attach_secrets(&self.queue_objects, &job.spec, &mut job.run))
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
         // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
         // in any order; any other job naming a queue that does not exist is a mistake.
@@ -1265,7 +1266,16 @@ impl Controller {
         }
         let job_start = track.start_time;
         for st in self.steps.range((id, 0)..=(id, u32::MAX)).map(|(_, s)| s) {
-            let offset = st.record.start_time.0.saturating_sub(job_start.0);
+            // Times are whole seconds: a step started 0.1 s after its job may read as 1 s
+            // after it. Its limit is rounded in its favour (never more than a second past
+            // the job's), so that it never ends before the job's own limit does: the job
+            // then ends TIMEOUT, not FAILED for its step's timeout.
+            let offset = st
+                .record
+                .start_time
+                .0
+                .saturating_sub(job_start.0)
+                .saturating_sub(1);
             let key = RunRef {
                 job: id,
                 run: st.run,

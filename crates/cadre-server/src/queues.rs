@@ -159,14 +159,15 @@ impl QueueObjects {
                 }
             };
             let mut manifest = manifest.clone();
-            if let Object::PersistentVolumeClaim(_) = object {
+            if cadre_k8s::storage::is_owned_kind(object.kind()) {
+                let claim = matches!(object, Object::PersistentVolumeClaim(_));
                 let name = queue_object_name(&object, default_namespace);
                 let old = name.as_ref().and_then(|n| {
                     records.iter().find(|r| {
                         r.kind == n.kind && r.namespace == n.namespace && r.name == n.name
                     })
                 });
-                stamp(&mut manifest, old, &records, by.user);
+                stamp(&mut manifest, old, &records, by.user, claim);
                 object = match read_object(&manifest.to_string(), &origin) {
                     Ok(o) => o,
                     Err(e) => {
@@ -181,7 +182,7 @@ impl QueueObjects {
                     "{origin}: {} is not a queue or namespace object (ResourceFlavor, \
                      ClusterQueue, LocalQueue, Topology, Queue of scheduling.volcano.sh, \
                      PriorityClass, Namespace, ResourceQuota, LimitRange, StorageClass, \
-                     PersistentVolumeClaim); workloads are \
+                     PersistentVolumeClaim, Service, ConfigMap, Secret); workloads are \
                      submitted as jobs",
                     object.describe()
                 ));
@@ -346,40 +347,37 @@ pub struct Applier<'a> {
     pub claim_user: &'a dyn Fn(&str, &str) -> Option<String>,
 }
 
-/// A claim's manifest as it is recorded: the uid, owner and class of the claim it replaces
-/// (`old`), else a new uid, `user` as its owner and the default class of `records` when it
-/// names none.
+/// An owned object's manifest as it is recorded (see
+/// [`cadre_k8s::storage::is_owned_kind`]): the uid and owner of the object it replaces
+/// (`old`), and a claim's class; else a new uid, `user` as its owner and, for a claim that
+/// names no class, the default class of `records`.
 fn stamp(
     manifest: &mut serde_json::Value,
     old: Option<&QueueObjectRecord>,
     records: &[QueueObjectRecord],
     user: &str,
+    claim: bool,
 ) {
-    let old = old.and_then(|r| match read_object(&r.manifest, "the applied claim") {
-        Ok(Object::PersistentVolumeClaim(c)) => Some(c),
-        _ => None,
-    });
+    let old: Option<serde_json::Value> = old.and_then(|r| serde_json::from_str(&r.manifest).ok());
+    let owner_key = format!(
+        "/metadata/annotations/{}",
+        cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
+    );
     match old {
-        Some(c) => {
-            let meta = &c.metadata;
-            let owner = meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(cadre_k8s::storage::OWNER_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
-            let class = c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+        Some(o) => {
+            let text = |p: &str| o.pointer(p).and_then(|v| v.as_str()).map(str::to_string);
+            let class = text("/spec/storageClassName").filter(|_| claim);
             cadre_k8s::storage::stamp_claim(
                 manifest,
-                meta.uid.as_deref().unwrap_or_default(),
-                &owner,
+                &text("/metadata/uid").unwrap_or_default(),
+                &text(&owner_key).unwrap_or_default(),
                 class.as_deref(),
             );
         }
         None => {
             let default = records
                 .iter()
-                .filter(|r| r.kind == "StorageClass")
+                .filter(|r| claim && r.kind == "StorageClass")
                 .filter_map(|r| match read_object(&r.manifest, "a class") {
                     Ok(Object::StorageClass(c)) => Some(c),
                     _ => None,

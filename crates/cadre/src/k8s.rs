@@ -87,7 +87,8 @@ pub struct GetArgs {
     /// `localqueues`, `resourceflavors`; or `priorityclasses` (`pc`), `namespaces` (`ns`),
     /// `resourcequotas` (`quota`, with each namespace's use), `limitranges` (`limits`); or
     /// `storageclasses` (`sc`), `persistentvolumeclaims` (`pvc`, with each claim's
-    /// directory and owner).
+    /// directory and owner), `services` (`svc`), `configmaps` (`cm`), `secrets` (their
+    /// keys, never their values).
     pub what: String,
     /// Only this namespace.
     #[arg(short = 'n', long, default_value = "default")]
@@ -113,8 +114,9 @@ pub struct NamedArgs {
     /// The kind: a workload's (`job`, `mpijob`, `pytorchjob`, `jobset`, `vcjob`) or, for
     /// `delete`, a queue object's (`clusterqueue`, `localqueue`, `resourceflavor`,
     /// `topology`, `queue` for a Volcano Queue) or a namespace object's (`priorityclass`,
-    /// `namespace`, `resourcequota`, `limitrange`) or a storage object's (`storageclass`,
-    /// `sc`, `persistentvolumeclaim`, `pvc`: a claim's directory is kept); plurals too.
+    /// `namespace`, `resourcequota`, `limitrange`), a storage object's (`storageclass`,
+    /// `sc`, `persistentvolumeclaim`, `pvc`: a claim's directory is kept), or a `service`
+    /// (`svc`), `configmap` (`cm`) or `secret` applied on its own; plurals too.
     pub kind: String,
     pub name: String,
     #[arg(short = 'n', long, default_value = "default")]
@@ -216,13 +218,34 @@ const QUEUE_KINDS: &[KindName] = &[
         group: "",
         resource: "persistentvolumeclaim",
     },
+    KindName {
+        kind: "Service",
+        group: "",
+        resource: "service",
+    },
+    KindName {
+        kind: "ConfigMap",
+        group: "",
+        resource: "configmap",
+    },
+    KindName {
+        kind: "Secret",
+        group: "",
+        resource: "secret",
+    },
 ];
 
 /// The queue kinds applied in a namespace.
 fn is_namespaced(kind: &str) -> bool {
     matches!(
         kind,
-        "LocalQueue" | "ResourceQuota" | "LimitRange" | "PersistentVolumeClaim"
+        "LocalQueue"
+            | "ResourceQuota"
+            | "LimitRange"
+            | "PersistentVolumeClaim"
+            | "Service"
+            | "ConfigMap"
+            | "Secret"
     )
 }
 
@@ -241,6 +264,8 @@ fn queue_kind_named(word: &str) -> Option<KindName> {
         "limits" => "limitrange",
         "sc" => "storageclass",
         "pvc" => "persistentvolumeclaim",
+        "svc" => "service",
+        "cm" => "configmap",
         other => other,
     };
     // The resource as given, then as a plural (`queues`, `priorityclasses`), with or
@@ -387,16 +412,20 @@ fn read_inputs(files: &[String]) -> Result<Vec<(String, String)>> {
 /// their manifests as JSON, for the controller), and every problem of every document.
 #[derive(Default)]
 struct Inputs {
-    /// With the Services of the files that select them, and the ConfigMaps and Secrets
-    /// they use.
+    /// With the Services that select them, and the ConfigMaps and Secrets they use, of
+    /// the files or applied before.
     workloads: Vec<Translated>,
-    /// The ConfigMaps and Secrets, as kubectl names them (`secret/hf-token`).
-    config_objects: Vec<String>,
+    /// The objects the controller keeps (queue, namespace, storage objects, and the
+    /// Services, ConfigMaps and Secrets), as JSON.
     queue_objects: Vec<serde_json::Value>,
     problems: Vec<String>,
 }
 
-fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs {
+fn translate_all(
+    inputs: &[(String, String)],
+    opts: &TranslateOptions,
+    applied: &cadre_k8s::QueueSet,
+) -> Inputs {
     let mut out = Inputs::default();
     let mut services = Vec::new();
     let mut maps = Vec::new();
@@ -429,7 +458,34 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                 | Object::ResourceQuota(_)
                 | Object::LimitRange(_)
                 | Object::StorageClass(_)
-                | Object::PersistentVolumeClaim(_) => {
+                | Object::PersistentVolumeClaim(_)
+                | Object::Service(_)
+                | Object::ConfigMap(_)
+                | Object::Secret(_) => {
+                    match &object {
+                        Object::Service(s) => {
+                            if let Ok(s) =
+                                cadre_k8s::service::read_service(s, &opts.default_namespace)
+                            {
+                                services.push(s);
+                            }
+                        }
+                        Object::ConfigMap(c) => {
+                            if let Ok(c) =
+                                cadre_k8s::config::read_config_map(c, &opts.default_namespace)
+                            {
+                                maps.push(c);
+                            }
+                        }
+                        Object::Secret(s) => {
+                            if let Ok(s) =
+                                cadre_k8s::config::read_secret(s, &opts.default_namespace)
+                            {
+                                secrets.push(s);
+                            }
+                        }
+                        _ => {}
+                    }
                     // Checked on its own here, so that its problems name its file and
                     // document; the controller checks it again with the others applied.
                     let mut set = cadre_k8s::QueueSet::default();
@@ -454,24 +510,6 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
                             .push(format!("{origin}, document {doc}: not found again as JSON")),
                     }
                 }
-                Object::Service(s) => {
-                    match cadre_k8s::service::read_service(s, &opts.default_namespace) {
-                        Ok(s) => services.push(s),
-                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
-                    }
-                }
-                Object::ConfigMap(c) => {
-                    match cadre_k8s::config::read_config_map(c, &opts.default_namespace) {
-                        Ok(c) => maps.push(c),
-                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
-                    }
-                }
-                Object::Secret(s) => {
-                    match cadre_k8s::config::read_secret(s, &opts.default_namespace) {
-                        Ok(s) => secrets.push(s),
-                        Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
-                    }
-                }
                 _ => match cadre_k8s::translate(&object, &with_generated_suffix(opts)) {
                     Ok(t) => out.workloads.push(t),
                     Err(e) => out.problems.push(format!("{origin}, document {doc}: {e}")),
@@ -479,19 +517,32 @@ fn translate_all(inputs: &[(String, String)], opts: &TranslateOptions) -> Inputs
             }
         }
     }
-    for s in cadre_k8s::contract::attach_services(&mut out.workloads, services) {
-        out.problems.push(cadre_k8s::service::selects_nothing(&s));
+    // Those applied before, but for the ones this apply gives again: kept by the
+    // controller, they stand for the workloads applied after them.
+    fn with_applied<T: Clone>(
+        mine: &mut Vec<T>,
+        applied: &[T],
+        key: impl Fn(&T) -> (String, String),
+    ) {
+        let given: Vec<(String, String)> = mine.iter().map(&key).collect();
+        mine.extend(applied.iter().filter(|x| !given.contains(&key(x))).cloned());
     }
+    with_applied(&mut services, &applied.services, |s| {
+        (s.namespace.clone(), s.name.clone())
+    });
+    with_applied(&mut maps, &applied.config_maps, |c| {
+        (c.namespace.clone(), c.name.clone())
+    });
+    with_applied(&mut secrets, &applied.secrets, |s| {
+        (s.namespace.clone(), s.name.clone())
+    });
+    // A Service that selects no pod yet is kept for the workloads to come.
+    cadre_k8s::contract::attach_services(&mut out.workloads, services);
     out.problems.extend(cadre_k8s::contract::attach_config(
         &mut out.workloads,
         &maps,
         &secrets,
     ));
-    out.config_objects = maps
-        .iter()
-        .map(|c| format!("configmap/{}", c.name))
-        .chain(secrets.iter().map(|s| format!("secret/{}", s.name)))
-        .collect();
     out
 }
 
@@ -529,15 +580,31 @@ fn as_applied(client: &mut cadre_client::Client, id: JobId, t: &Translated) -> b
         .is_some_and(|stored| stored == *t)
 }
 
-/// The LimitRanges applied to the cluster. One this client cannot read (a newer
-/// controller's) is left out, with a warning, rather than stopping every apply.
-fn applied_limit_ranges(
-    client: &mut cadre_client::Client,
-) -> Result<Vec<cadre_k8s::namespaces::LimitRangeConfig>> {
+/// The objects applied to the cluster that an apply's workloads use: LimitRanges, and the
+/// Services, ConfigMaps and Secrets `user` applied before them (Secrets with their keys
+/// alone: the API shows no Secret's value). One this client cannot read (a newer controller's) is left
+/// out, with a warning, rather than stopping every apply.
+fn applied_objects(client: &mut cadre_client::Client, user: &str) -> Result<cadre_k8s::QueueSet> {
     let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
     let mut set = cadre_k8s::QueueSet::default();
-    for o in list.objects.iter().filter(|o| o.kind == "LimitRange") {
-        let origin = format!("the controller's LimitRange `{}/{}`", o.namespace, o.name);
+    let owner = |o: &cadre_proto::api::QueueObjectView| {
+        o.manifest
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
+            ))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let used = |o: &cadre_proto::api::QueueObjectView| match o.kind.as_str() {
+        "LimitRange" => true,
+        // Only the user's own: another's ConfigMap of a name their workload gives would
+        // put that user's values in its environment.
+        "Service" | "ConfigMap" | "Secret" => owner(o).as_deref() == Some(user),
+        _ => false,
+    };
+    for o in list.objects.iter().filter(|o| used(o)) {
+        let origin = format!("the controller's {} `{}/{}`", o.kind, o.namespace, o.name);
         let read = cadre_k8s::parse_numbered(&o.manifest.to_string(), &origin)
             .map_err(anyhow::Error::from)
             .and_then(|mut objects| {
@@ -548,7 +615,7 @@ fn applied_limit_ranges(
             eprintln!("cadre: warning: {origin} is not applied here: {e:#}");
         }
     }
-    Ok(set.limit_ranges)
+    Ok(set)
 }
 
 fn whoami(conn: &ConnectArgs, client: &mut cadre_client::Client) -> Result<String> {
@@ -594,13 +661,13 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             any
         }
     };
-    opts.limit_ranges = applied_limit_ranges(&mut client)?;
+    let applied = applied_objects(&mut client, &user)?;
+    opts.limit_ranges = applied.limit_ranges.clone();
     let Inputs {
         workloads,
-        config_objects,
         queue_objects,
         mut problems,
-    } = translate_all(&inputs, &opts);
+    } = translate_all(&inputs, &opts, &applied);
     let existing = workload_jobs(&mut client)?;
     let mut jobs = Vec::new();
     let mut names = Vec::new();
@@ -697,16 +764,6 @@ pub fn apply(conn: &ConnectArgs, a: &ApplyArgs) -> Result<ExitCode> {
             dry_run: false,
         }),
     )?;
-    for o in &config_objects {
-        println!("{o} created");
-    }
-    let mut told = Vec::new();
-    for s in workloads.iter().flat_map(|t| &t.services) {
-        if !told.contains(&(&s.namespace, &s.name)) {
-            println!("service/{} created", s.name);
-            told.push((&s.namespace, &s.name));
-        }
-    }
     for (id, job) in names.iter().zip(resp.job_ids) {
         println!("{} created (job {job})", id.object());
     }
@@ -957,6 +1014,8 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
             "STORAGECLASS",
             "OWNER",
         ]),
+        "ConfigMap" | "Secret" => head.extend(["DATA", "OWNER"]),
+        "Service" => head.extend(["SELECTOR", "PORTS", "OWNER"]),
         _ => {}
     }
     head.push("AGE");
@@ -977,7 +1036,54 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
         } else {
             o.name.clone()
         });
+        let owner = || {
+            at(&format!(
+                "/metadata/annotations/{}",
+                cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
+            ))
+            .unwrap_or("-")
+            .to_string()
+        };
+        let count = |key: &str| {
+            o.manifest
+                .get(key)
+                .and_then(|d| d.as_object())
+                .map_or(0, |d| d.len())
+        };
         match kind.kind {
+            "ConfigMap" | "Secret" => {
+                row.push((count("data") + count("stringData") + count("binaryData")).to_string());
+                row.push(owner());
+            }
+            "Service" => {
+                let selector: Vec<String> = o
+                    .manifest
+                    .pointer("/spec/selector")
+                    .and_then(|v| v.as_object())
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect();
+                let ports: Vec<String> = o
+                    .manifest
+                    .pointer("/spec/ports")
+                    .and_then(|v| v.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.get("port").map(|v| v.to_string()))
+                    .collect();
+                row.push(if selector.is_empty() {
+                    "<none>".into()
+                } else {
+                    selector.join(",")
+                });
+                row.push(if ports.is_empty() {
+                    "<none>".into()
+                } else {
+                    ports.join(",")
+                });
+                row.push(owner());
+            }
             "StorageClass" => {
                 row.push(at("/provisioner").unwrap_or("-").to_string());
                 row.push(at("/reclaimPolicy").unwrap_or("Retain").to_string());
@@ -1015,14 +1121,7 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
                 );
                 row.push(modes.join(","));
                 row.push(at("/spec/storageClassName").unwrap_or("-").to_string());
-                row.push(
-                    at(&format!(
-                        "/metadata/annotations/{}",
-                        cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
-                    ))
-                    .unwrap_or("-")
-                    .to_string(),
-                );
+                row.push(owner());
             }
             "PriorityClass" => {
                 row.push(field(o, "value").to_string());
@@ -1089,7 +1188,10 @@ pub fn get(conn: &ConnectArgs, a: &GetArgs) -> Result<ExitCode> {
     }
     if let Some(k) = queue_kind_named(&w) {
         if cadre_k8s::namespaces::is_namespace_kind(k.kind)
-            || matches!(k.kind, "StorageClass" | "PersistentVolumeClaim")
+            || matches!(
+                k.kind,
+                "StorageClass" | "PersistentVolumeClaim" | "Service" | "ConfigMap" | "Secret"
+            )
         {
             return get_namespace_objects(conn, a, k);
         }

@@ -1934,6 +1934,53 @@ spec:
 "
         )
     };
+    // Root's Secret: its value is shown to no one, and neither replaced nor used by them.
+    let value = "r00t-0nly-v4lue";
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: roots-secret, namespace: team}}\nstringData: {{token: {value}}}\n"
+    );
+    let root_secret = c.path("secret.yaml");
+    std::fs::write(&root_secret, &secret).unwrap();
+    c.ok(&["apply", "-f", root_secret.to_str().unwrap()]);
+    let shown = nobody.run(&c, cadre, &["get", "secrets", "-n", "team", "-o", "yaml"]);
+    assert!(
+        text(&shown.stdout).contains("roots-secret"),
+        "{}",
+        text(&shown.stderr)
+    );
+    assert!(
+        !text(&shown.stdout).contains(value),
+        "{}",
+        text(&shown.stdout)
+    );
+    let out = nobody.run(
+        &c,
+        cadre,
+        &[
+            "apply",
+            "-f",
+            &file("secret.yaml", &secret.replace(value, "mine")),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("belongs to `root`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let steal = job("mine").replace(
+        "volumes: [{name: d, persistentVolumeClaim: {claimName: mine}}]",
+        "volumes: [{name: d, secret: {secretName: roots-secret}}]",
+    );
+    let out = nobody.run(&c, cadre, &["apply", "-f", &file("steal.yaml", &steal)]);
+    assert_eq!(out.status.code(), Some(1));
+    // Their apply sees only their own objects (the controller refuses another's Secret
+    // to a job sent without it: `claims::tests`).
+    assert!(
+        text(&out.stderr).contains("secret/roots-secret is not applied in namespace team"),
+        "{}",
+        text(&out.stderr)
+    );
     // A path of the node: an administrator's only.
     let host = job("mine").replace(
         "persistentVolumeClaim: {claimName: mine}",

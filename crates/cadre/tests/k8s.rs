@@ -2033,7 +2033,7 @@ dist.destroy_process_group()
     let pods = pods.as_array().expect("pods");
     assert_eq!(pods.len(), 6, "{pods:?}");
     assert!(pods.iter().all(|p| p["status"] == "Pending"), "{pods:?}");
-    // A Service that selects nothing of its apply is refused with the rest.
+    // A Service applied on its own, selecting no pod yet, is kept for the workloads to come.
     let lone = "apiVersion: v1
 kind: Service
 metadata: {name: alone}
@@ -2042,12 +2042,12 @@ spec:
   ports: [{port: 80}]
 ";
     let out = c.run_with(&["apply", "-f", "-"], Some(lone));
-    assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("service/alone in namespace default selects no pod"),
+        text(&out.stdout).contains("service/alone created"),
         "{}",
         text(&out.stderr)
     );
+    assert!(c.ok(&["get", "svc"]).contains("app=nothing"));
 }
 
 /// Regression: launchers written for the MPI Operator's sshd wait for each worker with
@@ -2261,28 +2261,64 @@ spec:
         !c.log().contains(secret),
         "a log of cadre's shows the Secret"
     );
-    // A Secret no workload of the apply uses, and a missing one, are refused by name.
+    // Objects in any file: a Secret applied on its own is kept (its keys listed, its
+    // value nowhere), and a Job applied later, alone, gets the ConfigMap and Secret applied
+    // before it.
     let out = c.run_with(
         &["apply", "-f", "-"],
         Some("apiVersion: v1\nkind: Secret\nmetadata: {name: lonely}\nstringData: {a: b}\n"),
     );
-    assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("secret/lonely in namespace default is used by no workload"),
+        text(&out.stdout).contains("secret/lonely created"),
         "{}",
         text(&out.stderr)
     );
-    let missing = manifest
+    let secrets = c.ok(&["get", "secrets"]);
+    assert!(
+        secrets.contains("lonely") && secrets.contains("hf"),
+        "{secrets}"
+    );
+    for shown in [
+        c.ok(&["get", "secrets", "-o", "yaml"]),
+        c.ok(&["get", "secrets", "-o", "json"]),
+    ] {
+        assert!(
+            !shown.contains(secret),
+            "get secrets shows the value:\n{shown}"
+        );
+        assert!(shown.contains("token"), "the keys are shown:\n{shown}");
+    }
+    std::fs::remove_file(&flag).expect("the flag");
+    let later = manifest
         .split("---\n")
         .nth(2)
         .expect("the Job")
         .replace("name: cfg", "name: cfg2");
-    let out = c.run_with(&["apply", "-f", "-"], Some(&missing));
+    let job = c.apply(&later);
+    std::fs::write(&flag, "").expect("the flag");
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    assert_eq!(
+        c.output("cfg2", job, 0),
+        "greeting=hello\nlr: 0.1\ntoken ok\nuser=alice\narg=$(HF_TOKEN)\n400\n"
+    );
+    // One that was never applied is refused, saying which.
+    let out = c.run_with(
+        &["apply", "-f", "-"],
+        Some(
+            &later
+                .replace("name: cfg2", "name: cfg3")
+                .replace("name: settings", "name: nothing"),
+        ),
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("configmap/settings is not in namespace default of this apply"),
+        text(&out.stderr).contains("configmap/nothing is not applied in namespace default"),
         "{}",
         text(&out.stderr)
+    );
+    assert!(
+        !c.log().contains(secret),
+        "a log of cadre's shows the Secret"
     );
 }
 
@@ -3126,4 +3162,59 @@ fn a_quota_of_sixteen_gpus_runs_eight_workers_whole_and_holds_three_times_six_wh
     );
     std::fs::write(c.dir().join("go-eight"), "").unwrap();
     assert_eq!(c.wait(eight), "COMPLETED");
+}
+
+/// Objects in any file: a headless Service applied on its own, then in a later apply the
+/// Indexed Job it selects, whose ranks find each other by the Service's names.
+#[test]
+fn a_service_applied_before_its_workload_in_another_file_names_its_pods() {
+    let c = Cluster::up(2);
+    let service = "apiVersion: v1
+kind: Service
+metadata: {name: peers}
+spec:
+  clusterIP: None
+  selector: {job-name: later}
+";
+    let out = c.run_with(&["apply", "-f", "-"], Some(service));
+    assert!(
+        text(&out.stdout).contains("service/peers created"),
+        "{}",
+        text(&out.stderr)
+    );
+    let job = c.apply(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {name: later}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      subdomain: peers
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox
+        command: [sh, -c, 'grep -c later-1.peers.default.svc.cluster.local /etc/hosts']
+",
+    );
+    assert_eq!(c.wait(job), "COMPLETED", "{}", c.outputs_of(job));
+    for r in 0..2 {
+        assert_eq!(c.output("later", job, r), "1\n", "rank {r}");
+    }
+    let described = c.ok(&["describe", "job", "later"]);
+    assert!(described.contains("peers (headless)"), "{described}");
+    // Applied again: unchanged; deleted: gone.
+    let out = c.run_with(&["apply", "-f", "-"], Some(service));
+    assert!(
+        text(&out.stdout).contains("service/peers unchanged"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        c.ok(&["delete", "svc", "peers"])
+            .contains("service/peers deleted")
+    );
 }

@@ -436,11 +436,14 @@ impl Controller {
         };
         let spec = job.spec.clone();
         let partition = self.sched.cluster().partition(job.partition).name.clone();
-        // What is left of the job's time, bounded by the step's own limit.
+        // What is left of the job's time, bounded by the step's own limit; in whole
+        // seconds, rounded in the step's favour (a second more at most), so that the step
+        // never ends before its job's limit (see `Controller::retime`).
         let left_ms = (spec.time_limit.0 > 0).then(|| {
             start_time
                 .0
                 .saturating_add(spec.time_limit.0)
+                .saturating_add(1)
                 .saturating_sub(now.0)
                 .saturating_mul(1000)
         });
