@@ -2508,6 +2508,29 @@ fn restored_pending_job_keeps_its_requeues_and_admin_hold() {
 }
 
 #[test]
+fn a_restored_pending_job_keeps_its_age_from_its_submission_or_begin() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    let restore = |id: u64, requeues: u32, f: fn(&mut JobSpec)| Event::RestorePending {
+        id: JobId(id),
+        spec: Box::new(with(job(1, 1, 100), |s| {
+            s.submit_time = Time(10);
+            f(s)
+        })),
+        requeues,
+        hold: None,
+    };
+    sim.event(restore(1, 0, |_| {}), 1000);
+    sim.event(restore(2, 0, |s| s.begin = Some(Time(50))), 1000);
+    // Went back to the queue at a time not kept: its age counts from the restore.
+    sim.event(restore(3, 1, |_| {}), 1000);
+    let since = |id: u64| sim.s.job(JobId(id)).unwrap().eligible_since;
+    assert_eq!(
+        [since(1), since(2), since(3)],
+        [Some(Time(10)), Some(Time(50)), Some(Time(1000))]
+    );
+}
+
+#[test]
 fn restored_job_depends_on_a_job_that_ended_before_the_restart() {
     let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
     let dependent = with(job(1, 1, 100), |s| {

@@ -14,6 +14,9 @@
 use crate::error::{K8sError, Refusals};
 use std::collections::BTreeMap;
 
+/// The most bytes a Secret's data holds, as Kubernetes bounds it.
+pub const MAX_SECRET_BYTES: usize = 1 << 20;
+
 /// A ConfigMap as cadre keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigMap {
@@ -119,6 +122,14 @@ pub fn read_secret(
         data.insert(k.clone(), b64.encode(v.as_bytes()));
     }
     check_keys(&data, &mut r);
+    // Kubernetes' own bound on a Secret: each job that uses one carries its values.
+    let bytes: usize = data.values().map(|v| v.len() / 4 * 3).sum();
+    if bytes > MAX_SECRET_BYTES {
+        r.refuse(
+            "data",
+            format!("Too long: must have at most {MAX_SECRET_BYTES} bytes"),
+        );
+    }
     r.finish(
         &format!("Secret `{name}`"),
         Secret {

@@ -256,8 +256,8 @@ fn quota_key(key: &str) -> Result<QuotaKey, String> {
                 })
         }
         ("services" | "configmaps" | "secrets" | "persistentvolumeclaims", _) => Err(
-            "cadre counts workloads (count/<resource>.<group>) and pods; these are kept with the \
-             workloads that use them, not as objects of their own"
+            "cadre counts workloads (count/<resource>.<group>) and pods; counts of Services, \
+             ConfigMaps, Secrets and claims are not supported yet"
                 .into(),
         ),
         (_, Some("storage" | "ephemeral-storage")) | ("ephemeral-storage", _) => {

@@ -308,3 +308,18 @@ spec:
         assert!(err.contains(words), "{volume}: {err}");
     }
 }
+
+#[test]
+fn a_secret_above_kubernetes_bound_is_refused() {
+    let big = "x".repeat(cadre_k8s::config::MAX_SECRET_BYTES + 1);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: big}}\nstringData: {{a: {big}}}\n"
+    );
+    let err = set(&yaml).unwrap_err();
+    assert!(
+        err.contains("Too long: must have at most 1048576 bytes"),
+        "{}",
+        &err[..200.min(err.len())]
+    );
+    set("apiVersion: v1\nkind: Secret\nmetadata: {name: small}\nstringData: {a: b}\n").unwrap();
+}

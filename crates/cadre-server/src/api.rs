@@ -993,18 +993,50 @@ async fn list_queue_objects(
 /// for the workloads applied after it; its values reach only its owner's jobs, put in by
 /// the controller).
 fn shown(kind: &str, manifest: &str) -> serde_json::Value {
-    let mut v: serde_json::Value =
-        serde_json::from_str(manifest).unwrap_or(serde_json::Value::Null);
-    if kind == "Secret" {
-        for field in ["data", "stringData"] {
-            if let Some(map) = v.get_mut(field).and_then(|d| d.as_object_mut()) {
-                for value in map.values_mut() {
-                    *value = serde_json::Value::String(String::new());
-                }
-            }
+    let v: serde_json::Value = serde_json::from_str(manifest).unwrap_or(serde_json::Value::Null);
+    if kind != "Secret" {
+        return v;
+    }
+    // Only what names it and its keys: an annotation may hold the whole object
+    // (`kubectl.kubernetes.io/last-applied-configuration` of an exported Secret).
+    let keys = |field: &str| -> serde_json::Map<String, serde_json::Value> {
+        v.get(field)
+            .and_then(|d| d.as_object())
+            .map(|m| m.keys().map(|k| (k.clone(), "".into())).collect())
+            .unwrap_or_default()
+    };
+    let meta = |f: &str| v.pointer(&format!("/metadata/{f}")).cloned();
+    let owner = v
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
+        ))
+        .cloned();
+    let mut metadata = serde_json::Map::new();
+    for f in ["name", "namespace", "uid", "labels"] {
+        if let Some(x) = meta(f) {
+            metadata.insert(f.into(), x);
         }
     }
-    v
+    if let Some(o) = owner {
+        metadata.insert(
+            "annotations".into(),
+            serde_json::json!({ cadre_k8s::storage::OWNER_ANNOTATION: o }),
+        );
+    }
+    let mut out = serde_json::json!({
+        "apiVersion": v.get("apiVersion").cloned().unwrap_or_default(),
+        "kind": "Secret",
+        "metadata": metadata,
+        "data": keys("data"),
+    });
+    if let Some(t) = v.get("type") {
+        out["type"] = t.clone();
+    }
+    if !keys("stringData").is_empty() {
+        out["stringData"] = keys("stringData").into();
+    }
+    out
 }
 
 /// Applies and deletes Kubernetes queue, namespace and storage objects (administrators;

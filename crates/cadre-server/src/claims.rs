@@ -213,6 +213,28 @@ pub fn attach_secrets(
     Ok(())
 }
 
+/// The most bytes the workloads of one submission carry (their translations, with the
+/// values of the Secrets the controller put in): a Secret applied once would otherwise be
+/// copied into as many jobs as one request holds.
+pub const MAX_CARRIED_BYTES: usize = 64 << 20;
+
+/// Whether the workloads of one submission carry at most [`MAX_CARRIED_BYTES`].
+pub fn check_carried(jobs: &[cadre_store::NewJob]) -> Result<(), String> {
+    let mut total = 0usize;
+    for j in jobs {
+        if let Some(k) = &j.run.kubernetes {
+            total = total.saturating_add(serde_json::to_string(k).map_or(0, |t| t.len()));
+        }
+    }
+    if total > MAX_CARRIED_BYTES {
+        return Err(format!(
+            "the workloads of this submission carry {total} bytes (their Secrets' values \
+             included), above {MAX_CARRIED_BYTES}: submit them in smaller requests"
+        ));
+    }
+    Ok(())
+}
+
 /// The node paths a job mounts, as the controller recorded them in its annotation under
 /// its seal (`key`: the cluster's key); nothing when the seal does not hold (a value a
 /// submitter wrote there to an older controller, which did not clear it).

@@ -509,6 +509,7 @@ impl Controller {
                 let checked = jobs
                     .iter_mut()
                     .try_for_each(|job| self.prepare(job, wall))
+                    .and_then(|()| carried(&jobs))
                     .and_then(|()| self.check_object_quotas(&[], &jobs))
                     .map(|()| Vec::new());
                 self.replies.push((reply, Answer::Submitted(checked)));
@@ -744,6 +745,7 @@ impl Controller {
             let checked = jobs
                 .iter_mut()
                 .try_for_each(|job| self.prepare(job, now))
+                .and_then(|()| carried(&jobs))
                 .and_then(|()| {
                     let earlier: Vec<&NewJob> = accepted.iter().flat_map(|(j, _, _)| j).collect();
                     self.check_object_quotas(&earlier, &jobs)
@@ -2441,4 +2443,10 @@ impl Controller {
         self.end_steps(id, now);
         self.dirty = true;
     }
+}
+
+/// Whether the workloads of one submission carry at most what the controller takes in one
+/// (see [`crate::claims::check_carried`]).
+fn carried(jobs: &[NewJob]) -> Result<(), ApiError> {
+    crate::claims::check_carried(jobs).map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))
 }

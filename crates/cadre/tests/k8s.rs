@@ -2172,7 +2172,10 @@ data: {{greeting: hello, train.yaml: 'lr: 0.1'}}
 ---
 apiVersion: v1
 kind: Secret
-metadata: {{name: hf}}
+metadata:
+  name: hf
+  # As an exported Secret has it: the whole object again.
+  annotations: {{kubectl.kubernetes.io/last-applied-configuration: '{{\"stringData\":{{\"token\":\"{secret}\"}}}}'}}
 type: Opaque
 stringData: {{token: {secret}, user: alice}}
 ---

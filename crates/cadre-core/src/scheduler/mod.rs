@@ -115,8 +115,9 @@ pub enum Event {
     /// A new job, already committed by the caller under this id.
     Submit { id: JobId, spec: Box<JobSpec> },
     /// A pending job brought back after a restart (see "Crash recovery"): a submission
-    /// that keeps the job's requeue count and hold. `spec.hold` is not looked at: `hold` is
-    /// the hold the job had.
+    /// that keeps the job's requeue count and hold, and the age it had (counted from its
+    /// submission or begin time, as before the restart; a requeued job's from the
+    /// restore). `spec.hold` is not looked at: `hold` is the hold the job had.
     RestorePending {
         id: JobId,
         spec: Box<JobSpec>,
@@ -640,6 +641,15 @@ impl Scheduler {
                 job.hold = hold;
                 if hold.is_some() {
                     job.eligible_since = None;
+                } else if requeues == 0 && job.eligible_since.is_some() {
+                    // Its age counts from when it became eligible, not from the restart: its
+                    // submission, or its begin time (a requeued job's counts from the
+                    // restore: when it went back to the queue is not kept).
+                    let since = job
+                        .spec
+                        .begin
+                        .map_or(job.spec.submit_time, |b| b.max(job.spec.submit_time));
+                    job.eligible_since = Some(since.min(now));
                 }
                 Ok(Vec::new())
             }
