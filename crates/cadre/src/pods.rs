@@ -302,7 +302,8 @@ pub fn get(conn: &ConnectArgs, a: &crate::k8s::GetArgs) -> Option<Result<ExitCod
     }
 }
 
-/// `cadre get services`: the Services kept with the latest job of each workload.
+/// `cadre get services`: the Services kept with the latest job of each workload, and those
+/// kept on their own (`WITH` is `-`).
 fn get_services(
     conn: &ConnectArgs,
     namespace: &str,
@@ -319,6 +320,27 @@ fn get_services(
             for s in &t.services {
                 rows.push((s.clone(), job.submit_time, format!("job {}", job.id.0)));
             }
+        }
+    }
+    // And those kept on their own that no workload listed above was given.
+    let kept: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
+    for o in kept
+        .objects
+        .iter()
+        .filter(|o| o.kind == "Service" && (all_namespaces || o.namespace == namespace))
+    {
+        if rows
+            .iter()
+            .any(|(s, _, _)| s.namespace == o.namespace && s.name == o.name)
+        {
+            continue;
+        }
+        let origin = format!("Service `{}/{}`", o.namespace, o.name);
+        if let Ok(mut objects) = cadre_k8s::parse_numbered(&o.manifest.to_string(), &origin)
+            && let Some((_, cadre_k8s::Object::Service(svc))) = objects.pop()
+            && let Ok(s) = cadre_k8s::service::read_service(&svc, &o.namespace)
+        {
+            rows.push((s, o.applied, "-".into()));
         }
     }
     match output {

@@ -2047,7 +2047,8 @@ spec:
         "{}",
         text(&out.stderr)
     );
-    assert!(c.ok(&["get", "svc"]).contains("app=nothing"));
+    let listed = c.ok(&["get", "svc"]);
+    assert!(listed.contains("app=nothing"), "{listed}");
 }
 
 /// Regression: launchers written for the MPI Operator's sshd wait for each worker with
