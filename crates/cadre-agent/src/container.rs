@@ -34,7 +34,8 @@
 //!   asks for its own defaults (podman: 1 048 576 open files), above many hosts' hard
 //!   limits, and the container does not start. The process limit is capped at the kernel's
 //!   `pid_max`, which no count of processes can exceed anyway;
-//! - a name of the run and rank (`cadre-job<J>.<R>-<rank>`), `--replace` so that a
+//! - a name of the agent, run and rank (`cadre-<tag>-job<J>.<R>-<rank>`, see
+//!   [`container_name`]), `--replace` so that a
 //!   leftover of an earlier attempt is no obstacle, and `--rm`.
 //!
 //! **Must hold**: the container never outlives its task. A runtime's container is not a
@@ -47,7 +48,7 @@
 //! configuration of its own (`CONTAINERS_CONF`, `HOME`).
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -288,11 +289,21 @@ pub fn image_source(image: &str) -> ImageSource {
     ImageSource::Paths { transport, paths }
 }
 
-/// A container's name for task `rank` of a run (`cadre-job12.0-3`).
-pub fn container_name(job: u64, run: u32, step: Option<u32>, rank: u32) -> String {
+/// A container's name for task `rank` of a run of the agent whose state directory is
+/// `scope` (`cadre-1f3a9c0e-job12.0-3`): the runtime's names are the machine's, and two
+/// clusters on one machine (or the test clusters of one run) number their jobs alike, so
+/// the name carries a tag of the agent's own (its state directory's, hashed with FNV-1a:
+/// stable across the agent's restarts and versions).
+pub fn container_name(scope: &Path, job: u64, run: u32, step: Option<u32>, rank: u32) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in scope.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let tag = format!("{:08x}", (h >> 32) as u32 ^ h as u32);
     match step {
-        Some(s) => format!("cadre-job{job}.{run}.{s}-{rank}"),
-        None => format!("cadre-job{job}.{run}-{rank}"),
+        Some(s) => format!("cadre-{tag}-job{job}.{run}.{s}-{rank}"),
+        None => format!("cadre-{tag}-job{job}.{run}-{rank}"),
     }
 }
 
@@ -599,7 +610,7 @@ mod tests {
     fn spec() -> ContainerSpec {
         ContainerSpec {
             runtime: vec!["podman".into(), "--runtime".into(), "/usr/sbin/runc".into()],
-            name: container_name(12, 0, None, 3),
+            name: container_name(Path::new("/var/cadre"), 12, 0, None, 3),
             image: "registry.local/train:1".into(),
             pull: PullPolicy::IfNotPresent,
             command: Some(vec!["python3".into(), "train.py".into()]),
@@ -637,10 +648,10 @@ mod tests {
     #[test]
     fn a_task_runs_its_image_with_its_contract() {
         let c = run_command(&spec(), &settings(), "/proc/self/fd/9");
-        let line = c.join(" ");
+        let line = c.join(" ").replace(&spec().name, "NAME");
         assert_eq!(
             line,
-            "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
+            "podman --runtime /usr/sbin/runc run --rm --replace --name NAME \
              --network host --log-driver none --pull missing --user 1000:100 \
              --cap-drop ALL --security-opt no-new-privileges \
              --ulimit nofile=1024:20000 --ulimit nproc=4096:32768 --memory 2048m \
@@ -849,10 +860,12 @@ mod tests {
         t.mem_mib = 0;
         t.nofile = None;
         t.nproc = None;
-        let line = run_command(&s, &t, "/proc/self/fd/9").join(" ");
+        let line = run_command(&s, &t, "/proc/self/fd/9")
+            .join(" ")
+            .replace(&s.name, "NAME");
         assert_eq!(
             line,
-            "podman --runtime /usr/sbin/runc run --rm --replace --name cadre-job12.0-3 \
+            "podman --runtime /usr/sbin/runc run --rm --replace --name NAME \
              --network host --log-driver none --pull never --userns keep-id \
              --cap-drop ALL --security-opt no-new-privileges \
              --volume /var/cadre/job12.0/hosts:/etc/hosts:ro --env-file /proc/self/fd/9 -- registry.local/train:1"
@@ -861,7 +874,16 @@ mod tests {
             env_file(&s, &t).unwrap(),
             "RANK=3\nCUDA_VISIBLE_DEVICES=4,6\nMSG=two words\n"
         );
-        assert_eq!(container_name(7, 1, Some(2), 0), "cadre-job7.1.2-0");
+        let name = container_name(Path::new("/var/cadre"), 7, 1, Some(2), 0);
+        assert!(
+            name.starts_with("cadre-") && name.ends_with("-job7.1.2-0") && name.len() == 25,
+            "{name}"
+        );
+        assert_ne!(
+            name,
+            container_name(Path::new("/var/other"), 7, 1, Some(2), 0),
+            "another agent's"
+        );
     }
 
     #[test]

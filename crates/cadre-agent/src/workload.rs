@@ -563,6 +563,7 @@ pub fn prepare(
             let spec = ContainerSpec {
                 runtime: runtime.argv().to_vec(),
                 name: container::container_name(
+                    dir.path().parent().unwrap_or(dir.path()),
                     order.run.job.0,
                     order.run.run,
                     order.run.step,

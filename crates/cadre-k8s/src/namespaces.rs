@@ -11,7 +11,8 @@
 //! | Namespace | `metadata.labels` | kept (`get namespaces`) |
 //! | ResourceQuota | `spec.hard`: `requests.cpu`, `limits.cpu`, `cpu`; the same of `memory`; `requests.nvidia.com/gpu`; `requests.rdma/*` | a namespace quota: the running gangs of the namespace's workloads together within it (see below) |
 //! | | `pods`, `count/pods`, `count/<resource>.<group>` of the workload kinds | object counts, checked at submission ([`ObjectQuota`]) |
-//! | | `spec.scopes`, `spec.scopeSelector`, counts of other objects, storage | refused |
+//! | | `persistentvolumeclaims`, `services`, `configmaps`, `secrets` (or `count/` of them), `requests.storage` | counts of the objects the controller keeps and the claims' storage, checked when one is created (or a claim grows) |
+//! | | `spec.scopes`, `spec.scopeSelector`, counts of other objects, other storage | refused |
 //! | LimitRange | `spec.limits[]` of type `Container`: `default`, `defaultRequest`, `max`, `min`, `maxLimitRequestRatio` | applied to each container of the namespace's workloads when they are applied (below) |
 //! | | types `Pod` and `PersistentVolumeClaim` | refused |
 //!
@@ -189,7 +190,21 @@ enum QuotaKey {
     Pods,
     /// `count/<resource>.<group>` of a workload kind.
     Workloads(&'static str),
+    /// `persistentvolumeclaims`, `services`, `configmaps`, `secrets` (or `count/` of them):
+    /// kept objects of a kind, by the kind.
+    Kept(&'static str),
+    /// `requests.storage`: the claims' storage requests, summed.
+    Storage,
 }
+
+/// The kept objects a ResourceQuota counts: its key (as Kubernetes writes it, and the
+/// `count/` form) and the kind.
+pub const KEPT_RESOURCES: [(&str, &str); 4] = [
+    ("persistentvolumeclaims", "PersistentVolumeClaim"),
+    ("services", "Service"),
+    ("configmaps", "ConfigMap"),
+    ("secrets", "Secret"),
+];
 
 /// The workload kinds a ResourceQuota counts (`count/<resource>.<group>`), by kind and
 /// API group.
@@ -211,12 +226,21 @@ pub struct ObjectQuota {
     pub pods: Option<u64>,
     /// `count/<resource>.<group>`: workloads of a kind, by that resource name.
     pub workloads: BTreeMap<String, u64>,
+    /// Kept objects of a kind (`persistentvolumeclaims`, ...), by the kind: checked when
+    /// one is created.
+    pub kept: BTreeMap<String, u64>,
+    /// `requests.storage` in bytes: the namespace's claims' requests, summed, checked
+    /// when a claim is created or grows.
+    pub storage: Option<u64>,
 }
 
 impl ObjectQuota {
     /// Whether it counts anything.
     pub fn is_empty(&self) -> bool {
-        self.pods.is_none() && self.workloads.is_empty()
+        self.pods.is_none()
+            && self.workloads.is_empty()
+            && self.kept.is_empty()
+            && self.storage.is_none()
     }
 }
 
@@ -241,6 +265,19 @@ fn quota_key(key: &str) -> Result<QuotaKey, String> {
                 .into(),
         ),
         ("pods" | "count/pods", _) => Ok(QuotaKey::Pods),
+        ("requests.storage", _) => Ok(QuotaKey::Storage),
+        (k, _)
+            if KEPT_RESOURCES
+                .iter()
+                .any(|(r, _)| k == *r || k.strip_prefix("count/") == Some(r)) =>
+        {
+            let bare = k.strip_prefix("count/").unwrap_or(k);
+            KEPT_RESOURCES
+                .iter()
+                .find(|(r, _)| *r == bare)
+                .map(|(_, kind)| QuotaKey::Kept(kind))
+                .ok_or_else(|| format!("`{k}` is not counted"))
+        }
         (k, _) if k.starts_with("count/") => {
             let resource = &k["count/".len()..];
             WORKLOAD_RESOURCES
@@ -249,17 +286,13 @@ fn quota_key(key: &str) -> Result<QuotaKey, String> {
                 .map(|(_, _, r)| QuotaKey::Workloads(r))
                 .ok_or_else(|| {
                     format!(
-                        "cadre counts workloads ({}) and pods; `{resource}` are kept with the \
-                         workloads that use them, not as objects of their own",
-                        WORKLOAD_RESOURCES.map(|(_, _, r)| r).join(", ")
+                        "cadre counts workloads ({}), pods, and the objects it keeps ({}); not \
+                         `{resource}`",
+                        WORKLOAD_RESOURCES.map(|(_, _, r)| r).join(", "),
+                        KEPT_RESOURCES.map(|(r, _)| r).join(", ")
                     )
                 })
         }
-        ("services" | "configmaps" | "secrets" | "persistentvolumeclaims", _) => Err(
-            "cadre counts workloads (count/<resource>.<group>) and pods; counts of Services, \
-             ConfigMaps, Secrets and claims are not supported yet"
-                .into(),
-        ),
         (_, Some("storage" | "ephemeral-storage")) | ("ephemeral-storage", _) => {
             Err("storage is not booked by cadre, so it has no quota".into())
         }
@@ -324,9 +357,14 @@ pub(crate) fn read_resource_quota(
             }
         };
         match kind {
+            QuotaKey::Storage => tighten(&mut objects.storage, v.floor()),
             QuotaKey::Cpus => tighten(&mut hard.cpus, v.floor()),
             QuotaKey::Memory => tighten(&mut hard.mem_mib, v.floor_mib()),
-            QuotaKey::Gpus | QuotaKey::Nics | QuotaKey::Pods | QuotaKey::Workloads(_) => {
+            QuotaKey::Gpus
+            | QuotaKey::Nics
+            | QuotaKey::Pods
+            | QuotaKey::Workloads(_)
+            | QuotaKey::Kept(_) => {
                 let Some(n) = v.whole() else {
                     r.refuse(path, format!("{v} is not a whole number"));
                     continue;
@@ -342,7 +380,12 @@ pub(crate) fn read_resource_quota(
                             .workloads
                             .insert(resource.to_string(), slot.unwrap_or(0));
                     }
-                    QuotaKey::Cpus | QuotaKey::Memory => {}
+                    QuotaKey::Kept(kind) => {
+                        let mut slot = objects.kept.get(kind).copied();
+                        tighten(&mut slot, n);
+                        objects.kept.insert(kind.to_string(), slot.unwrap_or(0));
+                    }
+                    QuotaKey::Cpus | QuotaKey::Memory | QuotaKey::Storage => {}
                 }
             }
         }

@@ -107,20 +107,38 @@ spec:
         assert_eq!(o.workloads["jobs.batch"], 3);
         assert_eq!(o.workloads["mpijobs.kubeflow.org"], 1);
         assert!(s.quota_config().unwrap().namespaces.is_empty());
+        // Kept objects and the claims' storage.
+        let s = set("apiVersion: v1
+kind: ResourceQuota
+metadata: {name: kept}
+spec:
+  hard: {count/configmaps: 10, services: 1, persistentvolumeclaims: 4, count/secrets: 2, requests.storage: 1Ti}
+")
+        .unwrap();
+        let o = &s.object_quotas[0];
+        assert_eq!(
+            (
+                o.kept["ConfigMap"],
+                o.kept["Service"],
+                o.kept["PersistentVolumeClaim"],
+                o.kept["Secret"]
+            ),
+            (10, 1, 4, 2)
+        );
+        assert_eq!(o.storage, Some(1 << 40));
         let err = set("apiVersion: v1
 kind: ResourceQuota
 metadata: {name: q, namespace: t}
 spec:
-  hard: {count/configmaps: 10, services: 1, nvidia.com/gpu: 2, count/deployments.apps: 3, requests.storage: 1Ti}
+  hard: {nvidia.com/gpu: 2, count/deployments.apps: 3, requests.ephemeral-storage: 1Ti}
   scopes: [BestEffort]
 ")
         .unwrap_err();
         for want in [
-            "spec.hard[count/configmaps]: cadre counts workloads (jobs.batch, ",
-            "spec.hard[services]: cadre counts workloads",
-            "spec.hard[count/deployments.apps]: cadre counts workloads",
+            "spec.hard[count/deployments.apps]: cadre counts workloads (jobs.batch, ",
+            "and the objects it keeps (persistentvolumeclaims, services, configmaps, secrets)",
             "spec.hard[nvidia.com/gpu]: Invalid value: an extended resource's quota is written `requests.nvidia.com/gpu`",
-            "spec.hard[requests.storage]: storage is not booked",
+            "spec.hard[requests.ephemeral-storage]: storage is not booked",
             "spec.scopes: quota scopes are not supported",
         ] {
             assert!(err.contains(want), "{want} in {err}");

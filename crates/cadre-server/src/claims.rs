@@ -456,6 +456,53 @@ spec:
     }
 
     #[test]
+    fn a_namespace_quota_counts_kept_objects_and_claims_storage_when_they_are_created() {
+        let quota = "apiVersion: v1
+kind: ResourceQuota
+metadata: {name: q}
+spec: {hard: {persistentvolumeclaims: 2, count/configmaps: 0, requests.storage: 3Gi}}
+";
+        let objects = applied()
+            .change(&json(quota), &[], "ml", Time(3), &by("root", &unused))
+            .unwrap()
+            .next;
+        let apply =
+            |yaml: &str| objects.change(&json(yaml), &[], "ml", Time(4), &by("alice", &unused));
+        let err = apply("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n")
+            .unwrap_err();
+        assert!(
+            err.contains("exceeded quota: q, requested: configmaps=1, used: configmaps=0, limited: configmaps=0"),
+            "{err}"
+        );
+        let err = apply(
+            &CLAIM
+                .replace("name: data", "name: big")
+                .replace("1Gi", "3Gi"),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("exceeded quota: q, requested: requests.storage=3221225472, used: requests.storage=1073741824"),
+            "{err}"
+        );
+        let two = apply(&CLAIM.replace("name: data", "name: two"))
+            .unwrap()
+            .next;
+        let err = two
+            .change(
+                &json(&CLAIM.replace("name: data", "name: three")),
+                &[],
+                "ml",
+                Time(5),
+                &by("alice", &unused),
+            )
+            .unwrap_err();
+        assert!(
+            err.contains("requested: persistentvolumeclaims=1, used: persistentvolumeclaims=2, limited: persistentvolumeclaims=2"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_claim_in_use_and_the_class_of_a_claim_are_not_deleted() {
         let objects = applied();
         let used =

@@ -301,6 +301,7 @@ impl QueueObjects {
         };
         next.set.check_references().map_err(|e| e.to_string())?;
         next.quotas()?;
+        check_kept_quotas(&next, &results)?;
         Ok(QueueChange {
             put: puts,
             delete: deletes,
@@ -345,6 +346,71 @@ pub struct Applier<'a> {
     pub user: &'a str,
     /// The job not ended that mounts claim `(namespace, name)`, as a message names it.
     pub claim_user: &'a dyn Fn(&str, &str) -> Option<String>,
+}
+
+/// Whether the objects a change created (or, for claims, grew) keep within their
+/// namespaces' ResourceQuotas: counts of kept objects (`persistentvolumeclaims`,
+/// `services`, `configmaps`, `secrets`) and `requests.storage`. As in Kubernetes, a quota
+/// is checked when an object is created or grows: lowering one below what a namespace
+/// holds removes nothing. The error is Kubernetes' `exceeded quota` message.
+fn check_kept_quotas(next: &QueueObjects, results: &[QueueObjectResult]) -> Result<(), String> {
+    let set = &next.set;
+    let bytes = |c: &cadre_k8s::storage::ClaimConfig| {
+        c.storage
+            .as_ref()
+            .map_or(0, |s| u64::try_from(s.value.ceil()).unwrap_or(u64::MAX))
+    };
+    for r in results
+        .iter()
+        .filter(|r| r.outcome != "unchanged" && r.outcome != "deleted")
+    {
+        let (kind, ns) = (r.object.kind.as_str(), r.object.namespace.as_str());
+        for q in set.object_quotas.iter().filter(|q| q.namespace == ns) {
+            if r.outcome == "created"
+                && let Some(&limit) = q.kept.get(kind)
+            {
+                let count = next
+                    .records
+                    .iter()
+                    .filter(|x| x.kind == kind && x.namespace == ns)
+                    .count() as u64;
+                if count > limit {
+                    let key = cadre_k8s::namespaces::KEPT_RESOURCES
+                        .iter()
+                        .find(|(_, k)| *k == kind)
+                        .map_or(kind, |(r, _)| r);
+                    return Err(format!(
+                        "{kind} `{}`: exceeded quota: {}, requested: {key}=1, used: {key}={}, \
+                         limited: {key}={limit}",
+                        r.object.name,
+                        q.name,
+                        count - 1
+                    ));
+                }
+            }
+            if kind == "PersistentVolumeClaim"
+                && let Some(limit) = q.storage
+            {
+                let claims = set.claims.iter().filter(|c| c.namespace == ns);
+                let total: u64 = claims.clone().map(bytes).fold(0, u64::saturating_add);
+                if total > limit {
+                    let mine = claims
+                        .clone()
+                        .find(|c| c.name == r.object.name)
+                        .map_or(0, bytes);
+                    return Err(format!(
+                        "PersistentVolumeClaim `{}`: exceeded quota: {}, requested: \
+                         requests.storage={mine}, used: requests.storage={}, limited: \
+                         requests.storage={limit}",
+                        r.object.name,
+                        q.name,
+                        total - mine
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An owned object's manifest as it is recorded (see

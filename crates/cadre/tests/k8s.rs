@@ -1238,7 +1238,7 @@ spec:
     assert!(
         !names.lines().any(|n| [job, entry, mpi]
             .iter()
-            .any(|j| n.starts_with(&format!("cadre-job{j}.")))),
+            .any(|j| n.starts_with("cadre-") && n.contains(&format!("-job{j}.")))),
         "{names}"
     );
 }

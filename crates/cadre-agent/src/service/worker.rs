@@ -640,7 +640,13 @@ fn prepare(
             };
             job.exec_in = Some(crate::container::ExecIn {
                 runtime: runtime.argv().to_vec(),
-                name: crate::container::container_name(order.run.job.0, order.run.run, None, rank),
+                name: crate::container::container_name(
+                    &ctx.state_dir,
+                    order.run.job.0,
+                    order.run.run,
+                    None,
+                    rank,
+                ),
             });
             job.work_dir = PathBuf::from("/");
             return Ok((job, run_as, script_dir));
