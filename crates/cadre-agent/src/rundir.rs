@@ -135,14 +135,7 @@ impl RunDir {
     /// Writes a new file `name` holding `bytes`, its mode `mode` (group's and others' bits
     /// dropped when the file is another user's), owned by the run's user; its path.
     pub(crate) fn write(&self, name: &str, bytes: &[u8], mode: u32) -> io::Result<PathBuf> {
-        let fd = nix::fcntl::openat(
-            &self.fd,
-            name,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(io_err)?;
-        let mut file = std::fs::File::from(fd);
+        let mut file = self.new_file(name)?;
         // Not synced to disk: the files live as long as the run, and a run's launch after
         // a crash writes them anew (an fsync per file was a third of a millisecond on each
         // launch).
@@ -167,6 +160,13 @@ impl RunDir {
     /// Writes a new file `name` holding `bytes`, the agent's alone (mode 0600, never given
     /// to the run's user): what the agent records for itself.
     pub(crate) fn write_private(&self, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+        self.new_file(name)?.write_all(bytes)?;
+        Ok(self.path.join(name))
+    }
+
+    /// A new file `name` (mode 0600, the agent's), made, never found, and never through a
+    /// link; open for writing.
+    fn new_file(&self, name: &str) -> io::Result<std::fs::File> {
         let fd = nix::fcntl::openat(
             &self.fd,
             name,
@@ -174,8 +174,7 @@ impl RunDir {
             Mode::from_bits_truncate(0o600),
         )
         .map_err(io_err)?;
-        std::fs::File::from(fd).write_all(bytes)?;
-        Ok(self.path.join(name))
+        Ok(std::fs::File::from(fd))
     }
 
     /// A symbolic link `name` to `target`, the agent's.

@@ -41,6 +41,15 @@ pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-defaul
 /// The annotation the controller records a claim's owner in (any given is replaced).
 pub const OWNER_ANNOTATION: &str = "cadre.io/owner";
 
+/// The owner the controller recorded in a kept object's manifest (JSON).
+pub fn owner_of(manifest: &serde_json::Value) -> Option<&str> {
+    manifest
+        .get("metadata")?
+        .get("annotations")?
+        .get(OWNER_ANNOTATION)?
+        .as_str()
+}
+
 /// Kubernetes' access modes.
 pub const ACCESS_MODES: [&str; 4] = [
     "ReadWriteOnce",

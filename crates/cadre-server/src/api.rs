@@ -1006,19 +1006,13 @@ fn shown(kind: &str, manifest: &str) -> serde_json::Value {
             .unwrap_or_default()
     };
     let meta = |f: &str| v.pointer(&format!("/metadata/{f}")).cloned();
-    let owner = v
-        .pointer(&format!(
-            "/metadata/annotations/{}",
-            cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
-        ))
-        .cloned();
     let mut metadata = serde_json::Map::new();
     for f in ["name", "namespace", "uid", "labels"] {
         if let Some(x) = meta(f) {
             metadata.insert(f.into(), x);
         }
     }
-    if let Some(o) = owner {
+    if let Some(o) = cadre_k8s::storage::owner_of(&v) {
         metadata.insert(
             "annotations".into(),
             serde_json::json!({ cadre_k8s::storage::OWNER_ANNOTATION: o }),

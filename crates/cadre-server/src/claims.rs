@@ -86,34 +86,54 @@ pub fn forbidden(
     None
 }
 
-/// The owner a stored claim's manifest records.
+/// The owner a kept object's stored manifest records.
 fn owner_of(manifest: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(manifest).ok()?;
-    v.pointer("/metadata/annotations")?
-        .get(cadre_k8s::storage::OWNER_ANNOTATION)?
-        .as_str()
-        .map(str::to_string)
+    cadre_k8s::storage::owner_of(&v).map(str::to_string)
 }
 
-/// Records in `spec` the claims its workload mounts, after checking each is applied in the
-/// workload's namespace and is its user's, and the node paths it mounts under the
-/// controller's seal (`key`: the cluster's key; the API took them from an administrator
-/// only); any [`CLAIMS_ANNOTATION`] or [`HOST_PATHS_ANNOTATION`] the submitter gave is
-/// replaced. A run spec that carries no translation mounts none.
-pub fn check_claims(
+/// Prepares a submitted job's workload (read once from its run spec): records what it
+/// mounts ([`record_mounts`]) and puts in the values of the Secrets it uses
+/// ([`attach_secrets`]). Any [`CLAIMS_ANNOTATION`] or [`HOST_PATHS_ANNOTATION`] the
+/// submitter gave is removed first; a run spec that carries no translation mounts and uses
+/// nothing.
+pub fn prepare_workload(
     objects: &QueueObjects,
     spec: &mut JobSpec,
-    run: &RunSpec,
+    run: &mut RunSpec,
     key: &str,
 ) -> Result<(), String> {
     spec.annotations.remove(CLAIMS_ANNOTATION);
     spec.annotations.remove(HOST_PATHS_ANNOTATION);
-    let t = match cadre_k8s::workload_of(run) {
+    let mut t = match cadre_k8s::workload_of(run) {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(()),
         Err(e) => return Err(format!("the workload the job carries cannot be read: {e}")),
     };
-    let paths = cadre_k8s::storage::host_paths_of(&t);
+    record_mounts(objects, spec, &t, key)?;
+    if t.secrets.0.is_empty() {
+        return Ok(());
+    }
+    attach_secrets(objects, spec, &mut t)?;
+    let carried = WorkloadRun {
+        version: WORKLOAD_RUN_VERSION,
+        workload: t,
+    };
+    run.kubernetes = Some(serde_json::to_value(&carried).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+/// Records in `spec` the claims workload `t` mounts, after checking each is applied in the
+/// workload's namespace and is its user's, and the node paths it mounts under the
+/// controller's seal (`key`: the cluster's key; the API took them from an administrator
+/// only).
+fn record_mounts(
+    objects: &QueueObjects,
+    spec: &mut JobSpec,
+    t: &cadre_k8s::Translated,
+    key: &str,
+) -> Result<(), String> {
+    let paths = cadre_k8s::storage::host_paths_of(t);
     if !paths.is_empty() {
         if key.is_empty() {
             return Err(
@@ -125,7 +145,7 @@ pub fn check_claims(
         spec.annotations
             .insert(HOST_PATHS_ANNOTATION.into(), format!("{paths};{code}"));
     }
-    let names = claims_of(&t);
+    let names = claims_of(t);
     if names.is_empty() {
         return Ok(());
     }
@@ -162,21 +182,16 @@ fn host_paths_sealed(user: &str, paths: &str) -> String {
     format!("hostPaths of {user}: {paths}")
 }
 
-/// Puts in a workload's run spec the values of the Secrets it uses, from the controller's
-/// own records: each must be applied in the workload's namespace (with the workload, whose
+/// Puts in workload `t` the values of the Secrets it uses, from the controller's own
+/// records: each must be applied in the workload's namespace (with the workload, whose
 /// objects are applied first, or before it) and be the job's user's. What the submitter
 /// sent as their values is replaced (a client that read a Secret applied before knows its
 /// keys alone; no one else's values reach a job).
-pub fn attach_secrets(
+fn attach_secrets(
     objects: &QueueObjects,
     spec: &JobSpec,
-    run: &mut RunSpec,
+    t: &mut cadre_k8s::Translated,
 ) -> Result<(), String> {
-    let mut t = match cadre_k8s::workload_of(run) {
-        Ok(Some(t)) if !t.secrets.0.is_empty() => t,
-        Ok(_) => return Ok(()),
-        Err(e) => return Err(format!("the workload the job carries cannot be read: {e}")),
-    };
     let namespace = namespace_of(spec);
     for (name, data) in t.secrets.0.iter_mut() {
         let (Some(secret), Some(record)) = (
@@ -205,11 +220,6 @@ pub fn attach_secrets(
         }
         data.clone_from(&secret.data);
     }
-    let carried = WorkloadRun {
-        version: WORKLOAD_RUN_VERSION,
-        workload: t,
-    };
-    run.kubernetes = Some(serde_json::to_value(&carried).map_err(|e| e.to_string())?);
     Ok(())
 }
 
@@ -569,10 +579,10 @@ spec:
             let t = cadre_k8s::translate(&o, &opts).unwrap();
             cadre_k8s::submission(&t).unwrap()
         };
-        let (mut spec, run) = workload("alice", "ml");
+        let (mut spec, mut run) = workload("alice", "ml");
         spec.annotations
             .insert(CLAIMS_ANNOTATION.into(), "other".into());
-        check_claims(&objects, &mut spec, &run, "k").unwrap();
+        prepare_workload(&objects, &mut spec, &mut run, "k").unwrap();
         assert_eq!(
             spec.annotations[CLAIMS_ANNOTATION], "data",
             "the submitter's is replaced"
@@ -592,14 +602,14 @@ spec:
             Some("job 7")
         );
         assert_eq!(claim_user([(7, &spec)].into_iter(), "team", "data"), None);
-        let (mut spec, run) = workload("bob", "ml");
-        let err = check_claims(&objects, &mut spec, &run, "k").unwrap_err();
+        let (mut spec, mut run) = workload("bob", "ml");
+        let err = prepare_workload(&objects, &mut spec, &mut run, "k").unwrap_err();
         assert!(
             err.contains("belongs to `alice`: a job of `bob` may not mount it"),
             "{err}"
         );
-        let (mut spec, run) = workload("alice", "team");
-        let err = check_claims(&objects, &mut spec, &run, "k").unwrap_err();
+        let (mut spec, mut run) = workload("alice", "team");
+        let err = prepare_workload(&objects, &mut spec, &mut run, "k").unwrap_err();
         assert!(
             err.contains("persistentvolumeclaim \"data\" not found in namespace team"),
             "{err}"
@@ -622,8 +632,8 @@ spec:
             let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
             cadre_k8s::submission(&cadre_k8s::translate(&o, &opts).unwrap()).unwrap()
         };
-        let (mut spec, run) = host("root");
-        check_claims(&objects, &mut spec, &run, "k").unwrap();
+        let (mut spec, mut run) = host("root");
+        prepare_workload(&objects, &mut spec, &mut run, "k").unwrap();
         assert_eq!(host_paths(&spec, "k"), ["/datasets"]);
         assert!(host_paths(&spec, "another key").is_empty());
         let mut forged = spec.clone();
@@ -666,17 +676,17 @@ spec:
             t.secrets.0.insert("hf".into(), forged);
             cadre_k8s::submission(&t).unwrap()
         };
-        let (spec, mut run) = uses("alice");
-        attach_secrets(&with_secret, &spec, &mut run).unwrap();
+        let (mut spec, mut run) = uses("alice");
+        prepare_workload(&with_secret, &mut spec, &mut run, "k").unwrap();
         let t = cadre_k8s::workload_of(&run).unwrap().unwrap();
         assert_eq!(t.secrets.get("hf", "token").as_deref(), Some(&b"real"[..]));
-        let (spec, mut run) = uses("bob");
-        let err = attach_secrets(&with_secret, &spec, &mut run).unwrap_err();
+        let (mut spec, mut run) = uses("bob");
+        let err = prepare_workload(&with_secret, &mut spec, &mut run, "k").unwrap_err();
         assert!(
             err.contains("secret \"hf\" in namespace ml belongs to `alice`"),
             "{err}"
         );
-        let err = attach_secrets(&objects, &spec, &mut run).unwrap_err();
+        let err = prepare_workload(&objects, &mut spec, &mut run, "k").unwrap_err();
         assert!(
             err.contains("secret \"hf\" not found in namespace ml"),
             "{err}"

@@ -856,13 +856,12 @@ impl Controller {
         self.default_time_limit(&mut job.spec);
         route_job(&self.queue_objects, &mut job.spec)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
-        crate::claims::check_claims(
+        crate::claims::prepare_workload(
             &self.queue_objects,
             &mut job.spec,
-            &job.run,
+            &mut job.run,
             &self.config.job_token_key,
         )
-        .and_then(|()| crate::claims::attach_secrets(&self.queue_objects, &job.spec, &mut job.run))
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e))?;
         // A Kubernetes workload waits for a queue applied later, as Kubernetes takes objects
         // in any order; any other job naming a queue that does not exist is a mistake.

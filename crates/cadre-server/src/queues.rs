@@ -144,7 +144,6 @@ impl QueueObjects {
         by: &Applier<'_>,
     ) -> Result<QueueChange, String> {
         let mut records = self.records.clone();
-        let records_before = self.records.clone();
         let mut results = Vec::new();
         let mut problems = Vec::new();
         let mut puts = Vec::new();
@@ -203,7 +202,7 @@ impl QueueObjects {
             let outcome = match records.iter_mut().find(|r| key_of(r) == key_of(&record)) {
                 Some(old) if old.manifest == record.manifest => "unchanged",
                 Some(old) => {
-                    if let Err(e) = immutable(old, &object, &records_before) {
+                    if let Err(e) = immutable(old, &object, &self.set) {
                         problems.push(format!("{origin}: {e}"));
                         continue;
                     }
@@ -425,10 +424,6 @@ fn stamp(
     claim: bool,
 ) {
     let old: Option<serde_json::Value> = old.and_then(|r| serde_json::from_str(&r.manifest).ok());
-    let owner_key = format!(
-        "/metadata/annotations/{}",
-        cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
-    );
     match old {
         Some(o) => {
             let text = |p: &str| o.pointer(p).and_then(|v| v.as_str()).map(str::to_string);
@@ -436,7 +431,7 @@ fn stamp(
             cadre_k8s::storage::stamp_claim(
                 manifest,
                 &text("/metadata/uid").unwrap_or_default(),
-                &text(&owner_key).unwrap_or_default(),
+                cadre_k8s::storage::owner_of(&o).unwrap_or_default(),
                 class.as_deref(),
             );
         }
@@ -489,11 +484,11 @@ fn claim_class(r: &QueueObjectRecord) -> Option<String> {
 /// Kubernetes' immutable fields: a PriorityClass's `value` and `preemptionPolicy` (jobs
 /// keep the value they were admitted with, and a restarted controller gives it back); a
 /// StorageClass's provisioner and parameters; a claim's spec but a growing storage request
-/// where its class allows it (`records`: the objects before the change).
+/// where its class allows it (`before_change`: the objects before the change).
 fn immutable(
     old: &QueueObjectRecord,
     new: &Object,
-    records: &[QueueObjectRecord],
+    before_change: &QueueSet,
 ) -> Result<(), String> {
     let read = |o: &Object| {
         let mut set = QueueSet::default();
@@ -512,8 +507,7 @@ fn immutable(
                 return cadre_k8s::storage::class_update(a, b);
             }
             if let (Some(a), Some(b)) = (before.claims.first(), after.claims.first()) {
-                let classes = build(records)?;
-                let class = classes
+                let class = before_change
                     .storage_classes
                     .iter()
                     .find(|c| Some(&c.name) == a.class.as_ref());

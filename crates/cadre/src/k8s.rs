@@ -462,30 +462,6 @@ fn translate_all(
                 | Object::Service(_)
                 | Object::ConfigMap(_)
                 | Object::Secret(_) => {
-                    match &object {
-                        Object::Service(s) => {
-                            if let Ok(s) =
-                                cadre_k8s::service::read_service(s, &opts.default_namespace)
-                            {
-                                services.push(s);
-                            }
-                        }
-                        Object::ConfigMap(c) => {
-                            if let Ok(c) =
-                                cadre_k8s::config::read_config_map(c, &opts.default_namespace)
-                            {
-                                maps.push(c);
-                            }
-                        }
-                        Object::Secret(s) => {
-                            if let Ok(s) =
-                                cadre_k8s::config::read_secret(s, &opts.default_namespace)
-                            {
-                                secrets.push(s);
-                            }
-                        }
-                        _ => {}
-                    }
                     // Checked on its own here, so that its problems name its file and
                     // document; the controller checks it again with the others applied.
                     let mut set = cadre_k8s::QueueSet::default();
@@ -493,6 +469,10 @@ fn translate_all(
                         out.problems.push(format!("{origin}, document {doc}: {e}"));
                         continue;
                     }
+                    // What the workloads of the apply use, as read.
+                    services.append(&mut set.services);
+                    maps.append(&mut set.config_maps);
+                    secrets.append(&mut set.secrets);
                     let all = match &json {
                         Some(j) => j,
                         None => match cadre_k8s::documents_json(text, origin) {
@@ -587,20 +567,13 @@ fn as_applied(client: &mut cadre_client::Client, id: JobId, t: &Translated) -> b
 fn applied_objects(client: &mut cadre_client::Client, user: &str) -> Result<cadre_k8s::QueueSet> {
     let list: cadre_proto::api::QueueObjectList = client.get("/queue-objects")?;
     let mut set = cadre_k8s::QueueSet::default();
-    let owner = |o: &cadre_proto::api::QueueObjectView| {
-        o.manifest
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
-            ))
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    };
     let used = |o: &cadre_proto::api::QueueObjectView| match o.kind.as_str() {
         "LimitRange" => true,
         // Only the user's own: another's ConfigMap of a name their workload gives would
         // put that user's values in its environment.
-        "Service" | "ConfigMap" | "Secret" => owner(o).as_deref() == Some(user),
+        "Service" | "ConfigMap" | "Secret" => {
+            cadre_k8s::storage::owner_of(&o.manifest) == Some(user)
+        }
         _ => false,
     };
     for o in list.objects.iter().filter(|o| used(o)) {
@@ -1037,12 +1010,9 @@ fn get_namespace_objects(conn: &ConnectArgs, a: &GetArgs, kind: KindName) -> Res
             o.name.clone()
         });
         let owner = || {
-            at(&format!(
-                "/metadata/annotations/{}",
-                cadre_k8s::storage::OWNER_ANNOTATION.replace('/', "~1")
-            ))
-            .unwrap_or("-")
-            .to_string()
+            cadre_k8s::storage::owner_of(&o.manifest)
+                .unwrap_or("-")
+                .to_string()
         };
         let count = |key: &str| {
             o.manifest
