@@ -513,6 +513,33 @@ spec: {hard: {persistentvolumeclaims: 2, count/configmaps: 0, requests.storage: 
     }
 
     #[test]
+    fn one_submission_carries_at_most_its_bound_of_workloads() {
+        let job = |bytes: usize| {
+            let mut run = RunSpec::command(vec!["true".into()], "/".into());
+            run.kubernetes = Some(serde_json::Value::String("x".repeat(bytes)));
+            cadre_store::NewJob {
+                spec: JobSpec::simple(
+                    "alice",
+                    "ml",
+                    1,
+                    cadre_core::resources::TaskResources::default(),
+                    cadre_core::time::Dur(60),
+                ),
+                run,
+                partition: String::new(),
+                array_of: None,
+            }
+        };
+        let half = MAX_CARRIED_BYTES / 2;
+        check_carried(&[job(half - 8), job(half - 8)]).unwrap();
+        let err = check_carried(&[job(half), job(half)]).unwrap_err();
+        assert!(
+            err.contains("above 67108864: submit them in smaller requests"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_claim_in_use_and_the_class_of_a_claim_are_not_deleted() {
         let objects = applied();
         let used =
