@@ -178,17 +178,23 @@ impl NodeClasses {
     }
 
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0),
-    /// its first `per_class` nodes in partition `p`, each weighing 1 but the last, which
-    /// also counts the class's nodes in `p` left out. Ascending by node.
+    /// its first `per_class` nodes in partition `p` (and in `keep`, when given), each
+    /// weighing 1 but the last, which also counts the class's nodes in `p` (and `keep`)
+    /// left out. Ascending by node.
     pub(super) fn representatives(
         &self,
         cluster: &Cluster,
         p: PartitionId,
         gpus: u32,
         per_class: u32,
+        keep: Option<&dyn Fn(NodeId) -> bool>,
     ) -> Vec<(NodeId, u32)> {
-        let whole_cluster = cluster.partition(p).nodes.len() == cluster.nodes.len();
-        let in_p = |n: &NodeId| whole_cluster || cluster.node(*n).partitions.contains(&p);
+        let whole_cluster =
+            keep.is_none() && cluster.partition(p).nodes.len() == cluster.nodes.len();
+        let in_p = |n: &NodeId| {
+            whole_cluster
+                || (cluster.node(*n).partitions.contains(&p) && keep.is_none_or(|k| k(*n)))
+        };
         let per_class = per_class.max(1) as usize;
         let mut out = Vec::new();
         for class in &self.classes {

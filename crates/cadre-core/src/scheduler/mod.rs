@@ -1668,6 +1668,48 @@ impl Scheduler {
         if self.reference {
             return self.place(spec, nodes);
         }
+        let scan = self.scan_for(spec, part, None);
+        let profile = match self.policy.placement {
+            PlacementRule::BestFit => None,
+            PlacementRule::Fragmentation => Some(&self.workload),
+        };
+        placement::place_scanning(&self.cluster, spec, nodes, profile, scan)
+    }
+
+    /// [`Scheduler::place_in`] on the nodes of partition `part` that `keep` keeps.
+    pub(crate) fn place_in_kept(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        keep: &dyn Fn(NodeId) -> bool,
+    ) -> Result<Allocation, PlacementFailure> {
+        let nodes: Vec<NodeId> = self
+            .cluster
+            .partition(part)
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| keep(n))
+            .collect();
+        if self.reference {
+            return self.place(spec, &nodes);
+        }
+        let scan = self.scan_for(spec, part, Some(keep));
+        let profile = match self.policy.placement {
+            PlacementRule::BestFit => None,
+            PlacementRule::Fragmentation => Some(&self.workload),
+        };
+        placement::place_scanning(&self.cluster, spec, &nodes, profile, scan)
+    }
+
+    /// The nodes [`Scheduler::place_in`] looks at for a job: representatives of the classes
+    /// of equal nodes that have room for its smallest task of whole GPUs.
+    fn scan_for(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        keep: Option<&dyn Fn(NodeId) -> bool>,
+    ) -> Vec<(NodeId, u32)> {
         let least_whole = spec
             .groups
             .iter()
@@ -1682,14 +1724,8 @@ impl Scheduler {
             .groups
             .iter()
             .fold(0u32, |sum, g| sum.saturating_add(g.count));
-        let scan = self
-            .classes
-            .representatives(&self.cluster, part, least_whole, tasks);
-        let profile = match self.policy.placement {
-            PlacementRule::BestFit => None,
-            PlacementRule::Fragmentation => Some(&self.workload),
-        };
-        placement::place_scanning(&self.cluster, spec, nodes, profile, scan)
+        self.classes
+            .representatives(&self.cluster, part, least_whole, tasks, keep)
     }
 }
 

@@ -27,7 +27,7 @@ enum DepState {
 /// The order in which eligible jobs are considered: preemptors first, partition tier and
 /// priority class descending, then each partition's longest-waiting starving job (see
 /// [`keep_oldest_starving`]), then priority descending, then submit time and id ascending.
-type OrderKey = (
+pub(super) type OrderKey = (
     Reverse<bool>,
     Reverse<u32>,
     Reverse<i32>,
@@ -41,9 +41,9 @@ type OrderKey = (
 /// the many whose outcome follows from these alone (their shape already failed in this
 /// pass, no quota to check) are decided without looking the job up in the job table: on a
 /// deep queue those lookups, each a walk down a large tree, were most of a pass.
-struct Candidate {
-    key: OrderKey,
-    id: JobId,
+pub(super) struct Candidate {
+    pub(super) key: OrderKey,
+    pub(super) id: JobId,
     /// An array task whose array limits its running tasks (`%N`).
     array_limited: bool,
     partition: PartitionId,
@@ -51,8 +51,11 @@ struct Candidate {
     time_limit: crate::time::Dur,
     awaiting_victims: bool,
     /// What [`Scheduler::may_preempt`] reads of the job (its QOS is read only if it has one).
-    class_preempting: bool,
-    has_qos: bool,
+    pub(super) class_preempting: bool,
+    pub(super) has_qos: bool,
+    /// Its reason before this pass ([`PendingReason::None`] for a limit's, which names the
+    /// limit): a reason the pass decides is written only where it differs.
+    reason_was: PendingReason,
 }
 
 impl Candidate {
@@ -110,6 +113,14 @@ fn keep_oldest_starving(order: &mut [Candidate]) {
     }
 }
 
+/// Notes the reason the pass decided for a candidate, unless it had that reason already: on
+/// a deep queue most keep theirs, and writing them all cost a sweep over the job table.
+fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: PendingReason) {
+    if c.reason_was != reason {
+        reasons.push((c.id, reason));
+    }
+}
+
 fn job_elastic(job: &Job) -> bool {
     job.min_want != job.want
 }
@@ -140,6 +151,14 @@ impl Scheduler {
         // Running tasks of arrays with a `%N` limit, counted when first needed.
         let mut array_running: HashMap<JobId, u32> = HashMap::new();
         let partitions = self.cluster.partitions.len();
+        // No job of the lowest tier outranks another by its tier.
+        let lowest_tier = self
+            .cluster
+            .partitions
+            .iter()
+            .map(|p| p.priority_tier)
+            .min()
+            .unwrap_or(0);
         for (tested, c) in order.into_iter().enumerate() {
             let id = c.id;
             // Strict order with every partition blocked: every job left waits on `Priority`
@@ -149,7 +168,7 @@ impl Scheduler {
                 && !c.array_limited
                 && blocked_partitions.len() == partitions
             {
-                reasons.push((id, PendingReason::Priority));
+                note(&mut reasons, &c, PendingReason::Priority);
                 continue;
             }
             let part = c.partition;
@@ -172,7 +191,11 @@ impl Scheduler {
                         .count() as u32
                 });
                 if running >= max {
-                    reasons.push((id, PendingReason::Limit("JobArrayTaskLimit".into())));
+                    note(
+                        &mut reasons,
+                        &c,
+                        PendingReason::Limit("JobArrayTaskLimit".into()),
+                    );
                     continue;
                 }
             }
@@ -181,18 +204,18 @@ impl Scheduler {
             let anything_blocked =
                 blocked_seen > 0 || starving_blocked || !blocked_partitions.is_empty();
             if tested >= backfill.max_job_test as usize && anything_blocked {
-                reasons.push((id, PendingReason::Priority));
+                note(&mut reasons, &c, PendingReason::Priority);
                 continue;
             }
             if self.policy.strict_order && blocked_partitions.contains(&part) {
-                reasons.push((id, PendingReason::Priority));
+                note(&mut reasons, &c, PendingReason::Priority);
                 continue;
             }
             if c.awaiting_victims {
                 // Victims are still stopping; their resources become this job's when they end.
                 let p = profile.get_or_insert_with(|| self.profile(now));
                 self.hold_for_preemptor(p, id, now);
-                reasons.push((id, PendingReason::Preempting));
+                note(&mut reasons, &c, PendingReason::Preempting);
                 blocked_partitions.insert(part);
                 continue;
             }
@@ -212,13 +235,17 @@ impl Scheduler {
                         if !decisions.is_empty() {
                             victims = None;
                             out.extend(decisions);
-                            reasons.push((id, PendingReason::Preempting));
+                            note(&mut reasons, &c, PendingReason::Preempting);
                             let p = profile.get_or_insert_with(|| self.profile(now));
                             self.hold_for_preemptor(p, id, now);
                             continue;
                         }
                     }
-                    reasons.push((id, PendingReason::Limit(block.reason().to_string())));
+                    note(
+                        &mut reasons,
+                        &c,
+                        PendingReason::Limit(block.reason().to_string()),
+                    );
                     continue;
                 }
             }
@@ -232,7 +259,7 @@ impl Scheduler {
             let placed = match &failed[key as usize] {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
-                    reasons.push((id, PendingReason::Priority));
+                    note(&mut reasons, &c, PendingReason::Priority);
                     continue;
                 }
                 _ => {
@@ -284,13 +311,8 @@ impl Scheduler {
                     if let Some(p) = &profile {
                         if !p.fits(&per_node, now, end) {
                             // Try once more on the nodes whose holds it would not touch.
-                            let free_of_holds: Vec<NodeId> = nodes
-                                .iter()
-                                .copied()
-                                .filter(|&n| p.untouched_until(n, end))
-                                .collect();
                             alloc = self
-                                .place(spec, &free_of_holds)
+                                .place_in_kept(spec, part, &|n| p.untouched_until(n, end))
                                 .ok()
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {
@@ -309,7 +331,7 @@ impl Scheduler {
                             }
                         }
                         None => {
-                            reasons.push((id, PendingReason::Priority));
+                            note(&mut reasons, &c, PendingReason::Priority);
                             blocked_partitions.insert(part);
                             let least = match &failed[key as usize] {
                                 Some(Failed::Holds { end: e }) => end.min(*e),
@@ -320,23 +342,25 @@ impl Scheduler {
                     }
                 }
                 Err(fail) if fail.is_permanent() => {
-                    reasons.push((id, PendingReason::from_placement(&fail)));
+                    note(&mut reasons, &c, PendingReason::from_placement(&fail));
                 }
                 Err(fail) => {
-                    reasons.push((id, PendingReason::from_placement(&fail)));
+                    let reason = PendingReason::from_placement(&fail);
                     if self.policy.strict_order {
+                        note(&mut reasons, &c, reason);
                         blocked_partitions.insert(part);
                         continue;
                     }
                     // Whether the job could outrank a running job at all: its class, its
-                    // partition's tier or its QOS (the running jobs are summed up only for a
-                    // job that has one of these).
-                    let may_outrank =
-                        c.class_preempting || c.has_qos || self.policy.preemption.partition_tier;
+                    // partition's tier above the lowest, or its QOS (the running jobs are
+                    // summed up only for a job that has one of these).
+                    let may_outrank = c.class_preempting
+                        || c.has_qos
+                        || (self.policy.preemption.partition_tier && c.key.1.0 > lowest_tier);
                     if preempt_on
                         && may_outrank
                         && self
-                            .may_preempt(id, victims.get_or_insert_with(|| self.victim_summary()))
+                            .may_preempt(&c, victims.get_or_insert_with(|| self.victim_summary()))
                     {
                         // Victims are chosen only where no higher job's reservation
                         // starts before this job would end.
@@ -356,12 +380,13 @@ impl Scheduler {
                         if !decisions.is_empty() {
                             victims = None;
                             out.extend(decisions);
-                            reasons.push((id, PendingReason::Preempting));
+                            note(&mut reasons, &c, PendingReason::Preempting);
                             let p = profile.get_or_insert_with(|| self.profile(now));
                             self.hold_for_preemptor(p, id, now);
                             continue;
                         }
                     }
+                    note(&mut reasons, &c, reason);
                     // A starving job's reservation comes on top of the
                     // `reservation_depth` of the jobs in priority order.
                     let starving = c.starving();
@@ -445,8 +470,17 @@ impl Scheduler {
     }
 
     /// Sets the pending reasons decided in a pass (a job may be named more than once: the
-    /// last reason holds), in one sweep over the job table in id order.
+    /// last reason holds): by a search per job when they are few, otherwise in one sweep
+    /// over the job table in id order.
     fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
+        if reasons.len() < self.jobs.len() / 16 {
+            for (id, reason) in reasons {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.reason = reason;
+                }
+            }
+            return;
+        }
         reasons.sort_by_key(|r| r.0);
         let mut reasons = reasons.into_iter().peekable();
         for (id, job) in self.jobs.iter_mut() {
@@ -461,87 +495,43 @@ impl Scheduler {
 
     /// The eligible pending jobs in scheduling order; sets the reason of the others.
     ///
-    /// Two sweeps over the job table in id order (one reading, one writing what was read)
-    /// rather than two searches per pending job: on a deep queue the searches, each a walk
-    /// down a large tree, cost more than everything else the ordering does.
+    /// One sweep over the job table in id order rather than a search per pending job: on a
+    /// deep queue the searches, each a walk down a large tree, cost more than everything
+    /// else the ordering does. The table is taken out of the scheduler for the sweep, so
+    /// that each job is read and written in one visit; a job that depends on other jobs
+    /// (which reading its dependencies looks up) is left for after it.
     ///
     /// Each job comes with what the pass reads of it ([`Candidate`]).
     fn eligible_order(&mut self, now: Time) -> Vec<Candidate> {
-        let mut assessed: Vec<(JobId, u64, Option<PendingReason>)> =
-            Vec::with_capacity(self.pending.len());
+        let mut order = Vec::with_capacity(self.pending.len());
+        let mut later = Vec::new();
+        let mut jobs = std::mem::take(&mut self.jobs);
         let mut pending = self.pending.iter().peekable();
-        for (&id, job) in &self.jobs {
+        for (&id, job) in jobs.iter_mut() {
             if pending.next_if_eq(&&id).is_none() {
                 continue;
             }
-            let blocker = self.blocker(job, now);
-            let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now);
-            let priority = self.policy.priority.priority(&factors);
-            assessed.push((id, priority, blocker));
+            let looks_up = job
+                .spec
+                .dependencies
+                .iter()
+                .any(|d| matches!(d, Dependency::On { .. }));
+            if looks_up {
+                later.push(id);
+            } else {
+                order.extend(self.assess(job, now));
+            }
         }
         debug_assert!(
             pending.next().is_none(),
             "pending jobs are in the job table"
         );
-        let mut order = Vec::with_capacity(assessed.len());
-        let starvation_wait = self.policy.backfill.starvation_wait;
-        let mut assessed = assessed.into_iter().peekable();
-        for (&id, job) in self.jobs.iter_mut() {
-            let Some((_, priority, blocker)) = assessed.next_if(|a| a.0 == id) else {
-                continue;
-            };
-            job.priority = priority;
-            job.starving_since = None;
-            if let Some(reason) = blocker {
-                if !matches!(
-                    reason,
-                    PendingReason::Dependency | PendingReason::SingletonDependency
-                ) {
-                    job.eligible_since = None;
-                }
-                job.reason = reason;
-                continue;
+        self.jobs = jobs;
+        for id in later {
+            if let Some(mut job) = self.jobs.remove(&id) {
+                order.extend(self.assess(&mut job, now));
+                self.jobs.insert(id, job);
             }
-            let since = *job.eligible_since.get_or_insert(now);
-            let tier = self.cluster.partition(job.partition).priority_tier;
-            // A starving job is marked with when it became eligible (`Time::NEVER`, which
-            // sorts last, for the others); see `keep_oldest_starving`. Only a job the mark
-            // can help is marked: not one the last pass found never fits or held back by a
-            // limit (a quota, an array's `%N`), which would keep the mark from the rest of
-            // its partition for as long as it waits; and not under strict order, whose
-            // head job is the one waiting longest already.
-            let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
-            let may_starve = !self.policy.strict_order
-                && !array_limited
-                && !matches!(
-                    job.reason,
-                    PendingReason::BadConstraints | PendingReason::Limit(_)
-                );
-            let starving =
-                may_starve && starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
-            let starving_since = if starving { since } else { Time::NEVER };
-            // A job that preempted others goes first, as Slurm evaluates preemptors first:
-            // what its victims freed is its own, and no lower job takes it back.
-            let key = (
-                Reverse(!job.victims_held.is_empty()),
-                Reverse(tier),
-                Reverse(job.class_value),
-                starving_since,
-                Reverse(priority),
-                job.spec.submit_time,
-                id,
-            );
-            order.push(Candidate {
-                key,
-                id,
-                array_limited,
-                partition: job.partition,
-                shape: job.shape,
-                time_limit: job.spec.time_limit,
-                awaiting_victims: !job.awaiting_victims.is_empty(),
-                class_preempting: job.class_preempting,
-                has_qos: job.spec.qos.is_some(),
-            });
         }
         keep_oldest_starving(&mut order);
         // At most one a partition: a few lookups.
@@ -553,6 +543,71 @@ impl Scheduler {
         // Keys are unique (they end with the id).
         order.sort_unstable_by_key(|c| c.key);
         order
+    }
+
+    /// Sets a pending job's priority, and its reason where something keeps it from being
+    /// considered; otherwise its place in the order (`job` is out of the job table).
+    fn assess(&self, job: &mut Job, now: Time) -> Option<Candidate> {
+        let blocker = self.blocker(job, now);
+        let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now);
+        let priority = self.policy.priority.priority(&factors);
+        job.priority = priority;
+        job.starving_since = None;
+        if let Some(reason) = blocker {
+            if !matches!(
+                reason,
+                PendingReason::Dependency | PendingReason::SingletonDependency
+            ) {
+                job.eligible_since = None;
+            }
+            job.reason = reason;
+            return None;
+        }
+        let since = *job.eligible_since.get_or_insert(now);
+        let tier = self.cluster.partition(job.partition).priority_tier;
+        // A starving job is marked with when it became eligible (`Time::NEVER`, which sorts
+        // last, for the others); see `keep_oldest_starving`. Only a job the mark can help is
+        // marked: not one the last pass found never fits or held back by a limit (a quota,
+        // an array's `%N`), which would keep the mark from the rest of its partition for as
+        // long as it waits; and not under strict order, whose head job is the one waiting
+        // longest already.
+        let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
+        let may_starve = !self.policy.strict_order
+            && !array_limited
+            && !matches!(
+                job.reason,
+                PendingReason::BadConstraints | PendingReason::Limit(_)
+            );
+        let starvation_wait = self.policy.backfill.starvation_wait;
+        let starving = may_starve && starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
+        let starving_since = if starving { since } else { Time::NEVER };
+        // A job that preempted others goes first, as Slurm evaluates preemptors first: what
+        // its victims freed is its own, and no lower job takes it back.
+        let key = (
+            Reverse(!job.victims_held.is_empty()),
+            Reverse(tier),
+            Reverse(job.class_value),
+            starving_since,
+            Reverse(priority),
+            job.spec.submit_time,
+            job.id,
+        );
+        Some(Candidate {
+            key,
+            id: job.id,
+            array_limited,
+            partition: job.partition,
+            shape: job.shape,
+            time_limit: job.spec.time_limit,
+            awaiting_victims: !job.awaiting_victims.is_empty(),
+            class_preempting: job.class_preempting,
+            has_qos: job.spec.qos.is_some(),
+            reason_was: match job.reason {
+                // A quota's reason names the quota: always written again.
+                PendingReason::Limit(_) => PendingReason::None,
+                ref r => r.clone(),
+            },
+        })
     }
 
     /// The multifactor factors of a job eligible since `since`.

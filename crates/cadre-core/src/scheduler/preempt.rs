@@ -12,6 +12,7 @@
 //! Must hold: no victim is chosen unless the preemptor then fits; the cluster's usage is
 //! exactly as before once the search is done (victims keep their resources until they end).
 
+use super::pass::Candidate;
 use super::{Decision, Scheduler, Stopping};
 use crate::backfill::Profile;
 use crate::cluster::{NodeId, PartitionId};
@@ -75,18 +76,20 @@ impl Scheduler {
         summary
     }
 
-    /// Whether `id` could outrank some running job at all (see [`VictimSummary`]).
-    pub(super) fn may_preempt(&self, id: JobId, victims: &VictimSummary) -> bool {
-        let job = &self.jobs[&id];
-        let by_class = job.class_preempting && job.class_value > victims.lowest_class;
-        let by_tier = self.policy.preemption.partition_tier
-            && self.cluster.partition(job.partition).priority_tier > victims.lowest_tier;
-        let by_qos = job
-            .spec
-            .qos
-            .as_deref()
-            .and_then(|q| self.policy.qos(q))
-            .is_some_and(|q| q.preempt.iter().any(|p| victims.qos.contains(p)));
+    /// Whether the pass's candidate `c` could outrank some running job at all (see
+    /// [`VictimSummary`]), from what the candidate carries: the job itself is read only for
+    /// its QOS, when it has one.
+    pub(super) fn may_preempt(&self, c: &Candidate, victims: &VictimSummary) -> bool {
+        let (tier, class_value) = (c.key.1.0, c.key.2.0);
+        let by_class = c.class_preempting && class_value > victims.lowest_class;
+        let by_tier = self.policy.preemption.partition_tier && tier > victims.lowest_tier;
+        let by_qos = c.has_qos
+            && self.jobs[&c.id]
+                .spec
+                .qos
+                .as_deref()
+                .and_then(|q| self.policy.qos(q))
+                .is_some_and(|q| q.preempt.iter().any(|p| victims.qos.contains(p)));
         by_class || by_tier || by_qos
     }
 
