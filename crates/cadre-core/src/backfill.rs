@@ -41,8 +41,12 @@ pub struct Profile {
     now: Time,
     /// Free now, per node (zero on nodes that are not up).
     base: Vec<Amounts>,
-    /// Per node: amounts released when running jobs end, sorted by time.
-    releases: Vec<Vec<(Time, Amounts)>>,
+    /// Amounts released when running jobs end, node by node, each node's sorted by time:
+    /// node `i`'s are `release_list[release_at[i]..release_at[i + 1]]` (one list rather
+    /// than a list per node: building the profile of a large cluster allocated one for
+    /// each node at every pass).
+    release_at: Vec<u32>,
+    release_list: Vec<(Time, Amounts)>,
     /// Per node: holds, in the order they were made.
     holds: Vec<Vec<Hold>>,
     /// Per node: the earliest start of any hold ([`Time::NEVER`] without holds).
@@ -66,31 +70,57 @@ impl Profile {
         let base = (0..n as u32)
             .map(|i| cluster.free_amounts(NodeId(i)))
             .collect();
-        let mut releases = vec![Vec::new(); n];
+        let up: Vec<bool> = cluster
+            .nodes
+            .iter()
+            .map(|node| node.avail == NodeAvail::Up)
+            .collect();
+        let mut released: Vec<(NodeId, Time, Amounts)> = Vec::new();
         let mut release_times = Vec::new();
         for (end, per_node) in ends {
             let end = end.max(now);
             for &(node, amounts) in per_node {
-                if cluster.node(node).avail == NodeAvail::Up {
-                    releases[node.0 as usize].push((end, amounts));
+                if up[node.0 as usize] {
+                    released.push((node, end, amounts));
                 }
             }
             release_times.push(end);
         }
-        for r in &mut releases {
-            r.sort_by_key(|&(t, _)| t);
+        // Node by node (a counting sort), then each node's by time.
+        let mut release_at = vec![0u32; n + 1];
+        for &(node, ..) in &released {
+            release_at[node.0 as usize + 1] += 1;
+        }
+        for i in 0..n {
+            release_at[i + 1] += release_at[i];
+        }
+        let mut release_list = vec![(Time(0), Amounts::ZERO); released.len()];
+        let mut next = release_at.clone();
+        for (node, end, amounts) in released {
+            let slot = &mut next[node.0 as usize];
+            release_list[*slot as usize] = (end, amounts);
+            *slot += 1;
+        }
+        for w in release_at.windows(2) {
+            release_list[w[0] as usize..w[1] as usize].sort_by_key(|&(t, _)| t);
         }
         release_times.sort_unstable();
         release_times.dedup();
         Profile {
             now,
             base,
-            releases,
+            release_at,
+            release_list,
             holds: vec![Vec::new(); n],
             first_hold: vec![Time::NEVER; n],
             first_reservation: vec![Time::NEVER; n],
             release_times,
         }
+    }
+
+    /// What running jobs release on node `i`, by time.
+    fn releases(&self, i: usize) -> &[(Time, Amounts)] {
+        &self.release_list[self.release_at[i] as usize..self.release_at[i + 1] as usize]
     }
 
     pub fn now(&self) -> Time {
@@ -101,7 +131,7 @@ impl Profile {
     pub fn free_at(&self, node: NodeId, t: Time) -> Amounts {
         let i = node.0 as usize;
         let mut free = self.base[i];
-        for &(end, amounts) in &self.releases[i] {
+        for &(end, amounts) in self.releases(i) {
             if end > t {
                 break;
             }
@@ -197,7 +227,7 @@ impl Profile {
         let mut series = Vec::new();
         for &n in nodes {
             base += self.base[n.0 as usize];
-            series.extend_from_slice(&self.releases[n.0 as usize]);
+            series.extend_from_slice(self.releases(n.0 as usize));
         }
         series.sort_by_key(|&(t, _)| t);
         (base, series)
@@ -208,7 +238,8 @@ impl Profile {
     pub fn total_free_upper_bound(&self, nodes: &[NodeId], t: Time) -> Amounts {
         nodes.iter().fold(Amounts::ZERO, |acc, &n| {
             let i = n.0 as usize;
-            let released = self.releases[i]
+            let released = self
+                .releases(i)
                 .iter()
                 .take_while(|(end, _)| *end <= t)
                 .fold(Amounts::ZERO, |a, (_, r)| a + *r);
