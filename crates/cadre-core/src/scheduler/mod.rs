@@ -442,7 +442,8 @@ pub struct Scheduler {
     /// invariant (the counts still are).
     over_quota: BTreeSet<JobId>,
     /// Running jobs per (user, name), for `singleton` dependencies.
-    singletons: BTreeMap<(String, String), u32>,
+    /// (A hash map: every start and end counts here, and ordered string keys cost more.)
+    singletons: HashMap<(String, String), u32>,
     /// Usage rates of the associations with running jobs, charged lazily.
     usage: UsageRates,
     /// What is free now, per partition, kept up to date as jobs start and end.
@@ -547,7 +548,7 @@ impl Scheduler {
             quota,
             runtime_classes: Vec::new(),
             over_quota: BTreeSet::new(),
-            singletons: BTreeMap::new(),
+            singletons: HashMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
             workload: WorkloadProfile::default(),

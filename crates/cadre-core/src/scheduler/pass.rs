@@ -555,7 +555,7 @@ impl Scheduler {
     /// considered; otherwise its place in the order (`job` is out of the job table).
     fn assess(&self, job: &mut Job, now: Time) -> Option<Candidate> {
         let blocker = self.blocker(job, now);
-        let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now);
+        let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now, true);
         let priority = self.policy.priority.priority(&factors);
         job.priority = priority;
         job.starving_since = None;
@@ -616,28 +616,45 @@ impl Scheduler {
         })
     }
 
-    /// The multifactor factors of a job eligible since `since`.
-    fn job_factors(&self, job: &Job, since: Time, now: Time) -> Factors {
-        let part = self.cluster.partition(job.partition);
-        Factors {
-            age: self.policy.priority.age_factor(now.since(since)),
-            fairshare: self.fairshare_factors.get(job.assoc).unwrap_or(1.0),
-            job_size: self.policy.priority.job_size_factor(job.size_share(
-                self.policy.priority.size_basis,
-                self.policy.priority.max_age,
+    /// The multifactor factors of a job eligible since `since`; with `weighted_only`, those
+    /// the policy weighs at zero are left at zero (they do not count in the priority), which
+    /// spares a pass computing them for every pending job.
+    fn job_factors(&self, job: &Job, since: Time, now: Time, weighted_only: bool) -> Factors {
+        let w = &self.policy.priority;
+        let counts = |weight: u32| weight != 0 || !weighted_only;
+        let mut factors = Factors {
+            nice: job.spec.nice,
+            ..Factors::default()
+        };
+        if counts(w.age) {
+            factors.age = w.age_factor(now.since(since));
+        }
+        if counts(w.fairshare) {
+            factors.fairshare = self.fairshare_factors.get(job.assoc).unwrap_or(1.0);
+        }
+        if counts(w.job_size) {
+            factors.job_size = w.job_size_factor(job.size_share(
+                w.size_basis,
+                w.max_age,
                 self.cluster_gpus,
                 self.cluster_cpus,
-            )),
-            partition: f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor),
-            qos: job.qos_factor,
-            nice: job.spec.nice,
+            ));
         }
+        if counts(w.partition) {
+            let part = self.cluster.partition(job.partition);
+            factors.partition =
+                f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor);
+        }
+        if counts(w.qos) {
+            factors.qos = job.qos_factor;
+        }
+        factors
     }
 
     /// The multifactor factors of a pending job at `now` (for `sprio` and explain).
     pub fn factors(&self, id: JobId, now: Time) -> Option<Factors> {
         let job = self.jobs.get(&id)?;
-        Some(self.job_factors(job, job.eligible_since.unwrap_or(now), now))
+        Some(self.job_factors(job, job.eligible_since.unwrap_or(now), now, false))
     }
 
     /// Why a pending job cannot be considered at all now, if it cannot.
