@@ -352,15 +352,21 @@ impl Scheduler {
                         continue;
                     }
                     // Whether the job could outrank a running job at all: its class, its
-                    // partition's tier above the lowest, or its QOS (the running jobs are
-                    // summed up only for a job that has one of these).
-                    let may_outrank = c.class_preempting
-                        || c.has_qos
-                        || (self.policy.preemption.partition_tier && c.key.1.0 > lowest_tier);
+                    // partition's tier or its QOS (the running jobs are summed up only for
+                    // a job that has one of these). The summary is kept until a preemption,
+                    // so when it is first made decides which of the jobs started in this
+                    // pass it counts: it is made at the first such job, as it always was.
+                    // Only the look at the summary is spared for a job of the lowest tier
+                    // without a preempting class or a QOS, which cannot outrank any.
+                    let summed =
+                        c.class_preempting || c.has_qos || self.policy.preemption.partition_tier;
+                    let may_outrank = |s: &Self, v: &super::preempt::VictimSummary| {
+                        (c.class_preempting || c.has_qos || c.key.1.0 > lowest_tier)
+                            && s.may_preempt(&c, v)
+                    };
                     if preempt_on
-                        && may_outrank
-                        && self
-                            .may_preempt(&c, victims.get_or_insert_with(|| self.victim_summary()))
+                        && summed
+                        && may_outrank(self, victims.get_or_insert_with(|| self.victim_summary()))
                     {
                         // Victims are chosen only where no higher job's reservation
                         // starts before this job would end.
