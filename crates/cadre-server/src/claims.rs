@@ -373,6 +373,14 @@ spec:
         }
     }
 
+    /// The workload a Kubernetes manifest of one object becomes, submitted by `user` in
+    /// namespace `ml`.
+    fn translated(yaml: &str, user: &str) -> cadre_k8s::Translated {
+        let o = cadre_k8s::parse_documents(yaml, "t").unwrap().remove(0);
+        let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
+        cadre_k8s::translate(&o, &opts).unwrap()
+    }
+
     fn unused(_: &str, _: &str) -> Option<String> {
         None
     }
@@ -601,10 +609,7 @@ spec:
         volumeMounts: [{{name: d, mountPath: /data}}]
 "
             );
-            let o = cadre_k8s::parse_documents(&yaml, "t").unwrap().remove(0);
-            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
-            let t = cadre_k8s::translate(&o, &opts).unwrap();
-            cadre_k8s::submission(&t).unwrap()
+            cadre_k8s::submission(&translated(&yaml, user)).unwrap()
         };
         let (mut spec, mut run) = workload("alice", "ml");
         spec.annotations
@@ -655,9 +660,7 @@ spec:
       containers:
       - {name: c, image: busybox, command: ['true'], volumeMounts: [{name: d, mountPath: /data}]}
 ";
-            let o = cadre_k8s::parse_documents(yaml, "t").unwrap().remove(0);
-            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
-            cadre_k8s::submission(&cadre_k8s::translate(&o, &opts).unwrap()).unwrap()
+            cadre_k8s::submission(&translated(yaml, user)).unwrap()
         };
         let (mut spec, mut run) = host("root");
         prepare_workload(&objects, &mut spec, &mut run, "k").unwrap();
@@ -694,9 +697,7 @@ spec:
         command: ['true']
         env: [{name: T, valueFrom: {secretKeyRef: {name: hf, key: token}}}]
 ";
-            let o = cadre_k8s::parse_documents(yaml, "t").unwrap().remove(0);
-            let opts = cadre_k8s::TranslateOptions::new(user, "ml", std::path::PathBuf::from("/"));
-            let mut t = cadre_k8s::translate(&o, &opts).unwrap();
+            let mut t = translated(yaml, user);
             // As a client sends it: the keys, and values of its own making.
             let forged: std::collections::BTreeMap<String, String> =
                 [("token".to_string(), "Zm9yZ2Vk".to_string())].into();

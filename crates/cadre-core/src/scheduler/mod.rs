@@ -1655,62 +1655,26 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::place`] on the nodes of partition `part`, looking only at the first few
-    /// nodes of each class of equal nodes ([`NodeClasses`]) with as many whole GPUs free as
-    /// the job's smallest task of whole GPUs needs, as many as the job has tasks: the other
-    /// nodes take none of its tasks now, or would lose to an equal node of a lower id, so
-    /// the answer is the same, for a fraction of the work on a large cluster.
+    /// [`Scheduler::place`] on the nodes of partition `part` (those `keep` keeps, when
+    /// given), looking only at the first few nodes of each class of equal nodes
+    /// ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task of whole
+    /// GPUs needs, as many as the job has tasks: the other nodes take none of its tasks now,
+    /// or would lose to an equal node of a lower id, so the answer is the same, for a
+    /// fraction of the work on a large cluster.
     pub(crate) fn place_in(
         &self,
         spec: &JobSpec,
         part: PartitionId,
+        keep: Option<&dyn Fn(NodeId) -> bool>,
     ) -> Result<Allocation, PlacementFailure> {
-        let nodes = &self.cluster.partition(part).nodes;
-        if self.reference {
-            return self.place(spec, nodes);
-        }
-        let scan = self.scan_for(spec, part, None);
-        let profile = match self.policy.placement {
-            PlacementRule::BestFit => None,
-            PlacementRule::Fragmentation => Some(&self.workload),
+        let all = &self.cluster.partition(part).nodes;
+        let nodes: std::borrow::Cow<[NodeId]> = match keep {
+            None => all.into(),
+            Some(keep) => all.iter().copied().filter(|&n| keep(n)).collect(),
         };
-        placement::place_scanning(&self.cluster, spec, nodes, profile, scan)
-    }
-
-    /// [`Scheduler::place_in`] on the nodes of partition `part` that `keep` keeps.
-    pub(crate) fn place_in_kept(
-        &self,
-        spec: &JobSpec,
-        part: PartitionId,
-        keep: &dyn Fn(NodeId) -> bool,
-    ) -> Result<Allocation, PlacementFailure> {
-        let nodes: Vec<NodeId> = self
-            .cluster
-            .partition(part)
-            .nodes
-            .iter()
-            .copied()
-            .filter(|&n| keep(n))
-            .collect();
         if self.reference {
             return self.place(spec, &nodes);
         }
-        let scan = self.scan_for(spec, part, Some(keep));
-        let profile = match self.policy.placement {
-            PlacementRule::BestFit => None,
-            PlacementRule::Fragmentation => Some(&self.workload),
-        };
-        placement::place_scanning(&self.cluster, spec, &nodes, profile, scan)
-    }
-
-    /// The nodes [`Scheduler::place_in`] looks at for a job: representatives of the classes
-    /// of equal nodes that have room for its smallest task of whole GPUs.
-    fn scan_for(
-        &self,
-        spec: &JobSpec,
-        part: PartitionId,
-        keep: Option<&dyn Fn(NodeId) -> bool>,
-    ) -> Vec<(NodeId, u32)> {
         let least_whole = spec
             .groups
             .iter()
@@ -1725,8 +1689,14 @@ impl Scheduler {
             .groups
             .iter()
             .fold(0u32, |sum, g| sum.saturating_add(g.count));
-        self.classes
-            .representatives(&self.cluster, part, least_whole, tasks, keep)
+        let scan = self
+            .classes
+            .representatives(&self.cluster, part, least_whole, tasks, keep);
+        let profile = match self.policy.placement {
+            PlacementRule::BestFit => None,
+            PlacementRule::Fragmentation => Some(&self.workload),
+        };
+        placement::place_scanning(&self.cluster, spec, &nodes, profile, scan)
     }
 }
 

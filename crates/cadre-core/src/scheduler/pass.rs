@@ -151,14 +151,6 @@ impl Scheduler {
         // Running tasks of arrays with a `%N` limit, counted when first needed.
         let mut array_running: HashMap<JobId, u32> = HashMap::new();
         let partitions = self.cluster.partitions.len();
-        // No job of the lowest tier outranks another by its tier.
-        let lowest_tier = self
-            .cluster
-            .partitions
-            .iter()
-            .map(|p| p.priority_tier)
-            .min()
-            .unwrap_or(0);
         for (tested, c) in order.into_iter().enumerate() {
             let id = c.id;
             // Strict order with every partition blocked: every job left waits on `Priority`
@@ -269,7 +261,7 @@ impl Scheduler {
                     }
                     let spec = capped.as_ref().unwrap_or(&job.spec);
                     if self.free.may_fit(part, job) {
-                        self.place_in(spec, part)
+                        self.place_in(spec, part, None)
                     } else {
                         // Busy only if it could fit were the up nodes idle; otherwise
                         // placement says why it never fits or which nodes it waits for.
@@ -312,7 +304,7 @@ impl Scheduler {
                         if !p.fits(&per_node, now, end) {
                             // Try once more on the nodes whose holds it would not touch.
                             alloc = self
-                                .place_in_kept(spec, part, &|n| p.untouched_until(n, end))
+                                .place_in(spec, part, Some(&|n| p.untouched_until(n, end)))
                                 .ok()
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {
@@ -352,21 +344,15 @@ impl Scheduler {
                         continue;
                     }
                     // Whether the job could outrank a running job at all: its class, its
-                    // partition's tier or its QOS (the running jobs are summed up only for
-                    // a job that has one of these). The summary is kept until a preemption,
-                    // so when it is first made decides which of the jobs started in this
-                    // pass it counts: it is made at the first such job, as it always was.
-                    // Only the look at the summary is spared for a job of the lowest tier
-                    // without a preempting class or a QOS, which cannot outrank any.
-                    let summed =
+                    // partition's tier or its QOS (the running jobs are summed up only for a
+                    // job that has one of these). `may_preempt` reads the candidate, not the
+                    // job (but for its QOS).
+                    let may_outrank =
                         c.class_preempting || c.has_qos || self.policy.preemption.partition_tier;
-                    let may_outrank = |s: &Self, v: &super::preempt::VictimSummary| {
-                        (c.class_preempting || c.has_qos || c.key.1.0 > lowest_tier)
-                            && s.may_preempt(&c, v)
-                    };
                     if preempt_on
-                        && summed
-                        && may_outrank(self, victims.get_or_insert_with(|| self.victim_summary()))
+                        && may_outrank
+                        && self
+                            .may_preempt(&c, victims.get_or_insert_with(|| self.victim_summary()))
                     {
                         // Victims are chosen only where no higher job's reservation
                         // starts before this job would end.
