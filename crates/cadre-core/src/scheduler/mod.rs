@@ -441,6 +441,8 @@ pub struct Scheduler {
     /// policy that would not start them now. While any is active, quota limits are not an
     /// invariant (the counts still are).
     over_quota: BTreeSet<JobId>,
+    /// The ranks of the running preemptible jobs, for the pass's [`preempt::VictimSummary`].
+    running_ranks: preempt::RunningRanks,
     /// Running jobs per (user, name), for `singleton` dependencies.
     /// (A hash map: every start and end counts here, and ordered string keys cost more.)
     singletons: HashMap<(String, String), u32>,
@@ -548,6 +550,7 @@ impl Scheduler {
             quota,
             runtime_classes: Vec::new(),
             over_quota: BTreeSet::new(),
+            running_ranks: Default::default(),
             singletons: HashMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
@@ -1264,6 +1267,14 @@ impl Scheduler {
     fn finish_active(&mut self, id: JobId, now: Time, event: Lifecycle) -> Result<(), CoreError> {
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         let next = job.state.on(id, event)?;
+        if job.state == JobState::Running && job.spec.preemptible {
+            self.running_ranks.count(
+                job.class_value,
+                self.cluster.partition(job.partition).priority_tier,
+                job.spec.qos.as_deref(),
+                false,
+            );
+        }
         self.usage
             .stop(&mut self.fairshare, job.assoc, job.billing_rate, now);
         let amounts = job.spec_amounts_held();
@@ -1448,6 +1459,14 @@ impl Scheduler {
         self.free.refresh(&self.cluster, &touched);
         self.classes.refresh(&self.cluster, &touched);
         job.state = next;
+        if next == JobState::Running && job.spec.preemptible {
+            self.running_ranks.count(
+                job.class_value,
+                self.cluster.partition(job.partition).priority_tier,
+                job.spec.qos.as_deref(),
+                true,
+            );
+        }
         job.ever_started = true;
         job.start_time = Some(start_time);
         job.end_time = Some(end_of(start_time, job.spec.time_limit));
@@ -1633,6 +1652,11 @@ impl Scheduler {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
         self.classes.check(&self.cluster)?;
+        if !self.running_ranks_agree() {
+            return Err(
+                "the counts of the running jobs' ranks differ from the running jobs".into(),
+            );
+        }
         Ok(())
     }
 }

@@ -113,6 +113,40 @@ fn keep_oldest_starving(order: &mut [Candidate]) {
     }
 }
 
+/// The candidates' order keys, packed into two integers that compare as the keys do, each
+/// with the candidate's index. The first four parts of a key (preemptor, tier, class,
+/// starving mark) take few distinct values in a pass: they are replaced by their rank among
+/// those values, which goes with the priority into one integer, and the submit time with
+/// the id into the other.
+fn packed_keys(order: &[Candidate]) -> Vec<(u128, u128, u32)> {
+    type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
+    let lead = |k: &OrderKey| -> Lead { (k.0, k.1, k.2, k.3) };
+    let mut leads: Vec<Lead> = order.iter().map(|c| lead(&c.key)).collect();
+    leads.dedup();
+    let leads: BTreeSet<Lead> = leads.into_iter().collect();
+    let ranks: BTreeMap<Lead, u128> = leads.into_iter().zip(0u128..).collect();
+    let mut last: Option<(Lead, u128)> = None;
+    order
+        .iter()
+        .zip(0u32..)
+        .map(|(c, i)| {
+            let l = lead(&c.key);
+            let rank = match last {
+                Some((was, rank)) if was == l => rank,
+                _ => {
+                    let rank = ranks[&l];
+                    last = Some((l, rank));
+                    rank
+                }
+            };
+            let k = &c.key;
+            let first = rank << 64 | u128::from(u64::MAX - k.4.0);
+            let second = u128::from(k.5.0) << 64 | u128::from(k.6.0);
+            (first, second, i)
+        })
+        .collect()
+}
+
 /// Notes the reason the pass decided for a candidate, unless it had that reason already: on
 /// a deep queue most keep theirs, and writing them all cost a sweep over the job table.
 fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: PendingReason) {
@@ -532,14 +566,14 @@ impl Scheduler {
                 job.starving_since = Some(c.key.3);
             }
         }
-        // Keys are unique (they end with the id). The keys are sorted alone, then each
-        // candidate is moved once: sorting the candidates moved twice the bytes, many times.
-        let mut keys: Vec<(OrderKey, usize)> =
-            order.iter().enumerate().map(|(i, c)| (c.key, i)).collect();
-        keys.sort_unstable_by_key(|k| k.0);
+        // Keys are unique (they end with the id). The keys are sorted alone, packed, then
+        // each candidate is moved once: sorting the candidates moved twice the bytes, many
+        // times, and comparing whole keys cost more than the rest of the sort.
+        let mut keys = packed_keys(&order);
+        keys.sort_unstable();
         let mut slots: Vec<Option<Candidate>> = order.into_iter().map(Some).collect();
         keys.into_iter()
-            .filter_map(|(_, i)| slots[i].take())
+            .filter_map(|(_, _, i)| slots[i as usize].take())
             .collect()
     }
 
@@ -832,5 +866,70 @@ impl Scheduler {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn candidate(key: OrderKey) -> Candidate {
+        Candidate {
+            key,
+            id: key.6,
+            array_limited: false,
+            partition: PartitionId(0),
+            shape: 0,
+            time_limit: crate::time::Dur(0),
+            awaiting_victims: false,
+            class_preempting: false,
+            has_qos: false,
+            reason_was: PendingReason::None,
+        }
+    }
+
+    /// Keys drawn from few values per part, so that ties reach the later parts, and
+    /// from the extremes, where a packing could overflow.
+    fn arb_key() -> impl Strategy<Value = OrderKey> {
+        let u64s = || prop_oneof![0u64..4, Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()];
+        (
+            any::<bool>(),
+            prop_oneof![0u32..3, Just(u32::MAX)],
+            prop_oneof![-2i32..2, Just(i32::MIN), Just(i32::MAX)],
+            u64s(),
+            u64s(),
+            u64s(),
+            u64s(),
+        )
+            .prop_map(|(p, t, c, s, pr, sub, id)| {
+                (
+                    Reverse(p),
+                    Reverse(t),
+                    Reverse(c),
+                    Time(s),
+                    Reverse(pr),
+                    Time(sub),
+                    JobId(id),
+                )
+            })
+    }
+
+    proptest! {
+        /// Sorting the packed keys orders the candidates as sorting their keys does.
+        #[test]
+        fn packed_keys_sort_as_the_keys(keys in proptest::collection::vec(arb_key(), 0..200)) {
+            let mut keys = keys;
+            keys.sort_unstable();
+            keys.dedup();
+            // The pass's keys are unique (they end with the id): shuffle by a fixed rule.
+            let mut order: Vec<Candidate> = keys.iter().rev().copied().map(candidate).collect();
+            let third = order.len() / 3;
+            order.rotate_left(third);
+            let mut packed = packed_keys(&order);
+            packed.sort_unstable();
+            let sorted: Vec<OrderKey> = packed.iter().map(|p| order[p.2 as usize].key).collect();
+            prop_assert_eq!(sorted, keys);
+        }
     }
 }
