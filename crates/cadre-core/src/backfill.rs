@@ -17,6 +17,7 @@ use crate::job::JobId;
 use crate::resources::Amounts;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A promise to a blocked job: these amounts on these nodes from `start` to `end`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +37,7 @@ struct Hold {
 }
 
 /// Free amounts on every node over time, from `now` on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     now: Time,
     /// Free now, per node (zero on nodes that are not up).
@@ -54,8 +55,54 @@ pub struct Profile {
     /// Per node: the earliest start of a hold made for a job that has not started (a
     /// reservation, or what a preemptor waits for).
     first_reservation: Vec<Time>,
-    /// Every release time in the cluster, sorted and deduplicated: the candidate start times.
-    release_times: Vec<Time>,
+}
+
+/// What each node's running jobs release and when, by their time limits: kept as jobs
+/// start, change their limits and end, so that a pass copies its [`Profile`] from it
+/// instead of gathering it from every running job (on a large cluster, tens of thousands of
+/// scattered reads at every pass).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeReleases {
+    /// Per node: (end by the time limit, job, amounts), sorted.
+    lists: Vec<Vec<(Time, JobId, Amounts)>>,
+}
+
+impl NodeReleases {
+    pub fn new(nodes: usize) -> NodeReleases {
+        NodeReleases {
+            lists: vec![Vec::new(); nodes],
+        }
+    }
+
+    /// Counts in a running job that ends by `end` and holds `per_node`.
+    pub fn add(&mut self, job: JobId, end: Time, per_node: &[(NodeId, Amounts)]) {
+        for &(n, amounts) in per_node {
+            let list = &mut self.lists[n.0 as usize];
+            let at = list.partition_point(|e| (e.0, e.1) < (end, job));
+            list.insert(at, (end, job, amounts));
+        }
+    }
+
+    /// Counts out what [`NodeReleases::add`] counted in.
+    pub fn remove(&mut self, job: JobId, end: Time, per_node: &[(NodeId, Amounts)]) {
+        for &(n, _) in per_node {
+            let list = &mut self.lists[n.0 as usize];
+            match list.binary_search_by(|e| (e.0, e.1).cmp(&(end, job))) {
+                Ok(at) => {
+                    list.remove(at);
+                }
+                Err(_) => debug_assert!(false, "job {job} was not counted on node {n:?}"),
+            }
+        }
+    }
+}
+
+/// A running job that was asked to stop: it releases what it holds on `nodes` by `end`
+/// rather than by its time limit.
+pub struct EarlyEnd<'a> {
+    pub job: JobId,
+    pub end: Time,
+    pub nodes: &'a [(NodeId, Amounts)],
 }
 
 impl Profile {
@@ -76,7 +123,6 @@ impl Profile {
             .map(|node| node.avail == NodeAvail::Up)
             .collect();
         let mut released: Vec<(NodeId, Time, Amounts)> = Vec::new();
-        let mut release_times = Vec::new();
         for (end, per_node) in ends {
             let end = end.max(now);
             for &(node, amounts) in per_node {
@@ -84,7 +130,6 @@ impl Profile {
                     released.push((node, end, amounts));
                 }
             }
-            release_times.push(end);
         }
         // Node by node (a counting sort), then each node's by time.
         let mut release_at = vec![0u32; n + 1];
@@ -104,8 +149,16 @@ impl Profile {
         for w in release_at.windows(2) {
             release_list[w[0] as usize..w[1] as usize].sort_by_key(|&(t, _)| t);
         }
-        release_times.sort_unstable();
-        release_times.dedup();
+        Profile::of(now, base, release_at, release_list)
+    }
+
+    fn of(
+        now: Time,
+        base: Vec<Amounts>,
+        release_at: Vec<u32>,
+        release_list: Vec<(Time, Amounts)>,
+    ) -> Profile {
+        let n = base.len();
         Profile {
             now,
             base,
@@ -114,8 +167,63 @@ impl Profile {
             holds: vec![Vec::new(); n],
             first_hold: vec![Time::NEVER; n],
             first_reservation: vec![Time::NEVER; n],
-            release_times,
         }
+    }
+
+    /// The same profile as [`Profile::new`] gives for the running jobs `releases` counts,
+    /// of which those in `stopping` end by their own time: copied node by node.
+    pub fn from_releases(
+        cluster: &Cluster,
+        now: Time,
+        releases: &NodeReleases,
+        stopping: &[EarlyEnd<'_>],
+    ) -> Profile {
+        let n = cluster.nodes.len();
+        debug_assert_eq!(releases.lists.len(), n, "one release list per node");
+        let base = (0..n as u32)
+            .map(|i| cluster.free_amounts(NodeId(i)))
+            .collect();
+        let up = |i: usize| cluster.nodes[i].avail == NodeAvail::Up;
+        let mut release_at = Vec::with_capacity(n + 1);
+        release_at.push(0u32);
+        let mut release_list = Vec::new();
+        for (i, list) in releases.lists.iter().enumerate() {
+            if up(i) {
+                // Those due by now are released now, in job order (as `Profile::new`
+                // orders equal times), not in the order of their own ends.
+                let due = list.partition_point(|e| e.0 <= now);
+                if due > 1 {
+                    let mut now_due: Vec<(JobId, Amounts)> =
+                        list[..due].iter().map(|&(_, job, a)| (job, a)).collect();
+                    now_due.sort_unstable_by_key(|e| e.0);
+                    release_list.extend(now_due.into_iter().map(|(_, a)| (now, a)));
+                } else {
+                    release_list.extend(list[..due].iter().map(|&(_, _, a)| (now, a)));
+                }
+                release_list.extend(list[due..].iter().map(|&(end, _, a)| (end, a)));
+            }
+            release_at.push(release_list.len() as u32);
+        }
+        // A stopping job's releases move to its own end: the lists of its nodes are made
+        // again, sorted as `Profile::new` sorts them (by time, then job).
+        let early: BTreeMap<JobId, Time> = stopping.iter().map(|s| (s.job, s.end)).collect();
+        let moved: BTreeSet<usize> = stopping
+            .iter()
+            .flat_map(|s| s.nodes.iter().map(|(n, _)| n.0 as usize))
+            .filter(|&i| up(i))
+            .collect();
+        for i in moved {
+            let mut list: Vec<(Time, JobId, Amounts)> = releases.lists[i]
+                .iter()
+                .map(|&(end, job, a)| (early.get(&job).copied().unwrap_or(end).max(now), job, a))
+                .collect();
+            list.sort_unstable_by_key(|&(end, job, _)| (end, job));
+            let slots = &mut release_list[release_at[i] as usize..release_at[i + 1] as usize];
+            for (slot, (end, _, a)) in slots.iter_mut().zip(list) {
+                *slot = (end, a);
+            }
+        }
+        Profile::of(now, base, release_at, release_list)
     }
 
     /// What running jobs release on node `i`, by time.
@@ -196,11 +304,11 @@ impl Profile {
         self.first_hold[node.0 as usize] >= end
     }
 
-    /// Candidate start times after now, in order: when running jobs end, and when holds end
+    /// Candidate start times after now, in order: when running jobs end on up nodes, and when holds end
     /// (a job started in this pass or a reservation gives its amounts back then; neither is
     /// among the running jobs the releases come from).
     pub fn candidate_times(&self) -> Vec<Time> {
-        let mut times: Vec<Time> = self.release_times.clone();
+        let mut times: Vec<Time> = self.release_list.iter().map(|r| r.0).collect();
         times.extend(self.holds.iter().flatten().map(|h| h.end));
         times.retain(|&t| t > self.now);
         times.sort_unstable();

@@ -94,7 +94,7 @@ use classes::NodeClasses;
 use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
-use crate::backfill::Reservation;
+use crate::backfill::{NodeReleases, Reservation};
 use crate::cluster::{BookingError, Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
 use crate::job::{
@@ -443,6 +443,11 @@ pub struct Scheduler {
     over_quota: BTreeSet<JobId>,
     /// The ranks of the running preemptible jobs, for the pass's [`preempt::VictimSummary`].
     running_ranks: preempt::RunningRanks,
+    /// What the active jobs release on each node by their time limits, for the pass's
+    /// backfill profile.
+    releases: NodeReleases,
+    /// Active jobs asked to stop (which the profile expects to end sooner).
+    stopping: BTreeSet<JobId>,
     /// Running jobs per (user, name), for `singleton` dependencies.
     /// (A hash map: every start and end counts here, and ordered string keys cost more.)
     singletons: HashMap<(String, String), u32>,
@@ -537,6 +542,7 @@ impl Scheduler {
             .sum();
         let free = FreeSummary::new(&cluster);
         let classes = NodeClasses::new(&cluster);
+        let releases = NodeReleases::new(cluster.nodes.len());
         Ok(Scheduler {
             cluster,
             policy,
@@ -551,6 +557,8 @@ impl Scheduler {
             runtime_classes: Vec::new(),
             over_quota: BTreeSet::new(),
             running_ranks: Default::default(),
+            releases,
+            stopping: BTreeSet::new(),
             singletons: HashMap::new(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
@@ -699,7 +707,11 @@ impl Scheduler {
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.spec.time_limit = limit;
                 if let Some(start) = job.start_time {
-                    job.end_time = Some(end_of(start, limit));
+                    let was = job.end_time.unwrap_or(Time::NEVER);
+                    let end = end_of(start, limit);
+                    job.end_time = Some(end);
+                    self.releases.remove(id, was, &job.per_node);
+                    self.releases.add(id, end, &job.per_node);
                 }
                 Ok(Vec::new())
             }
@@ -1223,6 +1235,7 @@ impl Scheduler {
         if job.stopping.is_none() || why == Stopping::Cancelled {
             job.stopping = Some(why);
         }
+        self.stopping.insert(id);
         Ok(vec![Decision::Stop {
             job: id,
             grace: Dur(0),
@@ -1293,8 +1306,11 @@ impl Scheduler {
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
         let preemptor = job.preempted_by.take();
+        self.releases
+            .remove(id, job.end_time.unwrap_or(Time::NEVER), &job.per_node);
         job.per_node.clear();
         job.stopping = None;
+        self.stopping.remove(&id);
         job.billing_rate = 0.0;
         self.active.remove(&id);
         self.over_quota.remove(&id);
@@ -1375,6 +1391,9 @@ impl Scheduler {
         let job = self.jobs.get_mut(&id)?;
         if job.stopping != Some(Stopping::Cancelled) {
             job.stopping = Some(Stopping::NodeFailure);
+        }
+        if job.state.is_active() {
+            self.stopping.insert(id);
         }
         Some(Decision::Stop {
             job: id,
@@ -1474,6 +1493,8 @@ impl Scheduler {
         job.billing_rate = billing_rate(&self.policy.billing, &self.cluster, &alloc);
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
+        self.releases
+            .add(id, job.end_time.unwrap_or(Time::NEVER), &per_node);
         job.per_node = per_node;
         job.victims_held.clear();
         job.allocation = Some(alloc);
@@ -1652,6 +1673,30 @@ impl Scheduler {
             return Err("the free-resource summary differs from the cluster's usage".into());
         }
         self.classes.check(&self.cluster)?;
+        let mut releases = NodeReleases::new(self.cluster.nodes.len());
+        for id in &self.active {
+            let job = &self.jobs[id];
+            releases.add(*id, job.end_time.unwrap_or(Time::NEVER), &job.per_node);
+        }
+        if releases != self.releases {
+            return Err("the release lists differ from the active jobs' allocations".into());
+        }
+        let stopping: BTreeSet<JobId> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|id| self.jobs[id].stopping.is_some())
+            .collect();
+        if stopping != self.stopping {
+            return Err("the stopping jobs listed differ from the jobs asked to stop".into());
+        }
+        // Any time will do: the profile's releases are the ones compared.
+        let at = self.last_decay.unwrap_or(Time(0));
+        if !self.reference && self.profile(at) != self.profile_gathered(at) {
+            return Err(
+                "the profile copied from the release lists differs from the active jobs'".into(),
+            );
+        }
         if !self.running_ranks_agree() {
             return Err(
                 "the counts of the running jobs' ranks differ from the running jobs".into(),

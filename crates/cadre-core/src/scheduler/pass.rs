@@ -4,7 +4,7 @@
 use super::free::FreeSummary;
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
-use crate::backfill::{Profile, Reservation};
+use crate::backfill::{EarlyEnd, Profile, Reservation};
 use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
@@ -775,8 +775,29 @@ impl Scheduler {
         }
     }
 
-    /// The profile of what will be free when, from the active jobs' end times.
-    fn profile(&self, now: Time) -> Profile {
+    /// The profile of what will be free when, from the active jobs' end times: copied
+    /// from the release lists kept as jobs start and end ([`NodeReleases`]); the reference
+    /// scheduler gathers it from every active job.
+    pub(super) fn profile(&self, now: Time) -> Profile {
+        if self.reference {
+            return self.profile_gathered(now);
+        }
+        let grace_end = now + self.policy.preemption.grace;
+        let stopping: Vec<EarlyEnd> = self
+            .stopping
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .map(|job| EarlyEnd {
+                job: job.id,
+                end: job.end_time.unwrap_or(Time::NEVER).min(grace_end),
+                nodes: &job.per_node,
+            })
+            .collect();
+        Profile::from_releases(&self.cluster, now, &self.releases, &stopping)
+    }
+
+    /// [`Scheduler::profile`] gathered from every active job.
+    pub(super) fn profile_gathered(&self, now: Time) -> Profile {
         // One sweep over the job table in id order (the order of `active`), rather than a
         // search per running job.
         let mut active = self.active.iter().peekable();

@@ -288,6 +288,7 @@ impl Scheduler {
             }
             victim.state = JobState::Preempting;
             victim.stopping = Some(Stopping::Preempted { by: id, mode });
+            self.stopping.insert(v);
             victim.preempted_by = Some(id);
             out.push(Decision::Preempt {
                 victim: v,
