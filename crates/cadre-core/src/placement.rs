@@ -520,10 +520,7 @@ impl<'a> Ctx<'a> {
                 .map(|p| Frag {
                     classes: p.needs(),
                     cluster: self.cluster,
-                    memo: std::cell::RefCell::new(select::FragMemo::with_capacity_and_hasher(
-                        cands.len(),
-                        Default::default(),
-                    )),
+                    memo: std::cell::RefCell::new(p.rises().lock()),
                     idle_memo: Default::default(),
                 }),
         };
@@ -532,8 +529,10 @@ impl<'a> Ctx<'a> {
             cands: &cands,
             view,
         };
-        let plan = run_elastic(self, &engine, &pool)?;
-        Some((cands, plan))
+        let plan = run_elastic(self, &engine, &pool);
+        // The engine holds the profile's memo (a lock) and borrows the candidates.
+        drop(engine);
+        Some((cands, plan?))
     }
 
     /// Picks the devices of a plan's tasks.

@@ -37,6 +37,64 @@ pub(super) const MAX_SCORED_GPUS: usize = 16;
 pub struct WorkloadProfile {
     /// Sorted by (milli-GPUs per GPU, GPUs): shares before whole GPUs.
     classes: Vec<Class>,
+    /// Rises already scored under these classes, for every placement until they change.
+    rises: RiseMemo,
+}
+
+/// Rises in fragmentation scored under a profile, by (free state before, the task's
+/// request, tasks): placements one after another (a scheduling pass starting thousands of
+/// jobs on a large cluster) meet the same node states again and again. Forgotten whenever
+/// the profile changes, and when it grows past [`RiseMemo::MAX`] entries. Not part of the
+/// profile's value: clones start empty, and any two compare equal.
+#[derive(Default)]
+pub(super) struct RiseMemo(std::sync::Mutex<RiseMap>);
+
+/// A task's request as far as its rise depends on it: whole GPUs, share of one GPU, cores
+/// and memory.
+pub(super) type TaskKey = (u32, Option<u32>, u32, u64);
+
+pub(super) type RiseMap = std::collections::HashMap<
+    (FreeState, TaskKey, u32),
+    i128,
+    std::hash::BuildHasherDefault<MemoHasher>,
+>;
+
+impl RiseMemo {
+    const MAX: usize = 1 << 16;
+
+    /// The memo, for one placement; emptied first when it grew past its bound.
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, RiseMap> {
+        // A panic elsewhere while it was held leaves only scores, each complete.
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.len() > Self::MAX {
+            memo.clear();
+        }
+        memo
+    }
+
+    fn forget(&mut self) {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+impl Clone for RiseMemo {
+    fn clone(&self) -> Self {
+        RiseMemo::default()
+    }
+}
+
+impl PartialEq for RiseMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RiseMemo {}
+
+impl std::fmt::Debug for RiseMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RiseMemo")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +122,7 @@ pub(super) struct ClassNeed {
 impl WorkloadProfile {
     /// Records `count` tasks of this size; tasks without GPUs are not recorded.
     pub fn record(&mut self, task: &TaskResources, count: u32) {
+        self.rises.forget();
         let (per_gpu, gpus) = match task.gpu_share_milli {
             Some(s) => (s.min(MILLI_PER_GPU), 1),
             None => (MILLI_PER_GPU, task.gpus),
@@ -115,6 +174,7 @@ impl WorkloadProfile {
     /// Halves every weight (and the sums behind the means), dropping classes that reach
     /// zero: a profile fed for a long time forgets old demand this way.
     pub fn halve(&mut self) {
+        self.rises.forget();
         for c in &mut self.classes {
             let before = c.weight;
             c.weight /= 2;
@@ -127,6 +187,10 @@ impl WorkloadProfile {
     /// No class recorded: the preference falls back to best fit.
     pub fn is_empty(&self) -> bool {
         self.classes.is_empty()
+    }
+
+    pub(super) fn rises(&self) -> &RiseMemo {
+        &self.rises
     }
 
     /// The number of classes (distinct GPU demands) recorded.
@@ -299,7 +363,7 @@ impl FreeState {
     }
 }
 
-/// A small, fast hasher for the per-call memo of scores (keys are a few dozen bytes of
+/// A small, fast hasher for the memo of scores (keys are a few dozen bytes of
 /// integers; the memo is only looked up, never iterated, so the order it would give does not
 /// matter).
 #[derive(Default)]

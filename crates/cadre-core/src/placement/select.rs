@@ -11,14 +11,12 @@
 //! run this same code; only the way a node is counted differs.
 
 use super::GroupReq;
-use super::frag::{ClassNeed, FreeState, MemoHasher};
+use super::frag::{ClassNeed, FreeState, RiseMap};
 use crate::cluster::{Cluster, NodeId};
 use crate::job::{JobSpec, NetworkSpan};
 use crate::resources::Amounts;
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 
 /// A node that can take at least one task of some group.
 #[derive(Clone, Debug)]
@@ -95,17 +93,15 @@ type FitKey = (i128, bool, u64, u64, u32, NodeId);
 pub(super) struct Frag<'a> {
     pub classes: Vec<ClassNeed>,
     pub cluster: &'a Cluster,
-    /// Rises already computed in this call, by (free state before, group, tasks): nodes in
-    /// the same state (idle nodes of a shape, full-but-one nodes) are scored once.
-    pub memo: RefCell<FragMemo>,
+    /// Rises already computed under the profile ([`super::frag::RiseMemo`]): nodes in the
+    /// same state (idle nodes of a shape, full-but-one nodes) are scored once.
+    pub memo: RefCell<std::sync::MutexGuard<'a, RiseMap>>,
     /// Rises on idle nodes, by (shape, group, tasks).
     pub idle_memo: RefCell<Vec<(IdleKey, i128)>>,
 }
 
 /// An idle node's score key: (shape, group, tasks).
 pub(super) type IdleKey = (u16, usize, u32);
-
-pub(super) type FragMemo = HashMap<(FreeState, usize, u32), i128, BuildHasherDefault<MemoHasher>>;
 
 impl Frag<'_> {
     /// How much `n` more tasks of `g` on candidate `c` raise its fragmentation; `used`: what
@@ -128,12 +124,12 @@ impl Frag<'_> {
         let Some(before) = FreeState::new(frees, free.cpus, free.mem_mib) else {
             return 0;
         };
-        let key = (before, gi, n);
+        let r = g.res;
+        let key = (before, (r.gpus, g.share, r.cpus, r.mem_mib), n);
         if let Some(&rise) = self.memo.borrow().get(&key) {
             return rise;
         }
         let mut after = before;
-        let r = g.res;
         let rise = if after.take(r.gpus, g.share, n) {
             after.take_host(r.cpus, r.mem_mib, n);
             after.fragmentation(&self.classes) as i128 - before.fragmentation(&self.classes) as i128

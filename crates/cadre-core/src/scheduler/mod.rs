@@ -479,7 +479,9 @@ pub struct Scheduler {
     cluster_gpus: u64,
     cluster_cpus: u64,
     /// Decide without the shortcuts that only save work (placement scanning every node of
-    /// the partition): the straightforward scheduler the tests compare the fast one with.
+    /// the partition and scoring each afresh, the victim summary, the backfill profile
+    /// gathered from the running jobs): the straightforward scheduler the tests compare the
+    /// fast one with.
     reference: bool,
 }
 
@@ -1718,6 +1720,11 @@ impl Scheduler {
     ) -> Result<Allocation, PlacementFailure> {
         match self.policy.placement {
             PlacementRule::BestFit => placement::place(&self.cluster, spec, nodes),
+            // The reference scheduler scores every placement afresh: a copy of the profile
+            // remembers no scores from earlier placements.
+            PlacementRule::Fragmentation if self.reference => {
+                placement::place_with_profile(&self.cluster, spec, nodes, &self.workload.clone())
+            }
             PlacementRule::Fragmentation => {
                 placement::place_with_profile(&self.cluster, spec, nodes, &self.workload)
             }

@@ -380,6 +380,28 @@ proptest! {
         );
     }
 
+    /// The scores a profile remembers from earlier placements change no later one: jobs
+    /// placed and booked one after another under one profile, which records some of their
+    /// tasks as it goes, are placed as under a copy of the profile, which remembers nothing.
+    #[test]
+    fn remembered_scores_change_no_placement((shapes, nodes, background, j) in scenario()) {
+        let mut c = build(&shapes, &nodes);
+        let all: Vec<NodeId> = (0..c.nodes.len() as u32).map(NodeId).collect();
+        let mut profile = WorkloadProfile::from_tasks(
+            background.iter().flat_map(|b| b.groups.iter().map(|g| &g.per_task)),
+        );
+        for (k, b) in background.iter().chain([&j]).enumerate() {
+            let placed = place_with_profile(&c, b, &all, &profile);
+            prop_assert_eq!(&placed, &place_with_profile(&c, b, &all, &profile.clone()));
+            if let Ok(a) = &placed {
+                c.book(JobId(1000 + k as u64), a).expect("placements book");
+            }
+            if k % 2 == 1 {
+                profile.record(&b.groups[0].per_task, 1 << (4 * (k % 5)));
+            }
+        }
+    }
+
     #[test]
     fn placements_book_cleanly_and_meet_the_job((shapes, nodes, background, j) in scenario()) {
         let mut c = build(&shapes, &nodes);
