@@ -1726,6 +1726,33 @@ fn time_limit_above_the_partition_limit_pends_with_partition_time_limit() {
     assert_eq!(started(&sim.pass(1)), [1]);
 }
 
+/// A running job's time limit changes: the reservation of the job waiting behind it moves
+/// to the new end (the backfill plan counts on the running job's end as the job now has
+/// it), and back when the limit grows again.
+#[test]
+fn a_running_jobs_new_time_limit_moves_the_reservation_behind_it() {
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), plain());
+    sim.submit(1, job(1, 8, 1000), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(2, job(1, 8, 100), 1);
+    assert_eq!(summary(&sim.pass(1)), ["reserve 2 @1000"]);
+    let limit = |sim: &mut Sim, secs: u64, now: u64| {
+        sim.event(
+            Event::SetTimeLimit {
+                id: JobId(1),
+                limit: Dur(secs),
+            },
+            now,
+        );
+    };
+    limit(&mut sim, 500, 2);
+    assert_eq!(summary(&sim.pass(2)), ["reserve 2 @500"]);
+    limit(&mut sim, 2000, 3);
+    assert_eq!(summary(&sim.pass(3)), ["reserve 2 @2000"]);
+    sim.end(1, JobState::Completed, 4);
+    assert_eq!(started(&sim.pass(4)), [2]);
+}
+
 /// Regression (with the next test): the pass's quick free-resource summary turned away
 /// jobs that could not fit now as `Resources` before placement could say that they never fit
 /// (`BadConstraints`) or wait for nodes that are not up (`ReqNodeNotAvail`).

@@ -1692,12 +1692,14 @@ impl Scheduler {
         if stopping != self.stopping {
             return Err("the stopping jobs listed differ from the jobs asked to stop".into());
         }
-        // Any time will do: the profile's releases are the ones compared.
-        let at = self.last_decay.unwrap_or(Time(0));
-        if !self.reference && self.profile(at) != self.profile_gathered(at) {
-            return Err(
-                "the profile copied from the release lists differs from the active jobs'".into(),
-            );
+        // Before every end, at the last pass (some ends behind it) and a day later.
+        let last = self.last_decay.unwrap_or(Time(0));
+        for at in [Time(0), last, last + Dur::days(1)] {
+            if !self.reference && self.profile(at) != self.profile_gathered(at) {
+                return Err(format!(
+                    "the profile copied from the release lists differs at {at:?} from the active jobs'"
+                ));
+            }
         }
         if !self.running_ranks_agree() {
             return Err(

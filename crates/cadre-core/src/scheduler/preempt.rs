@@ -116,10 +116,22 @@ impl Scheduler {
         }
     }
 
-    /// Whether the counts kept of the running jobs' ranks sum up as a look at every
-    /// running job does (for [`Scheduler::check_invariants`]).
+    /// Whether the counts kept of the running jobs' ranks are those of a look at every
+    /// running job (for [`Scheduler::check_invariants`]).
     pub(super) fn running_ranks_agree(&self) -> bool {
-        self.running_ranks.summary() == self.victim_summary_scanned()
+        let mut counted = RunningRanks::default();
+        for id in &self.active {
+            let job = &self.jobs[id];
+            if job.state == JobState::Running && job.spec.preemptible {
+                counted.count(
+                    job.class_value,
+                    self.cluster.partition(job.partition).priority_tier,
+                    job.spec.qos.as_deref(),
+                    true,
+                );
+            }
+        }
+        counted == self.running_ranks && counted.summary() == self.victim_summary_scanned()
     }
 
     fn victim_summary_scanned(&self) -> VictimSummary {
