@@ -1282,14 +1282,7 @@ impl Scheduler {
     fn finish_active(&mut self, id: JobId, now: Time, event: Lifecycle) -> Result<(), CoreError> {
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         let next = job.state.on(id, event)?;
-        if job.state == JobState::Running && job.spec.preemptible {
-            self.running_ranks.count(
-                job.class_value,
-                self.cluster.partition(job.partition).priority_tier,
-                job.spec.qos.as_deref(),
-                false,
-            );
-        }
+        self.running_ranks.count(&self.cluster, job, false);
         self.usage
             .stop(&mut self.fairshare, job.assoc, job.billing_rate, now);
         let amounts = job.spec_amounts_held();
@@ -1480,14 +1473,7 @@ impl Scheduler {
         self.free.refresh(&self.cluster, &touched);
         self.classes.refresh(&self.cluster, &touched);
         job.state = next;
-        if next == JobState::Running && job.spec.preemptible {
-            self.running_ranks.count(
-                job.class_value,
-                self.cluster.partition(job.partition).priority_tier,
-                job.spec.qos.as_deref(),
-                true,
-            );
-        }
+        self.running_ranks.count(&self.cluster, job, true);
         job.ever_started = true;
         job.start_time = Some(start_time);
         job.end_time = Some(end_of(start_time, job.spec.time_limit));

@@ -13,9 +13,9 @@
 //! exactly as before once the search is done (victims keep their resources until they end).
 
 use super::pass::Candidate;
-use super::{Decision, Scheduler, Stopping};
+use super::{Decision, Job, Scheduler, Stopping};
 use crate::backfill::Profile;
-use crate::cluster::{NodeId, PartitionId};
+use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{JobId, JobState};
 use crate::resources::Amounts;
 use crate::time::Time;
@@ -42,9 +42,15 @@ pub(super) struct RunningRanks {
 }
 
 impl RunningRanks {
-    /// Counts a running preemptible job of priority class `class`, partition tier `tier`
-    /// and QOS `qos` in (`add`) or out.
-    pub(super) fn count(&mut self, class: i32, tier: u32, qos: Option<&str>, add: bool) {
+    /// Counts `job` in (`add`) or out, if it is running and preemptible: as it starts
+    /// running, and before it stops running (asked to stop for a preemptor, or ended).
+    pub(super) fn count(&mut self, cluster: &Cluster, job: &Job, add: bool) {
+        if job.state != JobState::Running || !job.spec.preemptible {
+            return;
+        }
+        let class = job.class_value;
+        let tier = cluster.partition(job.partition).priority_tier;
+        let qos = job.spec.qos.as_deref();
         fn count_in<K: Ord>(map: &mut BTreeMap<K, u32>, key: K) {
             *map.entry(key).or_default() += 1;
         }
@@ -121,15 +127,7 @@ impl Scheduler {
     pub(super) fn running_ranks_agree(&self) -> bool {
         let mut counted = RunningRanks::default();
         for id in &self.active {
-            let job = &self.jobs[id];
-            if job.state == JobState::Running && job.spec.preemptible {
-                counted.count(
-                    job.class_value,
-                    self.cluster.partition(job.partition).priority_tier,
-                    job.spec.qos.as_deref(),
-                    true,
-                );
-            }
+            counted.count(&self.cluster, &self.jobs[id], true);
         }
         counted == self.running_ranks && counted.summary() == self.victim_summary_scanned()
     }
@@ -290,14 +288,7 @@ impl Scheduler {
         let mut out = Vec::with_capacity(victims.len());
         for v in victims {
             let victim = self.jobs.get_mut(&v).expect("victims are active jobs");
-            if victim.state == JobState::Running && victim.spec.preemptible {
-                self.running_ranks.count(
-                    victim.class_value,
-                    self.cluster.partition(victim.partition).priority_tier,
-                    victim.spec.qos.as_deref(),
-                    false,
-                );
-            }
+            self.running_ranks.count(&self.cluster, victim, false);
             victim.state = JobState::Preempting;
             victim.stopping = Some(Stopping::Preempted { by: id, mode });
             self.stopping.insert(v);
