@@ -7,7 +7,7 @@ use super::{Decision, Event, Scheduler};
 use crate::cluster::{Cluster, NodeAvail, NodeId};
 use crate::config::load_cluster;
 use crate::job::{JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, TaskGroup};
-use crate::policy::Policy;
+use crate::policy::{Policy, PriorityClassConfig, QosConfig};
 use crate::resources::TaskResources;
 use crate::time::{Dur, Time};
 use std::collections::BTreeMap;
@@ -201,7 +201,10 @@ fn compare(policy: Policy, seed: u64, passes: u32) {
         for _ in 0..rng.below(12) {
             let id = JobId(next_id);
             next_id += 1;
-            let spec = Box::new(spec(&mut rng, now));
+            let mut spec = Box::new(spec(&mut rng, now));
+            if !fast.policy.qos.is_empty() {
+                ranked(&mut rng, &mut spec);
+            }
             both(
                 &mut fast,
                 &mut reference,
@@ -266,6 +269,55 @@ fn compare(policy: Policy, seed: u64, passes: u32) {
             jobs(&reference),
             "pass {pass}: the jobs differ"
         );
+    }
+}
+
+/// With a policy of QOS and priority classes ([`preempting`]): a QOS (one that may preempt
+/// another, the other, or none) and a priority class (a preempting one, a low one, or
+/// none) for the job.
+fn ranked(rng: &mut Rng, spec: &mut JobSpec) {
+    spec.qos =
+        [Some("urgent"), Some("scavenger"), None, None][rng.below(4) as usize].map(str::to_string);
+    spec.priority_class =
+        [Some("high"), Some("low"), None, None, None][rng.below(5) as usize].map(str::to_string);
+}
+
+/// The default policy with QOS that preempt and preempting priority classes.
+fn preempting() -> Policy {
+    let mut policy = Policy::default();
+    policy.qos = vec![
+        QosConfig {
+            name: "urgent".into(),
+            priority: 10,
+            preempt: vec!["scavenger".into()],
+        },
+        QosConfig {
+            name: "scavenger".into(),
+            priority: 0,
+            preempt: Vec::new(),
+        },
+    ];
+    policy.priority_class = vec![
+        PriorityClassConfig {
+            name: "high".into(),
+            value: 1000,
+            preempting: true,
+        },
+        PriorityClassConfig {
+            name: "low".into(),
+            value: -10,
+            preempting: false,
+        },
+    ];
+    policy
+}
+
+/// Preemption by QOS and by priority class: the victims summed up from the counts kept
+/// of the running jobs' ranks, against the reference's look at every running job.
+#[test]
+fn preemption_decides_as_the_reference() {
+    for seed in 1..=4 {
+        compare(preempting(), seed, 300);
     }
 }
 
