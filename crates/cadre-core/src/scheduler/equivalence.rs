@@ -284,32 +284,33 @@ fn ranked(rng: &mut Rng, spec: &mut JobSpec) {
 
 /// The default policy with QOS that preempt and preempting priority classes.
 fn preempting() -> Policy {
-    let mut policy = Policy::default();
-    policy.qos = vec![
-        QosConfig {
-            name: "urgent".into(),
-            priority: 10,
-            preempt: vec!["scavenger".into()],
-        },
-        QosConfig {
-            name: "scavenger".into(),
-            priority: 0,
-            preempt: Vec::new(),
-        },
-    ];
-    policy.priority_class = vec![
-        PriorityClassConfig {
-            name: "high".into(),
-            value: 1000,
-            preempting: true,
-        },
-        PriorityClassConfig {
-            name: "low".into(),
-            value: -10,
-            preempting: false,
-        },
-    ];
-    policy
+    Policy {
+        qos: vec![
+            QosConfig {
+                name: "urgent".into(),
+                priority: 10,
+                preempt: vec!["scavenger".into()],
+            },
+            QosConfig {
+                name: "scavenger".into(),
+                priority: 0,
+                preempt: Vec::new(),
+            },
+        ],
+        priority_class: vec![
+            PriorityClassConfig {
+                name: "high".into(),
+                value: 1000,
+                preempting: true,
+            },
+            PriorityClassConfig {
+                name: "low".into(),
+                value: -10,
+                preempting: false,
+            },
+        ],
+        ..Policy::default()
+    }
 }
 
 /// Preemption by QOS and by priority class: the victims summed up from the counts kept
