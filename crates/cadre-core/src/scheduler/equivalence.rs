@@ -155,7 +155,12 @@ fn spec(rng: &mut Rng, now: Time) -> JobSpec {
 
 /// Drives `fast` and `reference` with the same events and passes and compares them.
 fn compare(policy: Policy, seed: u64, passes: u32) {
-    let cluster: Cluster = load_cluster(CLUSTER, "equivalence").unwrap();
+    compare_on(CLUSTER, policy, seed, passes);
+}
+
+/// [`compare`] on the cluster `text` describes.
+fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
+    let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
     let mut reference = Scheduler::new(cluster, policy).unwrap();
     reference.reference = true;
@@ -313,12 +318,18 @@ fn preempting() -> Policy {
     }
 }
 
-/// Preemption by QOS and by priority class: the victims summed up from the counts kept
-/// of the running jobs' ranks, against the reference's look at every running job.
+/// Preemption by QOS, by priority class and by partition tier (the `half` partition's
+/// jobs outrank the others'): the victims summed up from the counts kept of the running
+/// jobs' ranks, against the reference's look at every running job.
 #[test]
 fn preemption_decides_as_the_reference() {
+    let tiered = CLUSTER.replace(
+        "name = \"half\"\nnodes = \"n[1-16]\"",
+        "name = \"half\"\nnodes = \"n[1-16]\"\npriority_tier = 2",
+    );
+    assert_ne!(tiered, CLUSTER, "the half partition gets a higher tier");
     for seed in 1..=4 {
-        compare(preempting(), seed, 300);
+        compare_on(&tiered, preempting(), seed, 300);
     }
 }
 
