@@ -114,9 +114,6 @@ impl Profile {
         ends: impl IntoIterator<Item = (Time, &'a [(NodeId, Amounts)])>,
     ) -> Profile {
         let n = cluster.nodes.len();
-        let base = (0..n as u32)
-            .map(|i| cluster.free_amounts(NodeId(i)))
-            .collect();
         let up: Vec<bool> = cluster
             .nodes
             .iter()
@@ -149,16 +146,20 @@ impl Profile {
         for w in release_at.windows(2) {
             release_list[w[0] as usize..w[1] as usize].sort_by_key(|&(t, _)| t);
         }
-        Profile::of(now, base, release_at, release_list)
+        Profile::of(cluster, now, release_at, release_list)
     }
 
+    /// The profile of what is free on `cluster` now, with these releases.
     fn of(
+        cluster: &Cluster,
         now: Time,
-        base: Vec<Amounts>,
         release_at: Vec<u32>,
         release_list: Vec<(Time, Amounts)>,
     ) -> Profile {
-        let n = base.len();
+        let n = cluster.nodes.len();
+        let base = (0..n as u32)
+            .map(|i| cluster.free_amounts(NodeId(i)))
+            .collect();
         Profile {
             now,
             base,
@@ -180,9 +181,6 @@ impl Profile {
     ) -> Profile {
         let n = cluster.nodes.len();
         debug_assert_eq!(releases.lists.len(), n, "one release list per node");
-        let base = (0..n as u32)
-            .map(|i| cluster.free_amounts(NodeId(i)))
-            .collect();
         let up = |i: usize| cluster.nodes[i].avail == NodeAvail::Up;
         let mut release_at = Vec::with_capacity(n + 1);
         release_at.push(0u32);
@@ -223,7 +221,7 @@ impl Profile {
                 *slot = (end, a);
             }
         }
-        Profile::of(now, base, release_at, release_list)
+        Profile::of(cluster, now, release_at, release_list)
     }
 
     /// What running jobs release on node `i`, by time.

@@ -709,7 +709,7 @@ impl Scheduler {
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.spec.time_limit = limit;
                 if let Some(start) = job.start_time {
-                    let was = job.end_time.unwrap_or(Time::NEVER);
+                    let was = job.limit_end();
                     let end = end_of(start, limit);
                     job.end_time = Some(end);
                     self.releases.remove(id, was, &job.per_node);
@@ -1301,8 +1301,7 @@ impl Scheduler {
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
         let key = (job.spec.user.clone(), job.spec.name.clone());
         let preemptor = job.preempted_by.take();
-        self.releases
-            .remove(id, job.end_time.unwrap_or(Time::NEVER), &job.per_node);
+        self.releases.remove(id, job.limit_end(), &job.per_node);
         job.per_node.clear();
         job.stopping = None;
         self.stopping.remove(&id);
@@ -1481,8 +1480,7 @@ impl Scheduler {
         job.billing_rate = billing_rate(&self.policy.billing, &self.cluster, &alloc);
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
-        self.releases
-            .add(id, job.end_time.unwrap_or(Time::NEVER), &per_node);
+        self.releases.add(id, job.limit_end(), &per_node);
         job.per_node = per_node;
         job.victims_held.clear();
         job.allocation = Some(alloc);
@@ -1664,7 +1662,7 @@ impl Scheduler {
         let mut releases = NodeReleases::new(self.cluster.nodes.len());
         for id in &self.active {
             let job = &self.jobs[id];
-            releases.add(*id, job.end_time.unwrap_or(Time::NEVER), &job.per_node);
+            releases.add(*id, job.limit_end(), &job.per_node);
         }
         if releases != self.releases {
             return Err("the release lists differ from the active jobs' allocations".into());
@@ -1774,6 +1772,12 @@ fn end_of(start: Time, limit: Dur) -> Time {
 }
 
 impl Job {
+    /// When the job must end by its time limit ([`Time::NEVER`] while pending or
+    /// unlimited): the end its releases are kept under ([`NodeReleases`]).
+    fn limit_end(&self) -> Time {
+        self.end_time.unwrap_or(Time::NEVER)
+    }
+
     /// The amounts the job holds while active (its allocation's), zero while pending.
     pub fn spec_amounts_held(&self) -> Amounts {
         self.allocation

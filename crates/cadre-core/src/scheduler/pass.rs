@@ -789,7 +789,7 @@ impl Scheduler {
             .filter_map(|id| self.jobs.get(id))
             .map(|job| EarlyEnd {
                 job: job.id,
-                end: job.end_time.unwrap_or(Time::NEVER).min(grace_end),
+                end: job.limit_end().min(grace_end),
                 nodes: &job.per_node,
             })
             .collect();
@@ -806,7 +806,7 @@ impl Scheduler {
             .iter()
             .filter(move |(id, _)| active.next_if_eq(id).is_some());
         let ends = running.map(|(_, job)| {
-            let limit_end = job.end_time.unwrap_or(Time::NEVER);
+            let limit_end = job.limit_end();
             let end = match job.stopping {
                 // A job asked to stop ends within its grace time, or at its time limit.
                 Some(_) => limit_end.min(now + self.policy.preemption.grace),
