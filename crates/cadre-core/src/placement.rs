@@ -468,21 +468,28 @@ impl<'a> Ctx<'a> {
                 caps.truncate(start);
                 continue;
             }
-            let shape = self.cluster.shape(node);
-            let free = match view {
-                View::Now if !idle => shape.capacity().saturating_sub(&n.usage.amounts()),
-                _ => shape.capacity(),
-            };
-            cands.push(Cand {
-                node,
-                leaf_key: slot_key(n.leaf.map(|l| l.0), self.cluster.switches.len()),
-                block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
-                idle,
-                free,
-                weight,
-            });
+            cands.push(self.cand(node, idle, view, weight));
         }
         (cands, caps)
+    }
+
+    /// Node `node` as a candidate standing for `weight` nodes; `idle`: nothing runs on it
+    /// (in `view`).
+    fn cand(&self, node: NodeId, idle: bool, view: View, weight: u32) -> Cand {
+        let n = self.cluster.node(node);
+        let shape = self.cluster.shape(node);
+        let free = match view {
+            View::Now if !idle => shape.capacity().saturating_sub(&n.usage.amounts()),
+            _ => shape.capacity(),
+        };
+        Cand {
+            node,
+            leaf_key: slot_key(n.leaf.map(|l| l.0), self.cluster.switches.len()),
+            block_key: slot_key(n.block.map(|b| b.0), self.cluster.blocks.len()),
+            idle,
+            free,
+            weight,
+        }
     }
 
     /// [`Ctx::refusal`] without building the message: the hot path.
@@ -516,13 +523,8 @@ impl<'a> Ctx<'a> {
             caps: &caps,
             slots: self.slots(),
             frag: profile
-                .filter(|p| view == View::Now && !p.is_empty())
-                .map(|p| Frag {
-                    classes: p.needs(),
-                    cluster: self.cluster,
-                    memo: std::cell::RefCell::new(p.rises().lock()),
-                    idle_memo: Default::default(),
-                }),
+                .filter(|_| view == View::Now)
+                .and_then(|p| Frag::of(p, self.cluster)),
         };
         let pool = DevicePool {
             ctx: self,
@@ -990,6 +992,128 @@ pub fn place_scanning(
         "scan is ascending"
     );
     place_inner(cluster, job, eligible, profile, Some(scan), true)
+}
+
+/// What a node offers a job that [`place`] puts on one node if one node can hold it
+/// ([`OneNode`]): the tasks that fit there now, and whether nothing runs there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeFit {
+    /// Tasks of the job that fit on the node now (0 on a node the job cannot use).
+    pub cap: u32,
+    pub idle: bool,
+    /// The node's leaf switch, as the preference counts idle nodes under it.
+    leaf_key: u32,
+    /// How well the whole job fits there, when it does ([`select::FitHead`]).
+    head: Option<select::FitHead>,
+}
+
+/// The device-level placement of a job of one group of tasks, none of them elastic, with
+/// no rule that spreads them over nodes and no `OneBlock` span, asked of one node at a time:
+/// such a job goes on the node that fits it best when one node can hold it, and a node's
+/// fit depends on that node alone. A caller that keeps nodes grouped by what placement sees
+/// of them can then remember a group's [`NodeFit`] while the group is unchanged, and
+/// [`one_node_choice`] names the node [`place`] (with this profile) would choose.
+pub struct OneNode<'a> {
+    ctx: Ctx<'a>,
+    /// Holds the profile's memo of rises (a lock) while it lives.
+    frag: Option<Frag<'a>>,
+    count: u32,
+}
+
+impl<'a> OneNode<'a> {
+    /// Whether the job is of that kind.
+    pub fn suits(job: &JobSpec) -> bool {
+        let [group] = job.groups.as_slice() else {
+            return false;
+        };
+        group.nodes.is_none()
+            && group.tasks_per_node.is_none()
+            && group.min_tasks() == group.count
+            && group.count > 0
+            && !job.exclusive
+            && (!job.one_task_per_node || group.count == 1)
+            && job.topology.span != NetworkSpan::OneBlock
+    }
+
+    /// `None` for a job that is not of that kind, or that no cluster could hold.
+    pub fn new(
+        cluster: &'a Cluster,
+        job: &'a JobSpec,
+        profile: Option<&'a WorkloadProfile>,
+    ) -> Option<OneNode<'a>> {
+        if !OneNode::suits(job) {
+            return None;
+        }
+        let ctx = Ctx::new(cluster, job, &[], true).ok()?;
+        Some(OneNode {
+            frag: profile.and_then(|p| Frag::of(p, cluster)),
+            ctx,
+            count: job.groups[0].count,
+        })
+    }
+
+    /// What `node` offers the job now.
+    pub fn fit(&self, node: NodeId) -> NodeFit {
+        let none = NodeFit {
+            cap: 0,
+            idle: false,
+            leaf_key: 0,
+            head: None,
+        };
+        if self.ctx.refusal_fast(node, View::Now) {
+            return none;
+        }
+        let n = self.ctx.cluster.node(node);
+        let idle = n.usage.jobs.is_empty();
+        let cap = self.ctx.capacity(node, UsageRef::of(&n.usage), 0);
+        if cap == 0 {
+            return none;
+        }
+        let c = self.ctx.cand(node, idle, View::Now, 1);
+        let head = (cap >= self.count).then(|| {
+            let g = &self.ctx.groups[0];
+            select::fit_head(
+                self.frag.as_ref(),
+                &c,
+                g,
+                0,
+                self.count,
+                &Amounts::ZERO,
+                true,
+            )
+        });
+        NodeFit {
+            cap,
+            idle,
+            leaf_key: c.leaf_key,
+            head,
+        }
+    }
+}
+
+/// The node [`place`] chooses for a job of [`OneNode`]'s kind among `fits`: each node with
+/// what it offers, ascending, standing for `weight` nodes of its partition (itself and equal
+/// nodes of higher ids); `None` when no node holds the whole job (the job then needs
+/// several nodes, or does not fit now).
+pub fn one_node_choice(fits: &[(NodeId, u32, NodeFit)]) -> Option<NodeId> {
+    // Idle nodes that take a task, under each leaf.
+    let slots = fits.iter().map(|f| f.2.leaf_key as usize + 1).max()?;
+    let mut leaf_idle = vec![0u32; slots];
+    for (_, weight, fit) in fits {
+        if fit.idle && fit.cap > 0 {
+            leaf_idle[fit.leaf_key as usize] += weight;
+        }
+    }
+    fits.iter()
+        .filter_map(|(node, _, fit)| {
+            let h = fit.head?;
+            Some((
+                (h.0, h.1, h.2, h.3, leaf_idle[fit.leaf_key as usize], *node),
+                *node,
+            ))
+        })
+        .min()
+        .map(|(_, node)| node)
 }
 
 fn place_inner(

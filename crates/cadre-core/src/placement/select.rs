@@ -11,7 +11,7 @@
 //! run this same code; only the way a node is counted differs.
 
 use super::GroupReq;
-use super::frag::{ClassNeed, FreeState, RiseMap};
+use super::frag::{ClassNeed, FreeState, RiseMap, WorkloadProfile};
 use crate::cluster::{Cluster, NodeId};
 use crate::job::{JobSpec, NetworkSpan};
 use crate::resources::Amounts;
@@ -83,10 +83,33 @@ struct Opt {
     key: FitKey,
 }
 
-/// Best fit of one node for some tasks: breaks an idle node, then the rise in fragmentation
-/// (0 without a profile), then milli-GPUs and cores left on it afterwards, then idle nodes
-/// under its leaf (fuller leaves first), then its id.
+/// Best fit of one node for some tasks: the rise in fragmentation (0 without a profile),
+/// then whether it breaks an idle node, then milli-GPUs and cores left on it afterwards, then
+/// idle nodes under its leaf (fuller leaves first), then its id.
 type FitKey = (i128, bool, u64, u64, u32, NodeId);
+
+/// The part of a [`FitKey`] that depends on the node alone (not on the other candidates):
+/// all of it but the idle nodes under its leaf and its id.
+pub(super) type FitHead = (i128, bool, u64, u64);
+
+/// The [`FitHead`] of `n` tasks of group `g` (processing order) on candidate `c`, where
+/// earlier groups of the same job already take `used` and `fresh` says none of them is there.
+pub(super) fn fit_head(
+    frag: Option<&Frag<'_>>,
+    c: &Cand,
+    group: &GroupReq<'_>,
+    g: usize,
+    n: u32,
+    used: &Amounts,
+    fresh: bool,
+) -> FitHead {
+    let after = c
+        .free
+        .saturating_sub(used)
+        .saturating_sub(&(group.res.amounts() * u64::from(n)));
+    let rise = frag.map_or(0, |f| f.rise(c, group, g, n, used));
+    (rise, c.idle && fresh, after.gpu_milli, after.cpus)
+}
 
 /// The fragmentation preference of [`super::place_with_profile`]: the profile's classes and
 /// the cluster whose device usage the candidates are scored on.
@@ -103,7 +126,17 @@ pub(super) struct Frag<'a> {
 /// An idle node's score key: (shape, group, tasks).
 pub(super) type IdleKey = (u16, usize, u32);
 
-impl Frag<'_> {
+impl<'a> Frag<'a> {
+    /// The preference of `profile` on `cluster`'s usage; `None` for an empty profile.
+    pub(super) fn of(profile: &'a WorkloadProfile, cluster: &'a Cluster) -> Option<Frag<'a>> {
+        (!profile.is_empty()).then(|| Frag {
+            classes: profile.needs(),
+            cluster,
+            memo: RefCell::new(profile.rises().lock()),
+            idle_memo: Default::default(),
+        })
+    }
+
     /// How much `n` more tasks of `g` on candidate `c` raise its fragmentation; `used`: what
     /// earlier groups of the job already take there (counted in cores and memory only).
     fn rise(&self, c: &Cand, g: &GroupReq<'_>, gi: usize, n: u32, used: &Amounts) -> i128 {
@@ -438,19 +471,21 @@ impl Engine<'_> {
 
     fn key(&self, i: usize, g: usize, n: u32, s: &Scratch) -> FitKey {
         let c = &self.cands[i];
-        let after = c
-            .free
-            .saturating_sub(&s.used[i])
-            .saturating_sub(&(self.groups[g].res.amounts() * u64::from(n)));
-        let frag = self
-            .frag
-            .as_ref()
-            .map_or(0, |f| f.rise(c, &self.groups[g], g, n, &s.used[i]));
+        let fresh = s.tasks_on[i] == 0;
+        let head = fit_head(
+            self.frag.as_ref(),
+            c,
+            &self.groups[g],
+            g,
+            n,
+            &s.used[i],
+            fresh,
+        );
         (
-            frag,
-            c.idle && s.tasks_on[i] == 0,
-            after.gpu_milli,
-            after.cpus,
+            head.0,
+            head.1,
+            head.2,
+            head.3,
             s.leaf_idle[c.leaf_key as usize],
             c.node,
         )

@@ -24,7 +24,9 @@
 //! cluster.
 
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
+use crate::placement::NodeFit;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
 
 /// What never changes while a node is up, but by an administrator's hand: interned per
 /// node so that a usage change hashes no strings.
@@ -69,6 +71,10 @@ pub(super) struct NodeClasses {
     keys: Vec<Option<ClassKey>>,
     unused: Vec<u32>,
     class_of: Vec<u32>,
+    /// Per class id, a number given when the id last took a state, never given twice: what
+    /// is remembered of a class ([`ClassFits`]) holds while its stamp is the same.
+    stamps: Vec<u64>,
+    next_stamp: u64,
 }
 
 fn static_key(cluster: &Cluster, n: NodeId) -> StaticKey {
@@ -142,9 +148,12 @@ impl NodeClasses {
                     None => {
                         self.classes.push(Class::default());
                         self.keys.push(None);
+                        self.stamps.push(0);
                         self.classes.len() as u32 - 1
                     }
                 };
+                self.stamps[id as usize] = self.next_stamp;
+                self.next_stamp += 1;
                 self.classes[id as usize].whole_gpus = whole_gpus(cluster, n);
                 self.keys[id as usize] = Some(key.clone());
                 self.by_key.insert(key, id);
@@ -175,6 +184,12 @@ impl NodeClasses {
     pub(super) fn refresh_static(&mut self, cluster: &Cluster, n: NodeId) {
         self.set_kind(cluster, n);
         self.refresh(cluster, &[n]);
+    }
+
+    /// The class of node `n` and its stamp.
+    pub(super) fn stamp(&self, n: NodeId) -> (u32, u64) {
+        let class = self.class_of[n.0 as usize];
+        (class, self.stamps[class as usize])
     }
 
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0),
@@ -246,5 +261,38 @@ impl NodeClasses {
             ));
         }
         Ok(())
+    }
+}
+
+/// What the classes' nodes offer the jobs of each shape that go on one node
+/// ([`crate::placement::OneNode`]), by shape and class id, each with the stamp of the class it was
+/// found for. Forgotten at every pass: the fits include the fragmentation preference, which
+/// changes as jobs are submitted. Not part of the scheduler's value: clones start empty.
+#[derive(Default)]
+pub(super) struct ClassFits(Mutex<FitsByShape>);
+
+/// Per shape, per class id: the class's stamp and what it offers.
+pub(super) type FitsByShape = HashMap<u32, Vec<Option<(u64, NodeFit)>>>;
+
+impl ClassFits {
+    pub(super) fn lock(&self) -> MutexGuard<'_, FitsByShape> {
+        // A panic elsewhere while it was held leaves only fits, each complete.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn forget(&mut self) {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+impl Clone for ClassFits {
+    fn clone(&self) -> Self {
+        ClassFits::default()
+    }
+}
+
+impl std::fmt::Debug for ClassFits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClassFits")
     }
 }

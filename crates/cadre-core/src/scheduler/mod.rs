@@ -90,7 +90,7 @@ mod reason;
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
 
-use classes::NodeClasses;
+use classes::{ClassFits, NodeClasses};
 use free::{FreeSummary, UsageRates};
 
 use crate::alloc::Allocation;
@@ -457,6 +457,8 @@ pub struct Scheduler {
     free: FreeSummary,
     /// The nodes by what placement sees of them, kept up to date with `free`.
     classes: NodeClasses,
+    /// What the classes offer jobs placed on one node, remembered within a pass.
+    class_fits: ClassFits,
     /// What would be free were every up node idle; rebuilt after node state changes.
     idle_free: Option<FreeSummary>,
     /// Shapes known never to fit the up nodes, and shapes already checked, since the nodes
@@ -567,6 +569,7 @@ impl Scheduler {
             workload: WorkloadProfile::default(),
             free,
             classes,
+            class_fits: ClassFits::default(),
             idle_free: None,
             never_fits: HashMap::new(),
             checked_shapes: BTreeSet::new(),
@@ -1737,29 +1740,96 @@ impl Scheduler {
         if self.reference {
             return self.place(spec, &nodes);
         }
-        let least_whole = spec
-            .groups
-            .iter()
-            .filter(|g| g.count > 0)
-            .map(|g| match g.per_task.gpu_share_milli {
-                Some(_) => 0,
-                None => g.per_task.gpus,
-            })
-            .min()
-            .unwrap_or(0);
         let tasks = spec
             .groups
             .iter()
             .fold(0u32, |sum, g| sum.saturating_add(g.count));
-        let scan = self
-            .classes
-            .representatives(&self.cluster, part, least_whole, tasks, keep);
-        let profile = match self.policy.placement {
+        let scan =
+            self.classes
+                .representatives(&self.cluster, part, least_whole(spec), tasks, keep);
+        placement::place_scanning(&self.cluster, spec, &nodes, self.profile_placed(), scan)
+    }
+
+    /// The workload profile placement prefers by, if the policy places by fragmentation.
+    fn profile_placed(&self) -> Option<&WorkloadProfile> {
+        match self.policy.placement {
             PlacementRule::BestFit => None,
             PlacementRule::Fragmentation => Some(&self.workload),
-        };
-        placement::place_scanning(&self.cluster, spec, &nodes, profile, scan)
+        }
     }
+
+    /// [`Scheduler::place_in`] (every node of partition `part`) for a job of interned shape
+    /// `shape` whose spec is `spec`. A job that goes on one node ([`placement::OneNode`])
+    /// is placed on the node it fits best, found from what each class of nodes offers the
+    /// shape, remembered while the class keeps its state ([`ClassFits`]): in a pass that
+    /// starts thousands of such jobs, each start changes the state of a node or two.
+    pub(crate) fn place_shaped(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        shape: u32,
+    ) -> Result<Allocation, PlacementFailure> {
+        if !self.reference && placement::OneNode::suits(spec) {
+            if let Some(node) = self.one_node_choice(spec, part, shape) {
+                let nodes = &self.cluster.partition(part).nodes;
+                let profile = self.profile_placed();
+                let placed =
+                    placement::place_scanning(&self.cluster, spec, nodes, profile, vec![(node, 1)]);
+                debug_assert!(placed.is_ok(), "the chosen node {node:?} holds the job");
+                if placed.is_ok() {
+                    return placed;
+                }
+            }
+        }
+        self.place_in(spec, part, None)
+    }
+
+    /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one
+    /// node can hold it.
+    fn one_node_choice(&self, spec: &JobSpec, part: PartitionId, shape: u32) -> Option<NodeId> {
+        let reps = self
+            .classes
+            .representatives(&self.cluster, part, least_whole(spec), 1, None);
+        let mut fits = self.class_fits.lock();
+        let known = fits.entry(shape).or_default();
+        // Made at the first class whose fit is not known: it holds the profile's memo.
+        let mut probe = None;
+        let mut out = Vec::with_capacity(reps.len());
+        for (node, weight) in reps {
+            let (class, stamp) = self.classes.stamp(node);
+            let slot = class as usize;
+            if known.len() <= slot {
+                known.resize(slot + 1, None);
+            }
+            let fit = match known[slot] {
+                Some((s, fit)) if s == stamp => fit,
+                _ => {
+                    if probe.is_none() {
+                        probe = placement::OneNode::new(&self.cluster, spec, self.profile_placed());
+                    }
+                    let fit = probe.as_ref()?.fit(node);
+                    known[slot] = Some((stamp, fit));
+                    fit
+                }
+            };
+            out.push((node, weight, fit));
+        }
+        placement::one_node_choice(&out)
+    }
+}
+
+/// The fewest whole GPUs a task of the job asks for (0 when one asks for a share, or none):
+/// nodes with fewer free take none of its tasks.
+fn least_whole(spec: &JobSpec) -> u32 {
+    spec.groups
+        .iter()
+        .filter(|g| g.count > 0)
+        .map(|g| match g.per_task.gpu_share_milli {
+            Some(_) => 0,
+            None => g.per_task.gpus,
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// A job's end time by its time limit; a zero limit means unlimited.

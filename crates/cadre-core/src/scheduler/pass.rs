@@ -164,6 +164,7 @@ impl Scheduler {
     /// preemptions as they were decided, then the reservations.
     pub fn schedule(&mut self, now: Time) -> Vec<Decision> {
         self.accrue(now);
+        self.class_fits.forget();
         let order = self.eligible_order(now);
         let mut out = Vec::new();
         let mut profile: Option<Profile> = None;
@@ -295,7 +296,11 @@ impl Scheduler {
                     }
                     let spec = capped.as_ref().unwrap_or(&job.spec);
                     if self.free.may_fit(part, job) {
-                        self.place_in(spec, part, None)
+                        match capped {
+                            // The job's own spec: of the job's shape.
+                            None => self.place_shaped(spec, part, key),
+                            Some(_) => self.place_in(spec, part, None),
+                        }
                     } else {
                         // Busy only if it could fit were the up nodes idle; otherwise
                         // placement says why it never fits or which nodes it waits for.

@@ -402,6 +402,49 @@ proptest! {
         }
     }
 
+    /// For a job of one group that goes on one node when one node can hold it, the node
+    /// chosen from what each node offers alone is the node placement chooses, with and
+    /// without a profile; and there is none when placement needs several nodes or fails.
+    #[test]
+    fn one_node_choice_is_placements_choice((shapes, nodes, background, j) in scenario()) {
+        // The scenario's job, made of that kind.
+        let mut j = j;
+        j.groups.truncate(1);
+        let g = &mut j.groups[0];
+        (g.nodes, g.tasks_per_node, g.min_count) = (None, None, None);
+        g.count = g.count.max(1);
+        if j.one_task_per_node {
+            g.count = 1;
+        }
+        j.exclusive = false;
+        if j.topology.span == NetworkSpan::OneBlock {
+            j.topology.span = NetworkSpan::Any;
+        }
+        prop_assert!(OneNode::suits(&j));
+        let mut c = build(&shapes, &nodes);
+        load(&mut c, &background);
+        let all: Vec<NodeId> = (0..c.nodes.len() as u32).map(NodeId).collect();
+        let profile = WorkloadProfile::from_tasks(
+            background.iter().chain([&j]).flat_map(|b| b.groups.iter().map(|g| &g.per_task)),
+        );
+        for profile in [&profile, &WorkloadProfile::default()] {
+            // The probe holds the profile's memo until it is dropped, before placing.
+            let choice = OneNode::new(&c, &j, Some(profile)).and_then(|probe| {
+                let fits: Vec<_> = all.iter().map(|&n| (n, 1, probe.fit(n))).collect();
+                one_node_choice(&fits)
+            });
+            let placed = place_with_profile(&c, &j, &all, profile);
+            let used: BTreeSet<NodeId> = placed
+                .iter()
+                .flat_map(|a| a.tasks.iter().map(|t| t.node))
+                .collect();
+            match choice {
+                Some(n) => prop_assert_eq!(used, BTreeSet::from([n]), "{:?}", placed),
+                None => prop_assert!(used.len() != 1, "placed on one node: {:?}", placed),
+            }
+        }
+    }
+
     #[test]
     fn placements_book_cleanly_and_meet_the_job((shapes, nodes, background, j) in scenario()) {
         let mut c = build(&shapes, &nodes);
