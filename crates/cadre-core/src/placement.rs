@@ -1091,6 +1091,26 @@ impl<'a> OneNode<'a> {
     }
 }
 
+/// The allocation [`place`] makes for a job of [`OneNode`]'s kind on `node`, the node it
+/// chose ([`one_node_choice`]): every task there, its devices picked as [`place`] picks
+/// them. `None` when the node cannot hold the whole job now.
+pub fn one_node_allocation(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<Allocation> {
+    if !OneNode::suits(job) {
+        return None;
+    }
+    let ctx = Ctx::new(cluster, job, &[], true).ok()?;
+    let n = cluster.node(node);
+    let count = job.groups[0].count;
+    if ctx.refusal_fast(node, View::Now) || ctx.capacity(node, UsageRef::of(&n.usage), 0) < count {
+        return None;
+    }
+    let cand = ctx.cand(node, n.usage.jobs.is_empty(), View::Now, 1);
+    let plan = Plan {
+        entries: vec![(0, 0, count)],
+    };
+    ctx.allocation(&[cand], &plan)
+}
+
 /// The node [`place`] chooses for a job of [`OneNode`]'s kind among `fits`: each node with
 /// what it offers, ascending, standing for `weight` nodes of its partition (itself and equal
 /// nodes of higher ids); `None` when no node holds the whole job (the job then needs

@@ -186,10 +186,30 @@ impl NodeClasses {
         self.refresh(cluster, &[n]);
     }
 
-    /// The class of node `n` and its stamp.
-    pub(super) fn stamp(&self, n: NodeId) -> (u32, u64) {
-        let class = self.class_of[n.0 as usize];
-        (class, self.stamps[class as usize])
+    /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0)
+    /// and some node in partition `p`: its first node in `p`, how many of its nodes are in
+    /// `p`, its id and its stamp; in class id order.
+    pub(super) fn firsts<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        p: PartitionId,
+        gpus: u32,
+    ) -> impl Iterator<Item = (NodeId, u32, u32, u64)> + 'a {
+        let whole_cluster = cluster.partition(p).nodes.len() == cluster.nodes.len();
+        let in_p = move |n: &&NodeId| whole_cluster || cluster.node(**n).partitions.contains(&p);
+        self.classes
+            .iter()
+            .zip(0u32..)
+            .filter(move |(class, _)| !class.members.is_empty() && class.whole_gpus >= gpus)
+            .filter_map(move |(class, id)| {
+                let mut members = class.members.iter().filter(in_p);
+                let first = *members.next()?;
+                let count = match whole_cluster {
+                    true => class.members.len(),
+                    false => members.count() + 1,
+                };
+                Some((first, count as u32, id, self.stamps[id as usize]))
+            })
     }
 
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0),

@@ -1771,13 +1771,10 @@ impl Scheduler {
     ) -> Result<Allocation, PlacementFailure> {
         if !self.reference && placement::OneNode::suits(spec) {
             if let Some(node) = self.one_node_choice(spec, part, shape) {
-                let nodes = &self.cluster.partition(part).nodes;
-                let profile = self.profile_placed();
-                let placed =
-                    placement::place_scanning(&self.cluster, spec, nodes, profile, vec![(node, 1)]);
-                debug_assert!(placed.is_ok(), "the chosen node {node:?} holds the job");
-                if placed.is_ok() {
-                    return placed;
+                let placed = placement::one_node_allocation(&self.cluster, spec, node);
+                debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
+                if let Some(alloc) = placed {
+                    return Ok(alloc);
                 }
             }
         }
@@ -1787,16 +1784,14 @@ impl Scheduler {
     /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one
     /// node can hold it.
     fn one_node_choice(&self, spec: &JobSpec, part: PartitionId, shape: u32) -> Option<NodeId> {
-        let reps = self
-            .classes
-            .representatives(&self.cluster, part, least_whole(spec), 1, None);
         let mut fits = self.class_fits.lock();
         let known = fits.entry(shape).or_default();
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut out = Vec::with_capacity(reps.len());
-        for (node, weight) in reps {
-            let (class, stamp) = self.classes.stamp(node);
+        let mut out = Vec::new();
+        for (node, weight, class, stamp) in
+            self.classes.firsts(&self.cluster, part, least_whole(spec))
+        {
             let slot = class as usize;
             if known.len() <= slot {
                 known.resize(slot + 1, None);

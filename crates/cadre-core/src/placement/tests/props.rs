@@ -404,7 +404,8 @@ proptest! {
 
     /// For a job of one group that goes on one node when one node can hold it, the node
     /// chosen from what each node offers alone is the node placement chooses, with and
-    /// without a profile; and there is none when placement needs several nodes or fails.
+    /// without a profile, and the allocation made there is placement's; and there is none
+    /// when placement needs several nodes or fails.
     #[test]
     fn one_node_choice_is_placements_choice((shapes, nodes, background, j) in scenario()) {
         // The scenario's job, made of that kind.
@@ -439,7 +440,10 @@ proptest! {
                 .flat_map(|a| a.tasks.iter().map(|t| t.node))
                 .collect();
             match choice {
-                Some(n) => prop_assert_eq!(used, BTreeSet::from([n]), "{:?}", placed),
+                Some(n) => {
+                    prop_assert_eq!(used, BTreeSet::from([n]), "{:?}", placed);
+                    prop_assert_eq!(one_node_allocation(&c, &j, n), placed.ok());
+                }
                 None => prop_assert!(used.len() != 1, "placed on one node: {:?}", placed),
             }
         }
