@@ -286,8 +286,9 @@ impl NodeClasses {
 
 /// What the classes' nodes offer the jobs of each shape that go on one node
 /// ([`crate::placement::OneNode`]), by shape and class id, each with the stamp of the class it was
-/// found for. Forgotten at every pass: the fits include the fragmentation preference, which
-/// changes as jobs are submitted. Not part of the scheduler's value: clones start empty.
+/// found for. Forgotten at every pass and whenever the workload profile changes (the fits
+/// include its fragmentation preference). Not part of the scheduler's value: clones start
+/// empty.
 #[derive(Default)]
 pub(super) struct ClassFits(Mutex<FitsByShape>);
 

@@ -160,6 +160,13 @@ fn compare(policy: Policy, seed: u64, passes: u32) {
 
 /// [`compare`] on the cluster `text` describes.
 fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
+    run(text, policy, seed, passes, false);
+}
+
+/// [`compare_on`]; `mixed`: jobs also ask for the `ib` feature, the `rack = r2` label and
+/// at most two leaf switches now and then, and nodes gain and lose the feature between
+/// passes (for [`MIXED`]).
+fn run(text: &str, policy: Policy, seed: u64, passes: u32, mixed: bool) {
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
     let mut reference = Scheduler::new(cluster, policy).unwrap();
@@ -210,6 +217,9 @@ fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
             if !fast.policy.qos.is_empty() {
                 ranked(&mut rng, &mut spec);
             }
+            if mixed {
+                constrained(&mut rng, &mut spec);
+            }
             both(
                 &mut fast,
                 &mut reference,
@@ -230,6 +240,20 @@ fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
                     avail,
                     reason: None,
                 },
+                now,
+            );
+        }
+        if mixed && rng.below(8) == 0 {
+            let node = NodeId(rng.below(32) as u32);
+            let features = match rng.below(2) {
+                0 => vec!["ib".to_string()],
+                _ => Vec::new(),
+            };
+            both(
+                &mut fast,
+                &mut reference,
+                &mut ends,
+                Event::SetNodeFeatures { node, features },
                 now,
             );
         }
@@ -274,6 +298,101 @@ fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
             jobs(&reference),
             "pass {pass}: the jobs differ"
         );
+    }
+}
+
+/// What a job of [`run`]'s `mixed` workloads asks of its nodes besides resources.
+fn constrained(rng: &mut Rng, spec: &mut JobSpec) {
+    if rng.below(4) == 0 {
+        spec.features = vec!["ib".into()];
+    }
+    if rng.below(6) == 0 {
+        spec.node_selector = vec![("rack".into(), "r2".into())];
+    }
+    if rng.below(8) == 0 {
+        spec.topology.span = NetworkSpan::MaxSwitches(2);
+    }
+}
+
+/// [`CLUSTER`] with a second shape (4 GPUs of another model) on a quarter of the nodes, the
+/// `ib` feature on some nodes and a `rack` label on others.
+const MIXED: &str = r#"
+version = 1
+name = "mixed"
+
+[[shape]]
+name = "g8"
+cores = 64
+memory = "512G"
+gpu_model = "h100"
+gpu_memory = "80G"
+numa = 2
+gpus = 8
+nics = 4
+
+[[shape]]
+name = "g4"
+cores = 32
+memory = "256G"
+gpu_model = "a100"
+gpu_memory = "40G"
+numa = 2
+gpus = 4
+nics = 2
+
+[[nodes]]
+names = "n[1-12]"
+shape = "g8"
+features = ["ib"]
+
+[[nodes]]
+names = "n[13-24]"
+shape = "g8"
+labels = { rack = "r2" }
+
+[[nodes]]
+names = "n[25-32]"
+shape = "g4"
+features = ["ib"]
+labels = { rack = "r2" }
+
+[[partition]]
+name = "all"
+nodes = "ALL"
+default = true
+
+[[partition]]
+name = "half"
+nodes = "n[1-16]"
+
+[[switch]]
+name = "leaf1"
+nodes = "n[1-4]"
+
+[[switch]]
+name = "leaf2"
+nodes = "n[5-16]"
+
+[[switch]]
+name = "leaf3"
+nodes = "n[17-20]"
+
+[[switch]]
+name = "leaf4"
+nodes = "n[21-32]"
+
+[[switch]]
+name = "spine"
+switches = "leaf[1-4]"
+"#;
+
+/// Nodes of two shapes, features, labels and spans over at most two leaves, with nodes'
+/// features changing between passes: the classes of nodes and the fits remembered per
+/// class and shape against the reference's scan of every node.
+#[test]
+fn mixed_nodes_decide_as_the_reference() {
+    for seed in 1..=4 {
+        run(MIXED, Policy::default(), seed, 300, true);
     }
 }
 

@@ -881,6 +881,8 @@ impl Scheduler {
 
     /// The task sizes of a job joining the workload profile (fragmentation placement).
     fn record_workload(&mut self, spec: &JobSpec) {
+        // The classes' fits include the profile's rises.
+        self.class_fits.forget();
         for g in &spec.groups {
             self.workload.record(&g.per_task, g.count);
         }
@@ -1762,8 +1764,10 @@ impl Scheduler {
     /// `shape` whose spec is `spec`. A job that goes on one node ([`placement::OneNode`])
     /// is placed on the node it fits best, found from what each class of nodes offers the
     /// shape, remembered while the class keeps its state ([`ClassFits`]): in a pass that
-    /// starts thousands of such jobs, each start changes the state of a node or two.
-    pub(crate) fn place_shaped(
+    /// starts thousands of such jobs, each start changes the state of a node or two. For the
+    /// pass alone, which forgets the fits as it begins (a policy reloaded since may place
+    /// by another rule).
+    fn place_shaped(
         &self,
         spec: &JobSpec,
         part: PartitionId,
