@@ -89,6 +89,9 @@
 //! A caller that keeps nodes grouped by what placement sees of them ([`place_scanning`])
 //! passes only the first few nodes of each group, each standing for the ones left out: on a
 //! large cluster a placement then costs the number of distinct node states, not of nodes.
+//! For a job that goes on one node ([`OneNode`]) such a caller can also remember what each
+//! group of nodes offers the job while the group is unchanged, and have
+//! [`one_node_choice`] name the node: a placement then costs what changed since the last.
 
 mod device;
 mod frag;

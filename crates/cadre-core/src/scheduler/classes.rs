@@ -12,6 +12,8 @@
 //! A class per distinct such state, with its members in node order; for a job that can use
 //! at most `m` nodes, the first `m` members of each class (of its partition) stand for the
 //! class, the last one counting for the members left out ([`NodeClasses::representatives`]).
+//! For a job that goes on one node, what each class offers its shape, remembered while the
+//! class keeps its state ([`ClassFits`], by the class's stamp).
 //!
 //! # Must hold
 //! Placement on the representatives gives the allocation placement on every node gives:
