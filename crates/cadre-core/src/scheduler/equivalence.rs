@@ -165,7 +165,7 @@ fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
 
 /// [`compare_on`]; `mixed`: jobs also ask for the `ib` feature, the `rack = r2` label and
 /// at most two leaf switches now and then, and nodes gain and lose the feature between
-/// passes (for [`MIXED`]).
+/// passes (for [`mixed`]).
 fn run(text: &str, policy: Policy, seed: u64, passes: u32, mixed: bool) {
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
@@ -316,21 +316,14 @@ fn constrained(rng: &mut Rng, spec: &mut JobSpec) {
 
 /// [`CLUSTER`] with a second shape (4 GPUs of another model) on a quarter of the nodes, the
 /// `ib` feature on some nodes and a `rack` label on others.
-const MIXED: &str = r#"
-version = 1
-name = "mixed"
+fn mixed() -> String {
+    let nodes = "[[nodes]]\nnames = \"n[1-32]\"\nshape = \"g8\"\n";
+    let mixed = CLUSTER.replace(nodes, MIXED_NODES);
+    assert_ne!(mixed, CLUSTER, "the nodes of CLUSTER are replaced");
+    mixed
+}
 
-[[shape]]
-name = "g8"
-cores = 64
-memory = "512G"
-gpu_model = "h100"
-gpu_memory = "80G"
-numa = 2
-gpus = 8
-nics = 4
-
-[[shape]]
+const MIXED_NODES: &str = r#"[[shape]]
 name = "g4"
 cores = 32
 memory = "256G"
@@ -355,35 +348,6 @@ names = "n[25-32]"
 shape = "g4"
 features = ["ib"]
 labels = { rack = "r2" }
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-default = true
-
-[[partition]]
-name = "half"
-nodes = "n[1-16]"
-
-[[switch]]
-name = "leaf1"
-nodes = "n[1-4]"
-
-[[switch]]
-name = "leaf2"
-nodes = "n[5-16]"
-
-[[switch]]
-name = "leaf3"
-nodes = "n[17-20]"
-
-[[switch]]
-name = "leaf4"
-nodes = "n[21-32]"
-
-[[switch]]
-name = "spine"
-switches = "leaf[1-4]"
 "#;
 
 /// Nodes of two shapes, features, labels and spans over at most two leaves, with nodes'
@@ -392,7 +356,7 @@ switches = "leaf[1-4]"
 #[test]
 fn mixed_nodes_decide_as_the_reference() {
     for seed in 1..=4 {
-        run(MIXED, Policy::default(), seed, 300, true);
+        run(&mixed(), Policy::default(), seed, 300, true);
     }
 }
 
