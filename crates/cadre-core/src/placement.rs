@@ -1002,8 +1002,8 @@ pub fn place_scanning(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeFit {
     /// Tasks of the job that fit on the node now (0 on a node the job cannot use).
-    pub cap: u32,
-    pub idle: bool,
+    cap: u32,
+    idle: bool,
     /// The node's leaf switch, as the preference counts idle nodes under it.
     leaf_key: u32,
     /// How well the whole job fits there, when it does ([`select::FitHead`]).
@@ -1015,7 +1015,8 @@ pub struct NodeFit {
 /// such a job goes on the node that fits it best when one node can hold it, and a node's
 /// fit depends on that node alone. A caller that keeps nodes grouped by what placement sees
 /// of them can then remember a group's [`NodeFit`] while the group is unchanged, and
-/// [`one_node_choice`] names the node [`place`] (with this profile) would choose.
+/// [`one_node_choice`] names the node [`place`] (with this profile) would choose, where
+/// [`OneNode::allocation`] picks the devices.
 pub struct OneNode<'a> {
     ctx: Ctx<'a>,
     /// Holds the profile's memo of rises (a lock) while it lives.
@@ -1092,26 +1093,19 @@ impl<'a> OneNode<'a> {
             head,
         }
     }
-}
 
-/// The allocation [`place`] makes for a job of [`OneNode`]'s kind on `node`, the node it
-/// chose ([`one_node_choice`]): every task there, its devices picked as [`place`] picks
-/// them. `None` when the node cannot hold the whole job now.
-pub fn one_node_allocation(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<Allocation> {
-    if !OneNode::suits(job) {
-        return None;
+    /// The allocation [`place`] makes on `node`, the node it chose ([`one_node_choice`]):
+    /// every task there, its devices picked as [`place`] picks them. `None` when the node
+    /// cannot hold the whole job now.
+    pub fn allocation(&self, node: NodeId) -> Option<Allocation> {
+        let fit = self.fit(node);
+        fit.head?;
+        let cand = self.ctx.cand(node, fit.idle, View::Now, 1);
+        let plan = Plan {
+            entries: vec![(0, 0, self.count)],
+        };
+        self.ctx.allocation(&[cand], &plan)
     }
-    let ctx = Ctx::new(cluster, job, &[], true).ok()?;
-    let n = cluster.node(node);
-    let count = job.groups[0].count;
-    if ctx.refusal_fast(node, View::Now) || ctx.capacity(node, UsageRef::of(&n.usage), 0) < count {
-        return None;
-    }
-    let cand = ctx.cand(node, n.usage.jobs.is_empty(), View::Now, 1);
-    let plan = Plan {
-        entries: vec![(0, 0, count)],
-    };
-    ctx.allocation(&[cand], &plan)
 }
 
 /// The node [`place`] chooses for a job of [`OneNode`]'s kind among `fits`: each node with

@@ -188,6 +188,33 @@ impl NodeClasses {
         self.refresh(cluster, &[n]);
     }
 
+    /// The classes whose nodes have at least `gpus` whole GPUs free (any class for 0), each
+    /// with its id, its nodes in partition `p` (and in `keep`, when given), ascending, and
+    /// how many those are when that is known without counting them (`p` holds every node
+    /// and `keep` is not given).
+    fn in_partition<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        p: PartitionId,
+        gpus: u32,
+        keep: Option<&'a dyn Fn(NodeId) -> bool>,
+    ) -> impl Iterator<Item = (u32, impl Iterator<Item = NodeId> + 'a, Option<usize>)> + 'a {
+        let whole_cluster =
+            keep.is_none() && cluster.partition(p).nodes.len() == cluster.nodes.len();
+        let in_p = move |n: &NodeId| {
+            whole_cluster
+                || (cluster.node(*n).partitions.contains(&p) && keep.is_none_or(|k| k(*n)))
+        };
+        self.classes
+            .iter()
+            .zip(0u32..)
+            .filter(move |(class, _)| !class.members.is_empty() && class.whole_gpus >= gpus)
+            .map(move |(class, id)| {
+                let members = class.members.iter().copied().filter(in_p);
+                (id, members, whole_cluster.then_some(class.members.len()))
+            })
+    }
+
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0)
     /// and some node in partition `p`: its first node in `p`, how many of its nodes are in
     /// `p`, its id and its stamp; in class id order.
@@ -197,19 +224,10 @@ impl NodeClasses {
         p: PartitionId,
         gpus: u32,
     ) -> impl Iterator<Item = (NodeId, u32, u32, u64)> + 'a {
-        let whole_cluster = cluster.partition(p).nodes.len() == cluster.nodes.len();
-        let in_p = move |n: &&NodeId| whole_cluster || cluster.node(**n).partitions.contains(&p);
-        self.classes
-            .iter()
-            .zip(0u32..)
-            .filter(move |(class, _)| !class.members.is_empty() && class.whole_gpus >= gpus)
-            .filter_map(move |(class, id)| {
-                let mut members = class.members.iter().filter(in_p);
-                let first = *members.next()?;
-                let count = match whole_cluster {
-                    true => class.members.len(),
-                    false => members.count() + 1,
-                };
+        self.in_partition(cluster, p, gpus, None)
+            .filter_map(|(id, mut members, all)| {
+                let first = members.next()?;
+                let count = all.unwrap_or_else(|| members.count() + 1);
                 Some((first, count as u32, id, self.stamps[id as usize]))
             })
     }
@@ -226,29 +244,16 @@ impl NodeClasses {
         per_class: u32,
         keep: Option<&dyn Fn(NodeId) -> bool>,
     ) -> Vec<(NodeId, u32)> {
-        let whole_cluster =
-            keep.is_none() && cluster.partition(p).nodes.len() == cluster.nodes.len();
-        let in_p = |n: &NodeId| {
-            whole_cluster
-                || (cluster.node(*n).partitions.contains(&p) && keep.is_none_or(|k| k(*n)))
-        };
         let per_class = per_class.max(1) as usize;
         let mut out = Vec::new();
-        for class in &self.classes {
-            if class.members.is_empty() || class.whole_gpus < gpus {
-                continue;
-            }
+        for (_, mut members, all) in self.in_partition(cluster, p, gpus, keep) {
             let start = out.len();
-            let mut members = class.members.iter().filter(|n| in_p(n));
-            out.extend(members.by_ref().take(per_class).map(|&n| (n, 1)));
-            if out.len() == start {
+            out.extend(members.by_ref().take(per_class).map(|n| (n, 1)));
+            let taken = out.len() - start;
+            if taken == 0 {
                 continue;
             }
-            let rest = if whole_cluster {
-                class.members.len() - (out.len() - start)
-            } else {
-                members.count()
-            };
+            let rest = all.map_or_else(|| members.count(), |all| all - taken);
             if let Some(last) = out.last_mut() {
                 last.1 += rest as u32;
             }
@@ -288,9 +293,9 @@ impl NodeClasses {
 
 /// What the classes' nodes offer the jobs of each shape that go on one node
 /// ([`crate::placement::OneNode`]), by shape and class id, each with the stamp of the class it was
-/// found for. Forgotten at every pass and whenever the workload profile changes (the fits
-/// include its fragmentation preference). Not part of the scheduler's value: clones start
-/// empty.
+/// found for. Forgotten as every pass begins: the fits include the workload profile's
+/// fragmentation preference, which changes only between passes (as jobs are submitted).
+/// Not part of the scheduler's value: clones start empty.
 #[derive(Default)]
 pub(super) struct ClassFits(Mutex<FitsByShape>);
 

@@ -881,8 +881,6 @@ impl Scheduler {
 
     /// The task sizes of a job joining the workload profile (fragmentation placement).
     fn record_workload(&mut self, spec: &JobSpec) {
-        // The classes' fits include the profile's rises.
-        self.class_fits.forget();
         for g in &spec.groups {
             self.workload.record(&g.per_task, g.count);
         }
@@ -1765,8 +1763,8 @@ impl Scheduler {
     /// is placed on the node it fits best, found from what each class of nodes offers the
     /// shape, remembered while the class keeps its state ([`ClassFits`]): in a pass that
     /// starts thousands of such jobs, each start changes the state of a node or two. For the
-    /// pass alone, which forgets the fits as it begins (a policy reloaded since may place
-    /// by another rule).
+    /// pass alone, which forgets the fits as it begins: they include the workload profile's
+    /// rises and follow the policy's placement rule, which change only between passes.
     fn place_shaped(
         &self,
         spec: &JobSpec,
@@ -1775,7 +1773,9 @@ impl Scheduler {
     ) -> Result<Allocation, PlacementFailure> {
         if !self.reference && placement::OneNode::suits(spec) {
             if let Some(node) = self.one_node_choice(spec, part, shape) {
-                let placed = placement::one_node_allocation(&self.cluster, spec, node);
+                // The devices do not depend on the profile.
+                let placed = placement::OneNode::new(&self.cluster, spec, None)
+                    .and_then(|one| one.allocation(node));
                 debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
                 if let Some(alloc) = placed {
                     return Ok(alloc);

@@ -442,7 +442,8 @@ proptest! {
             match choice {
                 Some(n) => {
                     prop_assert_eq!(used, BTreeSet::from([n]), "{:?}", placed);
-                    prop_assert_eq!(one_node_allocation(&c, &j, n), placed.ok());
+                    let one = OneNode::new(&c, &j, None).expect("the job is of the kind");
+                    prop_assert_eq!(one.allocation(n), placed.ok());
                 }
                 None => prop_assert!(used.len() != 1, "placed on one node: {:?}", placed),
             }
