@@ -324,3 +324,92 @@ impl std::fmt::Debug for ClassFits {
         f.write_str("ClassFits")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_cluster;
+    use crate::job::{JobId, JobSpec};
+    use crate::placement;
+    use crate::resources::TaskResources;
+    use crate::time::Dur;
+
+    /// Two partitions, one over half the nodes, on nodes left in a few distinct states.
+    fn busy_cluster() -> Cluster {
+        let text = r#"
+version = 1
+name = "classes"
+
+[[shape]]
+name = "g8"
+cores = 64
+memory = "512G"
+gpu_model = "h100"
+gpu_memory = "80G"
+numa = 2
+gpus = 8
+
+[[nodes]]
+names = "n[1-12]"
+shape = "g8"
+
+[[partition]]
+name = "all"
+nodes = "ALL"
+default = true
+
+[[partition]]
+name = "half"
+nodes = "n[1-6]"
+"#;
+        let mut cluster = load_cluster(text, "classes").unwrap();
+        let all: Vec<NodeId> = (0..12).map(NodeId).collect();
+        for (k, gpus) in [8, 1, 2, 1, 4, 1, 3].into_iter().enumerate() {
+            let task = TaskResources {
+                cpus: 2,
+                mem_mib: 1024,
+                gpus,
+                ..TaskResources::default()
+            };
+            let spec = JobSpec::simple("u", "a", 1, task, Dur(60));
+            let alloc = placement::place(&cluster, &spec, &all).unwrap();
+            cluster.book(JobId(k as u64 + 1), &alloc).unwrap();
+        }
+        cluster
+    }
+
+    /// The representatives of each class weigh, together, every node of the partition with
+    /// enough whole GPUs free, whatever the number taken per class; with one per class they
+    /// are the classes' first nodes and counts.
+    #[test]
+    fn representatives_and_firsts_count_every_node_of_the_partition() {
+        let cluster = busy_cluster();
+        let classes = NodeClasses::new(&cluster);
+        classes.check(&cluster).unwrap();
+        for (p, part) in cluster.partitions.iter().enumerate() {
+            let p = PartitionId(p as u16);
+            for gpus in [0, 1, 7, 8] {
+                let eligible = part
+                    .nodes
+                    .iter()
+                    .filter(|&&n| whole_gpus(&cluster, n) >= gpus)
+                    .count() as u32;
+                for per_class in [1, 2, 5] {
+                    let reps = classes.representatives(&cluster, p, gpus, per_class, None);
+                    let weight: u32 = reps.iter().map(|r| r.1).sum();
+                    assert_eq!(weight, eligible, "{p:?}, {gpus} GPUs, {per_class} a class");
+                }
+                let mut firsts: Vec<(NodeId, u32)> = classes
+                    .firsts(&cluster, p, gpus)
+                    .map(|(n, count, _, _)| (n, count))
+                    .collect();
+                firsts.sort_unstable();
+                assert_eq!(firsts, classes.representatives(&cluster, p, gpus, 1, None));
+            }
+        }
+        let keep = |n: NodeId| n.0 % 2 == 0;
+        let reps = classes.representatives(&cluster, PartitionId(0), 0, 2, Some(&keep));
+        assert_eq!(reps.iter().map(|r| r.1).sum::<u32>(), 6, "{reps:?}");
+        assert!(reps.iter().all(|r| keep(r.0)));
+    }
+}
