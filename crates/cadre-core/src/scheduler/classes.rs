@@ -334,36 +334,11 @@ mod tests {
     use crate::resources::TaskResources;
     use crate::time::Dur;
 
-    /// Two partitions, one over half the nodes, on nodes left in a few distinct states.
+    /// The equivalence tests' cluster (two partitions, one over half the nodes), its nodes
+    /// left in a few distinct states.
     fn busy_cluster() -> Cluster {
-        let text = r#"
-version = 1
-name = "classes"
-
-[[shape]]
-name = "g8"
-cores = 64
-memory = "512G"
-gpu_model = "h100"
-gpu_memory = "80G"
-numa = 2
-gpus = 8
-
-[[nodes]]
-names = "n[1-12]"
-shape = "g8"
-
-[[partition]]
-name = "all"
-nodes = "ALL"
-default = true
-
-[[partition]]
-name = "half"
-nodes = "n[1-6]"
-"#;
-        let mut cluster = load_cluster(text, "classes").unwrap();
-        let all: Vec<NodeId> = (0..12).map(NodeId).collect();
+        let mut cluster = load_cluster(super::super::equivalence::CLUSTER, "classes").unwrap();
+        let all: Vec<NodeId> = (0..cluster.nodes.len() as u32).map(NodeId).collect();
         for (k, gpus) in [8, 1, 2, 1, 4, 1, 3].into_iter().enumerate() {
             let task = TaskResources {
                 cpus: 2,
@@ -409,7 +384,7 @@ nodes = "n[1-6]"
         }
         let keep = |n: NodeId| n.0 % 2 == 0;
         let reps = classes.representatives(&cluster, PartitionId(0), 0, 2, Some(&keep));
-        assert_eq!(reps.iter().map(|r| r.1).sum::<u32>(), 6, "{reps:?}");
+        assert_eq!(reps.iter().map(|r| r.1).sum::<u32>(), 16, "{reps:?}");
         assert!(reps.iter().all(|r| keep(r.0)));
     }
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 /// Leaves of unequal sizes, and a second partition over half the nodes, so that the scans meet nodes of
 /// other partitions and spans.
-const CLUSTER: &str = r#"
+pub(super) const CLUSTER: &str = r#"
 version = 1
 name = "equivalence"
 
