@@ -85,6 +85,7 @@ mod explain;
 mod free;
 mod pass;
 mod preempt;
+mod queue;
 mod reason;
 
 pub use explain::{Explanation, NodeWhyNot};
@@ -92,6 +93,7 @@ pub use reason::PendingReason;
 
 use classes::{ClassFits, NodeClasses};
 use free::{FreeSummary, UsageRates};
+use queue::PendingTable;
 
 use crate::alloc::Allocation;
 use crate::backfill::{NodeReleases, Reservation};
@@ -102,7 +104,6 @@ use crate::job::{
 };
 use crate::placement::{self, PlacementFailure, WorkloadProfile};
 use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode, PriorityClassConfig};
-use crate::priority::SizeBasis;
 use crate::quota::{QueueIx, QuotaBook, QuotaConfig};
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
@@ -431,6 +432,8 @@ pub struct Scheduler {
     /// Final states of jobs that have ended, for dependencies.
     ended: BTreeMap<JobId, JobState>,
     pending: BTreeSet<JobId>,
+    /// What a pass reads of each pending job, kept in step with the job table.
+    queue: PendingTable,
     active: BTreeSet<JobId>,
     fairshare: FairShareTree,
     fairshare_factors: FairShareFactors,
@@ -553,6 +556,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             ended: BTreeMap::new(),
             pending: BTreeSet::new(),
+            queue: PendingTable::default(),
             active: BTreeSet::new(),
             fairshare,
             fairshare_factors: FairShareFactors::default(),
@@ -653,6 +657,7 @@ impl Scheduler {
                 hold,
             } => {
                 self.submit(id, *spec, now)?;
+                self.queue.touch(id);
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.requeues = requeues;
                 job.hold = hold;
@@ -709,6 +714,7 @@ impl Scheduler {
                 Ok(Vec::new())
             }
             Event::SetTimeLimit { id, limit } => {
+                self.queue.touch(id);
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.spec.time_limit = limit;
                 if let Some(start) = job.start_time {
@@ -757,6 +763,7 @@ impl Scheduler {
     }
 
     fn pending_job_mut(&mut self, id: JobId, what: &'static str) -> Result<&mut Job, CoreError> {
+        self.queue.touch(id);
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         if job.state != JobState::Pending {
             return Err(CoreError::WrongState {
@@ -874,6 +881,7 @@ impl Scheduler {
     fn submit(&mut self, id: JobId, spec: JobSpec, now: Time) -> Result<(), CoreError> {
         let job = self.prepare(id, spec, now)?;
         self.record_workload(&job.spec);
+        self.queue.insert(id, &job);
         self.jobs.insert(id, job);
         self.pending.insert(id);
         Ok(())
@@ -1017,6 +1025,7 @@ impl Scheduler {
         job.eligible_since = None;
         self.jobs.insert(id, job);
         self.pending.insert(id);
+        self.queue.touch(id);
         let per_node = pass::per_node_amounts(&self.cluster, &alloc);
         let nodes = alloc.nodes();
         if let Err(e) = self.apply_start(id, alloc, per_node, start_time, now, Booking::Adopted) {
@@ -1122,6 +1131,7 @@ impl Scheduler {
         for job in self.jobs.values_mut() {
             (job.queue, job.queue_missing) = queue_of(&book, &job.spec);
         }
+        self.queue.touch_all();
         self.quota_enforced = quotas.limits_anything();
         self.quota = book;
         self.over_quota = over;
@@ -1216,6 +1226,7 @@ impl Scheduler {
         if job.state == JobState::Pending {
             let state = job.state.on(id, Lifecycle::CancelPending)?;
             self.pending.remove(&id);
+            self.queue.touch(id);
             self.retire(id, state);
             return Ok(Vec::new());
         }
@@ -1319,6 +1330,7 @@ impl Scheduler {
         }
         if let Some(by) = preemptor.and_then(|by| self.jobs.get_mut(&by)) {
             by.awaiting_victims.remove(&id);
+            self.queue.touch(by.id);
         }
         if next == JobState::Pending {
             let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
@@ -1329,6 +1341,7 @@ impl Scheduler {
             job.start_time = None;
             job.end_time = None;
             self.pending.insert(id);
+            self.queue.touch(id);
         } else {
             self.retire(id, next);
         }
@@ -1492,6 +1505,7 @@ impl Scheduler {
             .entry((job.spec.user.clone(), job.spec.name.clone()))
             .or_insert(0) += 1;
         self.pending.remove(&id);
+        self.queue.remove(id);
         self.active.insert(id);
         Ok(())
     }
@@ -1693,6 +1707,8 @@ impl Scheduler {
                 "the counts of the running jobs' ranks differ from the running jobs".into(),
             );
         }
+        // The pass's copy of every pending job is the job's.
+        self.queue.check(&self.jobs, &self.pending)?;
         Ok(())
     }
 }
@@ -1853,40 +1869,6 @@ impl Job {
             .as_ref()
             .map(Allocation::amounts)
             .unwrap_or_default()
-    }
-
-    /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
-    fn size_share(
-        &self,
-        basis: SizeBasis,
-        max_age: Dur,
-        cluster_gpus: u64,
-        cluster_cpus: u64,
-    ) -> f64 {
-        let want = self.want;
-        let (amount, total) = if want.gpu_milli > 0 && cluster_gpus > 0 {
-            (
-                want.gpu_milli as f64 / f64::from(MILLI_PER_GPU),
-                cluster_gpus as f64,
-            )
-        } else if cluster_cpus > 0 {
-            (want.cpus as f64, cluster_cpus as f64)
-        } else {
-            return 0.0;
-        };
-        match basis {
-            SizeBasis::Resources => amount / total,
-            SizeBasis::Work => {
-                let limit = if self.spec.time_limit.0 == 0 {
-                    max_age.0
-                } else {
-                    self.spec.time_limit.0
-                };
-                let work = amount * limit as f64;
-                let most = total * max_age.0.max(1) as f64;
-                (work.max(1.0).ln() / most.max(2.0).ln()).clamp(0.0, 1.0)
-            }
-        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! reserve for the top blocked jobs, and backfill around the reservations.
 
 use super::free::FreeSummary;
+use super::queue::Row;
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
@@ -152,6 +153,36 @@ fn packed_keys(order: &[Candidate]) -> Vec<(u128, u128, u32)> {
 fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: PendingReason) {
     if c.reason_was != reason {
         reasons.push((c.id, reason));
+    }
+}
+
+/// Applies `f` to the entries of `map` named in `items`, which are sorted by id (an id may
+/// come more than once: each is applied in turn): by a search per item when they are few,
+/// otherwise in one sweep over the map in id order, which on a large map costs less than
+/// the searches.
+fn update_sorted<V, T>(
+    map: &mut BTreeMap<JobId, V>,
+    items: impl IntoIterator<Item = (JobId, T)>,
+    mut f: impl FnMut(&mut V, T),
+) {
+    let items: Vec<(JobId, T)> = items.into_iter().collect();
+    debug_assert!(items.windows(2).all(|w| w[0].0 <= w[1].0), "sorted by id");
+    if items.len() < map.len() / 16 {
+        for (id, item) in items {
+            if let Some(v) = map.get_mut(&id) {
+                f(v, item);
+            }
+        }
+        return;
+    }
+    let mut items = items.into_iter().peekable();
+    for (id, v) in map.iter_mut() {
+        if items.peek().is_none() {
+            break;
+        }
+        while let Some((_, item)) = items.next_if(|r| r.0 == *id) {
+            f(v, item);
+        }
     }
 }
 
@@ -501,74 +532,53 @@ impl Scheduler {
     }
 
     /// Sets the pending reasons decided in a pass (a job may be named more than once: the
-    /// last reason holds): by a search per job when they are few, otherwise in one sweep
-    /// over the job table in id order.
+    /// last reason holds), in the job table and in the pending table.
     fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
-        if reasons.len() < self.jobs.len() / 16 {
-            for (id, reason) in reasons {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    job.reason = reason;
-                }
-            }
-            return;
-        }
         reasons.sort_by_key(|r| r.0);
-        let mut reasons = reasons.into_iter().peekable();
-        for (id, job) in self.jobs.iter_mut() {
-            if reasons.peek().is_none() {
-                break;
-            }
-            while let Some((_, reason)) = reasons.next_if(|r| r.0 == *id) {
-                job.reason = reason;
-            }
-        }
+        let rows = reasons.iter().map(|(id, r)| (*id, r.clone()));
+        update_sorted(self.queue.rows_mut(), rows, |row, r| row.reason = r);
+        update_sorted(&mut self.jobs, reasons, |job, r| job.reason = r);
     }
 
     /// The eligible pending jobs in scheduling order; sets the reason of the others.
     ///
-    /// One sweep over the job table in id order rather than a search per pending job: on a
-    /// deep queue the searches, each a walk down a large tree, cost more than everything
-    /// else the ordering does. The table is taken out of the scheduler for the sweep, so
-    /// that each job is read and written in one visit; a job that depends on other jobs
-    /// (which reading its dependencies looks up) is left for after it.
+    /// The jobs are read from the pending table ([`super::queue::PendingTable`]), not the job table: on a
+    /// deep queue, reading every pending job in the job table cost more than everything
+    /// else the ordering does. Only the jobs whose priority, eligibility, starving mark or
+    /// reason changed are written back to the job table.
     ///
     /// Each job comes with what the pass reads of it ([`Candidate`]).
     fn eligible_order(&mut self, now: Time) -> Vec<Candidate> {
+        // The reference scheduler makes every row afresh from its job.
+        if self.reference {
+            self.queue.touch_all();
+        }
+        let mut queue = std::mem::take(&mut self.queue);
+        queue.refresh(&self.jobs, &self.pending);
         let mut order = Vec::with_capacity(self.pending.len());
-        let mut later = Vec::new();
-        let mut jobs = std::mem::take(&mut self.jobs);
-        let mut pending = self.pending.iter().peekable();
-        for (&id, job) in jobs.iter_mut() {
-            if pending.next_if_eq(&&id).is_none() {
-                continue;
-            }
-            let looks_up = job
-                .spec
-                .dependencies
-                .iter()
-                .any(|d| matches!(d, Dependency::On { .. }));
-            if looks_up {
-                later.push(id);
-            } else {
-                order.extend(self.assess(job, now));
+        let mut changed = Vec::new();
+        for (&id, row) in queue.rows_mut().iter_mut() {
+            let (candidate, wrote) = self.assess(id, row, now);
+            order.extend(candidate);
+            if wrote {
+                changed.push((id, ()));
             }
         }
-        debug_assert!(
-            pending.next().is_none(),
-            "pending jobs are in the job table"
-        );
-        self.jobs = jobs;
-        for id in later {
-            if let Some(mut job) = self.jobs.remove(&id) {
-                order.extend(self.assess(&mut job, now));
-                self.jobs.insert(id, job);
+        let rows = queue.rows_mut();
+        update_sorted(&mut self.jobs, changed, |job, ()| {
+            if let Some(row) = rows.get(&job.id) {
+                row.write_to(job);
             }
-        }
+        });
+        self.queue = queue;
         keep_oldest_starving(&mut order);
         // At most one a partition: a few lookups.
         for c in order.iter().filter(|c| c.starving()) {
             if let Some(job) = self.jobs.get_mut(&c.id) {
                 job.starving_since = Some(c.key.3);
+            }
+            if let Some(row) = self.queue.row_mut(c.id) {
+                row.starving_since = Some(c.key.3);
             }
         }
         // Keys are unique (they end with the id). The keys are sorted alone, packed, then
@@ -583,36 +593,39 @@ impl Scheduler {
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
-    /// considered; otherwise its place in the order (`job` is out of the job table).
-    fn assess(&self, job: &mut Job, now: Time) -> Option<Candidate> {
-        let blocker = self.blocker(job, now);
-        let factors = self.job_factors(job, job.eligible_since.unwrap_or(now), now, true);
-        let priority = self.policy.priority.priority(&factors);
-        job.priority = priority;
-        job.starving_since = None;
+    /// considered; otherwise its place in the order. Works on the job's row, and says
+    /// whether it changed a value the job table holds too.
+    fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<Candidate>, bool) {
+        let before = (row.priority, row.eligible_since, row.starving_since);
+        let blocker = self.blocker(id, row, now);
+        let factors = self.job_factors(row, row.eligible_since.unwrap_or(now), now, true);
+        row.priority = self.policy.priority.priority(&factors);
+        row.starving_since = None;
         if let Some(reason) = blocker {
             if !matches!(
                 reason,
                 PendingReason::Dependency | PendingReason::SingletonDependency
             ) {
-                job.eligible_since = None;
+                row.eligible_since = None;
             }
-            job.reason = reason;
-            return None;
+            let changed = before != (row.priority, row.eligible_since, row.starving_since)
+                || row.reason != reason;
+            row.reason = reason;
+            return (None, changed);
         }
-        let since = *job.eligible_since.get_or_insert(now);
-        let tier = self.cluster.partition(job.partition).priority_tier;
+        let since = *row.eligible_since.get_or_insert(now);
+        let changed = before != (row.priority, row.eligible_since, row.starving_since);
+        let tier = self.cluster.partition(row.partition).priority_tier;
         // A starving job is marked with when it became eligible (`Time::NEVER`, which sorts
         // last, for the others); see `keep_oldest_starving`. Only a job the mark can help is
         // marked: not one the last pass found never fits or held back by a limit (a quota,
         // an array's `%N`), which would keep the mark from the rest of its partition for as
         // long as it waits; and not under strict order, whose head job is the one waiting
         // longest already.
-        let array_limited = job.spec.array.is_some_and(|a| a.max_running.is_some());
         let may_starve = !self.policy.strict_order
-            && !array_limited
+            && !row.array_limited
             && !matches!(
-                job.reason,
+                row.reason,
                 PendingReason::BadConstraints | PendingReason::Limit(_)
             );
         let starvation_wait = self.policy.backfill.starvation_wait;
@@ -621,50 +634,51 @@ impl Scheduler {
         // A job that preempted others goes first, as Slurm evaluates preemptors first: what
         // its victims freed is its own, and no lower job takes it back.
         let key = (
-            Reverse(!job.victims_held.is_empty()),
+            Reverse(row.holds_victims),
             Reverse(tier),
-            Reverse(job.class_value),
+            Reverse(row.class_value),
             starving_since,
-            Reverse(priority),
-            job.spec.submit_time,
-            job.id,
+            Reverse(row.priority),
+            row.submit_time,
+            id,
         );
-        Some(Candidate {
+        let candidate = Candidate {
             key,
-            id: job.id,
-            array_limited,
-            partition: job.partition,
-            shape: job.shape,
-            time_limit: job.spec.time_limit,
-            awaiting_victims: !job.awaiting_victims.is_empty(),
-            class_preempting: job.class_preempting,
-            has_qos: job.spec.qos.is_some(),
-            reason_was: match job.reason {
+            id,
+            array_limited: row.array_limited,
+            partition: row.partition,
+            shape: row.shape,
+            time_limit: row.time_limit,
+            awaiting_victims: row.awaiting_victims,
+            class_preempting: row.class_preempting,
+            has_qos: row.has_qos,
+            reason_was: match row.reason {
                 // A quota's reason names the quota: always written again.
                 PendingReason::Limit(_) => PendingReason::None,
                 ref r => r.clone(),
             },
-        })
+        };
+        (Some(candidate), changed)
     }
 
     /// The multifactor factors of a job eligible since `since`; with `weighted_only`, those
     /// the policy weighs at zero are left at zero (they do not count in the priority), which
     /// spares a pass computing them for every pending job.
-    fn job_factors(&self, job: &Job, since: Time, now: Time, weighted_only: bool) -> Factors {
+    fn job_factors(&self, row: &Row, since: Time, now: Time, weighted_only: bool) -> Factors {
         let w = &self.policy.priority;
         let counts = |weight: u32| weight != 0 || !weighted_only;
         let mut factors = Factors {
-            nice: job.spec.nice,
+            nice: row.nice,
             ..Factors::default()
         };
         if counts(w.age) {
             factors.age = w.age_factor(now.since(since));
         }
         if counts(w.fairshare) {
-            factors.fairshare = self.fairshare_factors.get(job.assoc).unwrap_or(1.0);
+            factors.fairshare = self.fairshare_factors.get(row.assoc).unwrap_or(1.0);
         }
         if counts(w.job_size) {
-            factors.job_size = w.job_size_factor(job.size_share(
+            factors.job_size = w.job_size_factor(row.size_share(
                 w.size_basis,
                 w.max_age,
                 self.cluster_gpus,
@@ -672,12 +686,12 @@ impl Scheduler {
             ));
         }
         if counts(w.partition) {
-            let part = self.cluster.partition(job.partition);
+            let part = self.cluster.partition(row.partition);
             factors.partition =
                 f64::from(part.priority_job_factor) / f64::from(self.max_partition_factor);
         }
         if counts(w.qos) {
-            factors.qos = job.qos_factor;
+            factors.qos = row.qos_factor;
         }
         factors
     }
@@ -685,46 +699,51 @@ impl Scheduler {
     /// The multifactor factors of a pending job at `now` (for `sprio` and explain).
     pub fn factors(&self, id: JobId, now: Time) -> Option<Factors> {
         let job = self.jobs.get(&id)?;
-        Some(self.job_factors(job, job.eligible_since.unwrap_or(now), now, false))
+        let row = Row::of(job);
+        Some(self.job_factors(&row, job.eligible_since.unwrap_or(now), now, false))
     }
 
-    /// Why a pending job cannot be considered at all now, if it cannot.
-    fn blocker(&self, job: &Job, now: Time) -> Option<PendingReason> {
-        if let Some(hold) = job.hold {
+    /// Why a pending job cannot be considered at all now, if it cannot (`row` is its row).
+    fn blocker(&self, id: JobId, row: &Row, now: Time) -> Option<PendingReason> {
+        if let Some(hold) = row.hold {
             return Some(match hold {
                 Hold::User => PendingReason::JobHeldUser,
                 Hold::Admin => PendingReason::JobHeldAdmin,
             });
         }
-        if job.spec.begin.is_some_and(|b| b > now) {
+        if row.begin.is_some_and(|b| b > now) {
             return Some(PendingReason::BeginTime);
         }
-        if job.queue_missing {
+        if row.queue_missing {
             return Some(PendingReason::InvalidQueue);
         }
-        let part = self.cluster.partition(job.partition);
+        let part = self.cluster.partition(row.partition);
         if !part.up {
             return Some(PendingReason::PartitionDown);
         }
         if let Some(max) = part.max_time {
-            if job.spec.time_limit.0 == 0 || job.spec.time_limit > max {
+            if row.time_limit.0 == 0 || row.time_limit > max {
                 return Some(PendingReason::PartitionTimeLimit);
             }
         }
-        match self.dependencies(&job.spec) {
+        if !row.has_dependencies {
+            return None;
+        }
+        // Few jobs have dependencies: theirs are read from the job table.
+        let spec = &self.jobs.get(&id)?.spec;
+        match self.dependencies(spec) {
             DepState::Met => {}
             DepState::Waiting => return Some(PendingReason::Dependency),
             DepState::Never => return Some(PendingReason::DependencyNeverSatisfied),
         }
-        let singleton = job
-            .spec
+        let singleton = spec
             .dependencies
             .iter()
             .any(|d| matches!(d, Dependency::Singleton));
         if singleton
             && self
                 .singletons
-                .contains_key(&(job.spec.user.clone(), job.spec.name.clone()))
+                .contains_key(&(spec.user.clone(), spec.name.clone()))
         {
             return Some(PendingReason::SingletonDependency);
         }

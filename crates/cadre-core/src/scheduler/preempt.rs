@@ -285,6 +285,7 @@ impl Scheduler {
     fn mark_victims(&mut self, id: JobId, victims: Vec<JobId>) -> Vec<Decision> {
         let mode = self.policy.preemption.mode;
         let grace = self.policy.preemption.grace;
+        self.queue.touch(id);
         let mut out = Vec::with_capacity(victims.len());
         for v in victims {
             let victim = self.jobs.get_mut(&v).expect("victims are active jobs");

@@ -1,0 +1,234 @@
+//! The pending table: what a pass reads of each pending job, one small row per job, kept
+//! apart from the job table.
+//!
+//! Ordering a deep queue reads a few fields of every pending job. Read from the job table,
+//! each job cost a walk to a large value and several cache lines of it: on a 100,000-job
+//! queue that was most of the pass's ordering. The rows hold those fields packed together,
+//! in id order, and the fields the pass writes (priority, eligibility, starving mark,
+//! reason) as the job has them, so that a pass writes back to the job table only the jobs
+//! whose values changed.
+//!
+//! A row is a copy: every change to a pending job, and every job entering or leaving the
+//! queue, touches it ([`PendingTable::touch`]), and the touched rows are made again from
+//! the job table before a pass reads them ([`PendingTable::refresh`]).
+//! [`PendingTable::check`] (from [`Scheduler::check_invariants`](super::Scheduler)) compares
+//! every untouched row with the row made afresh from its job.
+
+use super::{Hold, Job, PendingReason};
+use crate::cluster::PartitionId;
+use crate::fairshare::AssocIx;
+use crate::job::JobId;
+use crate::priority::SizeBasis;
+use crate::resources::MILLI_PER_GPU;
+use crate::time::{Dur, Time};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a pass reads of a pending job, and the values it writes, as the job has them.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Row {
+    pub(super) partition: PartitionId,
+    pub(super) shape: u32,
+    pub(super) assoc: AssocIx,
+    pub(super) hold: Option<Hold>,
+    pub(super) begin: Option<Time>,
+    pub(super) queue_missing: bool,
+    pub(super) time_limit: Dur,
+    /// The job has dependencies (`after...` or `singleton`): reading them looks the job up.
+    pub(super) has_dependencies: bool,
+    /// An array task whose array limits its running tasks (`%N`).
+    pub(super) array_limited: bool,
+    pub(super) class_value: i32,
+    pub(super) class_preempting: bool,
+    pub(super) qos_factor: f64,
+    pub(super) has_qos: bool,
+    pub(super) nice: i32,
+    pub(super) submit_time: Time,
+    /// The gang's GPUs (in thousandths) and cores at full size, for the job-size factor.
+    pub(super) want_gpu_milli: u64,
+    pub(super) want_cpus: u64,
+    /// Victims preempted for it still stop ([`Job::awaiting_victims`] is not empty).
+    pub(super) awaiting_victims: bool,
+    /// It holds what its victims freed ([`Job::victims_held`] is not empty).
+    pub(super) holds_victims: bool,
+    pub(super) priority: u64,
+    pub(super) eligible_since: Option<Time>,
+    pub(super) starving_since: Option<Time>,
+    pub(super) reason: PendingReason,
+}
+
+impl Row {
+    pub(super) fn of(job: &Job) -> Row {
+        Row {
+            partition: job.partition,
+            shape: job.shape,
+            assoc: job.assoc,
+            hold: job.hold,
+            begin: job.spec.begin,
+            queue_missing: job.queue_missing,
+            time_limit: job.spec.time_limit,
+            has_dependencies: !job.spec.dependencies.is_empty(),
+            array_limited: job.spec.array.is_some_and(|a| a.max_running.is_some()),
+            class_value: job.class_value,
+            class_preempting: job.class_preempting,
+            qos_factor: job.qos_factor,
+            has_qos: job.spec.qos.is_some(),
+            nice: job.spec.nice,
+            submit_time: job.spec.submit_time,
+            want_gpu_milli: job.want.gpu_milli,
+            want_cpus: job.want.cpus,
+            awaiting_victims: !job.awaiting_victims.is_empty(),
+            holds_victims: !job.victims_held.is_empty(),
+            priority: job.priority,
+            eligible_since: job.eligible_since,
+            starving_since: job.starving_since,
+            reason: job.reason.clone(),
+        }
+    }
+
+    /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
+    pub(super) fn size_share(
+        &self,
+        basis: SizeBasis,
+        max_age: Dur,
+        cluster_gpus: u64,
+        cluster_cpus: u64,
+    ) -> f64 {
+        let (amount, total) = if self.want_gpu_milli > 0 && cluster_gpus > 0 {
+            (
+                self.want_gpu_milli as f64 / f64::from(MILLI_PER_GPU),
+                cluster_gpus as f64,
+            )
+        } else if cluster_cpus > 0 {
+            (self.want_cpus as f64, cluster_cpus as f64)
+        } else {
+            return 0.0;
+        };
+        match basis {
+            SizeBasis::Resources => amount / total,
+            SizeBasis::Work => {
+                let limit = if self.time_limit.0 == 0 {
+                    max_age.0
+                } else {
+                    self.time_limit.0
+                };
+                let work = amount * limit as f64;
+                let most = total * max_age.0.max(1) as f64;
+                (work.max(1.0).ln() / most.max(2.0).ln()).clamp(0.0, 1.0)
+            }
+        }
+    }
+
+    /// Writes the values a pass sets back to the job.
+    pub(super) fn write_to(&self, job: &mut Job) {
+        job.priority = self.priority;
+        job.eligible_since = self.eligible_since;
+        job.starving_since = self.starving_since;
+        job.reason.clone_from(&self.reason);
+    }
+}
+
+/// The rows of the pending jobs, by id, and the jobs touched since their rows were made.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PendingTable {
+    rows: BTreeMap<JobId, Row>,
+    /// Jobs changed, queued or taken out of the queue since the rows were last refreshed
+    /// (a job may be named more than once).
+    touched: Vec<JobId>,
+    /// Every row is to be made again.
+    all: bool,
+}
+
+impl PendingTable {
+    /// Notes that job `id` changed, entered the queue or left it.
+    pub(super) fn touch(&mut self, id: JobId) {
+        self.touched.push(id);
+    }
+
+    /// Adds the row of a job entering the queue, made from the job as it enters.
+    pub(super) fn insert(&mut self, id: JobId, job: &Job) {
+        self.rows.insert(id, Row::of(job));
+    }
+
+    /// Takes out the row of a job leaving the queue.
+    pub(super) fn remove(&mut self, id: JobId) {
+        self.rows.remove(&id);
+    }
+
+    /// Notes that any pending job may have changed.
+    pub(super) fn touch_all(&mut self) {
+        self.all = true;
+        self.touched.clear();
+    }
+
+    /// Makes the touched rows again from the job table (every row after
+    /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs.
+    pub(super) fn refresh(&mut self, jobs: &BTreeMap<JobId, Job>, pending: &BTreeSet<JobId>) {
+        if std::mem::take(&mut self.all) {
+            self.touched.clear();
+            self.rows = pending
+                .iter()
+                .filter_map(|id| Some((*id, Row::of(jobs.get(id)?))))
+                .collect();
+            return;
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            match pending.get(&id).and_then(|id| jobs.get(id)) {
+                Some(job) => {
+                    self.rows.insert(id, Row::of(job));
+                }
+                None => {
+                    self.rows.remove(&id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn rows_mut(&mut self) -> &mut BTreeMap<JobId, Row> {
+        &mut self.rows
+    }
+
+    /// The row of a pending job, to set a value the pass wrote to the job as well.
+    pub(super) fn row_mut(&mut self, id: JobId) -> Option<&mut Row> {
+        self.rows.get_mut(&id)
+    }
+
+    /// Whether every row not touched since it was made equals the row made afresh from its
+    /// job, and the table holds no other job than the pending ones.
+    pub(super) fn check(
+        &self,
+        jobs: &BTreeMap<JobId, Job>,
+        pending: &BTreeSet<JobId>,
+    ) -> Result<(), String> {
+        if self.all {
+            return Ok(());
+        }
+        let touched: BTreeSet<JobId> = self.touched.iter().copied().collect();
+        for (id, row) in &self.rows {
+            if touched.contains(id) {
+                continue;
+            }
+            if !pending.contains(id) {
+                return Err(format!("job {id} has a pending row but is not pending"));
+            }
+            let job = jobs
+                .get(id)
+                .ok_or_else(|| format!("pending job {id} is not in the job table"))?;
+            let fresh = Row::of(job);
+            if *row != fresh {
+                return Err(format!(
+                    "job {id}'s pending row is stale: {row:?}, but the job gives {fresh:?}"
+                ));
+            }
+        }
+        if let Some(id) = pending
+            .iter()
+            .find(|id| !self.rows.contains_key(id) && !touched.contains(id))
+        {
+            return Err(format!("pending job {id} has no pending row"));
+        }
+        Ok(())
+    }
+}
