@@ -282,7 +282,8 @@ impl Sim {
     }
 
     fn priority(&self, id: u64) -> u64 {
-        self.s.job(JobId(id)).expect("job is not ended").priority
+        let job = self.s.job(JobId(id)).expect("job is not ended");
+        self.s.priority(job)
     }
 
     /// Node indices the job runs on.

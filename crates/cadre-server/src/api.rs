@@ -390,7 +390,7 @@ pub(crate) fn live_of(e: &Controller, id: JobId) -> Option<Live> {
     Some(Live {
         state: job.state,
         reason,
-        priority: job.priority,
+        priority: e.sched().priority(job),
         expected_start: e.sched().expected_start(id).map(|t| t.0),
         held: job.hold.is_some(),
         time_limit: job.spec.time_limit,
@@ -1411,7 +1411,7 @@ async fn priorities(
                         id: j.id,
                         user: j.spec.user.clone(),
                         partition,
-                        priority: j.priority,
+                        priority: e.sched().priority(j),
                         age: f.age,
                         fairshare: f.fairshare,
                         job_size: f.job_size,

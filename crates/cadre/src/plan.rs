@@ -251,7 +251,7 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode> {
                     .as_ref()
                     .map(|e| e.reason.to_string())
                     .unwrap_or_default(),
-                priority: job.priority,
+                priority: sched.priority(job),
                 nodes: job
                     .allocation
                     .as_ref()

@@ -290,7 +290,10 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, mixed: bool) {
         }
         let jobs = |s: &Scheduler| -> Vec<_> {
             s.jobs()
-                .map(|j| (j.id, j.state, j.reason.clone(), j.priority, j.end_time))
+                .map(|j| {
+                    let times = (j.eligible_since, j.starving_since, j.end_time);
+                    (j.id, j.state, j.reason.clone(), s.priority(j), times)
+                })
                 .collect()
         };
         assert_eq!(

@@ -66,7 +66,7 @@ impl Scheduler {
             } else {
                 PendingReason::None
             },
-            priority: job.priority,
+            priority: self.priority(job),
             factors: (job.state == JobState::Pending)
                 .then(|| self.factors(id, now))
                 .flatten(),

@@ -371,8 +371,9 @@ pub struct Job {
     /// The QOS factor of multifactor priority, in [0, 1].
     pub qos_factor: f64,
     pub reason: PendingReason,
-    /// Multifactor priority at the last pass.
-    pub priority: u64,
+    /// Multifactor priority when the job last left the queue: while it is pending, the pass
+    /// keeps its priority elsewhere; read it with [`Scheduler::priority`].
+    priority: u64,
     /// When the job first became eligible in its current pending period (age counts from here).
     pub eligible_since: Option<Time>,
     /// When the last pass found it starving and put it first in its partition (see
@@ -599,6 +600,15 @@ impl Scheduler {
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
         self.jobs.get(&id)
+    }
+
+    /// A job's multifactor priority: a pending job's as the last pass computed it (0 before
+    /// its first pass), an active job's as it was when it started.
+    pub fn priority(&self, job: &Job) -> u64 {
+        match self.queue.row(job.id) {
+            Some(row) if job.state == JobState::Pending => row.priority,
+            _ => job.priority,
+        }
     }
 
     /// Jobs not yet ended, in id order.
@@ -1504,8 +1514,10 @@ impl Scheduler {
             .singletons
             .entry((job.spec.user.clone(), job.spec.name.clone()))
             .or_insert(0) += 1;
+        if let Some(row) = self.queue.take(id) {
+            job.priority = row.priority;
+        }
         self.pending.remove(&id);
-        self.queue.remove(id);
         self.active.insert(id);
         Ok(())
     }

@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
 use crate::policy::BackfillMode;
-use crate::priority::Factors;
+use crate::priority::{Factors, MAX_PRIORITY};
 use crate::quota::QuotaBlock;
 use crate::resources::Amounts;
 use crate::time::Time;
@@ -114,19 +114,19 @@ fn keep_oldest_starving(order: &mut [Candidate]) {
     }
 }
 
-/// The candidates' order keys, packed into two integers that compare as the keys do, each
-/// with the candidate's index. The first four parts of a key (preemptor, tier, class,
+/// The candidates' order keys, packed into three integers that compare as the keys do,
+/// each with the candidate's index. The first four parts of a key (preemptor, tier, class,
 /// starving mark) take few distinct values in a pass: they are replaced by their rank among
-/// those values, which goes with the priority into one integer, and the submit time with
-/// the id into the other.
-fn packed_keys(order: &[Candidate]) -> Vec<(u128, u128, u32)> {
+/// those values, which goes with the priority (at most [`MAX_PRIORITY`], 32 bits) into one
+/// integer; the submit time and the id follow. Smaller than the keys, they sort faster.
+fn packed_keys(order: &[Candidate]) -> Vec<(u64, u64, u64, u32)> {
     type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
     let lead = |k: &OrderKey| -> Lead { (k.0, k.1, k.2, k.3) };
     let mut leads: Vec<Lead> = order.iter().map(|c| lead(&c.key)).collect();
     leads.dedup();
     let leads: BTreeSet<Lead> = leads.into_iter().collect();
-    let ranks: BTreeMap<Lead, u128> = leads.into_iter().zip(0u128..).collect();
-    let mut last: Option<(Lead, u128)> = None;
+    let ranks: BTreeMap<Lead, u64> = leads.into_iter().zip(0u64..).collect();
+    let mut last: Option<(Lead, u64)> = None;
     order
         .iter()
         .zip(0u32..)
@@ -141,9 +141,10 @@ fn packed_keys(order: &[Candidate]) -> Vec<(u128, u128, u32)> {
                 }
             };
             let k = &c.key;
-            let first = rank << 64 | u128::from(u64::MAX - k.4.0);
-            let second = u128::from(k.5.0) << 64 | u128::from(k.6.0);
-            (first, second, i)
+            debug_assert!(k.4.0 <= MAX_PRIORITY, "priorities are at most MAX_PRIORITY");
+            let priority = u32::try_from(k.4.0).unwrap_or(u32::MAX);
+            let first = rank << 32 | u64::from(u32::MAX - priority);
+            (first, k.5.0, k.6.0, i)
         })
         .collect()
 }
@@ -535,17 +536,20 @@ impl Scheduler {
     /// last reason holds), in the job table and in the pending table.
     fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
         reasons.sort_by_key(|r| r.0);
-        let rows = reasons.iter().map(|(id, r)| (*id, r.clone()));
-        update_sorted(self.queue.rows_mut(), rows, |row, r| row.reason = r);
+        for (id, reason) in &reasons {
+            if let Some(row) = self.queue.row_mut(*id) {
+                row.reason.clone_from(reason);
+            }
+        }
         update_sorted(&mut self.jobs, reasons, |job, r| job.reason = r);
     }
 
     /// The eligible pending jobs in scheduling order; sets the reason of the others.
     ///
-    /// The jobs are read from the pending table ([`super::queue::PendingTable`]), not the job table: on a
-    /// deep queue, reading every pending job in the job table cost more than everything
-    /// else the ordering does. Only the jobs whose priority, eligibility, starving mark or
-    /// reason changed are written back to the job table.
+    /// The jobs are read from the pending table ([`super::queue::PendingTable`]), not the
+    /// job table: on a deep queue, reading every pending job in the job table cost more
+    /// than everything else the ordering does. The priorities stay in the table; the jobs
+    /// whose eligibility, starving mark or reason changed are written back to the job table.
     ///
     /// Each job comes with what the pass reads of it ([`Candidate`]).
     fn eligible_order(&mut self, now: Time) -> Vec<Candidate> {
@@ -557,16 +561,16 @@ impl Scheduler {
         queue.refresh(&self.jobs, &self.pending);
         let mut order = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
-        for (&id, row) in queue.rows_mut().iter_mut() {
+        for (&id, row) in queue.rows_mut() {
             let (candidate, wrote) = self.assess(id, row, now);
             order.extend(candidate);
             if wrote {
                 changed.push((id, ()));
             }
         }
-        let rows = queue.rows_mut();
+        changed.sort_unstable_by_key(|c| c.0);
         update_sorted(&mut self.jobs, changed, |job, ()| {
-            if let Some(row) = rows.get(&job.id) {
+            if let Some(row) = queue.row(job.id) {
                 row.write_to(job);
             }
         });
@@ -588,15 +592,15 @@ impl Scheduler {
         keys.sort_unstable();
         let mut slots: Vec<Option<Candidate>> = order.into_iter().map(Some).collect();
         keys.into_iter()
-            .filter_map(|(_, _, i)| slots[i as usize].take())
+            .filter_map(|(_, _, _, i)| slots[i as usize].take())
             .collect()
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
     /// considered; otherwise its place in the order. Works on the job's row, and says
-    /// whether it changed a value the job table holds too.
+    /// whether it changed a value the job table holds too (all but the priority).
     fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<Candidate>, bool) {
-        let before = (row.priority, row.eligible_since, row.starving_since);
+        let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
         let factors = self.job_factors(row, row.eligible_since.unwrap_or(now), now, true);
         row.priority = self.policy.priority.priority(&factors);
@@ -608,13 +612,13 @@ impl Scheduler {
             ) {
                 row.eligible_since = None;
             }
-            let changed = before != (row.priority, row.eligible_since, row.starving_since)
-                || row.reason != reason;
+            let changed =
+                before != (row.eligible_since, row.starving_since) || row.reason != reason;
             row.reason = reason;
             return (None, changed);
         }
         let since = *row.eligible_since.get_or_insert(now);
-        let changed = before != (row.priority, row.eligible_since, row.starving_since);
+        let changed = before != (row.eligible_since, row.starving_since);
         let tier = self.cluster.partition(row.partition).priority_tier;
         // A starving job is marked with when it became eligible (`Time::NEVER`, which sorts
         // last, for the others); see `keep_oldest_starving`. Only a job the mark can help is
@@ -938,12 +942,18 @@ mod tests {
     /// from the extremes, where a packing could overflow.
     fn arb_key() -> impl Strategy<Value = OrderKey> {
         let u64s = || prop_oneof![0u64..4, Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()];
+        let priorities = prop_oneof![
+            0u64..4,
+            Just(MAX_PRIORITY),
+            Just(MAX_PRIORITY - 1),
+            0..=MAX_PRIORITY
+        ];
         (
             any::<bool>(),
             prop_oneof![0u32..3, Just(u32::MAX)],
             prop_oneof![-2i32..2, Just(i32::MIN), Just(i32::MAX)],
             u64s(),
-            u64s(),
+            priorities,
             u64s(),
             u64s(),
         )
@@ -973,7 +983,7 @@ mod tests {
             order.rotate_left(third);
             let mut packed = packed_keys(&order);
             packed.sort_unstable();
-            let sorted: Vec<OrderKey> = packed.iter().map(|p| order[p.2 as usize].key).collect();
+            let sorted: Vec<OrderKey> = packed.iter().map(|p| order[p.3 as usize].key).collect();
             prop_assert_eq!(sorted, keys);
         }
     }

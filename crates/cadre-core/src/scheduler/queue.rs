@@ -3,16 +3,23 @@
 //!
 //! Ordering a deep queue reads a few fields of every pending job. Read from the job table,
 //! each job cost a walk to a large value and several cache lines of it: on a 100,000-job
-//! queue that was most of the pass's ordering. The rows hold those fields packed together,
-//! in id order, and the fields the pass writes (priority, eligibility, starving mark,
-//! reason) as the job has them, so that a pass writes back to the job table only the jobs
-//! whose values changed.
+//! queue that was most of the pass's ordering. The rows hold those fields packed together
+//! in one array (with an index by id).
 //!
-//! A row is a copy: every change to a pending job, and every job entering or leaving the
-//! queue, touches it ([`PendingTable::touch`]), and the touched rows are made again from
-//! the job table before a pass reads them ([`PendingTable::refresh`]).
-//! [`PendingTable::check`] (from [`Scheduler::check_invariants`](super::Scheduler)) compares
-//! every untouched row with the row made afresh from its job.
+//! A pending job's priority is the row's alone: most priorities change at every pass (age
+//! and fair-share move them), and writing them back cost as much as reading the jobs. The
+//! job table's [`Job::priority`] is the one the job had when it last left the queue; read
+//! a job's priority with [`Scheduler::priority`](super::Scheduler::priority). The other
+//! values a pass sets (eligibility, starving mark, reason) change seldom: the row holds
+//! them as the job has them, and a pass writes back to the job table only those that
+//! changed.
+//!
+//! Apart from the priority a row is a copy: every change to a pending job, and every job
+//! entering or leaving the queue, touches it ([`PendingTable::touch`]), and the touched
+//! rows are made again from the job table before a pass reads them
+//! ([`PendingTable::refresh`]). [`PendingTable::check`] (from
+//! [`Scheduler::check_invariants`](super::Scheduler::check_invariants)) compares every
+//! untouched row with the row made afresh from its job.
 
 use super::{Hold, Job, PendingReason};
 use crate::cluster::PartitionId;
@@ -21,6 +28,7 @@ use crate::job::JobId;
 use crate::priority::SizeBasis;
 use crate::resources::MILLI_PER_GPU;
 use crate::time::{Dur, Time};
+use indexmap::IndexMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a pass reads of a pending job, and the values it writes, as the job has them.
@@ -50,6 +58,7 @@ pub(super) struct Row {
     pub(super) awaiting_victims: bool,
     /// It holds what its victims freed ([`Job::victims_held`] is not empty).
     pub(super) holds_victims: bool,
+    /// The priority the last pass gave it (see the module's documentation).
     pub(super) priority: u64,
     pub(super) eligible_since: Option<Time>,
     pub(super) starving_since: Option<Time>,
@@ -118,19 +127,20 @@ impl Row {
         }
     }
 
-    /// Writes the values a pass sets back to the job.
+    /// Writes the values a pass sets back to the job, but the priority.
     pub(super) fn write_to(&self, job: &mut Job) {
-        job.priority = self.priority;
         job.eligible_since = self.eligible_since;
         job.starving_since = self.starving_since;
         job.reason.clone_from(&self.reason);
     }
 }
 
-/// The rows of the pending jobs, by id, and the jobs touched since their rows were made.
+/// The rows of the pending jobs, and the jobs touched since their rows were made.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PendingTable {
-    rows: BTreeMap<JobId, Row>,
+    /// In no particular order (a row leaving takes the place of the last): a pass sorts
+    /// the jobs it reads, and what it writes back is sorted by id.
+    rows: IndexMap<JobId, Row>,
     /// Jobs changed, queued or taken out of the queue since the rows were last refreshed
     /// (a job may be named more than once).
     touched: Vec<JobId>,
@@ -150,8 +160,8 @@ impl PendingTable {
     }
 
     /// Takes out the row of a job leaving the queue.
-    pub(super) fn remove(&mut self, id: JobId) {
-        self.rows.remove(&id);
+    pub(super) fn take(&mut self, id: JobId) -> Option<Row> {
+        self.rows.swap_remove(&id)
     }
 
     /// Notes that any pending job may have changed.
@@ -161,13 +171,22 @@ impl PendingTable {
     }
 
     /// Makes the touched rows again from the job table (every row after
-    /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs.
+    /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs. A
+    /// row made again keeps its priority.
     pub(super) fn refresh(&mut self, jobs: &BTreeMap<JobId, Job>, pending: &BTreeSet<JobId>) {
+        let fresh = |id: &JobId, was: Option<&Row>| {
+            let mut row = Row::of(jobs.get(id)?);
+            if let Some(was) = was {
+                row.priority = was.priority;
+            }
+            Some(row)
+        };
         if std::mem::take(&mut self.all) {
             self.touched.clear();
+            let was = std::mem::take(&mut self.rows);
             self.rows = pending
                 .iter()
-                .filter_map(|id| Some((*id, Row::of(jobs.get(id)?))))
+                .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
             return;
         }
@@ -175,19 +194,23 @@ impl PendingTable {
         touched.sort_unstable();
         touched.dedup();
         for id in touched {
-            match pending.get(&id).and_then(|id| jobs.get(id)) {
-                Some(job) => {
-                    self.rows.insert(id, Row::of(job));
+            match pending.get(&id).and_then(|id| fresh(id, self.rows.get(id))) {
+                Some(row) => {
+                    self.rows.insert(id, row);
                 }
                 None => {
-                    self.rows.remove(&id);
+                    self.rows.swap_remove(&id);
                 }
             }
         }
     }
 
-    pub(super) fn rows_mut(&mut self) -> &mut BTreeMap<JobId, Row> {
-        &mut self.rows
+    pub(super) fn rows_mut(&mut self) -> impl Iterator<Item = (&JobId, &mut Row)> {
+        self.rows.iter_mut()
+    }
+
+    pub(super) fn row(&self, id: JobId) -> Option<&Row> {
+        self.rows.get(&id)
     }
 
     /// The row of a pending job, to set a value the pass wrote to the job as well.
@@ -196,7 +219,8 @@ impl PendingTable {
     }
 
     /// Whether every row not touched since it was made equals the row made afresh from its
-    /// job, and the table holds no other job than the pending ones.
+    /// job (but for the priority, which is the row's), and the table holds no other job
+    /// than the pending ones.
     pub(super) fn check(
         &self,
         jobs: &BTreeMap<JobId, Job>,
@@ -216,7 +240,10 @@ impl PendingTable {
             let job = jobs
                 .get(id)
                 .ok_or_else(|| format!("pending job {id} is not in the job table"))?;
-            let fresh = Row::of(job);
+            let fresh = Row {
+                priority: row.priority,
+                ..Row::of(job)
+            };
             if *row != fresh {
                 return Err(format!(
                     "job {id}'s pending row is stale: {row:?}, but the job gives {fresh:?}"
@@ -225,7 +252,7 @@ impl PendingTable {
         }
         if let Some(id) = pending
             .iter()
-            .find(|id| !self.rows.contains_key(id) && !touched.contains(id))
+            .find(|id| !self.rows.contains_key(*id) && !touched.contains(id))
         {
             return Err(format!("pending job {id} has no pending row"));
         }

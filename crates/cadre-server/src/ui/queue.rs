@@ -81,7 +81,7 @@ pub fn view(c: &Controller, who: &Principal, limit: usize) -> QueueView {
             continue;
         }
         match job.state {
-            JobState::Pending => pending.push((job.priority, job.id.0)),
+            JobState::Pending => pending.push((sched.priority(job), job.id.0)),
             JobState::Running | JobState::Preempting => {
                 running_total += 1;
                 if running.len() < limit {
