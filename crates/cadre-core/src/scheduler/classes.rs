@@ -58,6 +58,9 @@ struct ClassKey {
 #[derive(Clone, Debug, Default)]
 struct Class {
     members: BTreeSet<NodeId>,
+    /// The first of the members, kept beside them: looking it up in the set, for every
+    /// class at every one-node start, was most of the cost of choosing the node.
+    first: Option<NodeId>,
     /// Whole GPUs free on each member (0 on a node that is not up or is held exclusively).
     whole_gpus: u32,
 }
@@ -162,7 +165,9 @@ impl NodeClasses {
                 id
             }
         };
-        self.classes[id as usize].members.insert(n);
+        let class = &mut self.classes[id as usize];
+        class.members.insert(n);
+        class.first = Some(class.first.map_or(n, |f| f.min(n)));
         self.class_of[n.0 as usize] = id;
     }
 
@@ -172,6 +177,9 @@ impl NodeClasses {
             let old = self.class_of[n.0 as usize];
             let class = &mut self.classes[old as usize];
             class.members.remove(&n);
+            if class.first == Some(n) {
+                class.first = class.members.first().copied();
+            }
             if class.members.is_empty() {
                 if let Some(key) = self.keys[old as usize].take() {
                     self.by_key.remove(&key);
@@ -226,8 +234,14 @@ impl NodeClasses {
     ) -> impl Iterator<Item = (NodeId, u32, u32, u64)> + 'a {
         self.in_partition(cluster, p, gpus, None)
             .filter_map(|(id, mut members, all)| {
-                let first = members.next()?;
-                let count = all.unwrap_or_else(|| members.count() + 1);
+                let (first, count) = match all {
+                    // Every member is in the partition.
+                    Some(all) => (self.classes[id as usize].first?, all),
+                    None => {
+                        let first = members.next()?;
+                        (first, members.count() + 1)
+                    }
+                };
                 Some((first, count as u32, id, self.stamps[id as usize]))
             })
     }
@@ -279,6 +293,13 @@ impl NodeClasses {
             if self.classes[ours].whole_gpus != whole_gpus(cluster, n) {
                 return Err(format!("node {n:?}'s class counts other whole GPUs"));
             }
+        }
+        if let Some(id) = (0..self.classes.len())
+            .find(|&id| self.classes[id].first != self.classes[id].members.first().copied())
+        {
+            return Err(format!(
+                "class {id} names another first member than its own"
+            ));
         }
         let members: usize = self.classes.iter().map(|c| c.members.len()).sum();
         if members != cluster.nodes.len() {

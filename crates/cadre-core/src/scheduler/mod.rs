@@ -1820,7 +1820,7 @@ impl Scheduler {
         let known = fits.entry(shape).or_default();
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(known.len());
         for (node, weight, class, stamp) in
             self.classes.firsts(&self.cluster, part, least_whole(spec))
         {

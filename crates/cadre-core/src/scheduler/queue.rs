@@ -28,6 +28,7 @@ use crate::job::JobId;
 use crate::priority::SizeBasis;
 use crate::resources::MILLI_PER_GPU;
 use crate::time::{Dur, Time};
+use foldhash::fast::FixedState;
 use indexmap::IndexMap;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -135,12 +136,13 @@ impl Row {
     }
 }
 
-/// The rows of the pending jobs, and the jobs touched since their rows were made.
+/// The rows of the pending jobs, and the jobs touched since their rows were made. The index
+/// hashes ids with foldhash (fixed seed): the default hasher was a tenth of a start's cost.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PendingTable {
     /// In no particular order (a row leaving takes the place of the last): a pass sorts
     /// the jobs it reads, and what it writes back is sorted by id.
-    rows: IndexMap<JobId, Row>,
+    rows: IndexMap<JobId, Row, FixedState>,
     /// Jobs changed, queued or taken out of the queue since the rows were last refreshed
     /// (a job may be named more than once).
     touched: Vec<JobId>,
