@@ -75,6 +75,10 @@ pub(super) struct NodeClasses {
     classes: Vec<Class>,
     keys: Vec<Option<ClassKey>>,
     unused: Vec<u32>,
+    /// The ids of the classes with members, by their nodes' whole GPUs free: on a busy
+    /// cluster almost every node is in a class of its own, most of them with no whole GPU
+    /// free, and a job that needs some looks at the others alone.
+    by_whole: Vec<BTreeSet<u32>>,
     class_of: Vec<u32>,
     /// Per class id, a number given when the id last took a state, never given twice: what
     /// is remembered of a class ([`ClassFits`]) holds while its stamp is the same.
@@ -159,7 +163,13 @@ impl NodeClasses {
                 };
                 self.stamps[id as usize] = self.next_stamp;
                 self.next_stamp += 1;
-                self.classes[id as usize].whole_gpus = whole_gpus(cluster, n);
+                let whole = whole_gpus(cluster, n);
+                self.classes[id as usize].whole_gpus = whole;
+                let bucket = whole as usize;
+                if self.by_whole.len() <= bucket {
+                    self.by_whole.resize_with(bucket + 1, BTreeSet::new);
+                }
+                self.by_whole[bucket].insert(id);
                 self.keys[id as usize] = Some(key.clone());
                 self.by_key.insert(key, id);
                 id
@@ -184,6 +194,7 @@ impl NodeClasses {
                 if let Some(key) = self.keys[old as usize].take() {
                     self.by_key.remove(&key);
                 }
+                self.by_whole[class.whole_gpus as usize].remove(&old);
                 self.unused.push(old);
             }
             self.place(cluster, n);
@@ -213,14 +224,14 @@ impl NodeClasses {
             whole_cluster
                 || (cluster.node(*n).partitions.contains(&p) && keep.is_none_or(|k| k(*n)))
         };
-        self.classes
-            .iter()
-            .zip(0u32..)
-            .filter(move |(class, _)| !class.members.is_empty() && class.whole_gpus >= gpus)
-            .map(move |(class, id)| {
-                let members = class.members.iter().copied().filter(in_p);
-                (id, members, whole_cluster.then_some(class.members.len()))
-            })
+        let buckets = self.by_whole.get(gpus as usize..).unwrap_or_default();
+        let mut ids: Vec<u32> = buckets.iter().flatten().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().map(move |id| {
+            let class = &self.classes[id as usize];
+            let members = class.members.iter().copied().filter(in_p);
+            (id, members, whole_cluster.then_some(class.members.len()))
+        })
     }
 
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0)
@@ -294,12 +305,23 @@ impl NodeClasses {
                 return Err(format!("node {n:?}'s class counts other whole GPUs"));
             }
         }
-        if let Some(id) = (0..self.classes.len())
-            .find(|&id| self.classes[id].first != self.classes[id].members.first().copied())
-        {
-            return Err(format!(
-                "class {id} names another first member than its own"
-            ));
+        for (id, class) in self.classes.iter().enumerate() {
+            if class.first != class.members.first().copied() {
+                return Err(format!(
+                    "class {id} names another first member than its own"
+                ));
+            }
+            let listed: Vec<bool> = (self.by_whole.iter())
+                .map(|b| b.contains(&(id as u32)))
+                .collect();
+            let expected: Vec<bool> = (0..self.by_whole.len())
+                .map(|w| !class.members.is_empty() && w == class.whole_gpus as usize)
+                .collect();
+            if listed != expected {
+                return Err(format!(
+                    "class {id} is listed under other whole GPUs than its own"
+                ));
+            }
         }
         let members: usize = self.classes.iter().map(|c| c.members.len()).sum();
         if members != cluster.nodes.len() {
