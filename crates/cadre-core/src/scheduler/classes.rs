@@ -27,6 +27,7 @@
 
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::placement::NodeFit;
+use foldhash::fast::FixedState;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
@@ -68,9 +69,10 @@ struct Class {
 /// The classes of the cluster's nodes.
 #[derive(Clone, Debug, Default)]
 pub(super) struct NodeClasses {
-    kinds: HashMap<StaticKey, u32>,
+    kinds: HashMap<StaticKey, u32, FixedState>,
     kind_of: Vec<u32>,
-    by_key: HashMap<ClassKey, u32>,
+    /// Hashed with foldhash (fixed seed): every start and end looks its nodes' keys up.
+    by_key: HashMap<ClassKey, u32, FixedState>,
     /// Indexed by class id; a class without members is free for reuse.
     classes: Vec<Class>,
     keys: Vec<Option<ClassKey>>,

@@ -452,9 +452,8 @@ pub struct Scheduler {
     releases: NodeReleases,
     /// Active jobs asked to stop (which the profile expects to end sooner).
     stopping: BTreeSet<JobId>,
-    /// Running jobs per (user, name), for `singleton` dependencies.
-    /// (A hash map: every start and end counts here, and ordered string keys cost more.)
-    singletons: HashMap<(String, String), u32>,
+    /// Running jobs per user and name, for `singleton` dependencies.
+    singletons: Singletons,
     /// Usage rates of the associations with running jobs, charged lazily.
     usage: UsageRates,
     /// What is free now, per partition, kept up to date as jobs start and end.
@@ -568,7 +567,7 @@ impl Scheduler {
             running_ranks: Default::default(),
             releases,
             stopping: BTreeSet::new(),
-            singletons: HashMap::new(),
+            singletons: Singletons::default(),
             shapes: HashMap::new(),
             usage: UsageRates::default(),
             workload: WorkloadProfile::default(),
@@ -1323,7 +1322,7 @@ impl Scheduler {
             amounts,
         );
         debug_assert!(released.is_ok(), "quota release of job {id}: {released:?}");
-        let key = (job.spec.user.clone(), job.spec.name.clone());
+        self.singletons.remove(&job.spec.user, &job.spec.name);
         let preemptor = job.preempted_by.take();
         self.releases.remove(id, job.limit_end(), &job.per_node);
         job.per_node.clear();
@@ -1332,12 +1331,6 @@ impl Scheduler {
         job.billing_rate = 0.0;
         self.active.remove(&id);
         self.over_quota.remove(&id);
-        if let Some(n) = self.singletons.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.singletons.remove(&key);
-            }
-        }
         if let Some(by) = preemptor.and_then(|by| self.jobs.get_mut(&by)) {
             by.awaiting_victims.remove(&id);
             self.queue.touch(by.id);
@@ -1510,10 +1503,7 @@ impl Scheduler {
         job.per_node = per_node;
         job.victims_held.clear();
         job.allocation = Some(alloc);
-        *self
-            .singletons
-            .entry((job.spec.user.clone(), job.spec.name.clone()))
-            .or_insert(0) += 1;
+        self.singletons.add(&job.spec.user, &job.spec.name);
         if let Some(row) = self.queue.take(id) {
             job.priority = row.priority;
         }
@@ -1842,6 +1832,48 @@ impl Scheduler {
             out.push((node, weight, fit));
         }
         placement::one_node_choice(&out)
+    }
+}
+
+/// Running jobs per user and name, for `singleton` dependencies. Hash maps, as every start
+/// and end counts here (ordered string keys cost more), nested so that counting a name
+/// already there makes no string.
+#[derive(Clone, Debug, Default)]
+struct Singletons(HashMap<String, HashMap<String, u32>>);
+
+impl Singletons {
+    fn add(&mut self, user: &str, name: &str) {
+        let names = match self.0.get_mut(user) {
+            Some(names) => names,
+            None => self.0.entry(user.to_owned()).or_default(),
+        };
+        match names.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                names.insert(name.to_owned(), 1);
+            }
+        }
+    }
+
+    fn remove(&mut self, user: &str, name: &str) {
+        let Some(names) = self.0.get_mut(user) else {
+            return;
+        };
+        if let Some(n) = names.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                names.remove(name);
+            }
+        }
+        if names.is_empty() {
+            self.0.remove(user);
+        }
+    }
+
+    fn running(&self, user: &str, name: &str) -> bool {
+        self.0
+            .get(user)
+            .is_some_and(|names| names.contains_key(name))
     }
 }
 

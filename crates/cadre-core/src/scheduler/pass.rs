@@ -744,11 +744,7 @@ impl Scheduler {
             .dependencies
             .iter()
             .any(|d| matches!(d, Dependency::Singleton));
-        if singleton
-            && self
-                .singletons
-                .contains_key(&(spec.user.clone(), spec.name.clone()))
-        {
+        if singleton && self.singletons.running(&spec.user, &spec.name) {
             return Some(PendingReason::SingletonDependency);
         }
         None
