@@ -212,7 +212,7 @@ impl NodeClasses {
     /// The classes whose nodes have at least `gpus` whole GPUs free (any class for 0), each
     /// with its id, its nodes in partition `p` (and in `keep`, when given), ascending, and
     /// how many those are when that is known without counting them (`p` holds every node
-    /// and `keep` is not given).
+    /// and `keep` is not given); by whole GPUs free, then by id.
     fn in_partition<'a>(
         &'a self,
         cluster: &'a Cluster,
@@ -227,9 +227,7 @@ impl NodeClasses {
                 || (cluster.node(*n).partitions.contains(&p) && keep.is_none_or(|k| k(*n)))
         };
         let buckets = self.by_whole.get(gpus as usize..).unwrap_or_default();
-        let mut ids: Vec<u32> = buckets.iter().flatten().copied().collect();
-        ids.sort_unstable();
-        ids.into_iter().map(move |id| {
+        buckets.iter().flatten().map(move |&id| {
             let class = &self.classes[id as usize];
             let members = class.members.iter().copied().filter(in_p);
             (id, members, whole_cluster.then_some(class.members.len()))
@@ -238,7 +236,7 @@ impl NodeClasses {
 
     /// For each class whose nodes have at least `gpus` whole GPUs free (any class for 0)
     /// and some node in partition `p`: its first node in `p`, how many of its nodes are in
-    /// `p`, its id and its stamp; in class id order.
+    /// `p`, its id and its stamp; by whole GPUs free, then by id.
     pub(super) fn firsts<'a>(
         &'a self,
         cluster: &'a Cluster,
