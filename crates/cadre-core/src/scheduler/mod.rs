@@ -723,8 +723,10 @@ impl Scheduler {
                 Ok(Vec::new())
             }
             Event::SetTimeLimit { id, limit } => {
-                self.queue.touch(id);
                 let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+                if job.state == JobState::Pending {
+                    self.queue.touch(id);
+                }
                 job.spec.time_limit = limit;
                 if let Some(start) = job.start_time {
                     let was = job.limit_end();
@@ -772,7 +774,6 @@ impl Scheduler {
     }
 
     fn pending_job_mut(&mut self, id: JobId, what: &'static str) -> Result<&mut Job, CoreError> {
-        self.queue.touch(id);
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         if job.state != JobState::Pending {
             return Err(CoreError::WrongState {
@@ -781,6 +782,7 @@ impl Scheduler {
                 what,
             });
         }
+        self.queue.touch(id);
         Ok(job)
     }
 

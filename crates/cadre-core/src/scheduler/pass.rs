@@ -178,6 +178,8 @@ fn update_sorted<V, T>(
     }
     let mut items = items.into_iter().peekable();
     for (id, v) in map.iter_mut() {
+        // Items naming no entry of the map are passed over.
+        while items.next_if(|r| r.0 < *id).is_some() {}
         if items.peek().is_none() {
             break;
         }
@@ -964,6 +966,25 @@ mod tests {
                     JobId(id),
                 )
             })
+    }
+
+    /// Both ways of applying the items (a search each, a sweep) apply each in turn and pass
+    /// over ids the map does not hold.
+    #[test]
+    fn update_sorted_applies_every_item_of_a_held_id() {
+        let map: BTreeMap<JobId, Vec<u32>> = (0..64).map(|i| (JobId(i * 2), Vec::new())).collect();
+        for items in [
+            vec![(1, 9), (4, 1), (4, 2), (5, 9)],
+            (0..60).map(|i| (i, i as u32)).collect(),
+        ] {
+            let mut got = map.clone();
+            let items: Vec<(JobId, u32)> = items.into_iter().map(|(i, x)| (JobId(i), x)).collect();
+            update_sorted(&mut got, items.clone(), |v, x| v.push(x));
+            for (id, v) in &got {
+                let want: Vec<u32> = items.iter().filter(|i| i.0 == *id).map(|i| i.1).collect();
+                assert_eq!(*v, want, "job {id}");
+            }
+        }
     }
 
     proptest! {

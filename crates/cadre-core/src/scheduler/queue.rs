@@ -146,6 +146,8 @@ pub(super) struct PendingTable {
     /// Jobs changed, queued or taken out of the queue since the rows were last refreshed
     /// (a job may be named more than once).
     touched: Vec<JobId>,
+    /// The length at which `touched` is next rid of its repeats.
+    compact_at: usize,
     /// Every row is to be made again.
     all: bool,
 }
@@ -154,6 +156,13 @@ impl PendingTable {
     /// Notes that job `id` changed, entered the queue or left it.
     pub(super) fn touch(&mut self, id: JobId) {
         self.touched.push(id);
+        // Between passes (scheduling may be paused for long) the list stays within about
+        // twice the jobs it names.
+        if self.touched.len() >= self.compact_at.max(1024) {
+            self.touched.sort_unstable();
+            self.touched.dedup();
+            self.compact_at = 2 * self.touched.len();
+        }
     }
 
     /// Adds the row of a job entering the queue, made from the job as it enters.
@@ -176,6 +185,7 @@ impl PendingTable {
     /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs. A
     /// row made again keeps its priority.
     pub(super) fn refresh(&mut self, jobs: &BTreeMap<JobId, Job>, pending: &BTreeSet<JobId>) {
+        self.compact_at = 0;
         let fresh = |id: &JobId, was: Option<&Row>| {
             let mut row = Row::of(jobs.get(id)?);
             if let Some(was) = was {
