@@ -352,7 +352,8 @@ pub struct Job {
     pub spec: JobSpec,
     pub state: JobState,
     pub partition: PartitionId,
-    /// The job's placement shape ([`ShapeKey`]), interned: jobs of one shape place alike.
+    /// The job's placement shape (what placement reads of its spec and partition),
+    /// interned: jobs of one shape place alike.
     pub shape: u32,
     pub assoc: AssocIx,
     /// The queue the job names (its account's queue applies otherwise; see [`QuotaBook`]).
