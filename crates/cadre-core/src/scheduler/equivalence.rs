@@ -6,7 +6,7 @@
 use super::{Decision, Event, Scheduler};
 use crate::cluster::{Cluster, NodeAvail, NodeId};
 use crate::config::load_cluster;
-use crate::job::{JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, TaskGroup};
+use crate::job::{ArrayIndex, JobId, JobSpec, JobState, NetworkSpan, NumaPolicy, TaskGroup};
 use crate::policy::{Policy, PriorityClassConfig, QosConfig};
 use crate::resources::TaskResources;
 use crate::time::{Dur, Time};
@@ -160,13 +160,24 @@ fn compare(policy: Policy, seed: u64, passes: u32) {
 
 /// [`compare`] on the cluster `text` describes.
 fn compare_on(text: &str, policy: Policy, seed: u64, passes: u32) {
-    run(text, policy, seed, passes, false);
+    run(text, policy, seed, passes, Extras::default());
 }
 
-/// [`compare_on`]; `mixed`: jobs also ask for the `ib` feature, the `rack = r2` label and
-/// at most two leaf switches now and then, and nodes gain and lose the feature between
-/// passes (for [`mixed`]).
-fn run(text: &str, policy: Policy, seed: u64, passes: u32, mixed: bool) {
+/// What [`run`]'s workloads add to [`spec`]'s jobs.
+#[derive(Copy, Clone, Default)]
+struct Extras {
+    /// Jobs also ask for the `ib` feature, the `rack = r2` label and at most two leaf
+    /// switches now and then, and nodes gain and lose the feature between passes (for
+    /// [`mixed`]).
+    mixed: bool,
+    /// A third of the jobs are tasks of one of three arrays that run at most 1, 2 and 3
+    /// tasks at once (`%N`).
+    arrays: bool,
+}
+
+/// [`compare_on`] with [`Extras`].
+fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
+    let Extras { mixed, arrays } = extras;
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
     let mut reference = Scheduler::new(cluster, policy).unwrap();
@@ -219,6 +230,14 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, mixed: bool) {
             }
             if mixed {
                 constrained(&mut rng, &mut spec);
+            }
+            if arrays && rng.below(3) == 0 {
+                let array = rng.below(3);
+                spec.array = Some(ArrayIndex {
+                    array_job: JobId(1_000_000 + array),
+                    index: id.0 as u32,
+                    max_running: Some(1 + array as u32),
+                });
             }
             both(
                 &mut fast,
@@ -359,7 +378,11 @@ labels = { rack = "r2" }
 #[test]
 fn mixed_nodes_decide_as_the_reference() {
     for seed in 1..=4 {
-        run(&mixed(), Policy::default(), seed, 300, true);
+        let extras = Extras {
+            mixed: true,
+            ..Extras::default()
+        };
+        run(&mixed(), Policy::default(), seed, 300, extras);
     }
 }
 
@@ -448,6 +471,30 @@ fn slurm_preset_decides_as_the_reference() {
 fn fifo_preset_decides_as_the_reference() {
     for seed in 1..=4 {
         compare(Policy::fifo(), seed, 300);
+    }
+}
+
+/// A shallow test depth (`max_job_test`) under each preset, with array tasks: past the
+/// depth (or, under strict order, once every partition is blocked) every job left waits
+/// on `Priority` but array tasks at their array's limit, decided without sorting the rest
+/// of the order, while the reference goes on in order.
+#[test]
+fn a_shallow_test_depth_decides_as_the_reference() {
+    for (seed, (mut policy, depth)) in [
+        (Policy::default(), 3),
+        (Policy::slurm(), 6),
+        (Policy::fifo(), 2),
+        (Policy::fifo(), 500),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        policy.backfill.max_job_test = depth;
+        let extras = Extras {
+            arrays: true,
+            ..Extras::default()
+        };
+        run(CLUSTER, policy, seed as u64 + 1, 300, extras);
     }
 }
 

@@ -149,6 +149,59 @@ fn packed_keys(order: &[Candidate]) -> Vec<(u64, u64, u64, u32)> {
         .collect()
 }
 
+/// The pass's order, sorted only as far as the pass reads it. On a deep queue a pass
+/// usually reads a few hundred jobs in order (then every job left waits on `Priority`, see
+/// [`Scheduler::schedule`]): sorting all of them cost more than anything else the order
+/// took. The keys are sorted a chunk at a time: the smallest of those left are picked out
+/// (a selection, linear in the keys left) and sorted; each chunk is four times the last,
+/// so a pass that reads the whole order sorts about as much as one sort would.
+struct Order {
+    slots: Vec<Option<Candidate>>,
+    keys: Vec<(u64, u64, u64, u32)>,
+    /// The next key to take.
+    next: usize,
+    /// `keys[..sorted]` are in order and before every key after them.
+    sorted: usize,
+    /// The size of the next chunk to sort.
+    chunk: usize,
+}
+
+impl Order {
+    /// The candidates' order, first sorting `chunk` of them (at least one).
+    fn new(candidates: Vec<Candidate>, chunk: usize) -> Order {
+        let keys = packed_keys(&candidates);
+        Order {
+            slots: candidates.into_iter().map(Some).collect(),
+            keys,
+            next: 0,
+            sorted: 0,
+            chunk: chunk.max(1),
+        }
+    }
+
+    /// The next candidate in order.
+    fn next(&mut self) -> Option<Candidate> {
+        if self.next == self.sorted {
+            let rest = &mut self.keys[self.sorted..];
+            let k = self.chunk.min(rest.len());
+            if k < rest.len() {
+                rest.select_nth_unstable(k);
+            }
+            rest[..k].sort_unstable();
+            self.sorted += k;
+            self.chunk = self.chunk.saturating_mul(4);
+        }
+        let i = self.keys.get(self.next)?.3;
+        self.next += 1;
+        self.slots[i as usize].take()
+    }
+
+    /// The candidates not taken yet, in no particular order.
+    fn rest(self) -> impl Iterator<Item = Candidate> {
+        self.slots.into_iter().flatten()
+    }
+}
+
 /// Notes the reason the pass decided for a candidate, unless it had that reason already: on
 /// a deep queue most keep theirs, and writing them all cost a sweep over the job table.
 fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: PendingReason) {
@@ -199,7 +252,7 @@ impl Scheduler {
     pub fn schedule(&mut self, now: Time) -> Vec<Decision> {
         self.accrue(now);
         self.class_fits.forget();
-        let order = self.eligible_order(now);
+        let mut order = self.eligible_order(now);
         let mut out = Vec::new();
         let mut profile: Option<Profile> = None;
         let mut reservations: Vec<Reservation> = Vec::new();
@@ -216,55 +269,58 @@ impl Scheduler {
         // the job table (nothing in the pass reads a pending job's reason).
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
 
-        let head = order.first().map(|c| c.id);
+        let mut head = None;
         // Running tasks of arrays with a `%N` limit, counted when first needed.
         let mut array_running: HashMap<JobId, u32> = HashMap::new();
         let partitions = self.cluster.partitions.len();
-        for (tested, c) in order.into_iter().enumerate() {
-            let id = c.id;
-            // Strict order with every partition blocked: every job left waits on `Priority`
-            // (but an array task at its array's limit, which says so), decided without
-            // reading it. This keeps a strict-order pass on a deep queue the cheapest one.
-            if self.policy.strict_order
-                && !c.array_limited
-                && blocked_partitions.len() == partitions
-            {
-                note(&mut reasons, &c, PendingReason::Priority);
-                continue;
-            }
-            let part = c.partition;
-            let limited = if c.array_limited {
-                self.jobs[&id]
-                    .spec
-                    .array
-                    .and_then(|a| Some((a.array_job, a.max_running?)))
-            } else {
-                None
-            };
-            if let Some((array, max)) = limited {
-                let running = *array_running.entry(array).or_insert_with(|| {
-                    self.jobs
-                        .values()
-                        .filter(|j| {
-                            j.state.is_active()
-                                && j.spec.array.is_some_and(|a| a.array_job == array)
-                        })
-                        .count() as u32
-                });
-                if running >= max {
-                    note(
-                        &mut reasons,
-                        &c,
-                        PendingReason::Limit("JobArrayTaskLimit".into()),
-                    );
-                    continue;
-                }
-            }
+        for tested in 0usize.. {
             // Like Slurm: jobs are started in order while they fit; once one is held back,
             // only the first `max_job_test` jobs of the order are tried (bf_max_job_test).
             let anything_blocked =
                 blocked_seen > 0 || starving_blocked || !blocked_partitions.is_empty();
-            if tested >= backfill.max_job_test as usize && anything_blocked {
+            let past_depth = tested >= backfill.max_job_test as usize && anything_blocked;
+            // Strict order with every partition blocked: every job left waits on `Priority`.
+            let all_blocked = self.policy.strict_order && blocked_partitions.len() == partitions;
+            // From here on nothing starts and every job left waits on `Priority` (but an
+            // array task at its array's limit, which says so), whatever its place in the
+            // order: they are decided without sorting them or reading them. This keeps a
+            // pass on a deep queue, and a strict-order pass above all, cheap. The reference
+            // scheduler goes on in order.
+            if (past_depth || all_blocked) && !self.reference {
+                for c in order.rest() {
+                    let at_limit = c.array_limited
+                        && self
+                            .array_limit(c.id, &mut array_running)
+                            .is_some_and(|l| l.1);
+                    let reason = match at_limit {
+                        true => PendingReason::Limit("JobArrayTaskLimit".into()),
+                        false => PendingReason::Priority,
+                    };
+                    note(&mut reasons, &c, reason);
+                }
+                break;
+            }
+            let Some(c) = order.next() else { break };
+            head.get_or_insert(c.id);
+            let id = c.id;
+            if all_blocked && !c.array_limited {
+                note(&mut reasons, &c, PendingReason::Priority);
+                continue;
+            }
+            let part = c.partition;
+            let limited = match c.array_limited {
+                true => self.array_limit(id, &mut array_running),
+                false => None,
+            };
+            if let Some((_, true)) = limited {
+                note(
+                    &mut reasons,
+                    &c,
+                    PendingReason::Limit("JobArrayTaskLimit".into()),
+                );
+                continue;
+            }
+            if past_depth {
                 note(&mut reasons, &c, PendingReason::Priority);
                 continue;
             }
@@ -392,7 +448,7 @@ impl Scheduler {
                             }
                             out.extend(self.start(id, alloc, per_node, now));
                             if let Some((array, _)) = limited {
-                                *array_running.entry(array).or_default() += 1;
+                                *array_running.get_mut(&array).expect("counted") += 1;
                             }
                         }
                         None => {
@@ -491,6 +547,29 @@ impl Scheduler {
         out
     }
 
+    /// For an array task whose array limits its running tasks (`%N`), the array and whether
+    /// it is at its limit; `array_running` keeps the running tasks of the arrays counted so
+    /// far in the pass.
+    fn array_limit(
+        &self,
+        id: JobId,
+        array_running: &mut HashMap<JobId, u32>,
+    ) -> Option<(JobId, bool)> {
+        let (array, max) = self.jobs[&id]
+            .spec
+            .array
+            .and_then(|a| Some((a.array_job, a.max_running?)))?;
+        let running = *array_running.entry(array).or_insert_with(|| {
+            self.jobs
+                .values()
+                .filter(|j| {
+                    j.state.is_active() && j.spec.array.is_some_and(|a| a.array_job == array)
+                })
+                .count() as u32
+        });
+        Some((array, running >= max))
+    }
+
     /// For an elastic gang whose full size its quota does not admit, the spec cut down to
     /// the largest size it does (later groups shrink first, each to no less than its
     /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
@@ -554,7 +633,7 @@ impl Scheduler {
     /// whose eligibility, starving mark or reason changed are written back to the job table.
     ///
     /// Each job comes with what the pass reads of it ([`Candidate`]).
-    fn eligible_order(&mut self, now: Time) -> Vec<Candidate> {
+    fn eligible_order(&mut self, now: Time) -> Order {
         // The reference scheduler makes every row afresh from its job.
         if self.reference {
             self.queue.touch_all();
@@ -587,15 +666,15 @@ impl Scheduler {
                 row.starving_since = Some(c.key.3);
             }
         }
-        // Keys are unique (they end with the id). The keys are sorted alone, packed, then
+        // Keys are unique (they end with the id). The keys are sorted alone, packed, and
         // each candidate is moved once: sorting the candidates moved twice the bytes, many
-        // times, and comparing whole keys cost more than the rest of the sort.
-        let mut keys = packed_keys(&order);
-        keys.sort_unstable();
-        let mut slots: Vec<Option<Candidate>> = order.into_iter().map(Some).collect();
-        keys.into_iter()
-            .filter_map(|(_, _, _, i)| slots[i as usize].take())
-            .collect()
+        // times, and comparing whole keys cost more than the rest of the sort. The pass
+        // reads the first `max_job_test` in order at least; the reference sorts them all.
+        let chunk = match self.reference {
+            true => usize::MAX,
+            false => self.policy.backfill.max_job_test as usize + 1,
+        };
+        Order::new(order, chunk)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1002,6 +1081,29 @@ mod tests {
             packed.sort_unstable();
             let sorted: Vec<OrderKey> = packed.iter().map(|p| order[p.3 as usize].key).collect();
             prop_assert_eq!(sorted, keys);
+        }
+
+        /// The order sorted a chunk at a time gives the candidates in key order, and then
+        /// the ones not taken.
+        #[test]
+        fn an_order_gives_its_candidates_in_key_order(
+            keys in proptest::collection::vec(arb_key(), 0..300),
+            chunk in 0usize..40,
+            taken in 0usize..320,
+        ) {
+            let mut keys = keys;
+            keys.sort_unstable();
+            keys.dedup();
+            let mut shuffled: Vec<Candidate> = keys.iter().rev().copied().map(candidate).collect();
+            let third = shuffled.len() / 3;
+            shuffled.rotate_left(third);
+            let mut order = Order::new(shuffled, chunk);
+            let first: Vec<OrderKey> = (0..taken).map_while(|_| order.next()).map(|c| c.key).collect();
+            let n = taken.min(keys.len());
+            prop_assert_eq!(&first[..], &keys[..n]);
+            let mut rest: Vec<OrderKey> = order.rest().map(|c| c.key).collect();
+            rest.sort_unstable();
+            prop_assert_eq!(&rest[..], &keys[n..]);
         }
     }
 }
