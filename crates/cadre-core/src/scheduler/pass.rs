@@ -38,13 +38,19 @@ pub(super) type OrderKey = (
     JobId,
 );
 
-/// A job of the pass's order, with what the pass reads of every job it considers, so that
-/// the many whose outcome follows from these alone (their shape already failed in this
-/// pass, no quota to check) are decided without looking the job up in the job table: on a
-/// deep queue those lookups, each a walk down a large tree, were most of a pass.
+/// A job of the pass's order as the pass takes it, with what the pass reads of every job it
+/// considers, made from its row ([`Row`]), so that the many whose outcome follows from
+/// these alone (their shape already failed in this pass, no quota to check) are decided
+/// without looking the job up in the job table: on a deep queue those lookups, each a walk
+/// down a large tree, were most of a pass.
 pub(super) struct Candidate {
-    pub(super) key: OrderKey,
     pub(super) id: JobId,
+    /// Its partition's priority tier and its priority class's value, which rank it for
+    /// preemption.
+    pub(super) tier: u32,
+    pub(super) class_value: i32,
+    /// It carries the starving mark (see [`keep_oldest_starving`]).
+    starving: bool,
     /// An array task whose array limits its running tasks (`%N`).
     array_limited: bool,
     partition: PartitionId,
@@ -60,9 +66,30 @@ pub(super) struct Candidate {
 }
 
 impl Candidate {
-    /// Whether it carries the starving mark (see [`keep_oldest_starving`]).
-    fn starving(&self) -> bool {
-        self.key.3 != Time::NEVER
+    fn of(id: JobId, row: &Row, tier: u32, starving: bool) -> Candidate {
+        Candidate {
+            id,
+            tier,
+            class_value: row.class_value,
+            starving,
+            array_limited: row.array_limited,
+            partition: row.partition,
+            shape: row.shape,
+            time_limit: row.time_limit,
+            awaiting_victims: row.awaiting_victims,
+            class_preempting: row.class_preempting,
+            has_qos: row.has_qos,
+            reason_was: reason_was(&row.reason),
+        }
+    }
+}
+
+/// A reason as a pass compares it with the one it decides: a quota's names the quota and
+/// is always written again ([`PendingReason::None`] stands for it).
+fn reason_was(reason: &PendingReason) -> PendingReason {
+    match reason {
+        PendingReason::Limit(_) => PendingReason::None,
+        r => r.clone(),
     }
 }
 
@@ -98,40 +125,44 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
 /// Only one per partition: ordering every starving job by its wait turns a long backlog
 /// into first-come first-served, which on the Philly trace doubled the mean wait (see
 /// docs/simulator.md), while one at a time bounds the longest wait just as well.
-fn keep_oldest_starving(order: &mut [Candidate]) {
+///
+/// `starving` names the keys that carry the mark, each with its job's partition; the jobs
+/// left with it are returned.
+fn keep_oldest_starving(keys: &mut [OrderKey], starving: &[(PartitionId, usize)]) -> Vec<JobId> {
     let mut oldest: BTreeMap<PartitionId, (Time, JobId)> = BTreeMap::new();
-    for c in order.iter().filter(|c| c.starving()) {
-        let e = oldest.entry(c.partition).or_insert((c.key.3, c.id));
-        *e = (*e).min((c.key.3, c.id));
+    for &(p, i) in starving {
+        let k = &keys[i];
+        let e = oldest.entry(p).or_insert((k.3, k.6));
+        *e = (*e).min((k.3, k.6));
     }
-    if oldest.is_empty() {
-        return;
-    }
-    for c in order.iter_mut() {
-        if oldest.get(&c.partition).is_some_and(|&(_, id)| id != c.id) {
-            c.key.3 = Time::NEVER;
+    for &(p, i) in starving {
+        if oldest.get(&p).is_some_and(|&(_, id)| id != keys[i].6) {
+            keys[i].3 = Time::NEVER;
         }
     }
+    oldest.into_values().map(|(_, id)| id).collect()
 }
 
-/// The candidates' order keys, packed into three integers that compare as the keys do,
-/// each with the candidate's index. The first four parts of a key (preemptor, tier, class,
-/// starving mark) take few distinct values in a pass: they are replaced by their rank among
-/// those values, which goes with the priority (at most [`MAX_PRIORITY`], 32 bits) into one
-/// integer; the submit time and the id follow. Smaller than the keys, they sort faster.
-fn packed_keys(order: &[Candidate]) -> Vec<(u64, u64, u64, u32)> {
+/// An order key packed into three integers that compare as the keys do (see
+/// [`packed_keys`]); the last is the job's id.
+type Packed = (u64, u64, u64);
+
+/// Order keys packed into three integers that compare as the keys do. The first four parts
+/// of a key (preemptor, tier, class, starving mark) take few distinct values in a pass:
+/// they are replaced by their rank among those values, which goes with the priority (at
+/// most [`MAX_PRIORITY`], 32 bits) into one integer; the submit time and the id follow.
+/// Smaller than the keys, they sort faster.
+fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
     type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
     let lead = |k: &OrderKey| -> Lead { (k.0, k.1, k.2, k.3) };
-    let mut leads: Vec<Lead> = order.iter().map(|c| lead(&c.key)).collect();
+    let mut leads: Vec<Lead> = keys.iter().map(lead).collect();
     leads.dedup();
     let leads: BTreeSet<Lead> = leads.into_iter().collect();
     let ranks: BTreeMap<Lead, u64> = leads.into_iter().zip(0u64..).collect();
     let mut last: Option<(Lead, u64)> = None;
-    order
-        .iter()
-        .zip(0u32..)
-        .map(|(c, i)| {
-            let l = lead(&c.key);
+    keys.iter()
+        .map(|k| {
+            let l = lead(k);
             let rank = match last {
                 Some((was, rank)) if was == l => rank,
                 _ => {
@@ -140,47 +171,51 @@ fn packed_keys(order: &[Candidate]) -> Vec<(u64, u64, u64, u32)> {
                     rank
                 }
             };
-            let k = &c.key;
             debug_assert!(k.4.0 <= MAX_PRIORITY, "priorities are at most MAX_PRIORITY");
             let priority = u32::try_from(k.4.0).unwrap_or(u32::MAX);
             let first = rank << 32 | u64::from(u32::MAX - priority);
-            (first, k.5.0, k.6.0, i)
+            (first, k.5.0, k.6.0)
         })
         .collect()
 }
 
-/// The pass's order, sorted only as far as the pass reads it. On a deep queue a pass
-/// usually reads a few hundred jobs in order (then every job left waits on `Priority`, see
-/// [`Scheduler::schedule`]): sorting all of them cost more than anything else the order
-/// took. The keys are sorted a chunk at a time: the smallest of those left are picked out
-/// (a selection, linear in the keys left) and sorted; each chunk is four times the last,
-/// so a pass that reads the whole order sorts about as much as one sort would.
+/// The pass's order: the jobs' ids, sorted only as far as the pass reads them. On a deep
+/// queue a pass usually reads a few hundred jobs in order (then every job left waits on
+/// `Priority`, see [`Scheduler::schedule`]): sorting all of them cost more than anything
+/// else the order took. The keys are sorted a chunk at a time: the smallest of those left
+/// are picked out (a selection, linear in the keys left) and sorted; each chunk is four
+/// times the last, so a pass that reads the whole order sorts about as much as one sort.
 struct Order {
-    slots: Vec<Option<Candidate>>,
-    keys: Vec<(u64, u64, u64, u32)>,
+    keys: Vec<Packed>,
     /// The next key to take.
     next: usize,
     /// `keys[..sorted]` are in order and before every key after them.
     sorted: usize,
     /// The size of the next chunk to sort.
     chunk: usize,
+    /// The jobs that carry the starving mark.
+    starving: Vec<JobId>,
+    /// The jobs whose outcome, once every job left waits on `Priority`, may be another
+    /// reason or a change of reason: those that had another reason, and array tasks with
+    /// a `%N` limit. The others keep theirs: nothing is written for them.
+    unusual: Vec<JobId>,
 }
 
 impl Order {
-    /// The candidates' order, first sorting `chunk` of them (at least one).
-    fn new(candidates: Vec<Candidate>, chunk: usize) -> Order {
-        let keys = packed_keys(&candidates);
+    /// The jobs of `keys` in order (first sorting `chunk` of them, at least one).
+    fn new(keys: &[OrderKey], chunk: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
         Order {
-            slots: candidates.into_iter().map(Some).collect(),
-            keys,
+            keys: packed_keys(keys),
             next: 0,
             sorted: 0,
             chunk: chunk.max(1),
+            starving,
+            unusual,
         }
     }
 
-    /// The next candidate in order.
-    fn next(&mut self) -> Option<Candidate> {
+    /// The next job in order, and whether it carries the starving mark.
+    fn next(&mut self) -> Option<(JobId, bool)> {
         if self.next == self.sorted {
             let rest = &mut self.keys[self.sorted..];
             let k = self.chunk.min(rest.len());
@@ -191,14 +226,19 @@ impl Order {
             self.sorted += k;
             self.chunk = self.chunk.saturating_mul(4);
         }
-        let i = self.keys.get(self.next)?.3;
+        let id = JobId(self.keys.get(self.next)?.2);
         self.next += 1;
-        self.slots[i as usize].take()
+        Some((id, self.starving.contains(&id)))
     }
 
-    /// The candidates not taken yet, in no particular order.
-    fn rest(self) -> impl Iterator<Item = Candidate> {
-        self.slots.into_iter().flatten()
+    /// The jobs not taken yet whose outcome may not be to keep waiting on `Priority` (see
+    /// [`Order::unusual`]), in no particular order.
+    fn rest(self) -> Vec<JobId> {
+        let mut taken: Vec<JobId> = self.keys[..self.next].iter().map(|k| JobId(k.2)).collect();
+        taken.sort_unstable();
+        let mut rest = self.unusual;
+        rest.retain(|id| taken.binary_search(id).is_err());
+        rest
     }
 }
 
@@ -287,20 +327,33 @@ impl Scheduler {
             // pass on a deep queue, and a strict-order pass above all, cheap. The reference
             // scheduler goes on in order.
             if (past_depth || all_blocked) && !self.reference {
-                for c in order.rest() {
-                    let at_limit = c.array_limited
+                for id in order.rest() {
+                    let Some(row) = self.queue.row(id) else {
+                        continue;
+                    };
+                    let at_limit = row.array_limited
                         && self
-                            .array_limit(c.id, &mut array_running)
+                            .array_limit(id, &mut array_running)
                             .is_some_and(|l| l.1);
                     let reason = match at_limit {
                         true => PendingReason::Limit("JobArrayTaskLimit".into()),
                         false => PendingReason::Priority,
                     };
-                    note(&mut reasons, &c, reason);
+                    if reason_was(&row.reason) != reason {
+                        reasons.push((id, reason));
+                    }
                 }
                 break;
             }
-            let Some(c) = order.next() else { break };
+            let Some((id, starving)) = order.next() else {
+                break;
+            };
+            // Only the job being started leaves the queue during a pass.
+            let Some(row) = self.queue.row(id) else {
+                continue;
+            };
+            let tier = self.cluster.partition(row.partition).priority_tier;
+            let c = Candidate::of(id, row, tier, starving);
             head.get_or_insert(c.id);
             let id = c.id;
             if all_blocked && !c.array_limited {
@@ -510,7 +563,7 @@ impl Scheduler {
                     note(&mut reasons, &c, reason);
                     // A starving job's reservation comes on top of the
                     // `reservation_depth` of the jobs in priority order.
-                    let starving = c.starving();
+                    let starving = c.starving;
                     let reserve = backfill.enabled
                         && (starving
                             || match backfill.mode {
@@ -640,11 +693,21 @@ impl Scheduler {
         }
         let mut queue = std::mem::take(&mut self.queue);
         queue.refresh(&self.jobs, &self.pending);
-        let mut order = Vec::with_capacity(self.pending.len());
+        let mut keys = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
+        let mut starving = Vec::new();
+        let mut unusual = Vec::new();
         for (&id, row) in queue.rows_mut() {
-            let (candidate, wrote) = self.assess(id, row, now);
-            order.extend(candidate);
+            let (key, wrote) = self.assess(id, row, now);
+            if let Some(key) = key {
+                if key.3 != Time::NEVER {
+                    starving.push((row.partition, keys.len()));
+                }
+                if row.array_limited || reason_was(&row.reason) != PendingReason::Priority {
+                    unusual.push(id);
+                }
+                keys.push(key);
+            }
             if wrote {
                 changed.push((id, ()));
             }
@@ -656,14 +719,15 @@ impl Scheduler {
             }
         });
         self.queue = queue;
-        keep_oldest_starving(&mut order);
+        let starving = keep_oldest_starving(&mut keys, &starving);
         // At most one a partition: a few lookups.
-        for c in order.iter().filter(|c| c.starving()) {
-            if let Some(job) = self.jobs.get_mut(&c.id) {
-                job.starving_since = Some(c.key.3);
-            }
-            if let Some(row) = self.queue.row_mut(c.id) {
-                row.starving_since = Some(c.key.3);
+        for &id in &starving {
+            let Some(row) = self.queue.row_mut(id) else {
+                continue;
+            };
+            row.starving_since = row.eligible_since;
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.starving_since = row.eligible_since;
             }
         }
         // Keys are unique (they end with the id). The keys are sorted alone, packed, and
@@ -674,13 +738,13 @@ impl Scheduler {
             true => usize::MAX,
             false => self.policy.backfill.max_job_test as usize + 1,
         };
-        Order::new(order, chunk)
+        Order::new(&keys, chunk, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
     /// considered; otherwise its place in the order. Works on the job's row, and says
     /// whether it changed a value the job table holds too (all but the priority).
-    fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<Candidate>, bool) {
+    fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<OrderKey>, bool) {
         let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
         let factors = self.job_factors(row, row.eligible_since.unwrap_or(now), now, true);
@@ -727,23 +791,7 @@ impl Scheduler {
             row.submit_time,
             id,
         );
-        let candidate = Candidate {
-            key,
-            id,
-            array_limited: row.array_limited,
-            partition: row.partition,
-            shape: row.shape,
-            time_limit: row.time_limit,
-            awaiting_victims: row.awaiting_victims,
-            class_preempting: row.class_preempting,
-            has_qos: row.has_qos,
-            reason_was: match row.reason {
-                // A quota's reason names the quota: always written again.
-                PendingReason::Limit(_) => PendingReason::None,
-                ref r => r.clone(),
-            },
-        };
-        (Some(candidate), changed)
+        (Some(key), changed)
     }
 
     /// The multifactor factors of a job eligible since `since`; with `weighted_only`, those
@@ -1000,19 +1048,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn candidate(key: OrderKey) -> Candidate {
-        Candidate {
-            key,
-            id: key.6,
-            array_limited: false,
-            partition: PartitionId(0),
-            shape: 0,
-            time_limit: crate::time::Dur(0),
-            awaiting_victims: false,
-            class_preempting: false,
-            has_qos: false,
-            reason_was: PendingReason::None,
-        }
+    /// Sorted keys with distinct ids (as the pass's are: each is a job's), and the same
+    /// keys shuffled by a fixed rule.
+    fn unique(keys: Vec<OrderKey>) -> (Vec<OrderKey>, Vec<OrderKey>) {
+        let mut keys = keys;
+        keys.sort_unstable_by_key(|k| k.6);
+        keys.dedup_by_key(|k| k.6);
+        keys.sort_unstable();
+        let mut shuffled: Vec<OrderKey> = keys.iter().rev().copied().collect();
+        let third = shuffled.len() / 3;
+        shuffled.rotate_left(third);
+        (keys, shuffled)
     }
 
     /// Keys drawn from few values per part, so that ties reach the later parts, and
@@ -1070,40 +1116,36 @@ mod tests {
         /// Sorting the packed keys orders the candidates as sorting their keys does.
         #[test]
         fn packed_keys_sort_as_the_keys(keys in proptest::collection::vec(arb_key(), 0..200)) {
-            let mut keys = keys;
-            keys.sort_unstable();
-            keys.dedup();
-            // The pass's keys are unique (they end with the id): shuffle by a fixed rule.
-            let mut order: Vec<Candidate> = keys.iter().rev().copied().map(candidate).collect();
-            let third = order.len() / 3;
-            order.rotate_left(third);
-            let mut packed = packed_keys(&order);
+            let (keys, shuffled) = unique(keys);
+            let mut packed = packed_keys(&shuffled);
             packed.sort_unstable();
-            let sorted: Vec<OrderKey> = packed.iter().map(|p| order[p.3 as usize].key).collect();
+            let by_id: BTreeMap<JobId, OrderKey> = keys.iter().map(|k| (k.6, *k)).collect();
+            let sorted: Vec<OrderKey> = packed.iter().map(|p| by_id[&JobId(p.2)]).collect();
             prop_assert_eq!(sorted, keys);
         }
 
-        /// The order sorted a chunk at a time gives the candidates in key order, and then
-        /// the ones not taken.
+        /// The order sorted a chunk at a time gives the jobs in key order; then the jobs
+        /// named unusual that were not taken.
         #[test]
-        fn an_order_gives_its_candidates_in_key_order(
+        fn an_order_gives_its_jobs_in_key_order(
             keys in proptest::collection::vec(arb_key(), 0..300),
             chunk in 0usize..40,
             taken in 0usize..320,
         ) {
-            let mut keys = keys;
-            keys.sort_unstable();
-            keys.dedup();
-            let mut shuffled: Vec<Candidate> = keys.iter().rev().copied().map(candidate).collect();
-            let third = shuffled.len() / 3;
-            shuffled.rotate_left(third);
-            let mut order = Order::new(shuffled, chunk);
-            let first: Vec<OrderKey> = (0..taken).map_while(|_| order.next()).map(|c| c.key).collect();
+            let (keys, shuffled) = unique(keys);
+            let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
+            let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
+            let starving = ids.first().copied().into_iter().collect();
+            let mut order = Order::new(&shuffled, chunk, starving, unusual.clone());
+            let first: Vec<(JobId, bool)> = (0..taken).map_while(|_| order.next()).collect();
             let n = taken.min(keys.len());
-            prop_assert_eq!(&first[..], &keys[..n]);
-            let mut rest: Vec<OrderKey> = order.rest().map(|c| c.key).collect();
+            let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
+            prop_assert_eq!(first, want);
+            let mut rest = order.rest();
             rest.sort_unstable();
-            prop_assert_eq!(&rest[..], &keys[n..]);
+            let mut want: Vec<JobId> = unusual.into_iter().filter(|id| !ids[..n].contains(id)).collect();
+            want.sort_unstable();
+            prop_assert_eq!(rest, want);
         }
     }
 }

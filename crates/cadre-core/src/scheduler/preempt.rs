@@ -158,7 +158,7 @@ impl Scheduler {
     /// [`VictimSummary`]), from what the candidate carries: the job itself is read only for
     /// its QOS, when it has one.
     pub(super) fn may_preempt(&self, c: &Candidate, victims: &VictimSummary) -> bool {
-        let (tier, class_value) = (c.key.1.0, c.key.2.0);
+        let (tier, class_value) = (c.tier, c.class_value);
         let by_class = c.class_preempting && class_value > victims.lowest_class;
         let by_tier = self.policy.preemption.partition_tier && tier > victims.lowest_tier;
         let by_qos = c.has_qos
