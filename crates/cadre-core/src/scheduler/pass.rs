@@ -15,7 +15,7 @@ use crate::quota::QuotaBlock;
 use crate::resources::Amounts;
 use crate::time::Time;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 /// Whether a job's dependencies are met.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -179,20 +179,15 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
         .collect()
 }
 
-/// The pass's order: the jobs' ids, sorted only as far as the pass reads them. On a deep
-/// queue a pass usually reads a few hundred jobs in order (then every job left waits on
-/// `Priority`, see [`Scheduler::schedule`]): sorting all of them cost more than anything
-/// else the order took. The keys are sorted a chunk at a time: the smallest of those left
-/// are picked out (a selection, linear in the keys left) and sorted; each chunk is four
-/// times the last, so a pass that reads the whole order sorts about as much as one sort.
+/// The pass's order: the jobs' ids, in a heap of their packed keys, from which the pass
+/// takes them one at a time. On a deep queue a pass usually reads a few hundred jobs in
+/// order, a strict-order pass often one (then every job left waits on `Priority`, see
+/// [`Scheduler::schedule`]): sorting them all cost more than anything else the order took,
+/// while making the heap is linear and each job taken costs a logarithm.
 struct Order {
-    keys: Vec<Packed>,
-    /// The next key to take.
-    next: usize,
-    /// `keys[..sorted]` are in order and before every key after them.
-    sorted: usize,
-    /// The size of the next chunk to sort.
-    chunk: usize,
+    heap: BinaryHeap<Reverse<Packed>>,
+    /// The jobs taken so far.
+    taken: Vec<JobId>,
     /// The jobs that carry the starving mark.
     starving: Vec<JobId>,
     /// The jobs whose outcome, once every job left waits on `Priority`, may be another
@@ -202,13 +197,11 @@ struct Order {
 }
 
 impl Order {
-    /// The jobs of `keys` in order (first sorting `chunk` of them, at least one).
-    fn new(keys: &[OrderKey], chunk: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
+    fn new(keys: &[OrderKey], starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
+        let keys: Vec<Reverse<Packed>> = packed_keys(keys).into_iter().map(Reverse).collect();
         Order {
-            keys: packed_keys(keys),
-            next: 0,
-            sorted: 0,
-            chunk: chunk.max(1),
+            heap: BinaryHeap::from(keys),
+            taken: Vec::new(),
             starving,
             unusual,
         }
@@ -216,25 +209,15 @@ impl Order {
 
     /// The next job in order, and whether it carries the starving mark.
     fn next(&mut self) -> Option<(JobId, bool)> {
-        if self.next == self.sorted {
-            let rest = &mut self.keys[self.sorted..];
-            let k = self.chunk.min(rest.len());
-            if k < rest.len() {
-                rest.select_nth_unstable(k);
-            }
-            rest[..k].sort_unstable();
-            self.sorted += k;
-            self.chunk = self.chunk.saturating_mul(4);
-        }
-        let id = JobId(self.keys.get(self.next)?.2);
-        self.next += 1;
+        let id = JobId(self.heap.pop()?.0.2);
+        self.taken.push(id);
         Some((id, self.starving.contains(&id)))
     }
 
     /// The jobs not taken yet whose outcome may not be to keep waiting on `Priority` (see
     /// [`Order::unusual`]), in no particular order.
     fn rest(self) -> Vec<JobId> {
-        let mut taken: Vec<JobId> = self.keys[..self.next].iter().map(|k| JobId(k.2)).collect();
+        let mut taken = self.taken;
         taken.sort_unstable();
         let mut rest = self.unusual;
         rest.retain(|id| taken.binary_search(id).is_err());
@@ -703,7 +686,8 @@ impl Scheduler {
                 if key.3 != Time::NEVER {
                     starving.push((row.partition, keys.len()));
                 }
-                if row.array_limited || reason_was(&row.reason) != PendingReason::Priority {
+                // (A quota's reason, which is always written again, is not `Priority`.)
+                if row.array_limited || row.reason != PendingReason::Priority {
                     unusual.push(id);
                 }
                 keys.push(key);
@@ -730,15 +714,9 @@ impl Scheduler {
                 job.starving_since = row.eligible_since;
             }
         }
-        // Keys are unique (they end with the id). The keys are sorted alone, packed, and
-        // each candidate is moved once: sorting the candidates moved twice the bytes, many
-        // times, and comparing whole keys cost more than the rest of the sort. The pass
-        // reads the first `max_job_test` in order at least; the reference sorts them all.
-        let chunk = match self.reference {
-            true => usize::MAX,
-            false => self.policy.backfill.max_job_test as usize + 1,
-        };
-        Order::new(&keys, chunk, starving, unusual)
+        // Keys are unique (they end with the id). Packed, they are smaller and compare
+        // faster than the keys.
+        Order::new(&keys, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1124,19 +1102,18 @@ mod tests {
             prop_assert_eq!(sorted, keys);
         }
 
-        /// The order sorted a chunk at a time gives the jobs in key order; then the jobs
-        /// named unusual that were not taken.
+        /// The order gives the jobs in key order; then the jobs named unusual that were
+        /// not taken.
         #[test]
         fn an_order_gives_its_jobs_in_key_order(
             keys in proptest::collection::vec(arb_key(), 0..300),
-            chunk in 0usize..40,
             taken in 0usize..320,
         ) {
             let (keys, shuffled) = unique(keys);
             let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
             let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
             let starving = ids.first().copied().into_iter().collect();
-            let mut order = Order::new(&shuffled, chunk, starving, unusual.clone());
+            let mut order = Order::new(&shuffled, starving, unusual.clone());
             let first: Vec<(JobId, bool)> = (0..taken).map_while(|_| order.next()).collect();
             let n = taken.min(keys.len());
             let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
