@@ -179,13 +179,17 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
         .collect()
 }
 
-/// The pass's order: the jobs' ids, in a heap of their packed keys, from which the pass
-/// takes them one at a time. On a deep queue a pass usually reads a few hundred jobs in
-/// order, a strict-order pass often one (then every job left waits on `Priority`, see
-/// [`Scheduler::schedule`]): sorting them all cost more than anything else the order took,
-/// while making the heap is linear and each job taken costs a logarithm.
+/// The pass's order: the jobs' ids, taken one at a time in order.
+///
+/// A pass reads either the whole order or a short head of it. Under the default policy
+/// (`max_job_test` 100,000) it reads every job: one sort of the packed keys costs the
+/// least. Under strict order it usually reads one job, under a small `max_job_test` a few
+/// hundred, and then every job left waits on `Priority` (see [`Scheduler::schedule`]):
+/// sorting them all cost more than anything else such a pass did. For those the keys are
+/// made a heap (linear), each job taken costs a logarithm, and should the pass read on
+/// past the head it was expected to, what is left is sorted then.
 struct Order {
-    heap: BinaryHeap<Reverse<Packed>>,
+    keys: Keys,
     /// The jobs taken so far.
     taken: Vec<JobId>,
     /// The jobs that carry the starving mark.
@@ -196,11 +200,31 @@ struct Order {
     unusual: Vec<JobId>,
 }
 
+/// The keys of the jobs left (reversed: the heap is a max-heap).
+enum Keys {
+    /// A heap, and how many more jobs to take from it before the keys left are sorted.
+    Heap(BinaryHeap<Reverse<Packed>>, usize),
+    /// Sorted so that the next is last.
+    Sorted(Vec<Reverse<Packed>>),
+}
+
+impl Keys {
+    fn sorted(mut keys: Vec<Reverse<Packed>>) -> Keys {
+        keys.sort_unstable();
+        Keys::Sorted(keys)
+    }
+}
+
 impl Order {
-    fn new(keys: &[OrderKey], starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
+    /// The order of `keys`, a heap for the first `heap_for` jobs taken (none: sorted at
+    /// once).
+    fn new(keys: &[OrderKey], heap_for: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
         let keys: Vec<Reverse<Packed>> = packed_keys(keys).into_iter().map(Reverse).collect();
         Order {
-            heap: BinaryHeap::from(keys),
+            keys: match heap_for {
+                0 => Keys::sorted(keys),
+                n => Keys::Heap(BinaryHeap::from(keys), n),
+            },
             taken: Vec::new(),
             starving,
             unusual,
@@ -209,7 +233,19 @@ impl Order {
 
     /// The next job in order, and whether it carries the starving mark.
     fn next(&mut self) -> Option<(JobId, bool)> {
-        let id = JobId(self.heap.pop()?.0.2);
+        let key = match &mut self.keys {
+            Keys::Heap(heap, 0) => {
+                let rest = std::mem::take(heap).into_vec();
+                self.keys = Keys::sorted(rest);
+                return self.next();
+            }
+            Keys::Heap(heap, left) => {
+                *left -= 1;
+                heap.pop()
+            }
+            Keys::Sorted(keys) => keys.pop(),
+        };
+        let id = JobId(key?.0.2);
         self.taken.push(id);
         Some((id, self.starving.contains(&id)))
     }
@@ -715,8 +751,16 @@ impl Scheduler {
             }
         }
         // Keys are unique (they end with the id). Packed, they are smaller and compare
-        // faster than the keys.
-        Order::new(&keys, starving, unusual)
+        // faster than the keys. A pass reads only the head of the order under strict order
+        // or when it tests few jobs (then every job left waits on `Priority`), unless all
+        // it reads start; otherwise it reads them all.
+        let test = self.policy.backfill.max_job_test as usize;
+        let heap_for = match self.policy.strict_order {
+            true => 256,
+            false if test.saturating_mul(8) < keys.len() => test.max(256),
+            false => 0,
+        };
+        Order::new(&keys, heap_for, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1102,18 +1146,19 @@ mod tests {
             prop_assert_eq!(sorted, keys);
         }
 
-        /// The order gives the jobs in key order; then the jobs named unusual that were
-        /// not taken.
+        /// The order gives the jobs in key order, from a heap, sorted keys or both; then
+        /// the jobs named unusual that were not taken.
         #[test]
         fn an_order_gives_its_jobs_in_key_order(
             keys in proptest::collection::vec(arb_key(), 0..300),
+            heap_for in prop_oneof![Just(0usize), 1usize..40, Just(usize::MAX)],
             taken in 0usize..320,
         ) {
             let (keys, shuffled) = unique(keys);
             let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
             let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
             let starving = ids.first().copied().into_iter().collect();
-            let mut order = Order::new(&shuffled, starving, unusual.clone());
+            let mut order = Order::new(&shuffled, heap_for, starving, unusual.clone());
             let first: Vec<(JobId, bool)> = (0..taken).map_while(|_| order.next()).collect();
             let n = taken.min(keys.len());
             let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
