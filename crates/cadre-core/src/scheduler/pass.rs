@@ -126,57 +126,88 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
 /// into first-come first-served, which on the Philly trace doubled the mean wait (see
 /// docs/simulator.md), while one at a time bounds the longest wait just as well.
 ///
-/// `starving` names the keys that carry the mark, each with its job's partition; the jobs
-/// left with it are returned.
-fn keep_oldest_starving(keys: &mut [OrderKey], starving: &[(PartitionId, usize)]) -> Vec<JobId> {
+/// `starving` holds the keys that carry the mark, each with its job's partition (and a
+/// value of the caller's); the jobs left with it are returned.
+fn keep_oldest_starving<T>(starving: &mut [(PartitionId, T, OrderKey)]) -> Vec<JobId> {
     let mut oldest: BTreeMap<PartitionId, (Time, JobId)> = BTreeMap::new();
-    for &(p, i) in starving {
-        let k = &keys[i];
-        let e = oldest.entry(p).or_insert((k.3, k.6));
+    for (p, _, k) in starving.iter() {
+        let e = oldest.entry(*p).or_insert((k.3, k.6));
         *e = (*e).min((k.3, k.6));
     }
-    for &(p, i) in starving {
-        if oldest.get(&p).is_some_and(|&(_, id)| id != keys[i].6) {
-            keys[i].3 = Time::NEVER;
+    for (p, _, k) in starving.iter_mut() {
+        if oldest.get(p).is_some_and(|&(_, id)| id != k.6) {
+            k.3 = Time::NEVER;
         }
     }
     oldest.into_values().map(|(_, id)| id).collect()
 }
 
-/// An order key packed into three integers that compare as the keys do (see
-/// [`packed_keys`]); the last is the job's id.
+/// An order key packed into three integers that compare as the keys do (see [`Packer`]);
+/// the last is the job's id.
 type Packed = (u64, u64, u64);
 
-/// Order keys packed into three integers that compare as the keys do. The first four parts
-/// of a key (preemptor, tier, class, starving mark) take few distinct values in a pass:
-/// they are replaced by their rank among those values, which goes with the priority (at
-/// most [`MAX_PRIORITY`], 32 bits) into one integer; the submit time and the id follow.
-/// Smaller than the keys, they sort faster.
-fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
-    type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
-    let lead = |k: &OrderKey| -> Lead { (k.0, k.1, k.2, k.3) };
-    let mut leads: Vec<Lead> = keys.iter().map(lead).collect();
-    leads.dedup();
-    let leads: BTreeSet<Lead> = leads.into_iter().collect();
-    let ranks: BTreeMap<Lead, u64> = leads.into_iter().zip(0u64..).collect();
-    let mut last: Option<(Lead, u64)> = None;
-    keys.iter()
-        .map(|k| {
-            let l = lead(k);
-            let rank = match last {
-                Some((was, rank)) if was == l => rank,
-                _ => {
-                    let rank = ranks[&l];
-                    last = Some((l, rank));
-                    rank
+/// The first four parts of an order key: preemptor, tier, class, starving mark.
+type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
+
+/// Packs order keys as the pass makes them into integers that compare as the keys do. The
+/// leads of the keys take few distinct values in a pass: each is replaced by its rank among
+/// those values, which goes with the priority (at most [`MAX_PRIORITY`], 32 bits) into one
+/// integer; the submit time and the id follow. Smaller than the keys, they sort faster.
+/// The ranks are known once every key is packed: until then a lead stands by the number
+/// of its first appearance ([`Packer::finish`] puts the ranks in).
+#[derive(Default)]
+struct Packer {
+    numbers: HashMap<Lead, u64>,
+    /// The leads by number.
+    leads: Vec<Lead>,
+    /// The last lead met and its number: keys come in long runs of one lead.
+    last: Option<(Lead, u64)>,
+}
+
+impl Packer {
+    fn pack(&mut self, k: &OrderKey) -> Packed {
+        let lead = (k.0, k.1, k.2, k.3);
+        let number = match self.last {
+            Some((was, n)) if was == lead => n,
+            _ => {
+                let next = self.leads.len() as u64;
+                let n = *self.numbers.entry(lead).or_insert(next);
+                if n == next {
+                    self.leads.push(lead);
                 }
-            };
-            debug_assert!(k.4.0 <= MAX_PRIORITY, "priorities are at most MAX_PRIORITY");
-            let priority = u32::try_from(k.4.0).unwrap_or(u32::MAX);
-            let first = rank << 32 | u64::from(u32::MAX - priority);
-            (first, k.5.0, k.6.0)
-        })
-        .collect()
+                self.last = Some((lead, n));
+                n
+            }
+        };
+        debug_assert!(k.4.0 <= MAX_PRIORITY, "priorities are at most MAX_PRIORITY");
+        let priority = u32::try_from(k.4.0).unwrap_or(u32::MAX);
+        (number << 32 | u64::from(u32::MAX - priority), k.5.0, k.6.0)
+    }
+
+    /// Puts the leads' ranks in place of their numbers in `keys`, all packed by this packer.
+    fn finish(self, keys: &mut [Packed]) {
+        let mut by_rank: Vec<usize> = (0..self.leads.len()).collect();
+        by_rank.sort_unstable_by_key(|&n| self.leads[n]);
+        if by_rank.iter().enumerate().all(|(rank, &n)| rank == n) {
+            return;
+        }
+        let mut rank = vec![0u64; by_rank.len()];
+        for (r, &n) in by_rank.iter().enumerate() {
+            rank[n] = r as u64;
+        }
+        for k in keys {
+            k.0 = rank[(k.0 >> 32) as usize] << 32 | (k.0 & u64::from(u32::MAX));
+        }
+    }
+}
+
+/// `keys` packed (see [`Packer`]).
+#[cfg(test)]
+fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
+    let mut packer = Packer::default();
+    let mut packed: Vec<Packed> = keys.iter().map(|k| packer.pack(k)).collect();
+    packer.finish(&mut packed);
+    packed
 }
 
 /// The pass's order: the jobs' ids, taken one at a time in order.
@@ -218,8 +249,8 @@ impl Keys {
 impl Order {
     /// The order of `keys`, a heap for the first `heap_for` jobs taken (none: sorted at
     /// once).
-    fn new(keys: &[OrderKey], heap_for: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
-        let keys: Vec<Reverse<Packed>> = packed_keys(keys).into_iter().map(Reverse).collect();
+    fn new(keys: Vec<Packed>, heap_for: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
+        let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         Order {
             keys: match heap_for {
                 0 => Keys::sorted(keys),
@@ -716,17 +747,18 @@ impl Scheduler {
         let mut changed = Vec::new();
         let mut starving = Vec::new();
         let mut unusual = Vec::new();
+        let mut packer = Packer::default();
         for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
                 if key.3 != Time::NEVER {
-                    starving.push((row.partition, keys.len()));
+                    starving.push((row.partition, keys.len(), key));
                 }
                 // (A quota's reason, which is always written again, is not `Priority`.)
                 if row.array_limited || row.reason != PendingReason::Priority {
                     unusual.push(id);
                 }
-                keys.push(key);
+                keys.push(packer.pack(&key));
             }
             if wrote {
                 changed.push((id, ()));
@@ -739,7 +771,12 @@ impl Scheduler {
             }
         });
         self.queue = queue;
-        let starving = keep_oldest_starving(&mut keys, &starving);
+        let oldest = keep_oldest_starving(&mut starving);
+        for (_, i, key) in &starving {
+            keys[*i] = packer.pack(key);
+        }
+        packer.finish(&mut keys);
+        let starving = oldest;
         // At most one a partition: a few lookups.
         for &id in &starving {
             let Some(row) = self.queue.row_mut(id) else {
@@ -760,7 +797,7 @@ impl Scheduler {
             false if test.saturating_mul(8) < keys.len() => test.max(256),
             false => 0,
         };
-        Order::new(&keys, heap_for, starving, unusual)
+        Order::new(keys, heap_for, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1158,7 +1195,7 @@ mod tests {
             let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
             let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
             let starving = ids.first().copied().into_iter().collect();
-            let mut order = Order::new(&shuffled, heap_for, starving, unusual.clone());
+            let mut order = Order::new(packed_keys(&shuffled), heap_for, starving, unusual.clone());
             let first: Vec<(JobId, bool)> = (0..taken).map_while(|_| order.next()).collect();
             let n = taken.min(keys.len());
             let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
