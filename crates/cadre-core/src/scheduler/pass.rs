@@ -142,9 +142,10 @@ fn keep_oldest_starving<T>(starving: &mut [(PartitionId, T, OrderKey)]) -> Vec<J
     oldest.into_values().map(|(_, id)| id).collect()
 }
 
-/// An order key packed into three integers that compare as the keys do (see [`Packer`]);
-/// the last is the job's id.
-type Packed = (u64, u64, u64);
+/// An order key packed into three integers that compare as the keys do (see [`Packer`]),
+/// the last the job's id; then where the job's row was in the pending table when the order
+/// was made (which takes no part in the order, the ids being unique).
+type Packed = (u64, u64, u64, u32);
 
 /// The first four parts of an order key: preemptor, tier, class, starving mark.
 type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
@@ -165,7 +166,7 @@ struct Packer {
 }
 
 impl Packer {
-    fn pack(&mut self, k: &OrderKey) -> Packed {
+    fn pack(&mut self, k: &OrderKey, place: u32) -> Packed {
         let lead = (k.0, k.1, k.2, k.3);
         let number = match self.last {
             Some((was, n)) if was == lead => n,
@@ -181,7 +182,12 @@ impl Packer {
         };
         debug_assert!(k.4.0 <= MAX_PRIORITY, "priorities are at most MAX_PRIORITY");
         let priority = u32::try_from(k.4.0).unwrap_or(u32::MAX);
-        (number << 32 | u64::from(u32::MAX - priority), k.5.0, k.6.0)
+        (
+            number << 32 | u64::from(u32::MAX - priority),
+            k.5.0,
+            k.6.0,
+            place,
+        )
     }
 
     /// Puts the leads' ranks in place of their numbers in `keys`, all packed by this packer.
@@ -205,7 +211,11 @@ impl Packer {
 #[cfg(test)]
 fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
     let mut packer = Packer::default();
-    let mut packed: Vec<Packed> = keys.iter().map(|k| packer.pack(k)).collect();
+    let mut packed: Vec<Packed> = keys
+        .iter()
+        .zip(0..)
+        .map(|(k, i)| packer.pack(k, i))
+        .collect();
     packer.finish(&mut packed);
     packed
 }
@@ -262,8 +272,9 @@ impl Order {
         }
     }
 
-    /// The next job in order, and whether it carries the starving mark.
-    fn next(&mut self) -> Option<(JobId, bool)> {
+    /// The next job in order, where its row was in the pending table, and whether it
+    /// carries the starving mark.
+    fn next(&mut self) -> Option<(JobId, u32, bool)> {
         let key = match &mut self.keys {
             Keys::Heap(heap, 0) => {
                 let rest = std::mem::take(heap).into_vec();
@@ -276,9 +287,10 @@ impl Order {
             }
             Keys::Sorted(keys) => keys.pop(),
         };
-        let id = JobId(key?.0.2);
+        let Reverse((_, _, id, place)) = key?;
+        let id = JobId(id);
         self.taken.push(id);
-        Some((id, self.starving.contains(&id)))
+        Some((id, place, self.starving.contains(&id)))
     }
 
     /// The jobs not taken yet whose outcome may not be to keep waiting on `Priority` (see
@@ -395,11 +407,16 @@ impl Scheduler {
                 }
                 break;
             }
-            let Some((id, starving)) = order.next() else {
+            let Some((id, place, starving)) = order.next() else {
                 break;
             };
-            // Only the job being started leaves the queue during a pass.
-            let Some(row) = self.queue.row(id) else {
+            // Only the job being started leaves the queue during a pass. The reference
+            // scheduler looks the row up by id.
+            let row = match self.reference {
+                true => self.queue.row(id),
+                false => self.queue.row_at(place, id),
+            };
+            let Some(row) = row else {
                 continue;
             };
             let tier = self.cluster.partition(row.partition).priority_tier;
@@ -748,7 +765,7 @@ impl Scheduler {
         let mut starving = Vec::new();
         let mut unusual = Vec::new();
         let mut packer = Packer::default();
-        for (&id, row) in queue.rows_mut() {
+        for (place, (&id, row)) in queue.rows_mut().enumerate() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
                 if key.3 != Time::NEVER {
@@ -758,7 +775,9 @@ impl Scheduler {
                 if row.array_limited || row.reason != PendingReason::Priority {
                     unusual.push(id);
                 }
-                keys.push(packer.pack(&key));
+                // (A place past u32::MAX is looked up by id.)
+                let place = u32::try_from(place).unwrap_or(u32::MAX);
+                keys.push(packer.pack(&key, place));
             }
             if wrote {
                 changed.push((id, ()));
@@ -773,7 +792,7 @@ impl Scheduler {
         self.queue = queue;
         let oldest = keep_oldest_starving(&mut starving);
         for (_, i, key) in &starving {
-            keys[*i] = packer.pack(key);
+            keys[*i] = packer.pack(key, keys[*i].3);
         }
         packer.finish(&mut keys);
         let starving = oldest;
@@ -1196,7 +1215,8 @@ mod tests {
             let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
             let starving = ids.first().copied().into_iter().collect();
             let mut order = Order::new(packed_keys(&shuffled), heap_for, starving, unusual.clone());
-            let first: Vec<(JobId, bool)> = (0..taken).map_while(|_| order.next()).collect();
+            let first: Vec<(JobId, bool)> =
+                (0..taken).map_while(|_| order.next()).map(|(id, _, s)| (id, s)).collect();
             let n = taken.min(keys.len());
             let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
             prop_assert_eq!(first, want);
