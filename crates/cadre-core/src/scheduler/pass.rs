@@ -38,11 +38,12 @@ pub(super) type OrderKey = (
     JobId,
 );
 
-/// A job of the pass's order as the pass takes it, with what the pass reads of every job it
-/// considers, made from its row ([`Row`]), so that the many whose outcome follows from
+/// A job of the pass's order, with what the pass reads of every job it considers, made
+/// from its row ([`Row`]) as the order is, so that the many whose outcome follows from
 /// these alone (their shape already failed in this pass, no quota to check) are decided
-/// without looking the job up in the job table: on a deep queue those lookups, each a walk
-/// down a large tree, were most of a pass.
+/// without looking the job up: on a deep queue those lookups, each a walk down a large
+/// tree (or a probe of the pending table's index and a row of three cache lines), were
+/// most of a pass.
 pub(super) struct Candidate {
     pub(super) id: JobId,
     /// Its partition's priority tier and its priority class's value, which rank it for
@@ -66,12 +67,12 @@ pub(super) struct Candidate {
 }
 
 impl Candidate {
-    fn of(id: JobId, row: &Row, tier: u32, starving: bool) -> Candidate {
+    fn of(id: JobId, row: &Row, tier: u32) -> Candidate {
         Candidate {
             id,
             tier,
             class_value: row.class_value,
-            starving,
+            starving: false,
             array_limited: row.array_limited,
             partition: row.partition,
             shape: row.shape,
@@ -143,8 +144,8 @@ fn keep_oldest_starving<T>(starving: &mut [(PartitionId, T, OrderKey)]) -> Vec<J
 }
 
 /// An order key packed into three integers that compare as the keys do (see [`Packer`]),
-/// the last the job's id; then where the job's row was in the pending table when the order
-/// was made (which takes no part in the order, the ids being unique).
+/// the last the job's id; then the job's place among the pass's candidates (which takes no
+/// part in the order, the ids being unique).
 type Packed = (u64, u64, u64, u32);
 
 /// The first four parts of an order key: preemptor, tier, class, starving mark.
@@ -220,7 +221,7 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
     packed
 }
 
-/// The pass's order: the jobs' ids, taken one at a time in order.
+/// The pass's order: its candidates, taken one at a time in order.
 ///
 /// A pass reads either the whole order or a short head of it. Under the default policy
 /// (`max_job_test` 100,000) it reads every job: one sort of the packed keys costs the
@@ -231,14 +232,17 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// past the head it was expected to, what is left is sorted then.
 struct Order {
     keys: Keys,
-    /// The jobs taken so far.
-    taken: Vec<JobId>,
+    /// The candidates, by their place (the last part of their keys), until taken.
+    candidates: Vec<Option<Candidate>>,
+    /// The places taken so far.
+    taken: Vec<u32>,
     /// The jobs that carry the starving mark.
     starving: Vec<JobId>,
-    /// The jobs whose outcome, once every job left waits on `Priority`, may be another
-    /// reason or a change of reason: those that had another reason, and array tasks with
-    /// a `%N` limit. The others keep theirs: nothing is written for them.
-    unusual: Vec<JobId>,
+    /// The places of the candidates whose outcome, once every job left waits on
+    /// `Priority`, may be another reason or a change of reason: those that had another
+    /// reason, and array tasks with a `%N` limit. The others keep theirs: nothing is
+    /// written for them.
+    unusual: Vec<u32>,
 }
 
 /// The keys of the jobs left (reversed: the heap is a max-heap).
@@ -254,27 +258,48 @@ impl Keys {
         keys.sort_unstable();
         Keys::Sorted(keys)
     }
+
+    fn len(&self) -> usize {
+        match self {
+            Keys::Heap(heap, _) => heap.len(),
+            Keys::Sorted(keys) => keys.len(),
+        }
+    }
+
+    fn places(self) -> impl Iterator<Item = u32> {
+        let keys = match self {
+            Keys::Heap(heap, _) => heap.into_vec(),
+            Keys::Sorted(keys) => keys,
+        };
+        keys.into_iter().map(|Reverse(k)| k.3)
+    }
 }
 
 impl Order {
-    /// The order of `keys`, a heap for the first `heap_for` jobs taken (none: sorted at
-    /// once).
-    fn new(keys: Vec<Packed>, heap_for: usize, starving: Vec<JobId>, unusual: Vec<JobId>) -> Order {
+    /// The order of `keys` (each ending with its candidate's place in `candidates`), a
+    /// heap for the first `heap_for` jobs taken (none: sorted at once).
+    fn new(
+        keys: Vec<Packed>,
+        candidates: Vec<Candidate>,
+        heap_for: usize,
+        starving: Vec<JobId>,
+        unusual: Vec<u32>,
+    ) -> Order {
         let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         Order {
             keys: match heap_for {
                 0 => Keys::sorted(keys),
                 n => Keys::Heap(BinaryHeap::from(keys), n),
             },
+            candidates: candidates.into_iter().map(Some).collect(),
             taken: Vec::new(),
             starving,
             unusual,
         }
     }
 
-    /// The next job in order, where its row was in the pending table, and whether it
-    /// carries the starving mark.
-    fn next(&mut self) -> Option<(JobId, u32, bool)> {
+    /// The next candidate in order.
+    fn next(&mut self) -> Option<Candidate> {
         let key = match &mut self.keys {
             Keys::Heap(heap, 0) => {
                 let rest = std::mem::take(heap).into_vec();
@@ -287,20 +312,30 @@ impl Order {
             }
             Keys::Sorted(keys) => keys.pop(),
         };
-        let Reverse((_, _, id, place)) = key?;
-        let id = JobId(id);
-        self.taken.push(id);
-        Some((id, place, self.starving.contains(&id)))
+        let place = key?.0.3;
+        self.taken.push(place);
+        let mut c = self.candidates[place as usize].take()?;
+        c.starving = self.starving.contains(&c.id);
+        Some(c)
     }
 
-    /// The jobs not taken yet whose outcome may not be to keep waiting on `Priority` (see
-    /// [`Order::unusual`]), in no particular order.
-    fn rest(self) -> Vec<JobId> {
-        let mut taken = self.taken;
-        taken.sort_unstable();
-        let mut rest = self.unusual;
-        rest.retain(|id| taken.binary_search(id).is_err());
-        rest
+    /// The candidates not taken yet whose outcome may not be to keep waiting on `Priority`
+    /// (see [`Order::unusual`]), or all those not taken when they are fewer; in no
+    /// particular order.
+    fn rest(mut self) -> Vec<Candidate> {
+        let places: Vec<u32> = if self.keys.len() <= self.unusual.len() {
+            self.keys.places().collect()
+        } else {
+            let mut taken = self.taken;
+            taken.sort_unstable();
+            let mut unusual = self.unusual;
+            unusual.retain(|p| taken.binary_search(p).is_err());
+            unusual
+        };
+        places
+            .into_iter()
+            .filter_map(|p| self.candidates.get_mut(p as usize)?.take())
+            .collect()
     }
 }
 
@@ -389,38 +424,22 @@ impl Scheduler {
             // pass on a deep queue, and a strict-order pass above all, cheap. The reference
             // scheduler goes on in order.
             if (past_depth || all_blocked) && !self.reference {
-                for id in order.rest() {
-                    let Some(row) = self.queue.row(id) else {
-                        continue;
-                    };
-                    let at_limit = row.array_limited
+                for c in order.rest() {
+                    let at_limit = c.array_limited
                         && self
-                            .array_limit(id, &mut array_running)
+                            .array_limit(c.id, &mut array_running)
                             .is_some_and(|l| l.1);
                     let reason = match at_limit {
                         true => PendingReason::Limit("JobArrayTaskLimit".into()),
                         false => PendingReason::Priority,
                     };
-                    if reason_was(&row.reason) != reason {
-                        reasons.push((id, reason));
-                    }
+                    note(&mut reasons, &c, reason);
                 }
                 break;
             }
-            let Some((id, place, starving)) = order.next() else {
+            let Some(c) = order.next() else {
                 break;
             };
-            // Only the job being started leaves the queue during a pass. The reference
-            // scheduler looks the row up by id.
-            let row = match self.reference {
-                true => self.queue.row(id),
-                false => self.queue.row_at(place, id),
-            };
-            let Some(row) = row else {
-                continue;
-            };
-            let tier = self.cluster.partition(row.partition).priority_tier;
-            let c = Candidate::of(id, row, tier, starving);
             head.get_or_insert(c.id);
             let id = c.id;
             if all_blocked && !c.array_limited {
@@ -764,20 +783,22 @@ impl Scheduler {
         let mut changed = Vec::new();
         let mut starving = Vec::new();
         let mut unusual = Vec::new();
+        let mut candidates = Vec::with_capacity(self.pending.len());
         let mut packer = Packer::default();
-        for (place, (&id, row)) in queue.rows_mut().enumerate() {
+        for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
+                let place = u32::try_from(keys.len()).expect("fewer than 2^32 pending jobs");
                 if key.3 != Time::NEVER {
                     starving.push((row.partition, keys.len(), key));
                 }
                 // (A quota's reason, which is always written again, is not `Priority`.)
                 if row.array_limited || row.reason != PendingReason::Priority {
-                    unusual.push(id);
+                    unusual.push(place);
                 }
-                // (A place past u32::MAX is looked up by id.)
-                let place = u32::try_from(place).unwrap_or(u32::MAX);
                 keys.push(packer.pack(&key, place));
+                let tier = self.cluster.partition(row.partition).priority_tier;
+                candidates.push(Candidate::of(id, row, tier));
             }
             if wrote {
                 changed.push((id, ()));
@@ -816,7 +837,7 @@ impl Scheduler {
             false if test.saturating_mul(8) < keys.len() => test.max(256),
             false => 0,
         };
-        Order::new(keys, heap_for, starving, unusual)
+        Order::new(keys, candidates, heap_for, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1126,6 +1147,23 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn candidate(id: JobId) -> Candidate {
+        Candidate {
+            id,
+            tier: 0,
+            class_value: 0,
+            starving: false,
+            array_limited: false,
+            partition: PartitionId(0),
+            shape: 0,
+            time_limit: crate::time::Dur(0),
+            awaiting_victims: false,
+            class_preempting: false,
+            has_qos: false,
+            reason_was: PendingReason::None,
+        }
+    }
+
     /// Sorted keys with distinct ids (as the pass's are: each is a job's), and the same
     /// keys shuffled by a fixed rule.
     fn unique(keys: Vec<OrderKey>) -> (Vec<OrderKey>, Vec<OrderKey>) {
@@ -1212,17 +1250,24 @@ mod tests {
         ) {
             let (keys, shuffled) = unique(keys);
             let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
-            let unusual: Vec<JobId> = ids.iter().copied().filter(|id| id.0 % 3 == 0).collect();
+            let candidates: Vec<Candidate> = shuffled.iter().map(|k| candidate(k.6)).collect();
+            let unusual: Vec<u32> = (0..shuffled.len() as u32).filter(|p| p % 3 == 0).collect();
+            let unusual_ids: Vec<JobId> = unusual.iter().map(|&p| shuffled[p as usize].6).collect();
             let starving = ids.first().copied().into_iter().collect();
-            let mut order = Order::new(packed_keys(&shuffled), heap_for, starving, unusual.clone());
+            let mut order = Order::new(packed_keys(&shuffled), candidates, heap_for, starving, unusual);
             let first: Vec<(JobId, bool)> =
-                (0..taken).map_while(|_| order.next()).map(|(id, _, s)| (id, s)).collect();
+                (0..taken).map_while(|_| order.next()).map(|c| (c.id, c.starving)).collect();
             let n = taken.min(keys.len());
             let want: Vec<(JobId, bool)> = ids[..n].iter().map(|&id| (id, Some(&id) == ids.first())).collect();
             prop_assert_eq!(first, want);
-            let mut rest = order.rest();
+            let left = keys.len() - n;
+            let mut rest: Vec<JobId> = order.rest().into_iter().map(|c| c.id).collect();
             rest.sort_unstable();
-            let mut want: Vec<JobId> = unusual.into_iter().filter(|id| !ids[..n].contains(id)).collect();
+            // The unusual ones not taken, or every one not taken when they are fewer.
+            let mut want: Vec<JobId> = match left <= unusual_ids.len() {
+                true => ids[n..].to_vec(),
+                false => unusual_ids.into_iter().filter(|id| !ids[..n].contains(id)).collect(),
+            };
             want.sort_unstable();
             prop_assert_eq!(rest, want);
         }

@@ -225,16 +225,6 @@ impl PendingTable {
         self.rows.get(&id)
     }
 
-    /// The row of job `id`, looked for first at `place` (where it was when the pass's
-    /// order was made: a row moves only when one leaves the table, into the leaving one's
-    /// place), which spares the index's lookup.
-    pub(super) fn row_at(&self, place: u32, id: JobId) -> Option<&Row> {
-        match self.rows.get_index(place as usize) {
-            Some((at, row)) if *at == id => Some(row),
-            _ => self.rows.get(&id),
-        }
-    }
-
     /// The row of a pending job, to set a value the pass wrote to the job as well.
     pub(super) fn row_mut(&mut self, id: JobId) -> Option<&mut Row> {
         self.rows.get_mut(&id)
