@@ -113,7 +113,8 @@ impl PriorityWeights {
 
 /// `x.round()` (halves away from zero) without the C library call that compiles to on
 /// baseline x86-64, where a pass made one call per pending job: exact below 2^52 in
-/// magnitude (where the truncation and the difference are exact), `x.round()` beyond.
+/// magnitude (where the truncation and the difference are exact), but for the sign of a
+/// zero (-0.3 gives 0.0, not -0.0); `x.round()` beyond.
 fn round(x: f64) -> f64 {
     const EXACT: f64 = 4_503_599_627_370_496.0;
     if x.is_nan() || x.abs() >= EXACT {

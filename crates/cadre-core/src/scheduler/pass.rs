@@ -420,9 +420,9 @@ impl Scheduler {
             let all_blocked = self.policy.strict_order && blocked_partitions.len() == partitions;
             // From here on nothing starts and every job left waits on `Priority` (but an
             // array task at its array's limit, which says so), whatever its place in the
-            // order: they are decided without sorting them or reading them. This keeps a
-            // pass on a deep queue, and a strict-order pass above all, cheap. The reference
-            // scheduler goes on in order.
+            // order: they are decided without sorting them, looking only at those whose
+            // reason may change (see `Order::rest`). This keeps a pass on a deep queue, and
+            // a strict-order pass above all, cheap. The reference scheduler goes on in order.
             if (past_depth || all_blocked) && !self.reference {
                 for c in order.rest() {
                     let at_limit = c.array_limited
