@@ -85,6 +85,11 @@ impl Candidate {
     }
 }
 
+/// The reason of an array task held back by its array's `%N` limit.
+fn array_task_limit() -> PendingReason {
+    PendingReason::Limit("JobArrayTaskLimit".into())
+}
+
 /// A reason as a pass compares it with the one it decides: a quota's names the quota and
 /// is always written again ([`PendingReason::None`] stands for it).
 fn reason_was(reason: &PendingReason) -> PendingReason {
@@ -430,7 +435,7 @@ impl Scheduler {
                             .array_limit(c.id, &mut array_running)
                             .is_some_and(|l| l.1);
                     let reason = match at_limit {
-                        true => PendingReason::Limit("JobArrayTaskLimit".into()),
+                        true => array_task_limit(),
                         false => PendingReason::Priority,
                     };
                     note(&mut reasons, &c, reason);
@@ -452,11 +457,7 @@ impl Scheduler {
                 false => None,
             };
             if let Some((_, true)) = limited {
-                note(
-                    &mut reasons,
-                    &c,
-                    PendingReason::Limit("JobArrayTaskLimit".into()),
-                );
+                note(&mut reasons, &c, array_task_limit());
                 continue;
             }
             if past_depth {
@@ -797,8 +798,8 @@ impl Scheduler {
                     unusual.push(place);
                 }
                 keys.push(packer.pack(&key, place));
-                let tier = self.cluster.partition(row.partition).priority_tier;
-                candidates.push(Candidate::of(id, row, tier));
+                // The tier is the key's (`assess` looked it up).
+                candidates.push(Candidate::of(id, row, key.1.0));
             }
             if wrote {
                 changed.push((id, ()));
