@@ -449,6 +449,17 @@ fn default_policy_decides_as_the_reference() {
     }
 }
 
+/// The default policy with reservations for the first four blocked jobs: a shape held back
+/// is decided alike for its later jobs only once every reservation is made.
+#[test]
+fn a_deeper_reservation_depth_decides_as_the_reference() {
+    let mut policy = Policy::default();
+    policy.backfill.reservation_depth = 4;
+    for seed in 1..=3 {
+        compare(policy.clone(), seed, 300);
+    }
+}
+
 /// The default policy with a starvation guard that fires within the run (its passes span
 /// about five hours, short of the default's 28 days).
 #[test]

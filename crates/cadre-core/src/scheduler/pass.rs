@@ -64,6 +64,11 @@ pub(super) struct Candidate {
     /// Its reason before this pass ([`PendingReason::None`] for a limit's, which names the
     /// limit): a reason the pass decides is written only where it differs.
     reason_was: PendingReason,
+    /// Plain: once its shape finds no room, it and the jobs of its shape after it in the
+    /// order are decided alike (see [`Order::by_shape`]). Not an array task with a `%N`
+    /// limit, not awaiting victims, not carrying the starving mark, and unable to preempt
+    /// any job that could run in the pass.
+    plain: bool,
 }
 
 impl Candidate {
@@ -81,6 +86,7 @@ impl Candidate {
             class_preempting: row.class_preempting,
             has_qos: row.has_qos,
             reason_was: reason_was(&row.reason),
+            plain: false,
         }
     }
 }
@@ -235,12 +241,21 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// sorting them all cost more than anything else such a pass did. For those the keys are
 /// made a heap (linear), each job taken costs a logarithm, and should the pass read on
 /// past the head it was expected to, what is left is sorted then.
+///
+/// When the pass reads every job, the order may come in lanes ([`Order::by_shape`]): one
+/// per shape for the plain jobs of that shape, one for the others, merged by key. Once a
+/// plain job's shape finds no room, every plain job of its shape after it would be decided
+/// as it was: its lane is dropped ([`Order::drop_lane`]) and those jobs are never sorted
+/// nor read, but those whose reason changes.
 struct Order {
-    keys: Keys,
+    lanes: Vec<Lane>,
+    /// With several lanes, the next key of each lane, with the lane (a dropped lane's stays
+    /// here, passed over).
+    heads: BinaryHeap<Reverse<(Packed, u32)>>,
+    /// Per shape, the lane of its plain jobs ([`NO_LANE`]: none).
+    shape_lanes: Vec<u32>,
     /// The candidates, by their place (the last part of their keys), until taken.
     candidates: Vec<Option<Candidate>>,
-    /// The places taken so far.
-    taken: Vec<u32>,
     /// The jobs that carry the starving mark.
     starving: Vec<JobId>,
     /// The places of the candidates whose outcome, once every job left waits on
@@ -248,6 +263,44 @@ struct Order {
     /// reason, and array tasks with a `%N` limit. The others keep theirs: nothing is
     /// written for them.
     unusual: Vec<u32>,
+}
+
+/// No lane (see [`Order::shape_lanes`]).
+const NO_LANE: u32 = u32::MAX;
+
+/// Jobs taken from a lane's heap before the keys left in it are sorted.
+const HEAP_TAKES: usize = 256;
+
+/// Some of the order's keys (see [`Order`]).
+struct Lane {
+    keys: Keys,
+    /// The place of the lane's next job when it waits in [`Order::heads`] (taken out of
+    /// `keys`).
+    head: Option<u32>,
+    /// The places of its jobs whose reason before the pass was not `Resources`.
+    odd: Vec<u32>,
+    dropped: bool,
+}
+
+impl Lane {
+    fn of(keys: Keys) -> Lane {
+        Lane {
+            keys,
+            head: None,
+            odd: Vec::new(),
+            dropped: false,
+        }
+    }
+
+    /// Takes the places of the jobs left in the lane, in no particular order.
+    fn places(&mut self) -> impl Iterator<Item = u32> + use<> {
+        let keys = std::mem::replace(&mut self.keys, Keys::Sorted(Vec::new()));
+        self.head.take().into_iter().chain(keys.places())
+    }
+
+    fn left(&self) -> usize {
+        self.keys.len() + usize::from(self.head.is_some())
+    }
 }
 
 /// The keys of the jobs left (reversed: the heap is a max-heap).
@@ -262,6 +315,31 @@ impl Keys {
     fn sorted(mut keys: Vec<Reverse<Packed>>) -> Keys {
         keys.sort_unstable();
         Keys::Sorted(keys)
+    }
+
+    /// The keys as a heap for the first `heap_for` taken (none: sorted at once).
+    fn new(keys: Vec<Reverse<Packed>>, heap_for: usize) -> Keys {
+        match heap_for {
+            0 => Keys::sorted(keys),
+            n => Keys::Heap(BinaryHeap::from(keys), n),
+        }
+    }
+
+    /// Takes the next key.
+    fn pop(&mut self) -> Option<Packed> {
+        let key = match self {
+            Keys::Heap(heap, 0) => {
+                let rest = std::mem::take(heap).into_vec();
+                *self = Keys::sorted(rest);
+                return self.pop();
+            }
+            Keys::Heap(heap, left) => {
+                *left -= 1;
+                heap.pop()
+            }
+            Keys::Sorted(keys) => keys.pop(),
+        };
+        key.map(|Reverse(k)| k)
     }
 
     fn len(&self) -> usize {
@@ -292,12 +370,80 @@ impl Order {
     ) -> Order {
         let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         Order {
-            keys: match heap_for {
-                0 => Keys::sorted(keys),
-                n => Keys::Heap(BinaryHeap::from(keys), n),
-            },
+            lanes: vec![Lane::of(Keys::new(keys, heap_for))],
+            heads: BinaryHeap::new(),
+            shape_lanes: Vec::new(),
             candidates: candidates.into_iter().map(Some).collect(),
-            taken: Vec::new(),
+            starving,
+            unusual,
+        }
+    }
+
+    /// The order of `keys` in lanes: one per shape (below `shapes`) for the candidates
+    /// marked [`Candidate::plain`], one for the others.
+    fn by_shape(
+        keys: Vec<Packed>,
+        candidates: Vec<Candidate>,
+        shapes: usize,
+        starving: Vec<JobId>,
+        unusual: Vec<u32>,
+    ) -> Order {
+        let mut shape_lanes = vec![NO_LANE; shapes];
+        let mut parts: Vec<(Vec<Reverse<Packed>>, Vec<u32>)> = vec![Default::default()];
+        for key in keys {
+            let c = &candidates[key.3 as usize];
+            let lane = match shape_lanes.get_mut(c.shape as usize) {
+                Some(lane) if c.plain => {
+                    if *lane == NO_LANE {
+                        *lane = parts.len() as u32;
+                        parts.push(Default::default());
+                    }
+                    *lane as usize
+                }
+                _ => 0,
+            };
+            if c.reason_was != PendingReason::Resources {
+                parts[lane].1.push(key.3);
+            }
+            parts[lane].0.push(Reverse(key));
+        }
+        let candidates = candidates.into_iter().map(Some).collect();
+        if parts.len() == 1 {
+            // No plain job: one lane, which the pass reads whole.
+            let (keys, odd) = parts.pop().expect("one lane");
+            return Order {
+                lanes: vec![Lane {
+                    odd,
+                    ..Lane::of(Keys::new(keys, 0))
+                }],
+                heads: BinaryHeap::new(),
+                shape_lanes,
+                candidates,
+                starving,
+                unusual,
+            };
+        }
+        let mut heads = BinaryHeap::with_capacity(parts.len());
+        let lanes = parts
+            .into_iter()
+            .zip(0..)
+            .map(|((keys, odd), l)| {
+                let mut lane = Lane {
+                    odd,
+                    ..Lane::of(Keys::new(keys, HEAP_TAKES))
+                };
+                lane.head = lane.keys.pop().map(|k| {
+                    heads.push(Reverse((k, l)));
+                    k.3
+                });
+                lane
+            })
+            .collect();
+        Order {
+            lanes,
+            heads,
+            shape_lanes,
+            candidates,
             starving,
             unusual,
         }
@@ -305,36 +451,82 @@ impl Order {
 
     /// The next candidate in order.
     fn next(&mut self) -> Option<Candidate> {
-        let key = match &mut self.keys {
-            Keys::Heap(heap, 0) => {
-                let rest = std::mem::take(heap).into_vec();
-                self.keys = Keys::sorted(rest);
-                return self.next();
-            }
-            Keys::Heap(heap, left) => {
-                *left -= 1;
-                heap.pop()
-            }
-            Keys::Sorted(keys) => keys.pop(),
+        let place = match self.lanes.as_mut_slice() {
+            // One lane: its keys alone (it has no head).
+            [only] => only.keys.pop()?.3,
+            lanes => loop {
+                let Reverse((key, l)) = self.heads.pop()?;
+                let lane = &mut lanes[l as usize];
+                if lane.dropped {
+                    continue;
+                }
+                lane.head = lane.keys.pop().map(|k| {
+                    self.heads.push(Reverse((k, l)));
+                    k.3
+                });
+                break key.3;
+            },
         };
-        let place = key?.0.3;
-        self.taken.push(place);
         let mut c = self.candidates[place as usize].take()?;
         c.starving = self.starving.contains(&c.id);
         Some(c)
     }
 
+    /// Drops the lane of the plain jobs of shape `shape`, whose jobs left are decided alike
+    /// without being read: returns those of them whose reason before the pass was not
+    /// `Resources` (all of them with `all`).
+    fn drop_lane(&mut self, shape: u32, all: bool) -> Vec<Candidate> {
+        let Some(&l) = self.shape_lanes.get(shape as usize) else {
+            return Vec::new();
+        };
+        let Some(lane) = self.lanes.get_mut(l as usize) else {
+            return Vec::new();
+        };
+        lane.dropped = true;
+        let places: Vec<u32> = match all {
+            true => lane.places().collect(),
+            false => {
+                (lane.keys, lane.head) = (Keys::Sorted(Vec::new()), None);
+                std::mem::take(&mut lane.odd)
+            }
+        };
+        let candidates = &mut self.candidates;
+        places
+            .into_iter()
+            .filter_map(|p| candidates.get_mut(p as usize)?.take())
+            .collect()
+    }
+
+    /// Whether the candidate's lane was dropped.
+    fn dropped(&self, c: &Candidate) -> bool {
+        c.plain
+            && self
+                .shape_lanes
+                .get(c.shape as usize)
+                .and_then(|&l| self.lanes.get(l as usize))
+                .is_some_and(|lane| lane.dropped)
+    }
+
     /// The candidates not taken yet whose outcome may not be to keep waiting on `Priority`
     /// (see [`Order::unusual`]), or all those not taken when they are fewer; in no
-    /// particular order.
+    /// particular order. (Those of a dropped lane were decided.)
     fn rest(mut self) -> Vec<Candidate> {
-        let places: Vec<u32> = if self.keys.len() <= self.unusual.len() {
-            self.keys.places().collect()
+        let left: usize = self
+            .lanes
+            .iter()
+            .filter(|l| !l.dropped)
+            .map(Lane::left)
+            .sum();
+        let places: Vec<u32> = if left <= self.unusual.len() {
+            let lanes = self.lanes.iter_mut().filter(|l| !l.dropped);
+            lanes.flat_map(Lane::places).collect()
         } else {
-            let mut taken = self.taken;
-            taken.sort_unstable();
-            let mut unusual = self.unusual;
-            unusual.retain(|p| taken.binary_search(p).is_err());
+            let mut unusual = std::mem::take(&mut self.unusual);
+            unusual.retain(|&p| {
+                self.candidates[p as usize]
+                    .as_ref()
+                    .is_some_and(|c| !self.dropped(c))
+            });
             unusual
         };
         places
@@ -381,6 +573,26 @@ fn update_sorted<V, T>(
         while let Some((_, item)) = items.next_if(|r| r.0 == *id) {
             f(v, item);
         }
+    }
+}
+
+/// Whether the jobs of shape `shape` are held back for want of room in the rest of the
+/// pass, whatever their time limit.
+fn failed_placing(failed: &[Option<Failed>], shape: u32) -> bool {
+    matches!(failed.get(shape as usize), Some(Some(Failed::Placement(_))))
+}
+
+/// Decides the plain jobs of `c`'s shape left in the order as `c` was, with `reason`,
+/// unread (see [`Order::drop_lane`]).
+fn drop_lane(
+    order: &mut Order,
+    c: &Candidate,
+    reason: &PendingReason,
+    reasons: &mut Vec<(JobId, PendingReason)>,
+) {
+    let odd = order.drop_lane(c.shape, *reason != PendingReason::Resources);
+    for o in &odd {
+        note(reasons, o, reason.clone());
     }
 }
 
@@ -603,7 +815,11 @@ impl Scheduler {
                     }
                 }
                 Err(fail) if fail.is_permanent() => {
-                    note(&mut reasons, &c, PendingReason::from_placement(&fail));
+                    let reason = PendingReason::from_placement(&fail);
+                    note(&mut reasons, &c, reason.clone());
+                    if c.plain && failed_placing(&failed, key) {
+                        drop_lane(&mut order, &c, &reason, &mut reasons);
+                    }
                 }
                 Err(fail) => {
                     let reason = PendingReason::from_placement(&fail);
@@ -647,7 +863,7 @@ impl Scheduler {
                             continue;
                         }
                     }
-                    note(&mut reasons, &c, reason);
+                    note(&mut reasons, &c, reason.clone());
                     // A starving job's reservation comes on top of the
                     // `reservation_depth` of the jobs in priority order.
                     let starving = c.starving;
@@ -669,6 +885,16 @@ impl Scheduler {
                             out.push(Decision::Reserve(r.clone()));
                             reservations.push(r);
                         }
+                    }
+                    // Once no reservation is left to make, the plain jobs of its shape after
+                    // it would go the same way: held back, without one.
+                    let no_more_reserved = !backfill.enabled
+                        || (backfill.mode == BackfillMode::Easy
+                            && blocked_seen >= backfill.reservation_depth);
+                    // (Dropped, they do not count in `blocked_seen`: it is past the
+                    // depth already.)
+                    if c.plain && no_more_reserved && failed_placing(&failed, key) {
+                        drop_lane(&mut order, &c, &reason, &mut reasons);
                     }
                 }
             }
@@ -786,6 +1012,27 @@ impl Scheduler {
         let mut unusual = Vec::new();
         let mut candidates = Vec::with_capacity(self.pending.len());
         let mut packer = Packer::default();
+        // Whether a job may preempt none of the jobs that could run in the pass (see
+        // `Candidate::plain`): those run now, or have a class of the policy and a partition.
+        let preemption = &self.policy.preemption;
+        let (running_class, running_tier) = self.running_ranks.lowest();
+        let class_floor = (self.policy.priority_class.iter())
+            .chain(&self.runtime_classes)
+            .map(|c| c.value)
+            .chain(running_class)
+            .fold(0, i32::min);
+        let tier_floor = (self.cluster.partitions.iter())
+            .map(|p| p.priority_tier)
+            .chain(running_tier)
+            .min()
+            .unwrap_or(0);
+        let cannot_preempt = |c: &Candidate| {
+            let by_class = c.class_preempting && c.class_value > class_floor;
+            let by_tier = preemption.partition_tier && c.tier > tier_floor;
+            !preemption.enabled || !(c.has_qos || by_class || by_tier)
+        };
+        // The lowest class value of a job that may run in the pass.
+        let mut lowest_class = i32::MAX;
         for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
@@ -799,7 +1046,10 @@ impl Scheduler {
                 }
                 keys.push(packer.pack(&key, place));
                 // The tier is the key's (`assess` looked it up).
-                candidates.push(Candidate::of(id, row, key.1.0));
+                let mut c = Candidate::of(id, row, key.1.0);
+                c.plain = !c.array_limited && !c.awaiting_victims && cannot_preempt(&c);
+                lowest_class = lowest_class.min(c.class_value);
+                candidates.push(c);
             }
             if wrote {
                 changed.push((id, ()));
@@ -815,6 +1065,9 @@ impl Scheduler {
         let oldest = keep_oldest_starving(&mut starving);
         for (_, i, key) in &starving {
             keys[*i] = packer.pack(key, keys[*i].3);
+            if key.3 != Time::NEVER {
+                candidates[*i].plain = false;
+            }
         }
         packer.finish(&mut keys);
         let starving = oldest;
@@ -832,10 +1085,24 @@ impl Scheduler {
         // faster than the keys. A pass reads only the head of the order under strict order
         // or when it tests few jobs (then every job left waits on `Priority`), unless all
         // it reads start; otherwise it reads them all.
-        let test = self.policy.backfill.max_job_test as usize;
+        let backfill = &self.policy.backfill;
+        let test = backfill.max_job_test as usize;
+        // In lanes by shape when the pass may read every job (its tail then comes only once
+        // every job was read or dropped) and a job held back is decided from its shape
+        // alone: no reservation once the first ones are made (easy backfill), no quota, no
+        // job of a class below those counted as able to run.
+        let by_shape = !self.reference
+            && !self.policy.strict_order
+            && !self.quota_enforced
+            && (!backfill.enabled || backfill.mode == BackfillMode::Easy)
+            && keys.len() <= test
+            && lowest_class >= class_floor;
+        if by_shape {
+            return Order::by_shape(keys, candidates, self.shapes.len(), starving, unusual);
+        }
         let heap_for = match self.policy.strict_order {
-            true => 256,
-            false if test.saturating_mul(8) < keys.len() => test.max(256),
+            true => HEAP_TAKES,
+            false if test.saturating_mul(8) < keys.len() => test.max(HEAP_TAKES),
             false => 0,
         };
         Order::new(keys, candidates, heap_for, starving, unusual)
@@ -1162,6 +1429,7 @@ mod tests {
             class_preempting: false,
             has_qos: false,
             reason_was: PendingReason::None,
+            plain: false,
         }
     }
 
@@ -1271,6 +1539,47 @@ mod tests {
             };
             want.sort_unstable();
             prop_assert_eq!(rest, want);
+        }
+
+        /// An order in lanes by shape gives the jobs in key order; of a dropped lane's jobs
+        /// left those whose reason was not `Resources` are given back, and the order goes
+        /// on without them.
+        #[test]
+        fn an_order_in_lanes_gives_its_jobs_in_key_order_but_a_dropped_lane(
+            keys in proptest::collection::vec(arb_key(), 0..300),
+            taken in 0usize..320,
+            all in any::<bool>(),
+        ) {
+            let (keys, shuffled) = unique(keys);
+            let lane = |id: JobId| (id.0 % 3 != 0).then_some((id.0 % 4) as u32);
+            let odd = |id: JobId| id.0 % 5 == 0;
+            let candidates: Vec<Candidate> = shuffled
+                .iter()
+                .map(|k| {
+                    let mut c = candidate(k.6);
+                    c.plain = lane(c.id).is_some();
+                    c.shape = (k.6.0 % 4) as u32;
+                    if !odd(c.id) {
+                        c.reason_was = PendingReason::Resources;
+                    }
+                    c
+                })
+                .collect();
+            let mut order = Order::by_shape(packed_keys(&shuffled), candidates, 4, Vec::new(), Vec::new());
+            let first: Vec<JobId> = (0..taken).map_while(|_| order.next()).map(|c| c.id).collect();
+            let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
+            let n = taken.min(ids.len());
+            prop_assert_eq!(&first, &ids[..n].to_vec());
+            let noted = order.drop_lane(1, all);
+            let dropped: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(1)).collect();
+            let mut noted: Vec<JobId> = noted.into_iter().map(|c| c.id).collect();
+            noted.sort_unstable();
+            let mut want: Vec<JobId> = dropped.iter().copied().filter(|&id| all || odd(id)).collect();
+            want.sort_unstable();
+            prop_assert_eq!(noted, want);
+            let then: Vec<JobId> = std::iter::from_fn(|| order.next()).map(|c| c.id).collect();
+            let want: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) != Some(1)).collect();
+            prop_assert_eq!(then, want);
         }
     }
 }

@@ -78,6 +78,14 @@ impl RunningRanks {
         }
     }
 
+    /// The lowest class value and partition tier among the running preemptible jobs.
+    pub(super) fn lowest(&self) -> (Option<i32>, Option<u32>) {
+        (
+            self.classes.keys().next().copied(),
+            self.tiers.keys().next().copied(),
+        )
+    }
+
     fn summary(&self) -> VictimSummary {
         VictimSummary {
             lowest_class: self.classes.keys().next().copied().unwrap_or(i32::MAX),
