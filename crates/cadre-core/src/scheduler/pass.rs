@@ -64,10 +64,10 @@ pub(super) struct Candidate {
     /// Its reason before this pass ([`PendingReason::None`] for a limit's, which names the
     /// limit): a reason the pass decides is written only where it differs.
     reason_was: PendingReason,
-    /// Plain: once its shape finds no room, it and the jobs of its shape after it in the
-    /// order are decided alike (see [`Order::by_shape`]). Not an array task with a `%N`
-    /// limit, not awaiting victims, not carrying the starving mark, and unable to preempt
-    /// any job that could run in the pass.
+    /// Plain: once its shape finds no room (and no reservation is left to make), the plain
+    /// jobs of its shape after it in the order are decided as it was (see
+    /// [`Order::by_shape`]). Not an array task with a `%N` limit, not awaiting victims,
+    /// not carrying the starving mark. (Lanes are used only when no job may preempt.)
     plain: bool,
 }
 
@@ -245,8 +245,9 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// When the pass reads every job, the order may come in lanes ([`Order::by_shape`]): one
 /// per shape for the plain jobs of that shape, one for the others, merged by key. Once a
 /// plain job's shape finds no room, every plain job of its shape after it would be decided
-/// as it was: its lane is dropped ([`Order::drop_lane`]) and those jobs are never sorted
-/// nor read, but those whose reason changes.
+/// as it was: its lane is dropped ([`Order::drop_lane`]); of its jobs left only those that
+/// had another reason than `Resources` are read (all of them when the reason decided is
+/// another), and none is sorted past the point reached.
 struct Order {
     lanes: Vec<Lane>,
     /// With several lanes, the next key of each lane, with the lane (a dropped lane's stays
@@ -891,8 +892,8 @@ impl Scheduler {
                     let no_more_reserved = !backfill.enabled
                         || (backfill.mode == BackfillMode::Easy
                             && blocked_seen >= backfill.reservation_depth);
-                    // (Dropped, they do not count in `blocked_seen`: it is past the
-                    // depth already.)
+                    // (Dropped, they do not count in `blocked_seen`, which no longer
+                    // matters: past the depth, or no backfill.)
                     if c.plain && no_more_reserved && failed_placing(&failed, key) {
                         drop_lane(&mut order, &c, &reason, &mut reasons);
                     }
@@ -1031,8 +1032,11 @@ impl Scheduler {
             let by_tier = preemption.partition_tier && c.tier > tier_floor;
             !preemption.enabled || !(c.has_qos || by_class || by_tier)
         };
-        // The lowest class value of a job that may run in the pass.
+        // The lowest class value of a job that may run in the pass, and whether no job may
+        // preempt: then no job's decision hangs on when the running jobs are summed up
+        // (a summary is kept until a preemption, not renewed at each start).
         let mut lowest_class = i32::MAX;
+        let mut none_preempts = true;
         for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
@@ -1047,7 +1051,8 @@ impl Scheduler {
                 keys.push(packer.pack(&key, place));
                 // The tier is the key's (`assess` looked it up).
                 let mut c = Candidate::of(id, row, key.1.0);
-                c.plain = !c.array_limited && !c.awaiting_victims && cannot_preempt(&c);
+                c.plain = !c.array_limited && !c.awaiting_victims;
+                none_preempts &= cannot_preempt(&c);
                 lowest_class = lowest_class.min(c.class_value);
                 candidates.push(c);
             }
@@ -1089,13 +1094,14 @@ impl Scheduler {
         let test = backfill.max_job_test as usize;
         // In lanes by shape when the pass may read every job (its tail then comes only once
         // every job was read or dropped) and a job held back is decided from its shape
-        // alone: no reservation once the first ones are made (easy backfill), no quota, no
-        // job of a class below those counted as able to run.
+        // alone: no reservation once the first ones are made (easy backfill) or none at
+        // all, no quota, no job able to preempt (nor of a class below those counted).
         let by_shape = !self.reference
             && !self.policy.strict_order
             && !self.quota_enforced
             && (!backfill.enabled || backfill.mode == BackfillMode::Easy)
             && keys.len() <= test
+            && none_preempts
             && lowest_class >= class_floor;
         if by_shape {
             return Order::by_shape(keys, candidates, self.shapes.len(), starving, unusual);
