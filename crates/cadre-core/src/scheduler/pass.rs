@@ -155,9 +155,47 @@ fn keep_oldest_starving<T>(starving: &mut [(PartitionId, T, OrderKey)]) -> Vec<J
 }
 
 /// An order key packed into three integers that compare as the keys do (see [`Packer`]),
-/// the last the job's id; then the job's place among the pass's candidates (which takes no
-/// part in the order, the ids being unique).
-type Packed = (u64, u64, u64, u32);
+/// the last the job's id; then the job's place among the pass's candidates and its
+/// [`Tag`] (which take no part in the order, the ids being unique).
+type Packed = (u64, u64, u64, u32, u32);
+
+/// What a packed key tells of its job, so that jobs a pass decides without reading them
+/// (see [`Order::drop_lane`]) are not looked up: its reason before the pass, as a code
+/// (the top two bits), and its time limit in seconds (the others).
+mod tag {
+    use super::PendingReason;
+    use crate::time::{Dur, Time};
+
+    pub(super) const PRIORITY: u32 = 0;
+    pub(super) const RESOURCES: u32 = 1;
+    /// Another reason: only the job's candidate tells which.
+    pub(super) const OTHER: u32 = 2;
+    /// A time limit too long for the tag.
+    const UNKNOWN: u32 = (1 << 30) - 1;
+
+    pub(super) fn code(reason: &PendingReason) -> u32 {
+        match reason {
+            PendingReason::Priority => PRIORITY,
+            PendingReason::Resources => RESOURCES,
+            _ => OTHER,
+        }
+    }
+
+    pub(super) fn new(reason: &PendingReason, limit: Dur) -> u32 {
+        let limit = u32::try_from(limit.0).map_or(UNKNOWN, |l| l.min(UNKNOWN));
+        code(reason) << 30 | limit
+    }
+
+    pub(super) fn reason(tag: u32) -> u32 {
+        tag >> 30
+    }
+
+    /// The job's end were it to start at `now`, when the tag tells its time limit.
+    pub(super) fn end(tag: u32, now: Time) -> Option<Time> {
+        let limit = tag & UNKNOWN;
+        (limit != UNKNOWN).then(|| super::super::end_of(now, Dur(u64::from(limit))))
+    }
+}
 
 /// The first four parts of an order key: preemptor, tier, class, starving mark.
 type Lead = (Reverse<bool>, Reverse<u32>, Reverse<i32>, Time);
@@ -178,7 +216,7 @@ struct Packer {
 }
 
 impl Packer {
-    fn pack(&mut self, k: &OrderKey, place: u32) -> Packed {
+    fn pack(&mut self, k: &OrderKey, place: u32, tag: u32) -> Packed {
         let lead = (k.0, k.1, k.2, k.3);
         let number = match self.last {
             Some((was, n)) if was == lead => n,
@@ -199,6 +237,7 @@ impl Packer {
             k.5.0,
             k.6.0,
             place,
+            tag,
         )
     }
 
@@ -226,7 +265,7 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
     let mut packed: Vec<Packed> = keys
         .iter()
         .zip(0..)
-        .map(|(k, i)| packer.pack(k, i))
+        .map(|(k, i)| packer.pack(k, i, 0))
         .collect();
     packer.finish(&mut packed);
     packed
@@ -275,11 +314,9 @@ const HEAP_TAKES: usize = 256;
 /// Some of the order's keys (see [`Order`]).
 struct Lane {
     keys: Keys,
-    /// The place of the lane's next job when it waits in [`Order::heads`] (taken out of
+    /// The key of the lane's next job when it waits in [`Order::heads`] (taken out of
     /// `keys`).
-    head: Option<u32>,
-    /// The places of its jobs whose reason before the pass was not `Resources`.
-    odd: Vec<u32>,
+    head: Option<Packed>,
     dropped: bool,
 }
 
@@ -288,15 +325,14 @@ impl Lane {
         Lane {
             keys,
             head: None,
-            odd: Vec::new(),
             dropped: false,
         }
     }
 
-    /// Takes the places of the jobs left in the lane, in no particular order.
-    fn places(&mut self) -> impl Iterator<Item = u32> + use<> {
+    /// Takes the keys of the jobs left in the lane, in no particular order.
+    fn take(&mut self) -> impl Iterator<Item = Packed> + use<> {
         let keys = std::mem::replace(&mut self.keys, Keys::Sorted(Vec::new()));
-        self.head.take().into_iter().chain(keys.places())
+        self.head.take().into_iter().chain(keys.into_keys())
     }
 
     fn left(&self) -> usize {
@@ -350,12 +386,25 @@ impl Keys {
         }
     }
 
-    fn places(self) -> impl Iterator<Item = u32> {
+    fn into_keys(self) -> impl Iterator<Item = Packed> {
         let keys = match self {
             Keys::Heap(heap, _) => heap.into_vec(),
             Keys::Sorted(keys) => keys,
         };
-        keys.into_iter().map(|Reverse(k)| k.3)
+        keys.into_iter().map(|Reverse(k)| k)
+    }
+
+    /// Takes out the keys for which `out` holds, in no particular order.
+    fn take_if(&mut self, mut out: impl FnMut(&Packed) -> bool) -> Vec<Packed> {
+        let taken = match self {
+            Keys::Heap(heap, _) => heap.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
+            Keys::Sorted(keys) => keys.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
+        };
+        match self {
+            Keys::Heap(heap, _) => heap.retain(|k| !out(&k.0)),
+            Keys::Sorted(keys) => keys.retain(|k| !out(&k.0)),
+        }
+        taken
     }
 }
 
@@ -390,7 +439,7 @@ impl Order {
         unusual: Vec<u32>,
     ) -> Order {
         let mut shape_lanes = vec![NO_LANE; shapes];
-        let mut parts: Vec<(Vec<Reverse<Packed>>, Vec<u32>)> = vec![Default::default()];
+        let mut parts: Vec<Vec<Reverse<Packed>>> = vec![Vec::new()];
         for key in keys {
             let c = &candidates[key.3 as usize];
             let lane = match shape_lanes.get_mut(c.shape as usize) {
@@ -403,20 +452,14 @@ impl Order {
                 }
                 _ => 0,
             };
-            if c.reason_was != PendingReason::Resources {
-                parts[lane].1.push(key.3);
-            }
-            parts[lane].0.push(Reverse(key));
+            parts[lane].push(Reverse(key));
         }
         let candidates = candidates.into_iter().map(Some).collect();
         if parts.len() == 1 {
             // No plain job: one lane, which the pass reads whole.
-            let (keys, odd) = parts.pop().expect("one lane");
+            let keys = parts.pop().expect("one lane");
             return Order {
-                lanes: vec![Lane {
-                    odd,
-                    ..Lane::of(Keys::new(keys, 0))
-                }],
+                lanes: vec![Lane::of(Keys::new(keys, 0))],
                 heads: BinaryHeap::new(),
                 shape_lanes,
                 candidates,
@@ -428,15 +471,9 @@ impl Order {
         let lanes = parts
             .into_iter()
             .zip(0..)
-            .map(|((keys, odd), l)| {
-                let mut lane = Lane {
-                    odd,
-                    ..Lane::of(Keys::new(keys, HEAP_TAKES))
-                };
-                lane.head = lane.keys.pop().map(|k| {
-                    heads.push(Reverse((k, l)));
-                    k.3
-                });
+            .map(|(keys, l)| {
+                let mut lane = Lane::of(Keys::new(keys, HEAP_TAKES));
+                lane.head = lane.keys.pop().inspect(|&k| heads.push(Reverse((k, l))));
                 lane
             })
             .collect();
@@ -461,10 +498,10 @@ impl Order {
                 if lane.dropped {
                     continue;
                 }
-                lane.head = lane.keys.pop().map(|k| {
-                    self.heads.push(Reverse((k, l)));
-                    k.3
-                });
+                lane.head = lane
+                    .keys
+                    .pop()
+                    .inspect(|&k| self.heads.push(Reverse((k, l))));
                 break key.3;
             },
         };
@@ -473,44 +510,51 @@ impl Order {
         Some(c)
     }
 
-    /// Drops the lane of the plain jobs of shape `shape`, whose jobs left are decided alike
-    /// without being read: returns those of them whose reason before the pass was not
-    /// `Resources` (all of them with `all`).
-    fn drop_lane(&mut self, shape: u32, all: bool) -> Vec<Candidate> {
-        let Some(&l) = self.shape_lanes.get(shape as usize) else {
-            return Vec::new();
-        };
-        let Some(lane) = self.lanes.get_mut(l as usize) else {
+    /// The lane of the plain jobs of shape `shape`, if it is not dropped.
+    fn lane(&mut self, shape: u32) -> Option<&mut Lane> {
+        let l = *self.shape_lanes.get(shape as usize)?;
+        self.lanes.get_mut(l as usize).filter(|lane| !lane.dropped)
+    }
+
+    /// Drops the lane of the plain jobs of shape `shape`, whose jobs left are decided alike,
+    /// with a reason of code `code` ([`tag`]), without being read: returns the keys of
+    /// those whose reason before the pass may be another.
+    fn drop_lane(&mut self, shape: u32, code: u32) -> Vec<Packed> {
+        let Some(lane) = self.lane(shape) else {
             return Vec::new();
         };
         lane.dropped = true;
-        let places: Vec<u32> = match all {
-            true => lane.places().collect(),
-            false => {
-                (lane.keys, lane.head) = (Keys::Sorted(Vec::new()), None);
-                std::mem::take(&mut lane.odd)
-            }
-        };
-        let candidates = &mut self.candidates;
-        places
-            .into_iter()
-            .filter_map(|p| candidates.get_mut(p as usize)?.take())
-            .collect()
+        let keys = lane.take();
+        match code {
+            tag::OTHER => keys.collect(),
+            _ => keys.filter(|k| tag::reason(k.4) != code).collect(),
+        }
     }
 
-    /// Whether the candidate's lane was dropped.
-    fn dropped(&self, c: &Candidate) -> bool {
-        c.plain
-            && self
-                .shape_lanes
-                .get(c.shape as usize)
-                .and_then(|&l| self.lanes.get(l as usize))
-                .is_some_and(|lane| lane.dropped)
+    /// Takes out of the lane of the plain jobs of shape `shape` (but its head) those that
+    /// would end at or after `end` were they to start at `now`, which wait on `Priority`
+    /// unread: returns the keys of those whose reason before the pass was another.
+    fn thin_lane(&mut self, shape: u32, now: Time, end: Time) -> Vec<Packed> {
+        let Some(lane) = self.lane(shape) else {
+            return Vec::new();
+        };
+        let taken = lane
+            .keys
+            .take_if(|k| tag::end(k.4, now).is_some_and(|e| e >= end));
+        let mut taken = taken;
+        taken.retain(|k| tag::reason(k.4) != tag::PRIORITY);
+        taken
+    }
+
+    /// The candidate at `place`, if not taken.
+    fn take(&mut self, place: u32) -> Option<Candidate> {
+        self.candidates.get_mut(place as usize)?.take()
     }
 
     /// The candidates not taken yet whose outcome may not be to keep waiting on `Priority`
     /// (see [`Order::unusual`]), or all those not taken when they are fewer; in no
-    /// particular order. (Those of a dropped lane were decided.)
+    /// particular order. In lanes, all those left in the lanes not dropped (the others were
+    /// decided).
     fn rest(mut self) -> Vec<Candidate> {
         let left: usize = self
             .lanes
@@ -518,22 +562,15 @@ impl Order {
             .filter(|l| !l.dropped)
             .map(Lane::left)
             .sum();
-        let places: Vec<u32> = if left <= self.unusual.len() {
+        let places: Vec<u32> = if !self.shape_lanes.is_empty() || left <= self.unusual.len() {
             let lanes = self.lanes.iter_mut().filter(|l| !l.dropped);
-            lanes.flat_map(Lane::places).collect()
+            lanes.flat_map(Lane::take).map(|k| k.3).collect()
         } else {
             let mut unusual = std::mem::take(&mut self.unusual);
-            unusual.retain(|&p| {
-                self.candidates[p as usize]
-                    .as_ref()
-                    .is_some_and(|c| !self.dropped(c))
-            });
+            unusual.retain(|&p| self.candidates[p as usize].is_some());
             unusual
         };
-        places
-            .into_iter()
-            .filter_map(|p| self.candidates.get_mut(p as usize)?.take())
-            .collect()
+        places.into_iter().filter_map(|p| self.take(p)).collect()
     }
 }
 
@@ -591,9 +628,29 @@ fn drop_lane(
     reason: &PendingReason,
     reasons: &mut Vec<(JobId, PendingReason)>,
 ) {
-    let odd = order.drop_lane(c.shape, *reason != PendingReason::Resources);
-    for o in &odd {
-        note(reasons, o, reason.clone());
+    let keys = order.drop_lane(c.shape, tag::code(reason));
+    note_keys(order, keys, reason, reasons);
+}
+
+/// Notes `reason` for the jobs of `keys`, taken out of the order, whose reason before the
+/// pass was another: known from their tags, or else from their candidates.
+fn note_keys(
+    order: &mut Order,
+    keys: Vec<Packed>,
+    reason: &PendingReason,
+    reasons: &mut Vec<(JobId, PendingReason)>,
+) {
+    let code = tag::code(reason);
+    for k in keys {
+        match tag::reason(k.4) {
+            was if was == tag::OTHER || code == tag::OTHER => {
+                if let Some(c) = order.take(k.3) {
+                    note(reasons, &c, reason.clone());
+                }
+            }
+            was if was != code => reasons.push((JobId(k.2), reason.clone())),
+            _ => {}
+        }
     }
 }
 
@@ -730,6 +787,12 @@ impl Scheduler {
                 Some(Failed::Placement(fail)) => Err(fail.clone()),
                 Some(Failed::Holds { end: failed_end }) if end >= *failed_end => {
                     note(&mut reasons, &c, PendingReason::Priority);
+                    // So would every plain job of its shape that would end as late: they
+                    // are taken out of the order unread.
+                    if c.plain {
+                        let keys = order.thin_lane(c.shape, now, *failed_end);
+                        note_keys(&mut order, keys, &PendingReason::Priority, &mut reasons);
+                    }
                     continue;
                 }
                 _ => {
@@ -1048,7 +1111,8 @@ impl Scheduler {
                 if row.array_limited || row.reason != PendingReason::Priority {
                     unusual.push(place);
                 }
-                keys.push(packer.pack(&key, place));
+                let tag = tag::new(&row.reason, row.time_limit);
+                keys.push(packer.pack(&key, place, tag));
                 // The tier is the key's (`assess` looked it up).
                 let mut c = Candidate::of(id, row, key.1.0);
                 c.plain = !c.array_limited && !c.awaiting_victims;
@@ -1069,7 +1133,7 @@ impl Scheduler {
         self.queue = queue;
         let oldest = keep_oldest_starving(&mut starving);
         for (_, i, key) in &starving {
-            keys[*i] = packer.pack(key, keys[*i].3);
+            keys[*i] = packer.pack(key, keys[*i].3, keys[*i].4);
             if key.3 != Time::NEVER {
                 candidates[*i].plain = false;
             }
@@ -1547,44 +1611,65 @@ mod tests {
             prop_assert_eq!(rest, want);
         }
 
-        /// An order in lanes by shape gives the jobs in key order; of a dropped lane's jobs
-        /// left those whose reason was not `Resources` are given back, and the order goes
-        /// on without them.
+        /// An order in lanes by shape gives the jobs in key order; a lane thinned gives
+        /// back the keys of its jobs that would end too late whose reason was another than
+        /// `Priority`, a lane dropped those whose reason was another than the one decided,
+        /// and the order goes on without them.
         #[test]
-        fn an_order_in_lanes_gives_its_jobs_in_key_order_but_a_dropped_lane(
+        fn an_order_in_lanes_gives_its_jobs_in_key_order_but_those_taken_out(
             keys in proptest::collection::vec(arb_key(), 0..300),
             taken in 0usize..320,
-            all in any::<bool>(),
+            code in 0u32..3,
+            end in 0u64..40,
         ) {
             let (keys, shuffled) = unique(keys);
             let lane = |id: JobId| (id.0 % 3 != 0).then_some((id.0 % 4) as u32);
-            let odd = |id: JobId| id.0 % 5 == 0;
+            let was = |id: JobId| (id.0 % 5 % 3) as u32;
+            let limit = |id: JobId| id.0 % 37;
             let candidates: Vec<Candidate> = shuffled
                 .iter()
                 .map(|k| {
                     let mut c = candidate(k.6);
                     c.plain = lane(c.id).is_some();
                     c.shape = (k.6.0 % 4) as u32;
-                    if !odd(c.id) {
-                        c.reason_was = PendingReason::Resources;
-                    }
                     c
                 })
                 .collect();
-            let mut order = Order::by_shape(packed_keys(&shuffled), candidates, 4, Vec::new(), Vec::new());
+            let mut packed = packed_keys(&shuffled);
+            for k in &mut packed {
+                let reason = [PendingReason::Priority, PendingReason::Resources, PendingReason::None];
+                k.4 = tag::new(&reason[was(JobId(k.2)) as usize], crate::time::Dur(limit(JobId(k.2))));
+            }
+            let mut order = Order::by_shape(packed, candidates, 4, Vec::new(), Vec::new());
             let first: Vec<JobId> = (0..taken).map_while(|_| order.next()).map(|c| c.id).collect();
             let ids: Vec<JobId> = keys.iter().map(|k| k.6).collect();
             let n = taken.min(ids.len());
             prop_assert_eq!(&first, &ids[..n].to_vec());
-            let noted = order.drop_lane(1, all);
-            let dropped: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(1)).collect();
-            let mut noted: Vec<JobId> = noted.into_iter().map(|c| c.id).collect();
-            noted.sort_unstable();
-            let mut want: Vec<JobId> = dropped.iter().copied().filter(|&id| all || odd(id)).collect();
+            let sorted = |keys: Vec<Packed>| {
+                let mut ids: Vec<JobId> = keys.into_iter().map(|k| JobId(k.2)).collect();
+                ids.sort_unstable();
+                ids
+            };
+            // Lane 2 thinned at `end` (a limit of 0 is no limit: it ends never), but for
+            // its next job, which waits in the lanes' heads.
+            let left2: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(2)).collect();
+            let ends_late = |id: JobId| limit(id) == 0 || limit(id) >= end;
+            let thinned: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late(id)).collect();
+            let got = sorted(order.thin_lane(2, Time(0), Time(end)));
+            let mut want: Vec<JobId> = thinned.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
             want.sort_unstable();
-            prop_assert_eq!(noted, want);
+            prop_assert_eq!(got, want);
+            let left1: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(1)).collect();
+            let got = sorted(order.drop_lane(1, code));
+            let mut want: Vec<JobId> = left1.iter().copied().filter(|&id| code == tag::OTHER || was(id) != code).collect();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
             let then: Vec<JobId> = std::iter::from_fn(|| order.next()).map(|c| c.id).collect();
-            let want: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) != Some(1)).collect();
+            let want: Vec<JobId> = ids[n..]
+                .iter()
+                .copied()
+                .filter(|&id| lane(id) != Some(1) && !thinned.contains(&id))
+                .collect();
             prop_assert_eq!(then, want);
         }
     }
