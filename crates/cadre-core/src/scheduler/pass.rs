@@ -278,14 +278,15 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// least. Under strict order it usually reads one job, under a small `max_job_test` a few
 /// hundred, and then every job left waits on `Priority` (see [`Scheduler::schedule`]):
 /// sorting them all cost more than anything else such a pass did. For those the keys are
-/// sorted in stages ([`Keys`]), the first the head the pass is expected to read.
+/// made a heap (linear), each job taken costs a logarithm, and should the pass read on
+/// past the head it was expected to, what is left is sorted then.
 ///
-/// When the pass may read every job, the order may come in lanes ([`Order::by_shape`]):
-/// one per shape for the plain jobs of that shape, one for the others, merged by key. Once
-/// a plain job's shape finds no room, every plain job of its shape after it would be
-/// decided as it was: its lane is dropped ([`Order::drop_lane`]), its jobs left noted from
-/// their keys' tags (read only when the tag cannot tell) and sorted no further. Each lane
-/// is sorted in stages.
+/// When the pass reads every job, the order may come in lanes ([`Order::by_shape`]): one
+/// per shape for the plain jobs of that shape, one for the others, merged by key. Once a
+/// plain job's shape finds no room, every plain job of its shape after it would be decided
+/// as it was: its lane is dropped ([`Order::drop_lane`]); of its jobs left only those that
+/// had another reason than `Resources` are read (all of them when the reason decided is
+/// another), and none is sorted past the point reached.
 struct Order {
     lanes: Vec<Lane>,
     /// With several lanes, the next key of each lane, with the lane (a dropped lane's stays
@@ -307,9 +308,8 @@ struct Order {
 /// No lane (see [`Order::shape_lanes`]).
 const NO_LANE: u32 = u32::MAX;
 
-/// The keys sorted in the first stage of a lane (see [`Keys`]), or of an order that is
-/// expected to be read only at its head.
-const FIRST_STAGE: usize = 256;
+/// Jobs taken from a lane's heap before the keys left in it are sorted.
+const HEAP_TAKES: usize = 256;
 
 /// Some of the order's keys (see [`Order`]).
 struct Lane {
@@ -331,7 +331,7 @@ impl Lane {
 
     /// Takes the keys of the jobs left in the lane, in no particular order.
     fn take(&mut self) -> impl Iterator<Item = Packed> + use<> {
-        let keys = std::mem::replace(&mut self.keys, Keys::new(Vec::new(), 0));
+        let keys = std::mem::replace(&mut self.keys, Keys::Sorted(Vec::new()));
         self.head.take().into_iter().chain(keys.into_keys())
     }
 
@@ -340,100 +340,87 @@ impl Lane {
     }
 }
 
-/// The keys of the jobs left, sorted a stage at a time: the next few sorted, the others
-/// after them in no order. Each stage selects the next `batch` keys (linear in the keys
-/// left) and sorts them, and the next stage takes four times as many: a pass that reads a
-/// head of the order (strict order, a small test depth, a lane dropped early) sorts
-/// little more than that head, and one that reads everything sorts it in a few stages.
-struct Keys {
-    /// The next keys, sorted so that the next is last.
-    next: Vec<Packed>,
-    /// The keys after them, in no order.
-    later: Vec<Packed>,
-    /// How many keys the next stage sorts.
-    batch: usize,
+/// The keys of the jobs left (reversed: the heap is a max-heap).
+enum Keys {
+    /// A heap, and how many more jobs to take from it before the keys left are sorted.
+    Heap(BinaryHeap<Reverse<Packed>>, usize),
+    /// Sorted so that the next is last.
+    Sorted(Vec<Reverse<Packed>>),
 }
 
-/// Stages grow by this factor.
-const STAGE_GROWTH: usize = 4;
-
 impl Keys {
-    /// The keys, a first stage of `batch` sorted when first read (none: all sorted now).
-    fn new(keys: Vec<Packed>, batch: usize) -> Keys {
-        let mut keys = Keys {
-            next: Vec::new(),
-            later: keys,
-            batch: match batch {
-                0 => usize::MAX,
-                n => n,
-            },
-        };
-        if batch == 0 {
-            keys.stage();
-        }
-        keys
+    fn sorted(mut keys: Vec<Reverse<Packed>>) -> Keys {
+        keys.sort_unstable();
+        Keys::Sorted(keys)
     }
 
-    /// Sorts the next stage of keys into `next` (which is empty).
-    fn stage(&mut self) {
-        let k = self.batch.min(self.later.len());
-        if k == 0 {
-            return;
+    /// The keys as a heap for the first `heap_for` taken (none: sorted at once).
+    fn new(keys: Vec<Reverse<Packed>>, heap_for: usize) -> Keys {
+        match heap_for {
+            0 => Keys::sorted(keys),
+            n => Keys::Heap(BinaryHeap::from(keys), n),
         }
-        let at = self.later.len() - k;
-        if at > 0 {
-            // Descending: the `k` least keys come last.
-            self.later.select_nth_unstable_by(at, |a, b| b.cmp(a));
-        }
-        self.next = self.later.split_off(at);
-        self.next.sort_unstable_by(|a, b| b.cmp(a));
-        self.batch = self.batch.saturating_mul(STAGE_GROWTH);
     }
 
     /// Takes the next key.
     fn pop(&mut self) -> Option<Packed> {
-        if self.next.is_empty() {
-            self.stage();
-        }
-        self.next.pop()
+        let key = match self {
+            Keys::Heap(heap, 0) => {
+                let rest = std::mem::take(heap).into_vec();
+                *self = Keys::sorted(rest);
+                return self.pop();
+            }
+            Keys::Heap(heap, left) => {
+                *left -= 1;
+                heap.pop()
+            }
+            Keys::Sorted(keys) => keys.pop(),
+        };
+        key.map(|Reverse(k)| k)
     }
 
     fn len(&self) -> usize {
-        self.next.len() + self.later.len()
+        match self {
+            Keys::Heap(heap, _) => heap.len(),
+            Keys::Sorted(keys) => keys.len(),
+        }
     }
 
     fn into_keys(self) -> impl Iterator<Item = Packed> {
-        self.next.into_iter().chain(self.later)
+        let keys = match self {
+            Keys::Heap(heap, _) => heap.into_vec(),
+            Keys::Sorted(keys) => keys,
+        };
+        keys.into_iter().map(|Reverse(k)| k)
     }
 
     /// Takes out the keys for which `out` holds, in no particular order.
     fn take_if(&mut self, mut out: impl FnMut(&Packed) -> bool) -> Vec<Packed> {
-        let mut taken = Vec::new();
-        for keys in [&mut self.next, &mut self.later] {
-            keys.retain(|k| match out(k) {
-                true => {
-                    taken.push(*k);
-                    false
-                }
-                false => true,
-            });
+        let taken = match self {
+            Keys::Heap(heap, _) => heap.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
+            Keys::Sorted(keys) => keys.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
+        };
+        match self {
+            Keys::Heap(heap, _) => heap.retain(|k| !out(&k.0)),
+            Keys::Sorted(keys) => keys.retain(|k| !out(&k.0)),
         }
         taken
     }
 }
 
 impl Order {
-    /// The order of `keys` (each ending with its candidate's place in `candidates`; see
-    /// [`Packed`]), sorted in stages from `first` keys (none: sorted at once).
+    /// The order of `keys` (each ending with its candidate's place in `candidates`), a
+    /// heap for the first `heap_for` jobs taken (none: sorted at once).
     fn new(
         keys: Vec<Packed>,
         candidates: Vec<Candidate>,
-        first: usize,
+        heap_for: usize,
         starving: Vec<JobId>,
         unusual: Vec<u32>,
     ) -> Order {
+        let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         Order {
-            lanes: vec![Lane::of(Keys::new(keys, first))],
+            lanes: vec![Lane::of(Keys::new(keys, heap_for))],
             heads: BinaryHeap::new(),
             shape_lanes: Vec::new(),
             candidates: candidates.into_iter().map(Some).collect(),
@@ -452,7 +439,7 @@ impl Order {
         unusual: Vec<u32>,
     ) -> Order {
         let mut shape_lanes = vec![NO_LANE; shapes];
-        let mut parts: Vec<Vec<Packed>> = vec![Vec::new()];
+        let mut parts: Vec<Vec<Reverse<Packed>>> = vec![Vec::new()];
         for key in keys {
             let c = &candidates[key.3 as usize];
             let lane = match shape_lanes.get_mut(c.shape as usize) {
@@ -465,7 +452,7 @@ impl Order {
                 }
                 _ => 0,
             };
-            parts[lane].push(key);
+            parts[lane].push(Reverse(key));
         }
         let candidates = candidates.into_iter().map(Some).collect();
         if parts.len() == 1 {
@@ -485,7 +472,7 @@ impl Order {
             .into_iter()
             .zip(0..)
             .map(|(keys, l)| {
-                let mut lane = Lane::of(Keys::new(keys, FIRST_STAGE));
+                let mut lane = Lane::of(Keys::new(keys, HEAP_TAKES));
                 lane.head = lane.keys.pop().inspect(|&k| heads.push(Reverse((k, l))));
                 lane
             })
@@ -1183,12 +1170,12 @@ impl Scheduler {
         if by_shape {
             return Order::by_shape(keys, candidates, self.shapes.len(), starving, unusual);
         }
-        let first = match self.policy.strict_order {
-            true => FIRST_STAGE,
-            false if test.saturating_mul(8) < keys.len() => test.max(FIRST_STAGE),
+        let heap_for = match self.policy.strict_order {
+            true => HEAP_TAKES,
+            false if test.saturating_mul(8) < keys.len() => test.max(HEAP_TAKES),
             false => 0,
         };
-        Order::new(keys, candidates, first, starving, unusual)
+        Order::new(keys, candidates, heap_for, starving, unusual)
     }
 
     /// Sets a pending job's priority, and its reason where something keeps it from being
@@ -1592,12 +1579,12 @@ mod tests {
             prop_assert_eq!(sorted, keys);
         }
 
-        /// The order gives the jobs in key order, sorted at once or in stages; then
+        /// The order gives the jobs in key order, from a heap, sorted keys or both; then
         /// the jobs named unusual that were not taken.
         #[test]
         fn an_order_gives_its_jobs_in_key_order(
             keys in proptest::collection::vec(arb_key(), 0..300),
-            first in prop_oneof![Just(0usize), 1usize..40, Just(usize::MAX)],
+            heap_for in prop_oneof![Just(0usize), 1usize..40, Just(usize::MAX)],
             taken in 0usize..320,
         ) {
             let (keys, shuffled) = unique(keys);
@@ -1606,7 +1593,7 @@ mod tests {
             let unusual: Vec<u32> = (0..shuffled.len() as u32).filter(|p| p % 3 == 0).collect();
             let unusual_ids: Vec<JobId> = unusual.iter().map(|&p| shuffled[p as usize].6).collect();
             let starving = ids.first().copied().into_iter().collect();
-            let mut order = Order::new(packed_keys(&shuffled), candidates, first, starving, unusual);
+            let mut order = Order::new(packed_keys(&shuffled), candidates, heap_for, starving, unusual);
             let first: Vec<(JobId, bool)> =
                 (0..taken).map_while(|_| order.next()).map(|c| (c.id, c.starving)).collect();
             let n = taken.min(keys.len());
