@@ -65,8 +65,8 @@ pub(super) struct Candidate {
     /// limit): a reason the pass decides is written only where it differs.
     reason_was: PendingReason,
     /// Plain: once its shape finds no room (and no reservation is left to make), the plain
-    /// jobs of its shape after it in the order are decided as it was (see
-    /// [`Order::by_shape`]). Not an array task with a `%N` limit, not awaiting victims,
+    /// jobs of its shape after it in the order are decided as it was, and once a hold keeps
+    /// its shape back, those that would end as late (see [`Order::by_shape`]). Not an array task with a `%N` limit, not awaiting victims,
     /// not carrying the starving mark. (Lanes are used only when no job may preempt.)
     plain: bool,
 }
@@ -155,13 +155,14 @@ fn keep_oldest_starving<T>(starving: &mut [(PartitionId, T, OrderKey)]) -> Vec<J
 }
 
 /// An order key packed into three integers that compare as the keys do (see [`Packer`]),
-/// the last the job's id; then the job's place among the pass's candidates and its
-/// [`Tag`] (which take no part in the order, the ids being unique).
+/// the last the job's id; then the job's place among the pass's candidates and its tag
+/// (see [`tag`]), which take no part in the order, the ids being unique.
 type Packed = (u64, u64, u64, u32, u32);
 
 /// What a packed key tells of its job, so that jobs a pass decides without reading them
-/// (see [`Order::drop_lane`]) are not looked up: its reason before the pass, as a code
-/// (the top two bits), and its time limit in seconds (the others).
+/// (see [`Order::drop_lane`] and [`Order::thin_lane`]) are looked up only when the code
+/// cannot tell: its reason before the pass, as a code (the top two bits), and its time
+/// limit in seconds (the others).
 mod tag {
     use super::PendingReason;
     use crate::time::{Dur, Time};
@@ -281,12 +282,13 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// made a heap (linear), each job taken costs a logarithm, and should the pass read on
 /// past the head it was expected to, what is left is sorted then.
 ///
-/// When the pass reads every job, the order may come in lanes ([`Order::by_shape`]): one
+/// When the pass may read every job, the order may come in lanes ([`Order::by_shape`]): one
 /// per shape for the plain jobs of that shape, one for the others, merged by key. Once a
 /// plain job's shape finds no room, every plain job of its shape after it would be decided
-/// as it was: its lane is dropped ([`Order::drop_lane`]); of its jobs left only those that
-/// had another reason than `Resources` are read (all of them when the reason decided is
-/// another), and none is sorted past the point reached.
+/// as it was: its lane is dropped ([`Order::drop_lane`]), its jobs left noted from their
+/// keys' tags (read only when the tag cannot tell) and sorted no further. Once a hold
+/// keeps its shape back, the plain jobs of its shape that would end as late are taken out
+/// of its lane likewise ([`Order::thin_lane`]).
 struct Order {
     lanes: Vec<Lane>,
     /// With several lanes, the next key of each lane, with the lane (a dropped lane's stays
@@ -538,10 +540,9 @@ impl Order {
         let Some(lane) = self.lane(shape) else {
             return Vec::new();
         };
-        let taken = lane
+        let mut taken = lane
             .keys
             .take_if(|k| tag::end(k.4, now).is_some_and(|e| e >= end));
-        let mut taken = taken;
         taken.retain(|k| tag::reason(k.4) != tag::PRIORITY);
         taken
     }
@@ -633,7 +634,7 @@ fn drop_lane(
 }
 
 /// Notes `reason` for the jobs of `keys`, taken out of the order, whose reason before the
-/// pass was another: known from their tags, or else from their candidates.
+/// pass may be another: told by their tags, or else by their candidates.
 fn note_keys(
     order: &mut Order,
     keys: Vec<Packed>,
