@@ -87,9 +87,10 @@ impl RunningRanks {
     }
 
     fn summary(&self) -> VictimSummary {
+        let (lowest_class, lowest_tier) = self.lowest();
         VictimSummary {
-            lowest_class: self.classes.keys().next().copied().unwrap_or(i32::MAX),
-            lowest_tier: self.tiers.keys().next().copied().unwrap_or(u32::MAX),
+            lowest_class: lowest_class.unwrap_or(i32::MAX),
+            lowest_tier: lowest_tier.unwrap_or(u32::MAX),
             qos: self.qos.keys().cloned().collect(),
         }
     }
