@@ -66,8 +66,9 @@ pub(super) struct Candidate {
     reason_was: PendingReason,
     /// Plain: once its shape finds no room (and no reservation is left to make), the plain
     /// jobs of its shape after it in the order are decided as it was, and once a hold keeps
-    /// its shape back, those that would end as late (see [`Order::by_shape`]). Not an array task with a `%N` limit, not awaiting victims,
-    /// not carrying the starving mark. (Lanes are used only when no job may preempt.)
+    /// its shape back, those that would end as late (see [`Order::by_shape`]). Not an
+    /// array task with a `%N` limit, not awaiting victims, not carrying the starving mark.
+    /// (Lanes are used only when no job may preempt.)
     plain: bool,
 }
 
@@ -357,7 +358,8 @@ impl Keys {
     }
 
     /// The keys as a heap for the first `heap_for` taken (none: sorted at once).
-    fn new(keys: Vec<Reverse<Packed>>, heap_for: usize) -> Keys {
+    fn new(keys: Vec<Packed>, heap_for: usize) -> Keys {
+        let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         match heap_for {
             0 => Keys::sorted(keys),
             n => Keys::Heap(BinaryHeap::from(keys), n),
@@ -398,13 +400,17 @@ impl Keys {
 
     /// Takes out the keys for which `out` holds, in no particular order.
     fn take_if(&mut self, mut out: impl FnMut(&Packed) -> bool) -> Vec<Packed> {
-        let taken = match self {
-            Keys::Heap(heap, _) => heap.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
-            Keys::Sorted(keys) => keys.iter().filter(|k| out(&k.0)).map(|k| k.0).collect(),
+        let mut taken = Vec::new();
+        let keep = |k: &Reverse<Packed>| {
+            let take = out(&k.0);
+            if take {
+                taken.push(k.0);
+            }
+            !take
         };
         match self {
-            Keys::Heap(heap, _) => heap.retain(|k| !out(&k.0)),
-            Keys::Sorted(keys) => keys.retain(|k| !out(&k.0)),
+            Keys::Heap(heap, _) => heap.retain(keep),
+            Keys::Sorted(keys) => keys.retain(keep),
         }
         taken
     }
@@ -420,7 +426,6 @@ impl Order {
         starving: Vec<JobId>,
         unusual: Vec<u32>,
     ) -> Order {
-        let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         Order {
             lanes: vec![Lane::of(Keys::new(keys, heap_for))],
             heads: BinaryHeap::new(),
@@ -441,7 +446,7 @@ impl Order {
         unusual: Vec<u32>,
     ) -> Order {
         let mut shape_lanes = vec![NO_LANE; shapes];
-        let mut parts: Vec<Vec<Reverse<Packed>>> = vec![Vec::new()];
+        let mut parts: Vec<Vec<Packed>> = vec![Vec::new()];
         for key in keys {
             let c = &candidates[key.3 as usize];
             let lane = match shape_lanes.get_mut(c.shape as usize) {
@@ -454,21 +459,14 @@ impl Order {
                 }
                 _ => 0,
             };
-            parts[lane].push(Reverse(key));
+            parts[lane].push(key);
         }
-        let candidates = candidates.into_iter().map(Some).collect();
         if parts.len() == 1 {
             // No plain job: one lane, which the pass reads whole.
             let keys = parts.pop().expect("one lane");
-            return Order {
-                lanes: vec![Lane::of(Keys::new(keys, 0))],
-                heads: BinaryHeap::new(),
-                shape_lanes,
-                candidates,
-                starving,
-                unusual,
-            };
+            return Order::new(keys, candidates, 0, starving, unusual);
         }
+        let candidates = candidates.into_iter().map(Some).collect();
         let mut heads = BinaryHeap::with_capacity(parts.len());
         let lanes = parts
             .into_iter()
