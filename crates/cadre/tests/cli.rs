@@ -209,6 +209,8 @@ fn bench_scheduler_prints_its_figures_as_json() {
         "cycles",
         "cycle_ms_p50",
         "cycle_ms_p99",
+        "cycle_cpu_ms_p50",
+        "fill_cycle_cpu_ms",
         "event_us_p50",
         "started",
         "rss_mib",
@@ -217,6 +219,9 @@ fn bench_scheduler_prints_its_figures_as_json() {
     }
     assert_eq!(v["gpus"], 128);
     assert_eq!(v["pending"], 200);
+    // The fill pass starts jobs, so its thread used some CPU time (0 would mean the clock
+    // was not read).
+    assert!(v["fill_cycle_cpu_ms"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
 }
 
 #[test]
