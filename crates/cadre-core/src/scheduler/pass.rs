@@ -311,8 +311,11 @@ struct Order {
 /// No lane (see [`Order::shape_lanes`]).
 const NO_LANE: u32 = u32::MAX;
 
-/// Jobs taken from a lane's heap before the keys left in it are sorted.
+/// Jobs taken from a lane's heap before the keys left in it may be sorted.
 const HEAP_TAKES: usize = 256;
+
+/// How many times as many keys as were taken a heap must hold to be kept on (see [`Keys`]).
+const HEAP_SHARE: usize = 8;
 
 /// Some of the order's keys (see [`Order`]).
 struct Lane {
@@ -344,9 +347,16 @@ impl Lane {
 }
 
 /// The keys of the jobs left (reversed: the heap is a max-heap).
+///
+/// A heap costs a logarithm per job taken, a sort a logarithm per job left: the heap is
+/// kept while the jobs taken from it are few beside those left. Each time its allowance
+/// runs out, while at least [`HEAP_SHARE`] times as many jobs as were taken are left, the
+/// allowance doubles; otherwise the keys left are sorted. A pass that reads a few thousand
+/// jobs of a lane of tens of thousands, and drops the rest, never sorts that lane.
 enum Keys {
-    /// A heap, and how many more jobs to take from it before the keys left are sorted.
-    Heap(BinaryHeap<Reverse<Packed>>, usize),
+    /// A heap, how many more jobs to take from it before looking again, and how many were
+    /// taken.
+    Heap(BinaryHeap<Reverse<Packed>>, usize, usize),
     /// Sorted so that the next is last.
     Sorted(Vec<Reverse<Packed>>),
 }
@@ -362,20 +372,26 @@ impl Keys {
         let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         match heap_for {
             0 => Keys::sorted(keys),
-            n => Keys::Heap(BinaryHeap::from(keys), n),
+            n => Keys::Heap(BinaryHeap::from(keys), n, 0),
         }
     }
 
     /// Takes the next key.
     fn pop(&mut self) -> Option<Packed> {
         let key = match self {
-            Keys::Heap(heap, 0) => {
+            Keys::Heap(heap, 0, taken) if heap.len() >= taken.saturating_mul(HEAP_SHARE) => {
+                let more = (*taken).max(1);
+                *self = Keys::Heap(std::mem::take(heap), more, *taken);
+                return self.pop();
+            }
+            Keys::Heap(heap, 0, _) => {
                 let rest = std::mem::take(heap).into_vec();
                 *self = Keys::sorted(rest);
                 return self.pop();
             }
-            Keys::Heap(heap, left) => {
+            Keys::Heap(heap, left, taken) => {
                 *left -= 1;
+                *taken += 1;
                 heap.pop()
             }
             Keys::Sorted(keys) => keys.pop(),
@@ -385,14 +401,14 @@ impl Keys {
 
     fn len(&self) -> usize {
         match self {
-            Keys::Heap(heap, _) => heap.len(),
+            Keys::Heap(heap, ..) => heap.len(),
             Keys::Sorted(keys) => keys.len(),
         }
     }
 
     fn into_keys(self) -> impl Iterator<Item = Packed> {
         let keys = match self {
-            Keys::Heap(heap, _) => heap.into_vec(),
+            Keys::Heap(heap, ..) => heap.into_vec(),
             Keys::Sorted(keys) => keys,
         };
         keys.into_iter().map(|Reverse(k)| k)
@@ -409,7 +425,7 @@ impl Keys {
             !take
         };
         match self {
-            Keys::Heap(heap, _) => heap.retain(keep),
+            Keys::Heap(heap, ..) => heap.retain(keep),
             Keys::Sorted(keys) => keys.retain(keep),
         }
         taken
