@@ -100,14 +100,54 @@ impl PriorityWeights {
 
     /// The priority of a job with these factors.
     pub fn priority(&self, f: &Factors) -> u64 {
+        (round(self.sum(f)).max(1.0) as u64).min(MAX_PRIORITY)
+    }
+
+    /// The weighted sum that [`PriorityWeights::priority`] rounds and clamps.
+    fn sum(&self, f: &Factors) -> f64 {
         let term = |w: u32, x: f64| f64::from(w) * x.clamp(0.0, 1.0);
-        let sum = term(self.age, f.age)
+        term(self.age, f.age)
             + term(self.fairshare, f.fairshare)
             + term(self.job_size, f.job_size)
             + term(self.partition, f.partition)
             + term(self.qos, f.qos)
-            - f64::from(f.nice);
-        (round(sum).max(1.0) as u64).min(MAX_PRIORITY)
+            - f64::from(f.nice)
+    }
+
+    /// How long the priority of a job eligible for `waited`, with factors `f` and so
+    /// priority `priority`, stays the same while the job waits and nothing else changes:
+    /// every factor but age is then fixed, but fair-share, which moves with everyone's
+    /// usage (zero when it is weighed), and age only grows, by `age / max_age` a second
+    /// until it reaches its cap. `None`: for as long as nothing else changes.
+    ///
+    /// The priority is the sum rounded, and the sum only grows: it stays the same until the
+    /// sum reaches `priority + 0.5`. The time that takes is cut by a margin far above the
+    /// floating-point error of the sum (about 10^-15 of its terms' size), so that the
+    /// priority computed at any whole second within it is exactly `priority`.
+    pub fn steady_for(&self, f: &Factors, waited: Dur, priority: u64) -> Option<Dur> {
+        if self.fairshare != 0 {
+            return Some(Dur(0));
+        }
+        if self.age == 0 || self.max_age.0 == 0 || waited >= self.max_age {
+            return None;
+        }
+        if priority >= MAX_PRIORITY {
+            return None;
+        }
+        let slope = f64::from(self.age) / self.max_age.0 as f64;
+        let size = [self.age, self.job_size, self.partition, self.qos]
+            .into_iter()
+            .map(f64::from)
+            .sum::<f64>()
+            + f64::from(f.nice).abs()
+            + priority as f64;
+        let room = (priority as f64 + 0.5) - self.sum(f) - size * 1e-12;
+        let secs = room / slope * (1.0 - 1e-9);
+        // A NaN (from a NaN factor) holds for no time either.
+        if secs.is_nan() || secs < 1.0 {
+            return Some(Dur(0));
+        }
+        Some(Dur(secs.min(u64::MAX as f64 / 2.0) as u64))
     }
 }
 
@@ -134,6 +174,53 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// A priority said to stay the same for a while is the same at its last second,
+        /// and so, as the priority only grows with age, at every second before.
+        #[test]
+        fn a_steady_priority_is_the_same_to_its_last_second(
+            age in prop_oneof![Just(0u32), 1u32..10, 1u32..100_000, Just(u32::MAX)],
+            job_size in prop_oneof![Just(0u32), 1u32..100_000, Just(u32::MAX)],
+            partition in 0u32..10_000,
+            qos in 0u32..10_000,
+            max_age in prop_oneof![Just(0u64), 1u64..100, 1u64..40_000_000],
+            size in 0.0f64..=1.0,
+            part in 0.0f64..=1.0,
+            q in 0.0f64..=1.0,
+            nice in prop_oneof![Just(0i32), -10_000i32..10_000, Just(i32::MIN), Just(i32::MAX)],
+            waited in 0u64..50_000_000,
+        ) {
+            let w = PriorityWeights {
+                age,
+                fairshare: 0,
+                job_size,
+                partition,
+                qos,
+                max_age: Dur(max_age),
+                favor_small: false,
+                size_basis: SizeBasis::Resources,
+            };
+            let at = |waited: u64| Factors {
+                age: w.age_factor(Dur(waited)),
+                fairshare: 0.0,
+                job_size: size,
+                partition: part,
+                qos: q,
+                nice,
+            };
+            let p = w.priority(&at(waited));
+            match w.steady_for(&at(waited), Dur(waited), p) {
+                Some(Dur(0)) => {}
+                Some(Dur(d)) => {
+                    prop_assert_eq!(w.priority(&at(waited + d - 1)), p);
+                    prop_assert_eq!(w.priority(&at(waited + d / 2)), p);
+                }
+                None => {
+                    let later = waited.saturating_add(1_000_000_000);
+                    prop_assert_eq!(w.priority(&at(later)), p);
+                }
+            }
+        }
+
         /// The pass's rounding is the standard library's, halves and extremes included.
         #[test]
         fn round_is_f64_round(

@@ -485,6 +485,23 @@ fn fifo_preset_decides_as_the_reference() {
     }
 }
 
+/// Policies that do not weigh fair-share, whose priorities are read from the last pass
+/// while they hold ([`super::queue::PriorityMemo`]), with an age cap short enough that
+/// priorities change every second or so within the run: the default policy's other
+/// weights, and strict order.
+#[test]
+fn priorities_kept_between_passes_are_the_reference_s() {
+    let mut no_fairshare = Policy::default();
+    no_fairshare.priority.fairshare = 0;
+    no_fairshare.priority.max_age = Dur::hours(2);
+    let mut fifo = Policy::fifo();
+    fifo.priority.max_age = Dur::minutes(20);
+    for seed in 1..=3 {
+        compare(no_fairshare.clone(), seed, 300);
+        compare(fifo.clone(), seed, 300);
+    }
+}
+
 /// A shallow test depth (`max_job_test`) under each preset, with array tasks: past the
 /// depth (or, under strict order, once every partition is blocked) every job left waits
 /// on `Priority` but array tasks at their array's limit, decided without sorting the rest

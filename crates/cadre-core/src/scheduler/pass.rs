@@ -2,7 +2,7 @@
 //! reserve for the top blocked jobs, and backfill around the reservations.
 
 use super::free::FreeSummary;
-use super::queue::Row;
+use super::queue::{PriorityMemo, Row};
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
@@ -1199,8 +1199,14 @@ impl Scheduler {
     fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<OrderKey>, bool) {
         let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
-        let factors = self.job_factors(row, row.eligible_since.unwrap_or(now), now, true);
-        row.priority = self.policy.priority.priority(&factors);
+        let since = row.eligible_since.unwrap_or(now);
+        if !row.memo.holds(since, now) {
+            let w = &self.policy.priority;
+            let factors = self.job_factors(row, since, now, true);
+            row.priority = w.priority(&factors);
+            let steady = w.steady_for(&factors, now.since(since), row.priority);
+            row.memo = PriorityMemo::new(since, now, steady);
+        }
         row.starving_since = None;
         if let Some(reason) = blocker {
             if !matches!(

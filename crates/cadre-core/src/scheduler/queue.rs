@@ -25,6 +25,8 @@ use super::{Hold, Job, PendingReason};
 use crate::cluster::PartitionId;
 use crate::fairshare::AssocIx;
 use crate::job::JobId;
+#[cfg(doc)]
+use crate::priority::PriorityWeights;
 use crate::priority::SizeBasis;
 use crate::resources::MILLI_PER_GPU;
 use crate::time::{Dur, Time};
@@ -61,6 +63,8 @@ pub(super) struct Row {
     pub(super) holds_victims: bool,
     /// The priority the last pass gave it (see the module's documentation).
     pub(super) priority: u64,
+    /// Until when that priority holds.
+    pub(super) memo: PriorityMemo,
     pub(super) eligible_since: Option<Time>,
     pub(super) starving_since: Option<Time>,
     pub(super) reason: PendingReason,
@@ -89,6 +93,7 @@ impl Row {
             awaiting_victims: !job.awaiting_victims.is_empty(),
             holds_victims: !job.victims_held.is_empty(),
             priority: job.priority,
+            memo: PriorityMemo::NONE,
             eligible_since: job.eligible_since,
             starving_since: job.starving_since,
             reason: job.reason.clone(),
@@ -133,6 +138,45 @@ impl Row {
         job.eligible_since = self.eligible_since;
         job.starving_since = self.starving_since;
         job.reason.clone_from(&self.reason);
+    }
+}
+
+/// How long a row's priority holds as it is ([`PriorityWeights::steady_for`]): from the
+/// pass that computed it, for a job eligible since `since`, until `until`, while the row is
+/// not made again. Every other input of the priority is the row's own or fixed for the
+/// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
+/// reads a priority that holds instead of computing it: under a policy that does not weigh
+/// fair-share, a job's priority changes every few hours, while a pass comes every few
+/// seconds, and computing every pending job's priority was most of a first-come-first-
+/// served pass on a deep queue.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct PriorityMemo {
+    since: Time,
+    from: Time,
+    until: Time,
+}
+
+impl PriorityMemo {
+    /// Holds never.
+    pub(super) const NONE: PriorityMemo = PriorityMemo {
+        since: Time::NEVER,
+        from: Time::NEVER,
+        until: Time(0),
+    };
+
+    /// A priority computed at `now` for a job eligible since `since`, the same for
+    /// `steady` (`None`: while nothing else changes).
+    pub(super) fn new(since: Time, now: Time, steady: Option<Dur>) -> PriorityMemo {
+        PriorityMemo {
+            since,
+            from: now,
+            until: steady.map_or(Time::NEVER, |d| now + d),
+        }
+    }
+
+    /// Whether the priority holds at `now` for a job eligible since `since`.
+    pub(super) fn holds(&self, since: Time, now: Time) -> bool {
+        self.since == since && self.from <= now && now < self.until
     }
 }
 
@@ -254,6 +298,7 @@ impl PendingTable {
                 .ok_or_else(|| format!("pending job {id} is not in the job table"))?;
             let fresh = Row {
                 priority: row.priority,
+                memo: row.memo,
                 ..Row::of(job)
             };
             if *row != fresh {
