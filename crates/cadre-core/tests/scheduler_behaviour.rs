@@ -10,7 +10,7 @@ use cadre_core::job::{
     TaskGroup,
 };
 use cadre_core::policy::{BackfillMode, Policy, PreemptMode, PriorityClassConfig, QosConfig};
-use cadre_core::priority::PriorityWeights;
+use cadre_core::priority::{PriorityWeights, SizeBasis};
 use cadre_core::quota::{NamespaceQuotaConfig, QueueConfig, QuotaAmounts, QuotaConfig};
 use cadre_core::resources::{Amounts, TaskResources};
 use cadre_core::scheduler::{
@@ -797,6 +797,43 @@ fn nice_lowers_priority_and_can_be_changed_while_pending() {
         ),
         Err(CoreError::WrongState { .. })
     ));
+}
+
+/// Without fair-share a pending job's priority is kept between passes while only its age
+/// could move it (under `fifo`'s weights, for hours); a change to the job itself still
+/// moves it at the next pass.
+#[test]
+fn a_priority_kept_between_passes_follows_a_change_to_its_job() {
+    let mut sim = Sim::new(
+        Cluster::flat_gpu(1, 8),
+        weights(|w| {
+            w.age = 1000;
+            w.max_age = Dur::days(365);
+            w.job_size = 1000;
+            w.favor_small = false;
+            w.size_basis = SizeBasis::Resources;
+        }),
+    );
+    sim.submit(1, job(1, 8, 100), 0);
+    sim.pass(0);
+    // The whole cluster: a job-size factor of 1.
+    sim.submit(2, job(1, 8, 100), 1);
+    sim.pass(10);
+    assert_eq!(sim.priority(2), 1000);
+    sim.pass(20);
+    assert_eq!(sim.priority(2), 1000, "ten seconds of age round to nothing");
+    sim.event(
+        Event::SetNice {
+            id: JobId(2),
+            nice: 300,
+        },
+        25,
+    );
+    sim.pass(30);
+    assert_eq!(sim.priority(2), 700);
+    // Nine hours of waiting add one (1000 x 9 h / 365 days = 1.03).
+    sim.pass(10 + 9 * 3600);
+    assert_eq!(sim.priority(2), 701);
 }
 
 #[test]

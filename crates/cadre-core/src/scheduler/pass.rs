@@ -281,7 +281,7 @@ fn packed_keys(keys: &[OrderKey]) -> Vec<Packed> {
 /// hundred, and then every job left waits on `Priority` (see [`Scheduler::schedule`]):
 /// sorting them all cost more than anything else such a pass did. For those the keys are
 /// made a heap (linear), each job taken costs a logarithm, and should the pass read on
-/// past the head it was expected to, what is left is sorted then.
+/// well past the head it was expected to, what is left is sorted then ([`Keys`]).
 ///
 /// When the pass may read every job, the order may come in lanes ([`Order::by_shape`]): one
 /// per shape for the plain jobs of that shape, one for the others, merged by key. Once a
@@ -350,8 +350,9 @@ impl Lane {
 ///
 /// A heap costs a logarithm per job taken, a sort a logarithm per job left: the heap is
 /// kept while the jobs taken from it are few beside those left. Each time its allowance
-/// runs out, while at least [`HEAP_SHARE`] times as many jobs as were taken are left, the
-/// allowance doubles; otherwise the keys left are sorted. A pass that reads a few thousand
+/// runs out, while at least [`HEAP_SHARE`] times as many jobs as were taken are left, it
+/// is renewed for as many jobs as were taken so far (so the jobs taken double); otherwise
+/// the keys left are sorted. A pass that reads a few thousand
 /// jobs of a lane of tens of thousands, and drops the rest, never sorts that lane.
 enum Keys {
     /// A heap, how many more jobs to take from it before looking again, and how many were
@@ -367,7 +368,8 @@ impl Keys {
         Keys::Sorted(keys)
     }
 
-    /// The keys as a heap for the first `heap_for` taken (none: sorted at once).
+    /// The keys as a heap for the first `heap_for` taken, and on while it is large (none:
+    /// sorted at once).
     fn new(keys: Vec<Packed>, heap_for: usize) -> Keys {
         let keys: Vec<Reverse<Packed>> = keys.into_iter().map(Reverse).collect();
         match heap_for {
@@ -434,7 +436,8 @@ impl Keys {
 
 impl Order {
     /// The order of `keys` (each ending with its candidate's place in `candidates`), a
-    /// heap for the first `heap_for` jobs taken (none: sorted at once).
+    /// heap for the first `heap_for` jobs taken and on while it is large (none: sorted at
+    /// once; see [`Keys`]).
     fn new(
         keys: Vec<Packed>,
         candidates: Vec<Candidate>,

@@ -6,15 +6,18 @@
 //! queue that was most of the pass's ordering. The rows hold those fields packed together
 //! in one array (with an index by id).
 //!
-//! A pending job's priority is the row's alone: most priorities change at every pass (age
-//! and fair-share move them), and writing them back cost as much as reading the jobs. The
+//! A pending job's priority is the row's alone: where fair-share is weighed most
+//! priorities change at every pass, and writing them back cost as much as reading the
+//! jobs (where it is not, a row keeps its priority for as long as it holds, see
+//! [`PriorityMemo`]). The
 //! job table's [`Job::priority`] is the one the job had when it last left the queue; read
 //! a job's priority with [`Scheduler::priority`](super::Scheduler::priority). The other
 //! values a pass sets (eligibility, starving mark, reason) change seldom: the row holds
 //! them as the job has them, and a pass writes back to the job table only those that
 //! changed.
 //!
-//! Apart from the priority a row is a copy: every change to a pending job, and every job
+//! Apart from the priority and how long it holds, a row is a copy: every change to a
+//! pending job, and every job
 //! entering or leaving the queue, touches it ([`PendingTable::touch`]), and the touched
 //! rows are made again from the job table before a pass reads them
 //! ([`PendingTable::refresh`]). [`PendingTable::check`] (from
@@ -146,9 +149,10 @@ impl Row {
 /// not made again. Every other input of the priority is the row's own or fixed for the
 /// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
 /// reads a priority that holds instead of computing it: under a policy that does not weigh
-/// fair-share, a job's priority changes every few hours, while a pass comes every few
-/// seconds, and computing every pending job's priority was most of a first-come-first-
-/// served pass on a deep queue.
+/// fair-share, a job's priority changes only as its age adds a whole unit (under `fifo`'s
+/// weights about every 8.8 hours, under the default's other weights every 2 minutes),
+/// while passes come seconds apart, and computing every pending job's priority was most
+/// of a first-come-first-served pass on a deep queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct PriorityMemo {
     since: Time,
@@ -227,7 +231,8 @@ impl PendingTable {
 
     /// Makes the touched rows again from the job table (every row after
     /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs. A
-    /// row made again keeps its priority.
+    /// row made again keeps its priority, but not how long it holds: the next pass computes
+    /// it again.
     pub(super) fn refresh(&mut self, jobs: &BTreeMap<JobId, Job>, pending: &BTreeSet<JobId>) {
         self.compact_at = 0;
         let fresh = |id: &JobId, was: Option<&Row>| {
@@ -275,8 +280,8 @@ impl PendingTable {
     }
 
     /// Whether every row not touched since it was made equals the row made afresh from its
-    /// job (but for the priority, which is the row's), and the table holds no other job
-    /// than the pending ones.
+    /// job (but for the priority and how long it holds, which are the row's), and the table
+    /// holds no other job than the pending ones.
     pub(super) fn check(
         &self,
         jobs: &BTreeMap<JobId, Job>,
