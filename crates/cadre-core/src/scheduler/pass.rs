@@ -352,8 +352,8 @@ impl Lane {
 /// kept while the jobs taken from it are few beside those left. Each time its allowance
 /// runs out, while at least [`HEAP_SHARE`] times as many jobs as were taken are left, it
 /// is renewed for as many jobs as were taken so far (so the jobs taken double); otherwise
-/// the keys left are sorted. A pass that reads a few thousand
-/// jobs of a lane of tens of thousands, and drops the rest, never sorts that lane.
+/// the keys left are sorted. A pass that reads a few thousand jobs of a lane of tens of
+/// thousands, and drops the rest, never sorts that lane.
 enum Keys {
     /// A heap, how many more jobs to take from it before looking again, and how many were
     /// taken.
@@ -381,17 +381,15 @@ impl Keys {
     /// Takes the next key.
     fn pop(&mut self) -> Option<Packed> {
         let key = match self {
-            Keys::Heap(heap, 0, taken) if heap.len() >= taken.saturating_mul(HEAP_SHARE) => {
-                let more = (*taken).max(1);
-                *self = Keys::Heap(std::mem::take(heap), more, *taken);
-                return self.pop();
-            }
-            Keys::Heap(heap, 0, _) => {
-                let rest = std::mem::take(heap).into_vec();
-                *self = Keys::sorted(rest);
-                return self.pop();
-            }
             Keys::Heap(heap, left, taken) => {
+                if *left == 0 {
+                    if heap.len() < taken.saturating_mul(HEAP_SHARE) {
+                        let rest = std::mem::take(heap).into_vec();
+                        *self = Keys::sorted(rest);
+                        return self.pop();
+                    }
+                    *left = (*taken).max(1);
+                }
                 *left -= 1;
                 *taken += 1;
                 heap.pop()
