@@ -173,11 +173,49 @@ struct Extras {
     /// A third of the jobs are tasks of one of three arrays that run at most 1, 2 and 3
     /// tasks at once (`%N`).
     arrays: bool,
+    /// Jobs come now and then with a begin time, dependencies on earlier jobs (of every
+    /// kind, some on a singleton), a nice value or held; between passes jobs are held,
+    /// released, given another nice value or time limit, and running jobs requeued: what
+    /// changes a pending job's eligibility or priority other than its age.
+    lifecycle: bool,
+}
+
+/// Adds to a job of [`run`]'s `lifecycle` workloads (`earlier` jobs were submitted before).
+fn lifecycle(rng: &mut Rng, spec: &mut JobSpec, now: Time, earlier: u64) {
+    use crate::job::{Dependency, DependencyKind};
+    if rng.below(6) == 0 {
+        spec.begin = Some(now + Dur(rng.below(900)));
+    }
+    if rng.below(4) == 0 && earlier > 0 {
+        for _ in 0..1 + rng.below(2) {
+            let kind = [
+                DependencyKind::After,
+                DependencyKind::AfterAny,
+                DependencyKind::AfterOk,
+                DependencyKind::AfterNotOk,
+            ][rng.below(4) as usize];
+            let job = JobId(earlier - rng.below(earlier.min(20)));
+            spec.dependencies.push(Dependency::On { kind, job });
+        }
+        spec.dependencies_any = rng.below(2) == 0;
+    }
+    if rng.below(8) == 0 {
+        spec.dependencies.push(Dependency::Singleton);
+        spec.name = format!("single{}", rng.below(2));
+    }
+    if rng.below(6) == 0 {
+        spec.nice = rng.below(2001) as i32 - 1000;
+    }
+    spec.hold = rng.below(15) == 0;
 }
 
 /// [`compare_on`] with [`Extras`].
 fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
-    let Extras { mixed, arrays } = extras;
+    let Extras {
+        mixed,
+        arrays,
+        lifecycle: changes,
+    } = extras;
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
     let mut reference = Scheduler::new(cluster, policy).unwrap();
@@ -231,6 +269,9 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
             if mixed {
                 constrained(&mut rng, &mut spec);
             }
+            if changes {
+                lifecycle(&mut rng, &mut spec, now, next_id - 2);
+            }
             if arrays && rng.below(3) == 0 {
                 let array = rng.below(3);
                 spec.array = Some(ArrayIndex {
@@ -275,6 +316,30 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
                 Event::SetNodeFeatures { node, features },
                 now,
             );
+        }
+        for _ in 0..if changes { rng.below(4) } else { 0 } {
+            let id = JobId(1 + rng.below(next_id.max(2) - 1));
+            let Some(state) = fast.job(id).map(|j| j.state) else {
+                continue;
+            };
+            let event = match (state, rng.below(4)) {
+                (JobState::Pending, 0) => Event::Hold {
+                    id,
+                    admin: rng.below(2) == 0,
+                },
+                (JobState::Pending, 1) => Event::Release { id },
+                (JobState::Pending, 2) => Event::SetNice {
+                    id,
+                    nice: rng.below(2001) as i32 - 1000,
+                },
+                (JobState::Pending, _) => Event::SetTimeLimit {
+                    id,
+                    limit: Dur(60 + rng.below(7200)),
+                },
+                (JobState::Running, _) => Event::Requeue { id },
+                _ => continue,
+            };
+            both(&mut fast, &mut reference, &mut ends, event, now);
         }
         if rng.below(10) == 0 && next_id > 1 {
             let id = JobId(1 + rng.below(next_id - 1));
@@ -500,6 +565,104 @@ fn priorities_kept_between_passes_are_the_reference_s() {
         compare(no_fairshare.clone(), seed, 300);
         compare(fifo.clone(), seed, 300);
     }
+}
+
+/// Jobs that wait on a begin time, on other jobs or on a hold, whose nice value or time
+/// limit changes (past a partition's limit), and that are requeued: what makes a job
+/// eligible or changes its priority between passes, which the order kept between passes
+/// ([`super::kept::KeptOrder`]) must follow. The two `fifo` runs keep an order; strict
+/// order weighing fair-share keeps none (its priorities all move at every pass: keeping
+/// them was a bug this test found), nor do the default policy and `slurm`.
+#[test]
+fn jobs_waiting_on_time_others_and_holds_decide_as_the_reference() {
+    let mut strict_fairshare = Policy::slurm();
+    strict_fairshare.strict_order = true;
+    strict_fairshare.backfill.enabled = false;
+    let mut fifo = Policy::fifo();
+    fifo.priority.max_age = Dur::minutes(20);
+    let policies = [
+        Policy::fifo(),
+        fifo,
+        strict_fairshare,
+        Policy::default(),
+        Policy::slurm(),
+    ];
+    for (seed, policy) in (1..).zip(policies) {
+        let extras = Extras {
+            lifecycle: true,
+            arrays: seed % 2 == 0,
+            ..Extras::default()
+        };
+        let limited = "name = \"half\"\nmax_time = \"1:00:00\"\n";
+        run(
+            &CLUSTER.replace("name = \"half\"\n", limited),
+            policy,
+            seed,
+            300,
+            extras,
+        );
+    }
+}
+
+/// A pass at an earlier time than the last (the controller passes the wall clock, which
+/// may be set back) decides as the reference does: under strict order the kept order is
+/// made afresh. A job whose begin time had come is back to waiting for it.
+#[test]
+fn a_clock_set_back_decides_as_the_reference() {
+    let cluster: Cluster = load_cluster(CLUSTER, "equivalence").unwrap();
+    let mut fast = Scheduler::new(cluster.clone(), Policy::fifo()).unwrap();
+    let mut reference = Scheduler::new(cluster, Policy::fifo()).unwrap();
+    reference.reference = true;
+    let per_task = |gpus: u32| TaskResources {
+        cpus: 4,
+        mem_mib: 4096,
+        gpus,
+        ..TaskResources::default()
+    };
+    let mut whole = JobSpec::simple("u1", "a1", 32, per_task(8), Dur::hours(10));
+    whole.submit_time = Time(10);
+    let mut later = JobSpec::simple("u2", "a2", 1, per_task(1), Dur::hours(1));
+    later.submit_time = Time(10);
+    later.begin = Some(Time(100));
+    let mut early = JobSpec::simple("u3", "a3", 1, per_task(1), Dur::hours(1));
+    early.submit_time = Time(10);
+    for (id, spec) in [(1, whole), (2, later), (3, early)] {
+        let event = Event::Submit {
+            id: JobId(id),
+            spec: Box::new(spec),
+        };
+        let a = fast.handle(event.clone(), Time(10));
+        assert_eq!(a, reference.handle(event, Time(10)));
+    }
+    let mut reasons = Vec::new();
+    for now in [50, 150, 160, 80, 90, 120] {
+        let now = Time(now);
+        assert_eq!(fast.schedule(now), reference.schedule(now), "at {now:?}");
+        fast.check_invariants().unwrap();
+        let jobs = |s: &Scheduler| -> Vec<_> {
+            s.jobs()
+                .map(|j| {
+                    (
+                        j.id,
+                        j.state,
+                        j.reason.clone(),
+                        j.eligible_since,
+                        s.priority(j),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(jobs(&fast), jobs(&reference), "at {now:?}");
+        reasons.push(fast.job(JobId(2)).unwrap().reason.clone());
+    }
+    // The begin time came, went with the clock, and came again.
+    use super::PendingReason::{BeginTime, Resources};
+    assert_eq!(
+        reasons,
+        [
+            BeginTime, Resources, Resources, BeginTime, BeginTime, Resources
+        ]
+    );
 }
 
 /// A shallow test depth (`max_job_test`) under each preset, with array tasks: past the

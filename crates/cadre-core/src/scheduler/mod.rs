@@ -83,6 +83,7 @@ mod classes;
 mod equivalence;
 mod explain;
 mod free;
+mod kept;
 mod pass;
 mod preempt;
 mod queue;
@@ -93,6 +94,7 @@ pub use reason::PendingReason;
 
 use classes::{ClassFits, NodeClasses};
 use free::{FreeSummary, UsageRates};
+use kept::KeptOrder;
 use queue::PendingTable;
 
 use crate::alloc::Allocation;
@@ -436,6 +438,8 @@ pub struct Scheduler {
     pending: BTreeSet<JobId>,
     /// What a pass reads of each pending job, kept in step with the job table.
     queue: PendingTable,
+    /// The order of the eligible pending jobs, kept between passes under strict order.
+    kept: KeptOrder,
     active: BTreeSet<JobId>,
     fairshare: FairShareTree,
     fairshare_factors: FairShareFactors,
@@ -489,6 +493,12 @@ pub struct Scheduler {
     /// gathered from the running jobs): the straightforward scheduler the tests compare the
     /// fast one with.
     reference: bool,
+}
+
+/// Whether a scheduler under `policy` keeps the order of the eligible jobs between passes
+/// ([`KeptOrder`]; the reference scheduler does not).
+fn keeps_order(policy: &Policy) -> bool {
+    policy.strict_order && policy.priority.fairshare == 0
 }
 
 impl Scheduler {
@@ -551,13 +561,18 @@ impl Scheduler {
         let free = FreeSummary::new(&cluster);
         let classes = NodeClasses::new(&cluster);
         let releases = NodeReleases::new(cluster.nodes.len());
+        let mut queue = PendingTable::default();
+        if keeps_order(&policy) {
+            queue.keep_changes();
+        }
         Ok(Scheduler {
             cluster,
             policy,
             jobs: BTreeMap::new(),
             ended: BTreeMap::new(),
             pending: BTreeSet::new(),
-            queue: PendingTable::default(),
+            queue,
+            kept: KeptOrder::default(),
             active: BTreeSet::new(),
             fairshare,
             fairshare_factors: FairShareFactors::default(),
@@ -1714,6 +1729,9 @@ impl Scheduler {
         }
         // The pass's copy of every pending job is the job's.
         self.queue.check(&self.jobs, &self.pending)?;
+        if self.keeps_order() {
+            self.check_kept()?;
+        }
         Ok(())
     }
 }

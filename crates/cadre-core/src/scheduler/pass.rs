@@ -2,6 +2,8 @@
 //! reserve for the top blocked jobs, and backfill around the reservations.
 
 use super::free::FreeSummary;
+#[cfg(doc)]
+use super::kept::KeptOrder;
 use super::queue::{PriorityMemo, Row};
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
@@ -218,6 +220,7 @@ struct Packer {
 }
 
 impl Packer {
+    #[inline(always)]
     fn pack(&mut self, k: &OrderKey, place: u32, tag: u32) -> Packed {
         let lead = (k.0, k.1, k.2, k.3);
         let number = match self.last {
@@ -306,7 +309,23 @@ struct Order {
     /// reason, and array tasks with a `%N` limit. The others keep theirs: nothing is
     /// written for them.
     unusual: Vec<u32>,
+    /// Read from the order kept between passes ([`KeptOrder`]): it is fed as it is read.
+    cursor: Option<Cursor>,
 }
+
+/// Where a pass reads the order kept between passes ([`KeptOrder`]).
+#[derive(Default)]
+struct Cursor {
+    /// The key of the last job fed to the order (none yet: from the first).
+    after: Option<OrderKey>,
+    /// How many were fed.
+    fed: usize,
+    /// Every job was fed.
+    done: bool,
+}
+
+/// Jobs fed to an order read from the kept order at first; then as many as were fed.
+const FEED_FIRST: usize = 16;
 
 /// No lane (see [`Order::shape_lanes`]).
 const NO_LANE: u32 = u32::MAX;
@@ -450,7 +469,45 @@ impl Order {
             candidates: candidates.into_iter().map(Some).collect(),
             starving,
             unusual,
+            cursor: None,
         }
+    }
+
+    /// An order read from the order kept between passes, fed as it is read
+    /// ([`Order::wants`], [`Order::feed`]).
+    fn kept() -> Order {
+        let mut order = Order::new(Vec::new(), Vec::new(), 0, Vec::new(), Vec::new());
+        order.cursor = Some(Cursor::default());
+        order
+    }
+
+    /// When read from the kept order and every job fed was taken: after which key to feed
+    /// it, and how many.
+    fn wants(&self) -> Option<(Option<OrderKey>, usize)> {
+        let cursor = self.cursor.as_ref().filter(|c| !c.done)?;
+        match self.lanes[0].keys.len() {
+            0 => Some((cursor.after, cursor.fed.max(FEED_FIRST))),
+            _ => None,
+        }
+    }
+
+    /// Feeds the order the next jobs of the kept order: their keys, with the candidates
+    /// and tags of those still pending, after every job fed before was taken; `asked`
+    /// were asked for.
+    fn feed(&mut self, batch: Vec<(OrderKey, Option<(Candidate, u32)>)>, asked: usize) {
+        let cursor = self.cursor.as_mut().expect("read from the kept order");
+        cursor.done = batch.len() < asked;
+        cursor.fed += batch.len();
+        cursor.after = batch.last().map(|b| b.0).or(cursor.after);
+        let mut keys = Vec::with_capacity(batch.len());
+        for (n, (_, c)) in (0u64..).zip(batch) {
+            let Some((c, tag)) = c else { continue };
+            let place = u32::try_from(self.candidates.len()).expect("fewer than 2^32 jobs");
+            self.candidates.push(Some(c));
+            keys.push(Reverse((n, 0, 0, place, tag)));
+        }
+        keys.reverse();
+        self.lanes[0].keys = Keys::Sorted(keys);
     }
 
     /// The order of `keys` in lanes: one per shape (below `shapes`) for the candidates
@@ -501,6 +558,7 @@ impl Order {
             candidates,
             starving,
             unusual,
+            cursor: None,
         }
     }
 
@@ -570,7 +628,8 @@ impl Order {
     /// The candidates not taken yet whose outcome may not be to keep waiting on `Priority`
     /// (see [`Order::unusual`]), or all those not taken when they are fewer; in no
     /// particular order. In lanes, all those left in the lanes not dropped (the others were
-    /// decided).
+    /// decided). Read from the kept order, those fed and not taken: the unusual jobs not
+    /// fed yet come from the kept order ([`Scheduler::kept_rest`]).
     fn rest(mut self) -> Vec<Candidate> {
         let left: usize = self
             .lanes
@@ -578,7 +637,8 @@ impl Order {
             .filter(|l| !l.dropped)
             .map(Lane::left)
             .sum();
-        let places: Vec<u32> = if !self.shape_lanes.is_empty() || left <= self.unusual.len() {
+        let all_left = !self.shape_lanes.is_empty() || self.cursor.is_some();
+        let places: Vec<u32> = if all_left || left <= self.unusual.len() {
             let lanes = self.lanes.iter_mut().filter(|l| !l.dropped);
             lanes.flat_map(Lane::take).map(|k| k.3).collect()
         } else {
@@ -715,7 +775,7 @@ impl Scheduler {
             // reason may change (see `Order::rest`). This keeps a pass on a deep queue, and
             // a strict-order pass above all, cheap. The reference scheduler goes on in order.
             if (past_depth || all_blocked) && !self.reference {
-                for c in order.rest() {
+                for c in self.kept_rest(order) {
                     let at_limit = c.array_limited
                         && self
                             .array_limit(c.id, &mut array_running)
@@ -727,6 +787,10 @@ impl Scheduler {
                     note(&mut reasons, &c, reason);
                 }
                 break;
+            }
+            while let Some((after, n)) = order.wants() {
+                let batch = self.kept_batch(after.as_ref(), n);
+                order.feed(batch, n);
             }
             let Some(c) = order.next() else {
                 break;
@@ -1063,9 +1127,13 @@ impl Scheduler {
     /// last reason holds), in the job table and in the pending table.
     fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
         reasons.sort_by_key(|r| r.0);
+        let keeping = self.keeps_order();
         for (id, reason) in &reasons {
             if let Some(row) = self.queue.row_mut(*id) {
                 row.reason.clone_from(reason);
+                if keeping {
+                    self.kept.note_reason(*id, row);
+                }
             }
         }
         update_sorted(&mut self.jobs, reasons, |job, r| job.reason = r);
@@ -1080,6 +1148,9 @@ impl Scheduler {
     ///
     /// Each job comes with what the pass reads of it ([`Candidate`]).
     fn eligible_order(&mut self, now: Time) -> Order {
+        if self.keeps_order() {
+            return self.kept_order(now);
+        }
         // The reference scheduler makes every row afresh from its job.
         if self.reference {
             self.queue.touch_all();
@@ -1194,9 +1265,90 @@ impl Scheduler {
         Order::new(keys, candidates, heap_for, starving, unusual)
     }
 
+    /// Whether the order of the eligible jobs is kept between passes ([`KeptOrder`]): under
+    /// strict order when fair-share is not weighed (it moves every priority at every
+    /// pass), but in the reference scheduler.
+    pub(super) fn keeps_order(&self) -> bool {
+        super::keeps_order(&self.policy) && !self.reference
+    }
+
+    /// The order of the eligible pending jobs, read from the order kept between passes,
+    /// which is brought up to date first: the jobs that may have changed since the last
+    /// pass are assessed again (see [`KeptOrder`]); sets the reason of those not eligible.
+    fn kept_order(&mut self, now: Time) -> Order {
+        let mut queue = std::mem::take(&mut self.queue);
+        let mut kept = std::mem::take(&mut self.kept);
+        let touched = queue.refresh(&self.jobs, &self.pending);
+        let mut changed = Vec::new();
+        for id in kept.take_stale(touched, &queue, now) {
+            let Some(row) = queue.row_mut(id) else {
+                continue;
+            };
+            let (key, wrote) = self.assess(id, row, now);
+            kept.note(id, row, key, now);
+            if wrote {
+                changed.push((id, ()));
+            }
+        }
+        kept.end_pass(queue.len());
+        update_sorted(&mut self.jobs, changed, |job, ()| {
+            if let Some(row) = queue.row(job.id) {
+                row.write_to(job);
+            }
+        });
+        self.queue = queue;
+        self.kept = kept;
+        Order::kept()
+    }
+
+    /// Whether the kept order agrees with the pending jobs (see [`KeptOrder::check`]).
+    pub(super) fn check_kept(&self) -> Result<(), String> {
+        self.kept.check(&self.queue, |id, row, now| {
+            self.assess(id, &mut row.clone(), now).0
+        })
+    }
+
+    /// Up to `n` jobs of the kept order after the key `after`: each key, with the job's
+    /// candidate and tag if it is still pending (one that started in this pass is not).
+    fn kept_batch(
+        &self,
+        after: Option<&OrderKey>,
+        n: usize,
+    ) -> Vec<(OrderKey, Option<(Candidate, u32)>)> {
+        let batch = self.kept.after(after, n).into_iter();
+        batch.map(|key| (key, self.kept_candidate(&key))).collect()
+    }
+
+    /// The candidate of the job of a kept key, and its tag, if it is still pending.
+    fn kept_candidate(&self, key: &OrderKey) -> Option<(Candidate, u32)> {
+        let id = key.6;
+        let row = self.queue.row(id)?;
+        let mut c = Candidate::of(id, row, key.1.0);
+        c.plain = !c.array_limited && !c.awaiting_victims;
+        Some((c, tag::new(&row.reason, row.time_limit)))
+    }
+
+    /// The candidates of `order` left whose outcome, once every job left waits on
+    /// `Priority`, may be another (see [`Order::rest`]): read from the kept order, those
+    /// fed and not taken, and the unusual jobs after them.
+    fn kept_rest(&self, order: Order) -> Vec<Candidate> {
+        let after = order.cursor.as_ref().map(|c| (c.after, c.done));
+        let mut rest = order.rest();
+        if let Some((after, false)) = after {
+            let unusual = self.kept.unusual_after(after.as_ref());
+            rest.extend(
+                unusual
+                    .iter()
+                    .filter_map(|k| Some(self.kept_candidate(k)?.0)),
+            );
+        }
+        rest
+    }
+
     /// Sets a pending job's priority, and its reason where something keeps it from being
     /// considered; otherwise its place in the order. Works on the job's row, and says
     /// whether it changed a value the job table holds too (all but the priority).
+    #[inline(always)]
     fn assess(&self, id: JobId, row: &mut Row, now: Time) -> (Option<OrderKey>, bool) {
         let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
@@ -1388,8 +1540,9 @@ impl Scheduler {
     }
 
     /// The profile of what will be free when, from the active jobs' end times: copied
-    /// from the release lists kept as jobs start and end ([`NodeReleases`]); the reference
-    /// scheduler gathers it from every active job.
+    /// from the release lists kept as jobs start and end
+    /// ([`NodeReleases`](crate::backfill::NodeReleases)); the reference scheduler gathers
+    /// it from every active job.
     pub(super) fn profile(&self, now: Time) -> Profile {
         if self.reference {
             return self.profile_gathered(now);

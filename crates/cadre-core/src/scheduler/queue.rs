@@ -16,11 +16,12 @@
 //! them as the job has them, and a pass writes back to the job table only those that
 //! changed.
 //!
-//! Apart from the priority and how long it holds, a row is a copy: every change to a
-//! pending job, and every job
-//! entering or leaving the queue, touches it ([`PendingTable::touch`]), and the touched
-//! rows are made again from the job table before a pass reads them
-//! ([`PendingTable::refresh`]). [`PendingTable::check`] (from
+//! Apart from the priority and how long it holds, a row is a copy: a job entering the
+//! queue gets its row made from it ([`PendingTable::insert`]), one leaving has it taken
+//! out ([`PendingTable::take`]), and every other change to a pending job (or a job coming
+//! back to the queue) touches it ([`PendingTable::touch`]); the touched rows are made
+//! again from the job table before a pass reads them ([`PendingTable::refresh`]).
+//! [`PendingTable::check`] (from
 //! [`Scheduler::check_invariants`](super::Scheduler::check_invariants)) compares every
 //! untouched row with the row made afresh from its job.
 
@@ -182,6 +183,16 @@ impl PriorityMemo {
     pub(super) fn holds(&self, since: Time, now: Time) -> bool {
         self.since == since && self.from <= now && now < self.until
     }
+
+    /// The time the job was eligible since when it was computed.
+    pub(super) fn since(&self) -> Time {
+        self.since
+    }
+
+    /// When it stops holding ([`Time::NEVER`]: while nothing else changes).
+    pub(super) fn until(&self) -> Time {
+        self.until
+    }
 }
 
 /// The rows of the pending jobs, and the jobs touched since their rows were made. The index
@@ -191,50 +202,93 @@ pub(super) struct PendingTable {
     /// In no particular order (a row leaving takes the place of the last): a pass sorts
     /// the jobs it reads, and what it writes back is sorted by id.
     rows: IndexMap<JobId, Row, FixedState>,
-    /// Jobs changed, queued or taken out of the queue since the rows were last refreshed
-    /// (a job may be named more than once).
-    touched: Vec<JobId>,
-    /// The length at which `touched` is next rid of its repeats.
-    compact_at: usize,
+    /// Jobs changed, queued or taken out of the queue since the rows were last refreshed.
+    touched: IdLog,
     /// Every row is to be made again.
     all: bool,
+    /// With [`PendingTable::keep_changes`], the jobs whose rows were made as they entered
+    /// the queue or taken out as they left it since the last refresh (which need no making
+    /// again), so that [`PendingTable::refresh`] names every row that changed.
+    moved: Option<IdLog>,
+}
+
+/// Jobs noted, some perhaps more than once. Between passes (scheduling may be paused for
+/// long) the list stays within about twice the jobs it names.
+#[derive(Clone, Debug, Default)]
+struct IdLog {
+    ids: Vec<JobId>,
+    /// The length at which `ids` is next rid of its repeats.
+    compact_at: usize,
+}
+
+impl IdLog {
+    fn push(&mut self, id: JobId) {
+        self.ids.push(id);
+        if self.ids.len() >= self.compact_at.max(1024) {
+            self.ids.sort_unstable();
+            self.ids.dedup();
+            self.compact_at = 2 * self.ids.len();
+        }
+    }
+
+    /// The jobs noted, sorted, each once; the log is left empty.
+    fn take(&mut self) -> Vec<JobId> {
+        self.compact_at = 0;
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
 }
 
 impl PendingTable {
     /// Notes that job `id` changed, entered the queue or left it.
     pub(super) fn touch(&mut self, id: JobId) {
         self.touched.push(id);
-        // Between passes (scheduling may be paused for long) the list stays within about
-        // twice the jobs it names.
-        if self.touched.len() >= self.compact_at.max(1024) {
-            self.touched.sort_unstable();
-            self.touched.dedup();
-            self.compact_at = 2 * self.touched.len();
-        }
+    }
+
+    /// Notes the jobs entering and leaving the queue from now on (see
+    /// [`PendingTable::refresh`]).
+    pub(super) fn keep_changes(&mut self) {
+        self.moved = Some(IdLog::default());
     }
 
     /// Adds the row of a job entering the queue, made from the job as it enters.
     pub(super) fn insert(&mut self, id: JobId, job: &Job) {
         self.rows.insert(id, Row::of(job));
+        if let Some(moved) = &mut self.moved {
+            moved.push(id);
+        }
     }
 
     /// Takes out the row of a job leaving the queue.
     pub(super) fn take(&mut self, id: JobId) -> Option<Row> {
+        if let Some(moved) = &mut self.moved {
+            moved.push(id);
+        }
         self.rows.swap_remove(&id)
     }
 
     /// Notes that any pending job may have changed.
     pub(super) fn touch_all(&mut self) {
         self.all = true;
-        self.touched.clear();
+        self.touched = IdLog::default();
     }
 
     /// Makes the touched rows again from the job table (every row after
     /// [`PendingTable::touch_all`]), so that the table holds exactly the pending jobs. A
     /// row made again keeps its priority, but not how long it holds: the next pass computes
     /// it again.
-    pub(super) fn refresh(&mut self, jobs: &BTreeMap<JobId, Job>, pending: &BTreeSet<JobId>) {
-        self.compact_at = 0;
+    ///
+    /// Returns the jobs touched, sorted, and with [`PendingTable::keep_changes`] those that
+    /// entered or left the queue: every job whose row was made, made again or taken out
+    /// since the last refresh; `None` when every row was made again.
+    pub(super) fn refresh(
+        &mut self,
+        jobs: &BTreeMap<JobId, Job>,
+        pending: &BTreeSet<JobId>,
+    ) -> Option<Vec<JobId>> {
+        let moved = self.moved.as_mut().map(IdLog::take);
         let fresh = |id: &JobId, was: Option<&Row>| {
             let mut row = Row::of(jobs.get(id)?);
             if let Some(was) = was {
@@ -243,18 +297,16 @@ impl PendingTable {
             Some(row)
         };
         if std::mem::take(&mut self.all) {
-            self.touched.clear();
+            self.touched = IdLog::default();
             let was = std::mem::take(&mut self.rows);
             self.rows = pending
                 .iter()
                 .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
-            return;
+            return None;
         }
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.sort_unstable();
-        touched.dedup();
-        for id in touched {
+        let mut touched = self.touched.take();
+        for &id in &touched {
             match pending.get(&id).and_then(|id| fresh(id, self.rows.get(id))) {
                 Some(row) => {
                     self.rows.insert(id, row);
@@ -264,6 +316,33 @@ impl PendingTable {
                 }
             }
         }
+        if let Some(moved) = moved {
+            touched.extend(moved);
+            touched.sort_unstable();
+            touched.dedup();
+        }
+        Some(touched)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The pending jobs, in no particular order.
+    pub(super) fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.rows.keys().copied()
+    }
+
+    /// The jobs touched since the last refresh (`None`: every row is to be made again),
+    /// and with `moved` those that entered or left the queue.
+    pub(super) fn touched(&self, moved: bool) -> Option<BTreeSet<JobId>> {
+        let moved = self.moved.iter().filter(|_| moved);
+        let ids = self.touched.ids.iter().chain(moved.flat_map(|m| &m.ids));
+        (!self.all).then(|| ids.copied().collect())
+    }
+
+    pub(super) fn rows(&self) -> impl Iterator<Item = (JobId, &Row)> {
+        self.rows.iter().map(|(&id, row)| (id, row))
     }
 
     pub(super) fn rows_mut(&mut self) -> impl Iterator<Item = (&JobId, &mut Row)> {
@@ -287,10 +366,9 @@ impl PendingTable {
         jobs: &BTreeMap<JobId, Job>,
         pending: &BTreeSet<JobId>,
     ) -> Result<(), String> {
-        if self.all {
+        let Some(touched) = self.touched(false) else {
             return Ok(());
-        }
-        let touched: BTreeSet<JobId> = self.touched.iter().copied().collect();
+        };
         for (id, row) in &self.rows {
             if touched.contains(id) {
                 continue;
