@@ -61,6 +61,28 @@ pub struct Report {
     /// Every started job's wait, sorted (for CDF plots).
     #[serde(skip)]
     pub waits: Vec<f64>,
+    /// What happened to each job of the trace, in the trace's order.
+    #[serde(skip)]
+    pub outcomes: Vec<JobOutcome>,
+}
+
+/// What happened to one job of a replay (`cadre sim --jobs`). Times are seconds from the
+/// start of the trace; a job that never started has no start, wait or end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobOutcome {
+    /// The job's place in the trace (from 0).
+    pub index: usize,
+    pub account: String,
+    pub user: String,
+    pub gpus: f64,
+    pub submit_s: u64,
+    pub duration_s: u64,
+    pub time_limit_s: u64,
+    /// Its first start, and its wait until then.
+    pub start_s: Option<u64>,
+    pub wait_s: Option<u64>,
+    pub end_s: Option<u64>,
+    pub state: Option<JobState>,
 }
 
 /// One account's GPU time against its entitlement.
@@ -317,6 +339,21 @@ impl<'a> Recorder<'a> {
             }
         };
         let series = downsample(std::mem::take(&mut self.series));
+        let outcomes = (self.records.iter().zip(self.jobs).enumerate())
+            .map(|(index, (r, j))| JobOutcome {
+                index,
+                account: j.spec.account.clone(),
+                user: j.spec.user.clone(),
+                gpus: j.spec.amounts().gpu_milli as f64 / 1000.0,
+                submit_s: j.submit.0,
+                duration_s: j.duration.0,
+                time_limit_s: j.spec.time_limit.0,
+                start_s: r.first_start.map(|t| t.0),
+                wait_s: r.first_start.zip(r.arrived).map(|(s, a)| s.since(a).0),
+                end_s: r.end.map(|t| t.0),
+                state: r.state,
+            })
+            .collect();
         Report {
             policy: String::new(),
             gpus: self.capacity_gpus as u64,
@@ -371,6 +408,7 @@ impl<'a> Recorder<'a> {
             sim_wall_s,
             series,
             waits,
+            outcomes,
         }
     }
 }

@@ -46,6 +46,12 @@ pub struct SimArgs {
     /// Draw utilization, queue length and wait-time CDF here (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write what happened to every job here (CSV, a row per job and policy: policy, job
+    /// (its place in the trace, from 0), account, user, gpus, submit_s, duration_s,
+    /// time_limit_s, start_s, wait_s, end_s, state; times in seconds from the trace's
+    /// start, empty for a job that never started).
+    #[arg(long)]
+    jobs: Option<PathBuf>,
     /// Only jobs submitted in START:END (seconds, or with a unit: `10d:20d`) from the
     /// trace's start; times shift so that START is 0.
     #[arg(long)]
@@ -208,6 +214,10 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
     if let Some(path) = &args.plot {
         cadre_sim::plot::plot(&reports, path)?;
     }
+    if let Some(path) = &args.jobs {
+        std::fs::write(path, outcomes_csv(&reports))
+            .with_context(|| format!("failed to write the jobs' outcomes {}", path.display()))?;
+    }
     if args.json {
         for r in &reports {
             let mut r = r.clone();
@@ -218,6 +228,40 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
         print!("{}", table(&reports));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every job's outcome under each policy, as CSV with a header line.
+fn outcomes_csv(reports: &[Report]) -> String {
+    // A field with a comma, a quote or a line break is quoted, its quotes doubled.
+    let field = |s: &str| match s.contains([',', '"', '\n', '\r']) {
+        true => format!("\"{}\"", s.replace('"', "\"\"")),
+        false => s.to_string(),
+    };
+    let some = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::from(
+        "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,end_s,state\n",
+    );
+    for r in reports {
+        for o in &r.outcomes {
+            let state = o.state.map(|s| s.to_string()).unwrap_or_default();
+            out += &format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                field(&r.policy),
+                o.index,
+                field(&o.account),
+                field(&o.user),
+                o.gpus,
+                o.submit_s,
+                o.duration_s,
+                o.time_limit_s,
+                some(o.start_s),
+                some(o.wait_s),
+                some(o.end_s),
+                state
+            );
+        }
+    }
+    out
 }
 
 /// The reports side by side: one column per policy.

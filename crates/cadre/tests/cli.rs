@@ -241,3 +241,71 @@ fn discover_reports_emulated_gpus_on_a_machine_without_any() {
         assert_eq!(v["gpus_emulated"], false, "{report}");
     }
 }
+
+/// `cadre sim --jobs` writes every job's outcome under each policy; the figures of the
+/// report come from the same outcomes.
+#[test]
+fn sim_writes_every_jobs_outcome() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let csv = tmp.path().join("jobs.csv");
+    let out = cadre(
+        &[
+            "sim",
+            "--synthetic",
+            "300",
+            "--load",
+            "1.5",
+            "--nodes",
+            "4",
+            "--gpus-per-node",
+            "8",
+            "--seed",
+            "3",
+            "--compare",
+            "fifo,cadre",
+            "--jobs",
+            csv.to_str().expect("a UTF-8 path"),
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&csv).expect("the outcomes are written");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,end_s,state"
+        )
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 600, "a row per job and policy");
+    for report in stdout(&out).lines() {
+        let report: serde_json::Value = serde_json::from_str(report).expect("a JSON line");
+        let policy = report["policy"].as_str().expect("a policy name");
+        let mine: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == policy).collect();
+        assert_eq!(mine.len(), 300, "{policy}");
+        let (mut started, mut max_wait) = (0u64, 0u64);
+        for (i, r) in mine.iter().enumerate() {
+            assert_eq!(r.len(), 12, "{r:?}");
+            assert_eq!(r[1], i.to_string(), "jobs in the trace's order");
+            if r[8].is_empty() {
+                assert!(r[9].is_empty() && r[10].is_empty(), "{r:?}");
+                continue;
+            }
+            let num = |s: &str| s.parse::<u64>().expect("seconds");
+            let (submit, start, wait, end) = (num(r[5]), num(r[8]), num(r[9]), num(r[10]));
+            assert_eq!(start - submit, wait, "{r:?}");
+            assert!(end >= start, "{r:?}");
+            started += 1;
+            max_wait = max_wait.max(wait);
+        }
+        assert_eq!(Some(started), report["started_jobs"].as_u64(), "{policy}");
+        assert_eq!(
+            Some(max_wait as f64),
+            report["max_wait_s"].as_f64(),
+            "{policy}"
+        );
+        assert!(max_wait > 0, "the load above capacity makes jobs wait");
+    }
+}
