@@ -33,6 +33,9 @@ pub struct SimOptions {
     pub min_interval: Dur,
     /// Check the scheduler's invariants after every event and pass (slow; for tests).
     pub check_invariants: bool,
+    /// Keep what happened to every job in the report ([`crate::report::Report::outcomes`];
+    /// a few hundred bytes a job, so only when asked).
+    pub outcomes: bool,
 }
 
 impl Default for SimOptions {
@@ -40,6 +43,7 @@ impl Default for SimOptions {
         SimOptions {
             min_interval: Dur(1),
             check_invariants: false,
+            outcomes: false,
         }
     }
 }
@@ -269,5 +273,5 @@ pub fn replay(
         check(&sched, at)?;
         dirty = true;
     }
-    Ok(recorder.finish(&sched, wall.elapsed().as_secs_f64()))
+    Ok(recorder.finish(&sched, wall.elapsed().as_secs_f64(), options.outcomes))
 }

@@ -61,7 +61,8 @@ pub struct Report {
     /// Every started job's wait, sorted (for CDF plots).
     #[serde(skip)]
     pub waits: Vec<f64>,
-    /// What happened to each job of the trace, in the trace's order.
+    /// What happened to each job of the trace, in the trace's order (when the replay was
+    /// asked to keep it: [`crate::engine::SimOptions::outcomes`]).
     #[serde(skip)]
     pub outcomes: Vec<JobOutcome>,
 }
@@ -282,8 +283,8 @@ impl<'a> Recorder<'a> {
         self.sample();
     }
 
-    /// The report, once the replay is over.
-    pub fn finish(mut self, sched: &Scheduler, sim_wall_s: f64) -> Report {
+    /// The report, once the replay is over; with `outcomes`, what happened to every job.
+    pub fn finish(mut self, sched: &Scheduler, sim_wall_s: f64, outcomes: bool) -> Report {
         let first = self.first_submit.unwrap_or_default();
         let last_end = self
             .records
@@ -340,6 +341,7 @@ impl<'a> Recorder<'a> {
         };
         let series = downsample(std::mem::take(&mut self.series));
         let outcomes = (self.records.iter().zip(self.jobs).enumerate())
+            .filter(|_| outcomes)
             .map(|(index, (r, j))| JobOutcome {
                 index,
                 account: j.spec.account.clone(),

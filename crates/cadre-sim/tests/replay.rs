@@ -175,7 +175,11 @@ proptest! {
         interval in 1u64..60,
     ) {
         let policy = Policy::preset(preset).unwrap();
-        let options = SimOptions { min_interval: Dur(interval), check_invariants: true };
+        let options = SimOptions {
+            min_interval: Dur(interval),
+            check_invariants: true,
+            ..SimOptions::default()
+        };
         let first = replay(Cluster::flat_gpu(3, 8), policy.clone(), &jobs, &options, &mut |_| {}).unwrap();
         prop_assert_eq!(first.partial_gang_starts, 0);
         prop_assert_eq!(first.started_jobs + first.never_started, jobs.len());

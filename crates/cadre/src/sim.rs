@@ -183,6 +183,7 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
     let options = SimOptions {
         min_interval: secs::parse(&args.min_interval).map_err(anyhow::Error::msg)?,
         check_invariants: args.check,
+        outcomes: args.jobs.is_some(),
     };
     let mut reports = Vec::with_capacity(policies.len());
     for (name, policy) in policies {
