@@ -317,13 +317,23 @@ impl Engine<'_> {
         let Some(main) = counts.iter().position(|&c| c > 0) else {
             return;
         };
+        // A node takes at most `tasks_per_node` tasks of the group (one with
+        // `one_task_per_node`), whatever room it has: a leaf's room counts no more.
+        let group = self.groups[main].group;
+        let per_node = match self.job.one_task_per_node {
+            true => 1,
+            false => group.tasks_per_node.unwrap_or(u32::MAX),
+        };
         let mut room: Vec<(u64, usize)> = leaves
             .iter()
             .enumerate()
             .map(|(leaf, dom)| {
                 let r = dom
                     .iter()
-                    .map(|&i| u64::from(self.cap(i, main)) * u64::from(self.cands[i].weight))
+                    .map(|&i| {
+                        let cap = self.cap(i, main).min(per_node);
+                        u64::from(cap) * u64::from(self.cands[i].weight)
+                    })
                     .sum();
                 (r, leaf)
             })
