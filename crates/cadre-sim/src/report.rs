@@ -68,10 +68,12 @@ pub struct Report {
 }
 
 /// What happened to one job of a replay (`cadre sim --jobs`). Times are seconds from the
-/// start of the trace; a job that never started has no start, wait or end.
+/// start of the replay (the trace's, or the window's); a job that never started has no
+/// start, wait or end.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobOutcome {
-    /// The job's place in the trace (from 0).
+    /// The job's place among the replayed jobs, from 0: the trace's jobs in submit
+    /// order (within the window, if any).
     pub index: usize,
     pub account: String,
     pub user: String,
@@ -82,6 +84,8 @@ pub struct JobOutcome {
     /// Its first start, and its wait until then.
     pub start_s: Option<u64>,
     pub wait_s: Option<u64>,
+    /// Its last start (after a requeue or a preemption, later than the first) and end.
+    pub last_start_s: Option<u64>,
     pub end_s: Option<u64>,
     pub state: Option<JobState>,
 }
@@ -352,6 +356,7 @@ impl<'a> Recorder<'a> {
                 time_limit_s: j.spec.time_limit.0,
                 start_s: r.first_start.map(|t| t.0),
                 wait_s: r.first_start.zip(r.arrived).map(|(s, a)| s.since(a).0),
+                last_start_s: r.last_start.map(|t| t.0),
                 end_s: r.end.map(|t| t.0),
                 state: r.state,
             })

@@ -47,9 +47,10 @@ pub struct SimArgs {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Write what happened to every job here (CSV, a row per job and policy: policy, job
-    /// (its place in the trace, from 0), account, user, gpus, submit_s, duration_s,
-    /// time_limit_s, start_s, wait_s, end_s, state; times in seconds from the trace's
-    /// start, empty for a job that never started).
+    /// (its place among the replayed jobs, in submit order, from 0), account, user, gpus,
+    /// submit_s, duration_s, time_limit_s, start_s (the first), wait_s (until then),
+    /// last_start_s (later after a requeue), end_s, state; times in seconds from the
+    /// replay's start (the trace's, or the window's), empty for a job that never started).
     #[arg(long)]
     jobs: Option<PathBuf>,
     /// Only jobs submitted in START:END (seconds, or with a unit: `10d:20d`) from the
@@ -212,12 +213,15 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
         std::fs::write(path, text + "\n")
             .with_context(|| format!("failed to write report {}", path.display()))?;
     }
-    if let Some(path) = &args.plot {
-        cadre_sim::plot::plot(&reports, path)?;
-    }
     if let Some(path) = &args.jobs {
         std::fs::write(path, outcomes_csv(&reports))
-            .with_context(|| format!("failed to write the jobs' outcomes {}", path.display()))?;
+            .with_context(|| format!("failed to write the jobs' outcomes to {}", path.display()))?;
+        for r in &mut reports {
+            r.outcomes = Vec::new();
+        }
+    }
+    if let Some(path) = &args.plot {
+        cadre_sim::plot::plot(&reports, path)?;
     }
     if args.json {
         for r in &reports {
@@ -240,13 +244,13 @@ fn outcomes_csv(reports: &[Report]) -> String {
     };
     let some = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
     let mut out = String::from(
-        "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,end_s,state\n",
+        "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,last_start_s,end_s,state\n",
     );
     for r in reports {
         for o in &r.outcomes {
             let state = o.state.map(|s| s.to_string()).unwrap_or_default();
             out += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 field(&r.policy),
                 o.index,
                 field(&o.account),
@@ -257,6 +261,7 @@ fn outcomes_csv(reports: &[Report]) -> String {
                 o.time_limit_s,
                 some(o.start_s),
                 some(o.wait_s),
+                some(o.last_start_s),
                 some(o.end_s),
                 state
             );

@@ -275,7 +275,7 @@ fn sim_writes_every_jobs_outcome() {
     assert_eq!(
         lines.next(),
         Some(
-            "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,end_s,state"
+            "policy,job,account,user,gpus,submit_s,duration_s,time_limit_s,start_s,wait_s,last_start_s,end_s,state"
         )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -287,16 +287,18 @@ fn sim_writes_every_jobs_outcome() {
         assert_eq!(mine.len(), 300, "{policy}");
         let (mut started, mut max_wait) = (0u64, 0u64);
         for (i, r) in mine.iter().enumerate() {
-            assert_eq!(r.len(), 12, "{r:?}");
+            assert_eq!(r.len(), 13, "{r:?}");
             assert_eq!(r[1], i.to_string(), "jobs in the trace's order");
             if r[8].is_empty() {
-                assert!(r[9].is_empty() && r[10].is_empty(), "{r:?}");
+                assert!(r[9..12].iter().all(|f| f.is_empty()), "{r:?}");
                 continue;
             }
             let num = |s: &str| s.parse::<u64>().expect("seconds");
-            let (submit, start, wait, end) = (num(r[5]), num(r[8]), num(r[9]), num(r[10]));
+            let (submit, start, wait) = (num(r[5]), num(r[8]), num(r[9]));
+            let (last_start, end) = (num(r[10]), num(r[11]));
             assert_eq!(start - submit, wait, "{r:?}");
-            assert!(end >= start, "{r:?}");
+            assert!(last_start >= start && end >= last_start, "{r:?}");
+            assert_eq!(r[12], "COMPLETED", "every job ends well: {r:?}");
             started += 1;
             max_wait = max_wait.max(wait);
         }

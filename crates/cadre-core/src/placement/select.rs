@@ -317,26 +317,33 @@ impl Engine<'_> {
         let Some(main) = counts.iter().position(|&c| c > 0) else {
             return;
         };
-        // A node takes at most `tasks_per_node` tasks of the group (one with
-        // `one_task_per_node`), whatever room it has: a leaf's room counts no more.
+        // A leaf's room is what `choose` could take there: with `tasks_per_node = k`,
+        // k tasks on each node that holds k, and the remainder on one node that holds it;
+        // one task a node with `one_task_per_node`; otherwise what the nodes hold.
         let group = self.groups[main].group;
         let per_node = match self.job.one_task_per_node {
-            true => 1,
-            false => group.tasks_per_node.unwrap_or(u32::MAX),
+            true => Some(1),
+            false => group.tasks_per_node.filter(|&k| k > 0),
+        };
+        let need = counts[main];
+        let room_of = |dom: &[usize]| -> u64 {
+            let weighted =
+                |i: usize, tasks: u32| u64::from(tasks) * u64::from(self.cands[i].weight);
+            let Some(k) = per_node else {
+                return dom.iter().map(|&i| weighted(i, self.cap(i, main))).sum();
+            };
+            let full: u64 = (dom.iter())
+                .filter(|&&i| self.cap(i, main) >= k)
+                .map(|&i| weighted(i, k))
+                .sum();
+            let rem = need % k;
+            let rest = rem > 0 && dom.iter().any(|&i| (rem..k).contains(&self.cap(i, main)));
+            full + if rest { u64::from(rem) } else { 0 }
         };
         let mut room: Vec<(u64, usize)> = leaves
             .iter()
             .enumerate()
-            .map(|(leaf, dom)| {
-                let r = dom
-                    .iter()
-                    .map(|&i| {
-                        let cap = self.cap(i, main).min(per_node);
-                        u64::from(cap) * u64::from(self.cands[i].weight)
-                    })
-                    .sum();
-                (r, leaf)
-            })
+            .map(|(leaf, dom)| (room_of(dom), leaf))
             .collect();
         room.sort_by_key(|&(r, leaf)| (Reverse(r), leaf));
         let mut dom: Vec<usize> = Vec::new();

@@ -810,3 +810,46 @@ fn place_timing_on_1024_nodes_of_8_gpus() {
         start.elapsed() / 200
     );
 }
+
+/// Leaves of two idle nodes (leaf0), of one node with half its GPUs busy (leaf1, leaf2),
+/// and of five nodes with `busy` GPUs busy out of each domain's four (leaf3).
+fn leaves_with_crumbs(busy: u32, per_domain: bool) -> Cluster {
+    let mut c = tree(&[2, 1, 1, 5], &[]);
+    let mut id = 100;
+    for n in 2..4 {
+        occupy(&mut c, id, n, 0, 4, 1);
+        id += 1;
+    }
+    for n in 4..9 {
+        occupy(&mut c, id, n, 0, busy, 1);
+        if per_domain {
+            occupy(&mut c, id + 1, n, 4, busy, 1);
+        }
+        id += 2;
+    }
+    c
+}
+
+/// A job of `tasks_per_node = k` too big for one leaf counts, in a leaf's room, only the
+/// nodes that hold k of its tasks: a leaf of many nodes with room for fewer comes after
+/// the leaves it can use, in the device view (`place`) and the aggregate one
+/// (`select_nodes`) alike. Six tasks of 2 GPUs, two a node, on at most two leaves: leaf0's
+/// two idle nodes and one of leaf1 or leaf2; leaf3's nodes hold one task each.
+#[test]
+fn a_leaf_of_nodes_that_hold_fewer_than_tasks_per_node_is_not_room() {
+    for (busy, strict) in [(6, false), (3, true)] {
+        let c = leaves_with_crumbs(busy, strict);
+        let mut j = job(6, 2, 2);
+        j.groups[0].tasks_per_node = Some(2);
+        j.topology.span = NetworkSpan::MaxSwitches(2);
+        if strict {
+            j.topology.numa = NumaPolicy::Strict;
+        }
+        let placed = place(&c, &j, &all(&c)).expect("two leaves hold the job");
+        assert_eq!(placed.nodes(), vec![NodeId(0), NodeId(1), NodeId(2)]);
+        let selected = select_nodes(&c, &j, &all(&c), &|n| c.free_amounts(n))
+            .expect("so does the aggregate view");
+        let nodes: Vec<NodeId> = selected.iter().map(|(n, _)| *n).collect();
+        assert_eq!(nodes, vec![NodeId(0), NodeId(1), NodeId(2)]);
+    }
+}
