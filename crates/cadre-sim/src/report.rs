@@ -61,8 +61,8 @@ pub struct Report {
     /// Every started job's wait, sorted (for CDF plots).
     #[serde(skip)]
     pub waits: Vec<f64>,
-    /// What happened to each job of the trace, in the trace's order (when the replay was
-    /// asked to keep it: [`crate::engine::SimOptions::outcomes`]).
+    /// What happened to each replayed job, in the order of [`JobOutcome::index`] (when the
+    /// replay was asked to keep it: [`crate::engine::SimOptions::outcomes`]).
     #[serde(skip)]
     pub outcomes: Vec<JobOutcome>,
 }
