@@ -31,6 +31,18 @@ fn token_for(c: &Cluster, user: &str) -> String {
     t["token"].as_str().expect("the secret").to_owned()
 }
 
+/// The CSRF token of the session whose cookie is `cookie` (`GET /ui/session`).
+fn csrf_of(addr: &str, cookie: &str) -> String {
+    let (status, session) = http(addr, "GET", "/ui/session", &[("Cookie", cookie)], "");
+    assert_eq!(status, 200, "{session}");
+    session
+        .split("\"csrf\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token")
+        .to_owned()
+}
+
 /// `cadre submit ARGS` over TCP with `token`, output to /dev/null: the job id.
 fn submit_as(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
     submit_to(c, addr, token, "/dev/null", args)
@@ -403,14 +415,7 @@ fn the_dashboard_in_a_real_browser() {
         t.contains("belongs to another user")
     });
     assert!(b.find("#act-cancel").is_none());
-    let (status, session) = http(&addr, "GET", "/ui/session", &[("Cookie", &cookie)], "");
-    assert_eq!(status, 200, "{session}");
-    let csrf = session
-        .split("\"csrf\":\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("a CSRF token")
-        .to_owned();
+    let csrf = csrf_of(&addr, &cookie);
     let cancel = |id: u64, headers: &[(&str, &str)]| {
         http(
             &addr,
@@ -498,12 +503,39 @@ fn the_dashboard_in_a_real_browser() {
     let (status, _) = http(&addr, "GET", "/api/v1/jobs", &[("Cookie", &other)], "");
     assert_eq!(status, 401, "a revoked token's session");
 
-    // Logged out, the cookie is worth nothing.
+    // Logged out, the cookie is worth nothing. The click comes while the page loads: a
+    // drawing still under way must not land over the login form.
     b.goto(&format!("{base}/ui/#/cluster"));
     b.click("#logout");
     b.wait_for("#login #token", "the login form again");
+    assert_eq!(b.text("#login-why").as_deref(), Some("Logged out."));
     let (status, _) = http(&addr, "GET", "/api/v1/jobs", &[("Cookie", &cookie)], "");
     assert_eq!(status, 401, "a closed session's cookie");
+
+    // A session that ends elsewhere (here: logged out over HTTP) brings the login form back
+    // at the next drawing, with why, not an error on an empty page.
+    b.type_into("#token", &nobody);
+    b.click("#login button");
+    b.wait_text("#who", "the user's name again", |t| t == "nobody");
+    let cookie = b
+        .cookies()
+        .into_iter()
+        .find(|k| k["name"] == "cadre_session")
+        .and_then(|k| k["value"].as_str().map(|v| format!("cadre_session={v}")))
+        .expect("a new session cookie");
+    let csrf = csrf_of(&addr, &cookie);
+    let (status, answer) = http(
+        &addr,
+        "POST",
+        "/ui/logout",
+        &[("Cookie", &cookie), ("X-CSRF-Token", &csrf)],
+        "",
+    );
+    assert_eq!(status, 204, "{answer}");
+    b.goto(&format!("{base}/ui/#/queue"));
+    b.wait_for("#login #token", "the login form after the session ended");
+    let why = b.text("#login-why").unwrap_or_default();
+    assert!(why.contains("session ended"), "{why}");
     drop(b);
 
     // --- an administrator, logged in with `cadre ui` --------------------------------------

@@ -98,7 +98,14 @@ function main() {
   return document.getElementById('main');
 }
 
+// Draws a page of the logged-in dashboard. A drawing that finishes after the session ended
+// (a logout, or a request answered 401 while it was under way) is dropped: the login form
+// stays.
 function page(title, ...children) {
+  if (S.user) frame(title, children);
+}
+
+function frame(title, children) {
   const m = main();
   // Keyboard focus survives a redraw: the element of the same key (or id) gets it back.
   const a = document.activeElement;
@@ -113,7 +120,10 @@ function page(title, ...children) {
 }
 
 function failure(title, e) {
-  page(title, el('p', { class: 'error', role: 'alert', text: e.message }));
+  if (e.status === 401 && S.user) {
+    return ended('Your session ended (logged out elsewhere, expired, or its token revoked). Log in again.');
+  }
+  return page(title, el('p', { class: 'error', role: 'alert', text: e.message }));
 }
 
 function confirmAction(title, text, extra) {
@@ -147,16 +157,23 @@ function loginPage(message) {
   } },
   el('label', { for: 'token', text: 'API token' }), token,
   el('button', { type: 'submit', text: 'Log in' }));
-  page('Log in', el('p', { text: message || 'Log in with an API token (cadre token create), or open the link `cadre ui` prints.' }), form);
+  frame('Log in', [el('p', { id: 'login-why', text: message || 'Log in with an API token (cadre token create), or open the link `cadre ui` prints.' }), form]);
   token.focus();
 }
 
 async function logout() {
   try { await api('POST', '/ui/logout'); } catch (e) { /* the session may be gone already */ }
+  ended('Logged out.');
+}
+
+// The session is over: no more drawing or live updates until the next login.
+function ended(message) {
   S.user = null;
   if (S.live) S.live.close();
   S.live = null;
-  loginPage('Logged out.');
+  S.redraw = null;
+  if (S.out) { clearTimeout(S.out.timer); S.out = null; }
+  loginPage(message);
 }
 
 // --- live updates -------------------------------------------------------------------------
