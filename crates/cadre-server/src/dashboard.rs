@@ -127,7 +127,32 @@ async fn principal_of(
             ));
         }
     }
-    match session.login {
+    login_principal(dashboard, reads, session.login).await
+}
+
+/// Whether the session a cookie's value names is still open, and the token it was opened
+/// with (if any) not revoked: what a live stream asks while it lasts
+/// ([`crate::ui::live`]).
+pub async fn session_open(dashboard: &Dashboard, reads: &ReadStore, cookie: &str) -> bool {
+    let session = match dashboard.sessions() {
+        Ok(mut sessions) => sessions.get(cookie, Instant::now()),
+        Err(_) => None,
+    };
+    match session {
+        Some(session) => login_principal(dashboard, reads, session.login)
+            .await
+            .is_ok(),
+        None => false,
+    }
+}
+
+/// Who an open session's login is now.
+async fn login_principal(
+    dashboard: &Dashboard,
+    reads: &ReadStore,
+    login: Login,
+) -> Result<Principal, ApiError> {
+    match login {
         Login::Link { user, admin } => Ok(Principal {
             user,
             admin,

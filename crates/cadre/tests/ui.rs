@@ -13,8 +13,9 @@
 use cadre_test_support::browser::{Browser, chromium_paths};
 use cadre_test_support::{Cluster, skip_unless_ci, text, wait_until};
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 fn screenshots() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots")
@@ -507,13 +508,13 @@ fn the_dashboard_in_a_real_browser() {
     // drawing still under way must not land over the login form.
     b.goto(&format!("{base}/ui/#/cluster"));
     b.click("#logout");
-    b.wait_for("#login #token", "the login form again");
-    assert_eq!(b.text("#login-why").as_deref(), Some("Logged out."));
+    b.wait_text("#login-why", "the login form again", |t| t == "Logged out.");
+    assert!(b.find("#login #token").is_some());
     let (status, _) = http(&addr, "GET", "/api/v1/jobs", &[("Cookie", &cookie)], "");
     assert_eq!(status, 401, "a closed session's cookie");
 
-    // A session that ends elsewhere (here: logged out over HTTP) brings the login form back
-    // at the next drawing, with why, not an error on an empty page.
+    // A session that ends elsewhere (here: logged out over HTTP) ends its live streams,
+    // and the open page shows the login form, with why, without being touched.
     b.type_into("#token", &nobody);
     b.click("#login button");
     b.wait_text("#who", "the user's name again", |t| t == "nobody");
@@ -524,6 +525,17 @@ fn the_dashboard_in_a_real_browser() {
         .and_then(|k| k["value"].as_str().map(|v| format!("cadre_session={v}")))
         .expect("a new session cookie");
     let csrf = csrf_of(&addr, &cookie);
+    let mut live = std::net::TcpStream::connect(&addr).expect("the controller listens");
+    live.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a read timeout");
+    write!(
+        live,
+        "GET /ui/live HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut head = [0u8; 12];
+    live.read_exact(&mut head).expect("the stream's status");
+    assert_eq!(&head, b"HTTP/1.1 200", "the live stream opens");
     let (status, answer) = http(
         &addr,
         "POST",
@@ -532,10 +544,27 @@ fn the_dashboard_in_a_real_browser() {
         "",
     );
     assert_eq!(status, 204, "{answer}");
-    b.goto(&format!("{base}/ui/#/queue"));
-    b.wait_for("#login #token", "the login form after the session ended");
-    let why = b.text("#login-why").unwrap_or_default();
-    assert!(why.contains("session ended"), "{why}");
+    // Keep-alives come every 15 s: the stream must end, not merely fall silent.
+    let logged_out = std::time::Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match live.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the live stream: {e}"),
+        }
+        assert!(
+            logged_out.elapsed() < Duration::from_secs(30),
+            "the live stream outlives its session"
+        );
+    }
+    b.wait_text(
+        "#login-why",
+        "the login form after the session ended",
+        |t| t.contains("session ended"),
+    );
+    assert!(b.find("#login #token").is_some());
     drop(b);
 
     // --- an administrator, logged in with `cadre ui` --------------------------------------

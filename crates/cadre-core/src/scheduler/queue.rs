@@ -151,7 +151,7 @@ impl Row {
 /// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
 /// reads a priority that holds instead of computing it: under a policy that does not weigh
 /// fair-share, a job's priority changes only as its age adds a whole unit (under `fifo`'s
-/// weights about every 8.8 hours, under the default's other weights every 2 minutes),
+/// weights about every 8.8 hours, under the default's other weights about every 4 minutes),
 /// while passes come seconds apart, and computing every pending job's priority was most
 /// of a first-come-first-served pass on a deep queue.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -10,11 +10,13 @@
 //! within a period and the time of one read.
 
 use crate::api_error::ApiError;
-use crate::auth::Principal;
+use crate::auth::{Principal, Via};
 use crate::controller::Controller;
+use crate::dashboard::{session_cookie, session_open};
 use crate::engine::EngineHandle;
 use crate::state::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use cadre_core::cluster::NodeId;
 use futures_util::Stream;
@@ -71,16 +73,51 @@ pub async fn watch_changes(
     }
 }
 
-/// `GET /ui/live`: `change` events for as long as the page stays.
+/// How often a stream opened with a session cookie checks that its session is still
+/// open, between changes.
+pub const SESSION_CHECK: Duration = Duration::from_secs(5);
+
+/// `GET /ui/live`: `change` events for as long as the page stays and, for a page of a
+/// dashboard session, its session lasts: the stream ends within [`SESSION_CHECK`] of a
+/// logout, the session's expiry or the revocation of the token it was opened with, and
+/// the page, asking again, is refused.
 pub async fn stream(
     State(st): State<AppState>,
-    _who: Principal,
+    headers: HeaderMap,
+    who: Principal,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let rx = st.dashboard.changes.subscribe();
-    let events = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.changed().await.ok()?;
-        let d = *rx.borrow_and_update();
-        Some((Ok(Event::default().event("change").data(d.to_string())), rx))
-    });
+    let cookie = match who.via {
+        Via::Session => session_cookie(&headers).map(str::to_owned),
+        _ => None,
+    };
+    let mut check = tokio::time::interval(SESSION_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = (rx, check, cookie, st);
+    let events =
+        futures_util::stream::unfold(state, |(mut rx, mut check, cookie, st)| async move {
+            let open = async |st: &AppState| match &cookie {
+                Some(c) => session_open(&st.dashboard, &st.reads, c).await,
+                None => true,
+            };
+            loop {
+                tokio::select! {
+                    changed = rx.changed() => {
+                        changed.ok()?;
+                        if !open(&st).await {
+                            return None;
+                        }
+                        let d = *rx.borrow_and_update();
+                        let event = Event::default().event("change").data(d.to_string());
+                        return Some((Ok(event), (rx, check, cookie, st)));
+                    }
+                    _ = check.tick() => {
+                        if !open(&st).await {
+                            return None;
+                        }
+                    }
+                }
+            }
+        });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

@@ -19,6 +19,9 @@ const S = {
   whyNot: new Set(),
   // The rank output the job page follows (see followOutput).
   out: null,
+  // Which session the page is in: one more at each login and each end of a session. An
+  // answer to a request sent in another is stale (see api).
+  epoch: 0,
 };
 
 function el(tag, attrs, ...children) {
@@ -39,6 +42,7 @@ function el(tag, attrs, ...children) {
 }
 
 async function api(method, path, body) {
+  const epoch = S.epoch;
   const opts = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
   if (method !== 'GET') opts.headers['X-CSRF-Token'] = S.csrf;
   if (body !== undefined) {
@@ -46,8 +50,13 @@ async function api(method, path, body) {
     opts.body = JSON.stringify(body);
   }
   const r = await fetch(path, opts);
+  const data = r.status === 204 ? null : await r.json().catch(() => null);
+  if (epoch !== S.epoch) {
+    const e = new Error('the session changed while the request was under way');
+    e.stale = true;
+    throw e;
+  }
   if (r.status === 204) return null;
-  const data = await r.json().catch(() => null);
   if (!r.ok) {
     const msg = data && data.error ? data.error.message : `${r.status} ${r.statusText}`;
     const e = new Error(msg);
@@ -120,10 +129,18 @@ function frame(title, children) {
 }
 
 function failure(title, e) {
-  if (e.status === 401 && S.user) {
-    return ended('Your session ended (logged out elsewhere, expired, or its token revoked). Log in again.');
-  }
+  if (over(e)) return undefined;
   return page(title, el('p', { class: 'error', role: 'alert', text: e.message }));
+}
+
+// Whether an error of `api` means that the caller should show nothing: the request was
+// sent in a session that is over, or this one just ended (401), which brings the login
+// form (once).
+function over(e) {
+  if (e.stale) return true;
+  if (e.status !== 401) return false;
+  if (S.user) ended('Your session ended (logged out elsewhere, expired, or its token revoked), or the controller restarted. Log in again.');
+  return true;
 }
 
 function confirmAction(title, text, extra) {
@@ -162,17 +179,31 @@ function loginPage(message) {
 }
 
 async function logout() {
-  try { await api('POST', '/ui/logout'); } catch (e) { /* the session may be gone already */ }
+  // Over from the click: what answers in the meantime, the logout's own answer too, is
+  // stale and draws nothing. (The request takes the session's CSRF token as it is sent.)
+  const request = api('POST', '/ui/logout');
+  leave();
+  try { await request; } catch (e) { /* stale, or the session was gone already */ }
   ended('Logged out.');
 }
 
-// The session is over: no more drawing or live updates until the next login.
-function ended(message) {
+// Ends the page's session: nothing drawn, followed or kept of it from here on.
+function leave() {
   S.user = null;
+  S.admin = false;
+  S.csrf = '';
+  S.epoch += 1;
   if (S.live) S.live.close();
   S.live = null;
   S.redraw = null;
   if (S.out) { clearTimeout(S.out.timer); S.out = null; }
+  Object.assign(S, { partition: '', nodeState: '', node: null, job: null, whyNot: new Set(), samples: [] });
+  clearToast();
+}
+
+// The session is over: the login form, with why.
+function ended(message) {
+  leave();
   loginPage(message);
 }
 
@@ -183,7 +214,17 @@ function startLive() {
   const ind = document.getElementById('live');
   const es = new EventSource('/ui/live');
   es.onopen = () => { ind.textContent = 'live'; ind.className = 'live on'; };
-  es.onerror = () => { ind.textContent = 'reconnecting'; ind.className = 'live off'; };
+  es.onerror = () => {
+    ind.textContent = 'reconnecting';
+    ind.className = 'live off';
+    // The browser retries a stream that broke, but not one refused: ask whether the
+    // session is still there (a controller's restart ends every session), and if it is,
+    // open the stream again a little later.
+    if (es.readyState !== EventSource.CLOSED) return;
+    api('GET', '/ui/session').then(() => {
+      setTimeout(() => { if (S.live === es) startLive(); }, 5000);
+    }, (e) => { if (S.live === es) over(e); });
+  };
   // One drawing at a time, live redraws and navigations alike: what comes during one makes
   // one more, not one each, and a drawing of the page left behind cannot land over the page
   // navigated to (each reads the address when it starts).
@@ -248,7 +289,7 @@ function nodeDetail(n, jobs) {
     if (n.state === 'drained' || n.state === 'draining' || n.state === 'down') {
       actions.push(el('button', { type: 'button', id: 'resume', onclick: async () => {
         if (!await confirmAction(`Resume ${n.name}?`, `${n.name} takes new jobs again.`)) return;
-        try { await api('POST', `/api/v1/nodes/${encodeURIComponent(n.name)}/resume`); toast(`${n.name} resumed`); route(true); } catch (e) { toast(e.message, true); }
+        try { await api('POST', `/api/v1/nodes/${encodeURIComponent(n.name)}/resume`); toast(`${n.name} resumed`); route(true); } catch (e) { if (!over(e)) toast(e.message, true); }
       } }, `Resume ${n.name}`));
     } else {
       actions.push(el('button', { type: 'button', id: 'drain', class: 'danger', onclick: async () => {
@@ -259,7 +300,7 @@ function nodeDetail(n, jobs) {
           await api('POST', `/api/v1/nodes/${encodeURIComponent(n.name)}/drain`, { reason: reason.value });
           toast(`${n.name}: drain requested`);
           route(true);
-        } catch (e) { toast(e.message, true); }
+        } catch (e) { if (!over(e)) toast(e.message, true); }
       } }, `Drain ${n.name}`));
     }
   }
@@ -349,7 +390,7 @@ async function queuePage() {
   const shown = q.pending;
   const whys = new Map();
   await Promise.all([...S.whyNot].filter((id) => shown.some((j) => j.id === id)).map(async (id) => {
-    try { whys.set(id, await whyNot(id)); } catch (e) { whys.set(id, el('p', { class: 'error', text: e.message })); }
+    try { whys.set(id, await whyNot(id)); } catch (e) { if (!over(e)) whys.set(id, el('p', { class: 'error', text: e.message })); }
   }));
   const now = q.now;
   const prow = (j, i) => {
@@ -502,6 +543,7 @@ async function act(id, verb, label) {
     else await api('POST', `/api/v1/jobs/${id}/${verb}`);
     toast(`Job ${id}: ${label.toLowerCase()} done`);
   } catch (e) {
+    if (over(e)) return;
     toast(`Job ${id}: ${label.toLowerCase()} refused: ${e.message}`, true);
   }
   route(true);
@@ -547,7 +589,7 @@ async function pollOutput(o) {
     if (r.next_offset < r.size) again = 0;
     else if (r.ended) again = null;
   } catch (e) {
-    if (o !== S.out) return;
+    if (o !== S.out || over(e)) return;
     o.status.textContent = e.message;
     // The agent may be reconnecting (503), or not have started the rank yet (404 while the
     // job runs); anything else will not change by asking again.
@@ -663,6 +705,7 @@ async function boot() {
     return loginPage(e.status === 401 ? null : e.message);
   }
   clearToast();
+  S.epoch += 1;
   S.user = s.user;
   S.admin = s.admin;
   S.csrf = s.csrf;
