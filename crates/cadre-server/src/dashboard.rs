@@ -132,16 +132,18 @@ async fn principal_of(
 
 /// Whether the session a cookie's value names is still open, and the token it was opened
 /// with (if any) not revoked: what a live stream asks while it lasts
-/// ([`crate::ui::live`]).
+/// ([`crate::ui::live`]). A check that cannot be made (the store does not answer) counts
+/// as open: the next one decides, and the streams do not all end at once over one error.
 pub async fn session_open(dashboard: &Dashboard, reads: &ReadStore, cookie: &str) -> bool {
     let session = match dashboard.sessions() {
         Ok(mut sessions) => sessions.get(cookie, Instant::now()),
-        Err(_) => None,
+        Err(_) => return true,
     };
     match session {
-        Some(session) => login_principal(dashboard, reads, session.login)
-            .await
-            .is_ok(),
+        Some(session) => match login_principal(dashboard, reads, session.login).await {
+            Ok(_) => true,
+            Err(e) => e.code != ErrorCode::Unauthenticated,
+        },
         None => false,
     }
 }

@@ -526,7 +526,7 @@ fn the_dashboard_in_a_real_browser() {
         .expect("a new session cookie");
     let csrf = csrf_of(&addr, &cookie);
     let mut live = std::net::TcpStream::connect(&addr).expect("the controller listens");
-    live.set_read_timeout(Some(Duration::from_secs(2)))
+    live.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("a read timeout");
     write!(
         live,
@@ -536,6 +536,8 @@ fn the_dashboard_in_a_real_browser() {
     let mut head = [0u8; 12];
     live.read_exact(&mut head).expect("the stream's status");
     assert_eq!(&head, b"HTTP/1.1 200", "the live stream opens");
+    live.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a read timeout");
     let (status, answer) = http(
         &addr,
         "POST",

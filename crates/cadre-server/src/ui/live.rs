@@ -74,13 +74,15 @@ pub async fn watch_changes(
 }
 
 /// How often a stream opened with a session cookie checks that its session is still
-/// open, between changes.
+/// open.
 pub const SESSION_CHECK: Duration = Duration::from_secs(5);
 
 /// `GET /ui/live`: `change` events for as long as the page stays and, for a page of a
 /// dashboard session, its session lasts: the stream ends within [`SESSION_CHECK`] of a
 /// logout, the session's expiry or the revocation of the token it was opened with, and
-/// the page, asking again, is refused.
+/// the page, asking again, is refused. The session is checked on that clock, not at each
+/// change (which may come every [`PERIOD`]): a change delivered meanwhile carries only the
+/// digest, and the page's requests for what changed are refused.
 pub async fn stream(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -91,28 +93,24 @@ pub async fn stream(
         Via::Session => session_cookie(&headers).map(str::to_owned),
         _ => None,
     };
-    let mut check = tokio::time::interval(SESSION_CHECK);
+    // The first check one period on: the extractor has just made it.
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + SESSION_CHECK, SESSION_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let state = (rx, check, cookie, st);
     let events =
         futures_util::stream::unfold(state, |(mut rx, mut check, cookie, st)| async move {
-            let open = async |st: &AppState| match &cookie {
-                Some(c) => session_open(&st.dashboard, &st.reads, c).await,
-                None => true,
-            };
             loop {
                 tokio::select! {
                     changed = rx.changed() => {
                         changed.ok()?;
-                        if !open(&st).await {
-                            return None;
-                        }
                         let d = *rx.borrow_and_update();
                         let event = Event::default().event("change").data(d.to_string());
                         return Some((Ok(event), (rx, check, cookie, st)));
                     }
-                    _ = check.tick() => {
-                        if !open(&st).await {
+                    _ = check.tick(), if cookie.is_some() => {
+                        let c = cookie.as_deref().unwrap_or_default();
+                        if !session_open(&st.dashboard, &st.reads, c).await {
                             return None;
                         }
                     }

@@ -179,12 +179,12 @@ function loginPage(message) {
 }
 
 async function logout() {
-  // Over from the click: what answers in the meantime, the logout's own answer too, is
-  // stale and draws nothing. (The request takes the session's CSRF token as it is sent.)
+  // Over from the click: the login form at once, and what answers in the meantime, the
+  // logout's own answer too, is stale and draws nothing. (The request takes the session's
+  // CSRF token as it is sent.)
   const request = api('POST', '/ui/logout');
-  leave();
-  try { await request; } catch (e) { /* stale, or the session was gone already */ }
   ended('Logged out.');
+  try { await request; } catch (e) { /* stale, or the session was gone already */ }
 }
 
 // Ends the page's session: nothing drawn, followed or kept of it from here on.
@@ -221,9 +221,10 @@ function startLive() {
     // session is still there (a controller's restart ends every session), and if it is,
     // open the stream again a little later.
     if (es.readyState !== EventSource.CLOSED) return;
-    api('GET', '/ui/session').then(() => {
-      setTimeout(() => { if (S.live === es) startLive(); }, 5000);
-    }, (e) => { if (S.live === es) over(e); });
+    const again = () => setTimeout(() => { if (S.live === es) startLive(); }, 5000);
+    api('GET', '/ui/session').then(again, (e) => {
+      if (S.live === es && !over(e)) again();
+    });
   };
   // One drawing at a time, live redraws and navigations alike: what comes during one makes
   // one more, not one each, and a drawing of the page left behind cannot land over the page
