@@ -133,7 +133,7 @@ async fn principal_of(
 /// Whether the session a cookie's value names is still open, and the token it was opened
 /// with (if any) not revoked: what a live stream asks while it lasts
 /// ([`crate::ui::live`]). A check that cannot be made (the store does not answer) counts
-/// as open: the next one decides, and the streams do not all end at once over one error.
+/// as open.
 pub async fn session_open(dashboard: &Dashboard, reads: &ReadStore, cookie: &str) -> bool {
     let session = match dashboard.sessions() {
         Ok(mut sessions) => sessions.get(cookie, Instant::now()),

@@ -44,6 +44,41 @@ fn csrf_of(addr: &str, cookie: &str) -> String {
         .to_owned()
 }
 
+/// `GET /ui/live` on TCP with `credential` (a header line), its status line read: the
+/// open stream.
+fn live_stream(addr: &str, credential: &str) -> std::net::TcpStream {
+    let mut live = std::net::TcpStream::connect(addr).expect("the controller listens");
+    live.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    write!(
+        live,
+        "GET /ui/live HTTP/1.1\r\nHost: {addr}\r\n{credential}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut head = [0u8; 12];
+    live.read_exact(&mut head).expect("the stream's status");
+    assert_eq!(&head, b"HTTP/1.1 200", "the live stream opens");
+    live
+}
+
+/// Reads `live` to its end, which must come within 30 s: keep-alives come every 15 s, so
+/// the stream must end, not merely fall silent.
+fn assert_ends(mut live: std::net::TcpStream, what: &str) {
+    live.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a read timeout");
+    let since = std::time::Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match live.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the live stream: {e}"),
+        }
+        assert!(since.elapsed() < Duration::from_secs(30), "{what}");
+    }
+}
+
 /// `cadre submit ARGS` over TCP with `token`, output to /dev/null: the job id.
 fn submit_as(c: &Cluster, addr: &str, token: &str, args: &[&str]) -> u64 {
     submit_to(c, addr, token, "/dev/null", args)
@@ -500,7 +535,10 @@ fn the_dashboard_in_a_real_browser() {
     let other = set.split(';').next().expect("the cookie").to_owned();
     let (status, _) = http(&addr, "GET", "/api/v1/jobs", &[("Cookie", &other)], "");
     assert_eq!(status, 200, "the second session works");
+    // A stream opened with the token itself ends with it too.
+    let live = live_stream(&addr, &format!("Authorization: Bearer {second}"));
     c.ok(&["token", "revoke", &id.to_string()]);
+    assert_ends(live, "a live stream outlives its revoked token");
     let (status, _) = http(&addr, "GET", "/api/v1/jobs", &[("Cookie", &other)], "");
     assert_eq!(status, 401, "a revoked token's session");
 
@@ -525,19 +563,7 @@ fn the_dashboard_in_a_real_browser() {
         .and_then(|k| k["value"].as_str().map(|v| format!("cadre_session={v}")))
         .expect("a new session cookie");
     let csrf = csrf_of(&addr, &cookie);
-    let mut live = std::net::TcpStream::connect(&addr).expect("the controller listens");
-    live.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("a read timeout");
-    write!(
-        live,
-        "GET /ui/live HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request sent");
-    let mut head = [0u8; 12];
-    live.read_exact(&mut head).expect("the stream's status");
-    assert_eq!(&head, b"HTTP/1.1 200", "the live stream opens");
-    live.set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("a read timeout");
+    let live = live_stream(&addr, &format!("Cookie: {cookie}"));
     let (status, answer) = http(
         &addr,
         "POST",
@@ -546,21 +572,7 @@ fn the_dashboard_in_a_real_browser() {
         "",
     );
     assert_eq!(status, 204, "{answer}");
-    // Keep-alives come every 15 s: the stream must end, not merely fall silent.
-    let logged_out = std::time::Instant::now();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match live.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) => panic!("reading the live stream: {e}"),
-        }
-        assert!(
-            logged_out.elapsed() < Duration::from_secs(30),
-            "the live stream outlives its session"
-        );
-    }
+    assert_ends(live, "the live stream outlives its session");
     b.wait_text(
         "#login-why",
         "the login form after the session ended",

@@ -10,15 +10,16 @@
 //! within a period and the time of one read.
 
 use crate::api_error::ApiError;
-use crate::auth::{Principal, Via};
+use crate::auth::{Peer, Principal, Via};
 use crate::controller::Controller;
 use crate::dashboard::{session_cookie, session_open};
 use crate::engine::EngineHandle;
 use crate::state::AppState;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use cadre_core::cluster::NodeId;
+use cadre_proto::api::ErrorCode;
 use futures_util::Stream;
 use std::convert::Infallible;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -73,49 +74,89 @@ pub async fn watch_changes(
     }
 }
 
-/// How often a stream opened with a session cookie checks that its session is still
-/// open.
+/// How often a stream checks that what it was opened with still holds.
 pub const SESSION_CHECK: Duration = Duration::from_secs(5);
 
-/// `GET /ui/live`: `change` events for as long as the page stays and, for a page of a
-/// dashboard session, its session lasts: the stream ends within [`SESSION_CHECK`] of a
-/// logout, the session's expiry or the revocation of the token it was opened with, and
-/// the page, asking again, is refused. The session is checked on that clock, not at each
-/// change (which may come every [`PERIOD`]): a change delivered meanwhile carries only the
-/// digest, and the page's requests for what changed are refused.
+/// What a stream checks again while it lasts.
+enum Credentials {
+    /// The dashboard session of this cookie.
+    Session(String),
+    /// This `Authorization` header (an API token, or a job's), from this peer.
+    Bearer { peer: Peer, authorization: String },
+    /// The peer's credentials on the local socket: nothing to revoke.
+    Standing,
+}
+
+impl Credentials {
+    /// Whether they still hold. A check that cannot be made (the store does not answer)
+    /// counts as holding: the next one decides, and the streams do not all end at once
+    /// over one error.
+    async fn hold(&self, st: &AppState) -> bool {
+        match self {
+            Credentials::Session(cookie) => session_open(&st.dashboard, &st.reads, cookie).await,
+            Credentials::Bearer {
+                peer,
+                authorization,
+            } => match st.auth.identify(peer, Some(authorization)).await {
+                Ok(_) => true,
+                Err(e) => e.code != ErrorCode::Unauthenticated,
+            },
+            Credentials::Standing => true,
+        }
+    }
+}
+
+/// `GET /ui/live`: `change` events for as long as the page stays and what it was opened
+/// with holds: the stream ends within [`SESSION_CHECK`] of a logout, a session's expiry,
+/// or the revocation of the token the session or the request was opened with, and the
+/// page, asking again, is refused. Checked on that clock, not at each change (which may
+/// come every [`PERIOD`]): a change delivered meanwhile carries only the digest, and the
+/// page's requests for what changed are refused.
 pub async fn stream(
     State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
     who: Principal,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let rx = st.dashboard.changes.subscribe();
-    let cookie = match who.via {
-        Via::Session => session_cookie(&headers).map(str::to_owned),
-        _ => None,
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let credentials = match (who.via, authorization) {
+        (Via::Session, _) => session_cookie(&headers).map_or(Credentials::Standing, |c| {
+            Credentials::Session(c.to_owned())
+        }),
+        (Via::Token | Via::JobToken(_), Some(authorization)) => Credentials::Bearer {
+            peer,
+            authorization: authorization.to_owned(),
+        },
+        _ => Credentials::Standing,
     };
+    let checks = !matches!(credentials, Credentials::Standing);
     // The first check one period on: the extractor has just made it.
     let mut check =
         tokio::time::interval_at(tokio::time::Instant::now() + SESSION_CHECK, SESSION_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let state = (rx, check, cookie, st);
-    let events =
-        futures_util::stream::unfold(state, |(mut rx, mut check, cookie, st)| async move {
+    let state = (rx, check, credentials, st);
+    let events = futures_util::stream::unfold(
+        state,
+        move |(mut rx, mut check, credentials, st)| async move {
             loop {
                 tokio::select! {
                     changed = rx.changed() => {
                         changed.ok()?;
                         let d = *rx.borrow_and_update();
                         let event = Event::default().event("change").data(d.to_string());
-                        return Some((Ok(event), (rx, check, cookie, st)));
+                        return Some((Ok(event), (rx, check, credentials, st)));
                     }
-                    _ = check.tick(), if cookie.is_some() => {
-                        let c = cookie.as_deref().unwrap_or_default();
-                        if !session_open(&st.dashboard, &st.reads, c).await {
+                    _ = check.tick(), if checks => {
+                        if !credentials.hold(&st).await {
                             return None;
                         }
                     }
                 }
             }
-        });
+        },
+    );
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
