@@ -372,20 +372,23 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
                 ends.insert((now, *job), ());
             }
         }
-        let jobs = |s: &Scheduler| -> Vec<_> {
-            s.jobs()
-                .map(|j| {
-                    let times = (j.eligible_since, j.starving_since, j.end_time);
-                    (j.id, j.state, j.reason.clone(), s.priority(j), times)
-                })
-                .collect()
-        };
         assert_eq!(
-            jobs(&fast),
-            jobs(&reference),
+            job_views(&fast),
+            job_views(&reference),
             "pass {pass}: the jobs differ"
         );
     }
+}
+
+/// What the equivalence tests compare of every job after a pass: its state, reason and
+/// priority, when it became eligible and starving, and its end.
+fn job_views(s: &Scheduler) -> Vec<impl PartialEq + std::fmt::Debug> {
+    s.jobs()
+        .map(|j| {
+            let times = (j.eligible_since, j.starving_since, j.end_time);
+            (j.id, j.state, j.reason.clone(), s.priority(j), times)
+        })
+        .collect()
 }
 
 /// What a job of [`run`]'s `mixed` workloads asks of its nodes besides resources.
@@ -639,20 +642,7 @@ fn a_clock_set_back_decides_as_the_reference() {
         let now = Time(now);
         assert_eq!(fast.schedule(now), reference.schedule(now), "at {now:?}");
         fast.check_invariants().unwrap();
-        let jobs = |s: &Scheduler| -> Vec<_> {
-            s.jobs()
-                .map(|j| {
-                    (
-                        j.id,
-                        j.state,
-                        j.reason.clone(),
-                        j.eligible_since,
-                        s.priority(j),
-                    )
-                })
-                .collect()
-        };
-        assert_eq!(jobs(&fast), jobs(&reference), "at {now:?}");
+        assert_eq!(job_views(&fast), job_views(&reference), "at {now:?}");
         reasons.push(fast.job(JobId(2)).unwrap().reason.clone());
     }
     // The begin time came, went with the clock, and came again.

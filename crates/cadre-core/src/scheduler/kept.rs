@@ -28,7 +28,6 @@
 //! [`Scheduler::assess`]: super::Scheduler
 //! [`PriorityMemo::until`]: super::queue::PriorityMemo::until
 
-use super::PendingReason;
 use super::pass::OrderKey;
 use super::queue::{PendingTable, Row};
 use crate::job::JobId;
@@ -169,7 +168,7 @@ impl KeptOrder {
         if !self.keys.contains_key(&id) {
             return;
         }
-        match row.array_limited || row.reason != PendingReason::Priority {
+        match row.unusual() {
             true => self.unusual.insert(id),
             false => self.unusual.remove(&id),
         };
@@ -246,8 +245,7 @@ impl KeptOrder {
                     "job {id} is kept with key {kept:?}, but assessed again at {now:?} gets {key:?}"
                 ));
             }
-            let unusual = row.array_limited || row.reason != PendingReason::Priority;
-            if key.is_some() && unusual != self.unusual.contains(&id) {
+            if key.is_some() && row.unusual() != self.unusual.contains(&id) {
                 return Err(format!("job {id} is wrongly kept as unusual or not"));
             }
         }

@@ -4,7 +4,7 @@
 use super::free::FreeSummary;
 #[cfg(doc)]
 use super::kept::KeptOrder;
-use super::queue::{PriorityMemo, Row};
+use super::queue::{PendingTable, PriorityMemo, Row};
 use super::{Decision, Hold, Job, PendingReason, Scheduler};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
@@ -89,7 +89,8 @@ impl Candidate {
             class_preempting: row.class_preempting,
             has_qos: row.has_qos,
             reason_was: reason_was(&row.reason),
-            plain: false,
+            // Not starving yet: the mark is set later, and takes this back.
+            plain: !row.array_limited && !row.awaiting_victims,
         }
     }
 }
@@ -658,6 +659,16 @@ fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: Pendin
     }
 }
 
+/// Writes the rows of the jobs `ids` (sorted) back to the job table ([`Row::write_to`]):
+/// those whose assessment changed a value the table holds too.
+fn write_back(jobs: &mut BTreeMap<JobId, Job>, queue: &PendingTable, ids: Vec<JobId>) {
+    update_sorted(jobs, ids.into_iter().map(|id| (id, ())), |job, ()| {
+        if let Some(row) = queue.row(job.id) {
+            row.write_to(job);
+        }
+    });
+}
+
 /// Applies `f` to the entries of `map` named in `items`, which are sorted by id (an id may
 /// come more than once: each is applied in turn): by a search per item when they are few,
 /// otherwise in one sweep over the map in id order, which on a large map costs less than
@@ -1194,29 +1205,23 @@ impl Scheduler {
                 if key.3 != Time::NEVER {
                     starving.push((row.partition, keys.len(), key));
                 }
-                // (A quota's reason, which is always written again, is not `Priority`.)
-                if row.array_limited || row.reason != PendingReason::Priority {
+                if row.unusual() {
                     unusual.push(place);
                 }
                 let tag = tag::new(&row.reason, row.time_limit);
                 keys.push(packer.pack(&key, place, tag));
                 // The tier is the key's (`assess` looked it up).
-                let mut c = Candidate::of(id, row, key.1.0);
-                c.plain = !c.array_limited && !c.awaiting_victims;
+                let c = Candidate::of(id, row, key.1.0);
                 none_preempts &= cannot_preempt(&c);
                 lowest_class = lowest_class.min(c.class_value);
                 candidates.push(c);
             }
             if wrote {
-                changed.push((id, ()));
+                changed.push(id);
             }
         }
-        changed.sort_unstable_by_key(|c| c.0);
-        update_sorted(&mut self.jobs, changed, |job, ()| {
-            if let Some(row) = queue.row(job.id) {
-                row.write_to(job);
-            }
-        });
+        changed.sort_unstable();
+        write_back(&mut self.jobs, &queue, changed);
         self.queue = queue;
         let oldest = keep_oldest_starving(&mut starving);
         for (_, i, key) in &starving {
@@ -1287,15 +1292,11 @@ impl Scheduler {
             let (key, wrote) = self.assess(id, row, now);
             kept.note(id, row, key, now);
             if wrote {
-                changed.push((id, ()));
+                changed.push(id);
             }
         }
         kept.end_pass(queue.len());
-        update_sorted(&mut self.jobs, changed, |job, ()| {
-            if let Some(row) = queue.row(job.id) {
-                row.write_to(job);
-            }
-        });
+        write_back(&mut self.jobs, &queue, changed);
         self.queue = queue;
         self.kept = kept;
         Order::kept()
@@ -1323,8 +1324,7 @@ impl Scheduler {
     fn kept_candidate(&self, key: &OrderKey) -> Option<(Candidate, u32)> {
         let id = key.6;
         let row = self.queue.row(id)?;
-        let mut c = Candidate::of(id, row, key.1.0);
-        c.plain = !c.array_limited && !c.awaiting_victims;
+        let c = Candidate::of(id, row, key.1.0);
         Some((c, tag::new(&row.reason, row.time_limit)))
     }
 

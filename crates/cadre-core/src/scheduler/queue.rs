@@ -75,6 +75,14 @@ pub(super) struct Row {
 }
 
 impl Row {
+    /// Whether its job, eligible, is unusual to a pass: its reason is not `Priority` (a
+    /// quota's, which is always written again, is not), or it is an array task with a
+    /// `%N` limit. Once every job left waits on `Priority`, the unusual ones are the only
+    /// jobs whose outcome may be another reason or a change of reason.
+    pub(super) fn unusual(&self) -> bool {
+        self.array_limited || self.reason != PendingReason::Priority
+    }
+
     pub(super) fn of(job: &Job) -> Row {
         Row {
             partition: job.partition,
