@@ -19,7 +19,7 @@ use crate::read_store::ReadStore;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use cadre_proto::api::{ErrorCode, UiLinkView};
-use sessions::{Login, Sessions};
+use sessions::{Login, Session, Sessions};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -110,10 +110,7 @@ async fn principal_of(
     cookie: &str,
     parts: &Parts,
 ) -> Result<Principal, ApiError> {
-    let session = dashboard
-        .sessions()?
-        .get(cookie, Instant::now())
-        .ok_or_else(|| unauthenticated("the dashboard session has ended: log in again"))?;
+    let session = open_session(dashboard, cookie)?;
     if !safe_method(&parts.method) {
         let sent = parts
             .headers
@@ -130,22 +127,24 @@ async fn principal_of(
     login_principal(dashboard, reads, session.login).await
 }
 
-/// Whether the session a cookie's value names is still open, and the token it was opened
-/// with (if any) not revoked: what a live stream asks while it lasts
-/// ([`crate::ui::live`]). A check that cannot be made (the store does not answer) counts
-/// as open.
-pub async fn session_open(dashboard: &Dashboard, reads: &ReadStore, cookie: &str) -> bool {
-    let session = match dashboard.sessions() {
-        Ok(mut sessions) => sessions.get(cookie, Instant::now()),
-        Err(_) => return true,
-    };
-    match session {
-        Some(session) => match login_principal(dashboard, reads, session.login).await {
-            Ok(_) => true,
-            Err(e) => e.code != ErrorCode::Unauthenticated,
-        },
-        None => false,
-    }
+/// The open session a cookie's value names.
+fn open_session(dashboard: &Dashboard, cookie: &str) -> Result<Session, ApiError> {
+    dashboard
+        .sessions()?
+        .get(cookie, Instant::now())
+        .ok_or_else(|| unauthenticated("the dashboard session has ended: log in again"))
+}
+
+/// Who the session a cookie's value names is now, without the CSRF check of a change:
+/// an error if it has ended or the token it was opened with is revoked. What a live
+/// stream asks while it lasts ([`crate::ui::live`]).
+pub async fn session_who(
+    dashboard: &Dashboard,
+    reads: &ReadStore,
+    cookie: &str,
+) -> Result<Principal, ApiError> {
+    let session = open_session(dashboard, cookie)?;
+    login_principal(dashboard, reads, session.login).await
 }
 
 /// Who an open session's login is now.

@@ -32,6 +32,17 @@ fn token_for(c: &Cluster, user: &str) -> String {
     t["token"].as_str().expect("the secret").to_owned()
 }
 
+/// The browser's session cookie, as a `Cookie` header's value, and as the browser holds it.
+fn session_cookie(b: &Browser) -> (String, Value) {
+    let record = b
+        .cookies()
+        .into_iter()
+        .find(|k| k["name"] == "cadre_session")
+        .expect("a session cookie");
+    let value = record["value"].as_str().expect("a value");
+    (format!("cadre_session={value}"), record)
+}
+
 /// The CSRF token of the session whose cookie is `cookie` (`GET /ui/session`).
 fn csrf_of(addr: &str, cookie: &str) -> String {
     let (status, session) = http(addr, "GET", "/ui/session", &[("Cookie", cookie)], "");
@@ -264,17 +275,9 @@ fn the_dashboard_in_a_real_browser() {
     b.type_into("#token", &nobody);
     b.click("#login button");
     b.wait_text("#who", "the user's name", |t| t == "nobody");
-    let cookie = b
-        .cookies()
-        .into_iter()
-        .find(|k| k["name"] == "cadre_session")
-        .expect("a session cookie");
-    assert_eq!(cookie["httpOnly"], true, "{cookie}");
-    assert_eq!(cookie["sameSite"], "Strict", "{cookie}");
-    let cookie = format!(
-        "cadre_session={}",
-        cookie["value"].as_str().expect("a value")
-    );
+    let (cookie, record) = session_cookie(&b);
+    assert_eq!(record["httpOnly"], true, "{record}");
+    assert_eq!(record["sameSite"], "Strict", "{record}");
     assert!(!b.url().contains(&nobody), "the token is in no URL");
 
     // Cluster: every GPU of the gang's placement is a cell of the gang, on its node, and
@@ -556,12 +559,7 @@ fn the_dashboard_in_a_real_browser() {
     b.type_into("#token", &nobody);
     b.click("#login button");
     b.wait_text("#who", "the user's name again", |t| t == "nobody");
-    let cookie = b
-        .cookies()
-        .into_iter()
-        .find(|k| k["name"] == "cadre_session")
-        .and_then(|k| k["value"].as_str().map(|v| format!("cadre_session={v}")))
-        .expect("a new session cookie");
+    let (cookie, _) = session_cookie(&b);
     let csrf = csrf_of(&addr, &cookie);
     let live = live_stream(&addr, &format!("Cookie: {cookie}"));
     let (status, answer) = http(

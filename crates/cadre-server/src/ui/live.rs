@@ -12,7 +12,7 @@
 use crate::api_error::ApiError;
 use crate::auth::{Peer, Principal, Via};
 use crate::controller::Controller;
-use crate::dashboard::{session_cookie, session_open};
+use crate::dashboard::{session_cookie, session_who};
 use crate::engine::EngineHandle;
 use crate::state::AppState;
 use axum::extract::{ConnectInfo, State};
@@ -92,17 +92,15 @@ impl Credentials {
     /// counts as holding: the next one decides, and the streams do not all end at once
     /// over one error.
     async fn hold(&self, st: &AppState) -> bool {
-        match self {
-            Credentials::Session(cookie) => session_open(&st.dashboard, &st.reads, cookie).await,
+        let who = match self {
+            Credentials::Session(cookie) => session_who(&st.dashboard, &st.reads, cookie).await,
             Credentials::Bearer {
                 peer,
                 authorization,
-            } => match st.auth.identify(peer, Some(authorization)).await {
-                Ok(_) => true,
-                Err(e) => e.code != ErrorCode::Unauthenticated,
-            },
-            Credentials::Standing => true,
-        }
+            } => st.auth.identify(peer, Some(authorization)).await,
+            Credentials::Standing => return true,
+        };
+        who.map_or_else(|e| e.code != ErrorCode::Unauthenticated, |_| true)
     }
 }
 

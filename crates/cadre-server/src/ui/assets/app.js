@@ -4,6 +4,12 @@
 // #/accounts, #/scheduler.
 'use strict';
 
+// What the pages keep across live redraws (the filters, what is picked or open, the
+// scheduler page's chart samples), as a session starts (see leave).
+function pageState() {
+  return { partition: '', nodeState: '', node: null, job: null, whyNot: new Set(), samples: [] };
+}
+
 const S = {
   user: null,
   admin: false,
@@ -11,12 +17,7 @@ const S = {
   live: null,
   // Draws the page (see startLive); until the live stream is up, route draws directly.
   redraw: null,
-  // What the pages keep across live redraws.
-  partition: '',
-  nodeState: '',
-  node: null,
-  job: null,
-  whyNot: new Set(),
+  ...pageState(),
   // The rank output the job page follows (see followOutput).
   out: null,
   // Which session the page is in: one more at each login and each end of a session. An
@@ -197,7 +198,7 @@ function leave() {
   S.live = null;
   S.redraw = null;
   if (S.out) { clearTimeout(S.out.timer); S.out = null; }
-  Object.assign(S, { partition: '', nodeState: '', node: null, job: null, whyNot: new Set(), samples: [] });
+  Object.assign(S, pageState());
   clearToast();
 }
 
@@ -499,7 +500,7 @@ function bars(id, label, samples, value, unit) {
 async function schedulerPage() {
   let v;
   try { v = await api('GET', '/ui/scheduler'); } catch (e) { return failure('Scheduler', e); }
-  S.samples = (S.samples || []).filter((x) => x.now <= v.now);
+  S.samples = S.samples.filter((x) => x.now <= v.now);
   const prev = S.samples[S.samples.length - 1];
   if (!prev || prev.now !== v.now || prev.passes !== v.passes) S.samples.push(v);
   if (S.samples.length > 120) S.samples.shift();
