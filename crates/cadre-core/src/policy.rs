@@ -105,6 +105,7 @@ impl Policy {
             backfill: BackfillSettings {
                 enabled: false,
                 starvation_wait: Dur(0),
+                drain_longest_first: false,
                 ..BackfillSettings::default()
             },
             preemption: PreemptionSettings {
@@ -136,6 +137,7 @@ impl Policy {
                 max_job_test: 500,
                 window: Dur::days(1),
                 starvation_wait: Dur(0),
+                drain_longest_first: false,
             },
             preemption: PreemptionSettings {
                 enabled: false,
@@ -333,6 +335,15 @@ pub struct BackfillSettings {
     /// age does. 0 turns it off (the `slurm` and `fifo` presets).
     #[serde(with = "secs")]
     pub starvation_wait: Dur,
+    /// Once work has stopped arriving at a partition (under a tenth of its GPUs' capacity,
+    /// averaged over a day, counting the time limits at the share of them that the jobs
+    /// that ended ran), a pending job whose time limit is at least the time the rest
+    /// of its backlog needs (the other pending jobs' and the running jobs' work by time
+    /// limits, over the capacity left) is marked as a starving job is, so that the backlog
+    /// ends as soon as it can instead of with that job running alone. GPU jobs only; not
+    /// under `strict_order`; the rate is known only a day after the controller starts.
+    /// Off in the `slurm` and `fifo` presets.
+    pub drain_longest_first: bool,
 }
 
 impl Default for BackfillSettings {
@@ -344,6 +355,7 @@ impl Default for BackfillSettings {
             max_job_test: 100_000,
             window: Dur::days(14),
             starvation_wait: Dur::days(28),
+            drain_longest_first: true,
         }
     }
 }

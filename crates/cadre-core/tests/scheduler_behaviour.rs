@@ -609,6 +609,104 @@ fn without_a_starvation_wait_only_the_top_blocked_job_is_reserved_for() {
     assert_eq!(Policy::default().backfill.starvation_wait, Dur::days(28));
 }
 
+const DAY: u64 = 86_400;
+
+/// One 8-GPU node, small work first (the default's order), no starvation guard. At 0, job
+/// 1 (8 GPUs for up to 5 days) starts; jobs 2 (8 GPUs, 10 hours), 3 and 4 (8 GPUs, `short`
+/// seconds each) wait. At day 5 job 1 ends, and `last` (if any) is submitted a second
+/// before. What arrived at 0 then comes to a third of the tenth of the node under which
+/// it is quiet.
+fn tail_setup(drain_longest_first: bool, short: u64, last: Option<JobSpec>) -> Sim {
+    let mut p = weights(|w| w.job_size = 1000);
+    p.backfill.starvation_wait = Dur(0);
+    p.backfill.drain_longest_first = drain_longest_first;
+    let mut sim = Sim::new(Cluster::flat_gpu(1, 8), p);
+    sim.submit(1, job(1, 8, 5 * DAY), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    sim.submit(2, job(1, 8, 10 * 3600), 0);
+    sim.submit(3, job(1, 8, short), 0);
+    sim.submit(4, job(1, 8, short), 0);
+    if let Some(spec) = last {
+        sim.submit(5, spec, 5 * DAY - 1);
+    }
+    sim.end(1, JobState::Completed, 5 * DAY);
+    sim
+}
+
+/// Once nothing has arrived for days, the job that would end the backlog last goes first,
+/// marked as a starving job is: the backlog ends at 10 hours, not 12.
+#[test]
+fn once_work_stops_arriving_the_job_the_backlog_waits_on_goes_first() {
+    let mut sim = tail_setup(true, 3600, None);
+    assert_eq!(
+        summary(&sim.pass(5 * DAY)),
+        ["start 2", "reserve 3 @468000"]
+    );
+    let explained = sim
+        .s
+        .explain(JobId(3), Time(5 * DAY), false)
+        .expect("pending");
+    assert_eq!(
+        (explained.starving_since, explained.ends_backlog),
+        (None, false)
+    );
+    // Without the rule, small work first.
+    let mut sim = tail_setup(false, 3600, None);
+    assert_eq!(
+        summary(&sim.pass(5 * DAY)),
+        ["start 3", "reserve 4 @435600"]
+    );
+    assert!(!Policy::slurm().backfill.drain_longest_first);
+    assert!(!Policy::fifo().backfill.drain_longest_first);
+    assert!(Policy::default().backfill.drain_longest_first);
+}
+
+/// A job marked so while it cannot start yet gets a reservation, and explain says why; of
+/// two that outlast the rest, the longer is marked.
+#[test]
+fn explain_says_a_job_goes_first_because_it_ends_the_backlog() {
+    let mut p = weights(|w| w.job_size = 1000);
+    p.backfill.starvation_wait = Dur::days(28);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    // Job 1 holds both nodes until an hour after day 5. Jobs 2 (10 hours) and 5 (12 hours)
+    // each outlast the rest on the two nodes; job 5 is the longer.
+    sim.submit(1, job(2, 8, 5 * DAY + 3600), 0);
+    assert_eq!(summary(&sim.pass(0)), ["start 1"]);
+    sim.submit(2, job(1, 8, 10 * 3600), 0);
+    sim.submit(3, job(1, 8, 3600), 0);
+    sim.submit(4, job(1, 8, 3600), 0);
+    sim.submit(5, job(1, 8, 12 * 3600), 0);
+    let ds = sim.pass(5 * DAY);
+    assert_eq!(reserved(&ds)[0].job, JobId(5), "{:?}", summary(&ds));
+    let explain = |sim: &Sim, id: u64, at: u64| {
+        let x = sim.s.explain(JobId(id), Time(at), false).expect("pending");
+        (x.starving_since, x.ends_backlog)
+    };
+    assert_eq!(explain(&sim, 5, 5 * DAY), (Some(Time(0)), true));
+    assert_eq!(explain(&sim, 2, 5 * DAY), (None, false));
+    // At 28 days the guard marks the longest waiting (a tie, to the lower id), for its wait.
+    sim.pass(28 * DAY);
+    assert_eq!(explain(&sim, 2, 28 * DAY), (Some(Time(0)), false));
+    assert_eq!(explain(&sim, 5, 28 * DAY), (None, false));
+}
+
+/// While work still arrives (here 4 hours of the node, a second before), the order stays
+/// small work first; and a job shorter than what the rest of the backlog needs (two jobs of
+/// 6 hours against its 10) is never put first.
+#[test]
+fn while_work_arrives_or_the_rest_is_longer_the_order_stays_small_work_first() {
+    let mut sim = tail_setup(true, 3600, Some(job(1, 8, 4 * 3600)));
+    assert_eq!(
+        summary(&sim.pass(5 * DAY)),
+        ["start 3", "reserve 4 @435600"]
+    );
+    let mut sim = tail_setup(true, 6 * 3600, None);
+    assert_eq!(
+        summary(&sim.pass(5 * DAY)),
+        ["start 3", "reserve 4 @453600"]
+    );
+}
+
 #[test]
 fn fifo_starts_nothing_behind_a_blocked_job() {
     let mut sim = backfill_setup(Policy::fifo());

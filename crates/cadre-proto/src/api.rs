@@ -293,6 +293,10 @@ pub struct ExplainView {
     /// when it became eligible (Unix seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starving_since: Option<u64>,
+    /// It carries that mark because work has stopped arriving at its partition and it
+    /// would end the backlog last (the policy's `drain_longest_first`), not for its wait.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ends_backlog: bool,
     /// For each node of the job's partition that cannot take it now, why not.
     pub nodes: Vec<(String, String)>,
     /// What the reason means in this job's case, when its name alone does not say: the

@@ -743,6 +743,7 @@ async fn explain(
                 factors,
                 expected_start: x.expected_start.map(|t| t.0),
                 starving_since: x.starving_since.map(|t| t.0),
+                ends_backlog: x.ends_backlog,
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
                 detail: e.sched().reason_detail(JobId(id)),
             })
@@ -756,6 +757,7 @@ async fn explain(
         factors: Vec::new(),
         expected_start: None,
         starving_since: None,
+        ends_backlog: false,
         nodes: Vec::new(),
         detail: None,
     })))

@@ -380,7 +380,13 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         for (name, value) in &x.factors {
             println!("  {name:<10} {value:.4}");
         }
-        if let Some(since) = x.starving_since {
+        if x.ends_backlog {
+            println!(
+                "first in its partition, with a reservation of its own: work has stopped \
+                 arriving there and this job would end the backlog last (the policy's \
+                 drain_longest_first)"
+            );
+        } else if let Some(since) = x.starving_since {
             println!(
                 "starving: eligible for {}, longer than the policy's starvation_wait: first in \
                  its partition, with a reservation of its own",

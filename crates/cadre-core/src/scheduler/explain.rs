@@ -34,6 +34,9 @@ pub struct Explanation {
     /// `starvation_wait`) and put first in its partition, with a reservation of its own:
     /// when it became eligible.
     pub starving_since: Option<Time>,
+    /// The job carries that mark because work has stopped arriving at its partition and
+    /// it would end the backlog last (the policy's `drain_longest_first`), not for its wait.
+    pub ends_backlog: bool,
     /// Per node of the job's partition, why it cannot take the job now (only nodes that
     /// cannot; with `nodes = false`, empty).
     pub nodes: Vec<NodeWhyNot>,
@@ -58,6 +61,12 @@ impl Scheduler {
         } else {
             Vec::new()
         };
+        let starving_since = job
+            .starving_since
+            .filter(|_| job.state == JobState::Pending);
+        let guard = self.policy.backfill.starvation_wait;
+        let ends_backlog =
+            starving_since.is_some_and(|since| guard.0 == 0 || now.since(since) < guard);
         Some(Explanation {
             job: id,
             state: job.state,
@@ -71,9 +80,8 @@ impl Scheduler {
                 .then(|| self.factors(id, now))
                 .flatten(),
             expected_start: self.expected_start(id),
-            starving_since: job
-                .starving_since
-                .filter(|_| job.state == JobState::Pending),
+            starving_since,
+            ends_backlog,
             nodes: per_node,
         })
     }

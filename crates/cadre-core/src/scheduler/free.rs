@@ -79,6 +79,11 @@ impl FreeSummary {
         }
     }
 
+    /// The total free amounts on partition `p`'s up nodes.
+    pub(super) fn total(&self, p: PartitionId) -> Amounts {
+        self.total[p.0 as usize]
+    }
+
     /// False when the job certainly cannot start now in partition `p`.
     pub(super) fn may_fit(&self, p: PartitionId, job: &Job) -> bool {
         let p = p.0 as usize;

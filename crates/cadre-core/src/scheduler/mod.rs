@@ -88,6 +88,7 @@ mod pass;
 mod preempt;
 mod queue;
 mod reason;
+mod tail;
 
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
@@ -380,7 +381,8 @@ pub struct Job {
     /// When the job first became eligible in its current pending period (age counts from here).
     pub eligible_since: Option<Time>,
     /// When the last pass found it starving and put it first in its partition (see
-    /// `starvation_wait` in the policy): when it became eligible. `None` otherwise.
+    /// `starvation_wait` in the policy, and `drain_longest_first` for the job a quiet
+    /// partition's backlog waits on): when it became eligible. `None` otherwise.
     pub starving_since: Option<Time>,
     pub hold: Option<Hold>,
     pub start_time: Option<Time>,
@@ -493,6 +495,9 @@ pub struct Scheduler {
     /// gathered from the running jobs): the straightforward scheduler the tests compare the
     /// fast one with.
     reference: bool,
+    /// The work submitted to each partition, averaged over a day (for
+    /// `drain_longest_first`).
+    arrivals: tail::Arrivals,
 }
 
 /// Whether a scheduler under `policy` keeps the order of the eligible jobs between passes
@@ -602,6 +607,7 @@ impl Scheduler {
             cluster_gpus,
             cluster_cpus,
             reference: false,
+            arrivals: tail::Arrivals::default(),
         })
     }
 
@@ -673,8 +679,16 @@ impl Scheduler {
     /// or that was adopted on a node already down) are returned; starting jobs waits for the
     /// next [`Scheduler::schedule`]. A refused event changes nothing.
     pub fn handle(&mut self, event: Event, now: Time) -> Result<Vec<Decision>, CoreError> {
+        self.arrivals.watch(now);
         match event {
-            Event::Submit { id, spec } => self.submit(id, *spec, now).map(|()| Vec::new()),
+            Event::Submit { id, spec } => {
+                self.submit(id, *spec, now)?;
+                if let Some(job) = self.jobs.get(&id) {
+                    let (g, limit) = (job.want.gpu_milli, job.spec.time_limit);
+                    self.arrivals.add(job.partition, g, limit, now);
+                }
+                Ok(Vec::new())
+            }
             Event::RestorePending {
                 id,
                 spec,
@@ -722,7 +736,23 @@ impl Scheduler {
                 Ok(Vec::new())
             }
             Event::Requeue { id } => self.request_stop(id, Stopping::Requeue, StopReason::Requeue),
-            Event::Ended { id, outcome } => self.ended(id, outcome, now).map(|()| Vec::new()),
+            Event::Ended { id, outcome } => {
+                // How much of its limit a job that ended by itself ran (not one stopped
+                // for a preemption, a requeue or a node).
+                let ran = self.jobs.get(&id).and_then(|job| match job.stopping {
+                    None => Some((
+                        job.want.gpu_milli,
+                        now.since(job.start_time?),
+                        job.spec.time_limit,
+                    )),
+                    Some(_) => None,
+                });
+                self.ended(id, outcome, now)?;
+                if let Some((g, ran, limit)) = ran {
+                    self.arrivals.ran(g, ran, limit);
+                }
+                Ok(Vec::new())
+            }
             Event::LaunchFailed { id, .. } => {
                 self.finish_active(id, now, Lifecycle::Requeue)?;
                 Ok(Vec::new())

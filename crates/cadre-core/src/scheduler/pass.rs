@@ -5,7 +5,7 @@ use super::free::FreeSummary;
 #[cfg(doc)]
 use super::kept::KeptOrder;
 use super::queue::{PendingTable, PriorityMemo, Row};
-use super::{Decision, Hold, Job, PendingReason, Scheduler};
+use super::{Decision, Hold, Job, PendingReason, Scheduler, tail};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
 use crate::cluster::{Cluster, NodeId, PartitionId};
@@ -14,8 +14,8 @@ use crate::placement;
 use crate::policy::BackfillMode;
 use crate::priority::{Factors, MAX_PRIORITY};
 use crate::quota::QuotaBlock;
-use crate::resources::Amounts;
-use crate::time::Time;
+use crate::resources::{Amounts, MILLI_PER_GPU};
+use crate::time::{Dur, Time};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
@@ -141,6 +141,9 @@ pub(super) fn per_node_amounts(cluster: &Cluster, alloc: &Allocation) -> Vec<(No
 /// Only one per partition: ordering every starving job by its wait turns a long backlog
 /// into first-come first-served, which on the Philly trace doubled the mean wait (see
 /// docs/simulator.md), while one at a time bounds the longest wait just as well.
+///
+/// A job that its partition's backlog waits on once work stops arriving carries the mark
+/// too, with its own eligibility time (see [`super::tail`]).
 ///
 /// `starving` holds the keys that carry the mark, each with its job's partition (and a
 /// value of the caller's); the jobs left with it are returned.
@@ -1198,10 +1201,22 @@ impl Scheduler {
         // (a summary is kept until a preemption, not renewed at each start).
         let mut lowest_class = i32::MAX;
         let mut none_preempts = true;
+        // Partitions where work has stopped arriving; there, the pending work, and the jobs
+        // that may be the one their backlog waits on, with their work and eligibility.
+        let mut quiet = self.quiet_partitions(now);
+        let mut may_end_backlog = Vec::new();
         for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
                 let place = u32::try_from(keys.len()).expect("fewer than 2^32 pending jobs");
+                if let Some(q) = quiet.get_mut(&row.partition) {
+                    let work = tail::work(row.want_gpu_milli, row.time_limit);
+                    q.pending = q.pending.saturating_add(work);
+                    if key.3 == Time::NEVER && row.may_be_marked() {
+                        let since = row.eligible_since.unwrap_or(now);
+                        may_end_backlog.push((keys.len(), work, row.time_limit, since, key));
+                    }
+                }
                 if key.3 != Time::NEVER {
                     starving.push((row.partition, keys.len(), key));
                 }
@@ -1223,6 +1238,23 @@ impl Scheduler {
         changed.sort_unstable();
         write_back(&mut self.jobs, &queue, changed);
         self.queue = queue;
+        // Per quiet partition, the job its backlog waits on longest: the longest limit,
+        // then the earliest in the order.
+        let mut longest: BTreeMap<PartitionId, (Reverse<Dur>, usize, Time, OrderKey)> =
+            BTreeMap::new();
+        for (i, work, limit, since, key) in may_end_backlog {
+            let p = candidates[i].partition;
+            if quiet[&p].ends_backlog(work, limit) {
+                let e = longest.entry(p).or_insert((Reverse(limit), i, since, key));
+                if (Reverse(limit), key) < (e.0, e.3) {
+                    *e = (Reverse(limit), i, since, key);
+                }
+            }
+        }
+        for (p, (_, i, since, mut key)) in longest {
+            key.3 = since;
+            starving.push((p, i, key));
+        }
         let oldest = keep_oldest_starving(&mut starving);
         for (_, i, key) in &starving {
             keys[*i] = packer.pack(key, keys[*i].3, keys[*i].4);
@@ -1268,6 +1300,49 @@ impl Scheduler {
             false => 0,
         };
         Order::new(keys, candidates, heap_for, starving, unusual)
+    }
+
+    /// The partitions where work has stopped arriving (see [`super::tail`]), each with the
+    /// capacity the arrivals leave and the running jobs' remaining work; none unless the
+    /// policy drains longest first and does not keep strict order.
+    fn quiet_partitions(&self, now: Time) -> BTreeMap<PartitionId, tail::Quiet> {
+        let mut quiet = BTreeMap::new();
+        if !self.policy.backfill.drain_longest_first || self.policy.strict_order {
+            return quiet;
+        }
+        let mut up: Option<FreeSummary> = None;
+        for i in 0..self.cluster.partitions.len() {
+            let id = PartitionId(u16::try_from(i).expect("at most 2^16 partitions"));
+            let Some(rate) = self.arrivals.rate(id, now) else {
+                return quiet;
+            };
+            // No partition has more GPUs than the cluster: most passes stop here.
+            let cluster = (self.cluster_gpus * u64::from(MILLI_PER_GPU)) as f64;
+            if rate > tail::QUIET_SHARE * cluster {
+                continue;
+            }
+            let up = match (&self.idle_free, &mut up) {
+                (Some(idle), _) => idle,
+                (None, up) => up.get_or_insert_with(|| FreeSummary::idle_up(&self.cluster)),
+            };
+            let capacity = up.total(id).gpu_milli as f64;
+            if capacity > 0.0 && rate <= tail::QUIET_SHARE * capacity {
+                quiet.insert(id, tail::Quiet::new(capacity - rate));
+            }
+        }
+        if quiet.is_empty() {
+            return quiet;
+        }
+        for id in &self.active {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            if let (Some(q), Some(end)) = (quiet.get_mut(&job.partition), job.end_time) {
+                let remaining = tail::work(job.want.gpu_milli, end.since(now));
+                q.running = q.running.saturating_add(remaining);
+            }
+        }
+        quiet
     }
 
     /// Whether the order of the eligible jobs is kept between passes ([`KeptOrder`]): under
@@ -1382,12 +1457,7 @@ impl Scheduler {
         // an array's `%N`), which would keep the mark from the rest of its partition for as
         // long as it waits; and not under strict order, whose head job is the one waiting
         // longest already.
-        let may_starve = !self.policy.strict_order
-            && !row.array_limited
-            && !matches!(
-                row.reason,
-                PendingReason::BadConstraints | PendingReason::Limit(_)
-            );
+        let may_starve = !self.policy.strict_order && row.may_be_marked();
         let starvation_wait = self.policy.backfill.starvation_wait;
         let starving = may_starve && starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
         let starving_since = if starving { since } else { Time::NEVER };

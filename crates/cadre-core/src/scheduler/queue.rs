@@ -83,6 +83,17 @@ impl Row {
         self.array_limited || self.reason != PendingReason::Priority
     }
 
+    /// Whether the starving mark can help its job: not one the last pass found never fits
+    /// or held back by a limit (a quota, an array's `%N`), which would keep the mark from
+    /// the rest of its partition for as long as it waits.
+    pub(super) fn may_be_marked(&self) -> bool {
+        !self.array_limited
+            && !matches!(
+                self.reason,
+                PendingReason::BadConstraints | PendingReason::Limit(_)
+            )
+    }
+
     pub(super) fn of(job: &Job) -> Row {
         Row {
             partition: job.partition,
