@@ -1204,12 +1204,13 @@ impl Scheduler {
         // Partitions where work has stopped arriving; there, the pending work, and the jobs
         // that may be the one their backlog waits on, with their work and eligibility.
         let mut quiet = self.quiet_partitions(now);
+        let any_quiet = !quiet.is_empty();
         let mut may_end_backlog = Vec::new();
         for (&id, row) in queue.rows_mut() {
             let (key, wrote) = self.assess(id, row, now);
             if let Some(key) = key {
                 let place = u32::try_from(keys.len()).expect("fewer than 2^32 pending jobs");
-                if let Some(q) = quiet.get_mut(&row.partition) {
+                if let Some(q) = any_quiet.then(|| quiet.get_mut(&row.partition)).flatten() {
                     let work = tail::work(row.want_gpu_milli, row.time_limit);
                     q.pending = q.pending.saturating_add(work);
                     if key.3 == Time::NEVER && row.may_be_marked() {
