@@ -15,11 +15,13 @@
 //! Work is GPUs times time limit, in GPU thousandths times seconds; CPU-only jobs, jobs
 //! without a time limit and partitions without GPUs are left alone (and a running job
 //! without a limit keeps its partition's backlog from ever looking drained). Capacity is
-//! the partition's up nodes'; partitions that share nodes are each reckoned as if alone. The rate is an exponential average of the work
-//! submitted over [`RATE_WINDOW`], its time limits counted at the share of them that the
-//! jobs that ended ran (users over-estimate), and is known only a window after the
-//! scheduler's first event: a controller that has just restarted does not take its restored queue for the
-//! end of a burst.
+//! the partition's up nodes'; partitions that share nodes are each reckoned as if alone.
+//!
+//! The rate is an exponential average of the work submitted over [`RATE_WINDOW`], its time
+//! limits counted at the share of them that the jobs that ended by themselves ran (users
+//! over-estimate; over the whole cluster and the scheduler's life). It is known only a
+//! window after the scheduler's first event: a controller that has just restarted does not
+//! take its restored queue for the end of a burst (jobs restored are not arrivals).
 
 use crate::cluster::PartitionId;
 use crate::time::{Dur, Time};
