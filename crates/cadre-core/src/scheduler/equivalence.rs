@@ -178,6 +178,10 @@ struct Extras {
     /// released, given another nice value or time limit, and running jobs requeued: what
     /// changes a pending job's eligibility or priority other than its age.
     lifecycle: bool,
+    /// The schedulers have watched a day before the workload starts, so the arrival rate
+    /// of `drain_longest_first` is known, and low at this workload's load: the job a
+    /// partition's backlog waits on is marked whenever there is one (the run asserts it is).
+    rate_known: bool,
 }
 
 /// Adds to a job of [`run`]'s `lifecycle` workloads (`earlier` jobs were submitted before).
@@ -215,6 +219,7 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
         mixed,
         arrays,
         lifecycle: changes,
+        rate_known,
     } = extras;
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
@@ -240,6 +245,16 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
         }
     };
     let mut now = Time(0);
+    let mut drained = false;
+    if rate_known {
+        let up = Event::NodeAvail {
+            node: NodeId(0),
+            avail: NodeAvail::Up,
+            reason: None,
+        };
+        both(&mut fast, &mut reference, &mut ends, up, now);
+        now = Time(86_400);
+    }
     for pass in 0..passes {
         now = now + Dur(1 + rng.below(120));
         while let Some((&(end, id), _)) = ends.first_key_value() {
@@ -377,7 +392,13 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
             job_views(&reference),
             "pass {pass}: the jobs differ"
         );
+        // Under the default 28-day guard, only the drain marks a job in these hours.
+        drained |= fast.jobs.values().any(|j| j.starving_since.is_some());
     }
+    assert!(
+        !rate_known || drained,
+        "no job was marked as ending a backlog"
+    );
 }
 
 /// What the equivalence tests compare of every job after a pass: its state, reason and
@@ -536,6 +557,19 @@ fn a_starvation_guard_decides_as_the_reference() {
     policy.backfill.starvation_wait = Dur::minutes(10);
     for seed in 1..=4 {
         compare(policy.clone(), seed, 300);
+    }
+}
+
+/// The default policy once the arrival rate is known: the job each partition's backlog
+/// waits on goes first (`drain_longest_first`).
+#[test]
+fn draining_longest_first_decides_as_the_reference() {
+    for seed in 1..=3 {
+        let extras = Extras {
+            rate_known: true,
+            ..Extras::default()
+        };
+        run(CLUSTER, Policy::default(), seed, 300, extras);
     }
 }
 
