@@ -346,6 +346,13 @@ pub struct BackfillSettings {
     pub drain_longest_first: bool,
 }
 
+impl BackfillSettings {
+    /// Whether a job eligible for `waited` is starving by `starvation_wait`.
+    pub fn starving_after(&self, waited: Dur) -> bool {
+        self.starvation_wait.0 > 0 && waited >= self.starvation_wait
+    }
+}
+
 impl Default for BackfillSettings {
     fn default() -> Self {
         BackfillSettings {

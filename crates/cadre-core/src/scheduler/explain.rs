@@ -64,9 +64,10 @@ impl Scheduler {
         let starving_since = job
             .starving_since
             .filter(|_| job.state == JobState::Pending);
-        let guard = self.policy.backfill.starvation_wait;
+        // Marked, but not for its wait: the drain's mark (see `drain_longest_first`).
+        let backfill = &self.policy.backfill;
         let ends_backlog =
-            starving_since.is_some_and(|since| guard.0 == 0 || now.since(since) < guard);
+            starving_since.is_some_and(|since| !backfill.starving_after(now.since(since)));
         Some(Explanation {
             job: id,
             state: job.state,

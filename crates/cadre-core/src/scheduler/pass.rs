@@ -1312,13 +1312,13 @@ impl Scheduler {
             return quiet;
         }
         let mut up: Option<FreeSummary> = None;
+        // No partition has more GPUs than the cluster: most passes stop at this bound.
+        let cluster = (self.cluster_gpus * u64::from(MILLI_PER_GPU)) as f64;
         for i in 0..self.cluster.partitions.len() {
             let id = PartitionId(u16::try_from(i).expect("at most 2^16 partitions"));
             let Some(rate) = self.arrivals.rate(id, now) else {
                 return quiet;
             };
-            // No partition has more GPUs than the cluster: most passes stop here.
-            let cluster = (self.cluster_gpus * u64::from(MILLI_PER_GPU)) as f64;
             if rate > tail::QUIET_SHARE * cluster {
                 continue;
             }
@@ -1459,8 +1459,7 @@ impl Scheduler {
         // long as it waits; and not under strict order, whose head job is the one waiting
         // longest already.
         let may_starve = !self.policy.strict_order && row.may_be_marked();
-        let starvation_wait = self.policy.backfill.starvation_wait;
-        let starving = may_starve && starvation_wait.0 > 0 && now.since(since) >= starvation_wait;
+        let starving = may_starve && self.policy.backfill.starving_after(now.since(since));
         let starving_since = if starving { since } else { Time::NEVER };
         // A job that preempted others goes first, as Slurm evaluates preemptors first: what
         // its victims freed is its own, and no lower job takes it back.
