@@ -8,7 +8,10 @@
 //! - job size: the job's GPUs (CPUs for CPU-only jobs) over the cluster's, or one minus that
 //!   with `favor_small`;
 //! - partition: the partition's `priority_job_factor` over the highest of all partitions;
-//! - QOS: the QOS's priority over the highest of all QOS.
+//! - QOS: the QOS's priority over the highest of all QOS;
+//! - expansion (cadre's, not Slurm's): how long the job has waited against its time limit,
+//!   the expansion factor `(wait + limit) / limit` on a log scale, 1/8 per doubling, 1 from
+//!   256 (Moab's `XFACTOR` weighs the same ratio); 0 for a job without a time limit.
 //!
 //! Only configured (non-zero) weights count, as in Slurm.
 
@@ -24,6 +27,11 @@ pub struct PriorityWeights {
     pub job_size: u32,
     pub partition: u32,
     pub qos: u32,
+    /// Weight of the expansion factor (see the module's documentation): a short job that
+    /// has waited many times its time limit catches up with longer jobs that have waited
+    /// as long, whatever the work order says. 0 in every preset (docs/simulator.md,
+    /// experiment 9, measured it as a default).
+    pub expansion: u32,
     /// Age at which the age factor reaches 1 (Slurm `PriorityMaxAge`: Slurm's default and
     /// the `slurm` preset's 7 days, cadre's 14). With the work basis, also the top of the
     /// work scale (the whole cluster for `max_age`).
@@ -67,6 +75,7 @@ impl Default for PriorityWeights {
             job_size: 5000,
             partition: 1000,
             qos: 2000,
+            expansion: 0,
             max_age: Dur::days(14),
             favor_small: true,
             size_basis: SizeBasis::Work,
@@ -82,8 +91,13 @@ pub struct Factors {
     pub job_size: f64,
     pub partition: f64,
     pub qos: f64,
+    #[serde(default)]
+    pub expansion: f64,
     pub nice: i32,
 }
+
+/// The doublings of the expansion factor over which its priority factor grows to 1.
+const EXPANSION_DOUBLINGS: f64 = 8.0;
 
 /// The highest priority a job can have.
 pub const MAX_PRIORITY: u64 = u32::MAX as u64;
@@ -116,21 +130,23 @@ impl PriorityWeights {
             + term(self.job_size, f.job_size)
             + term(self.partition, f.partition)
             + term(self.qos, f.qos)
+            + term(self.expansion, f.expansion)
             - f64::from(f.nice)
     }
 
     /// How long the priority of a job eligible for `waited`, with factors `f` and so
     /// priority `priority`, stays the same while the job waits and nothing else changes:
     /// every factor but age is then fixed, but fair-share, which moves with everyone's
-    /// usage (zero when it is weighed), and age only grows, by `age / max_age` a second
-    /// until it reaches its cap. `None`: for as long as nothing else changes.
+    /// usage, and expansion, which grows faster the shorter the job (zero when either is
+    /// weighed), and age only grows, by `age / max_age` a second until it reaches its cap.
+    /// `None`: for as long as nothing else changes.
     ///
     /// The priority is the sum rounded, and the sum only grows: it stays the same until the
     /// sum reaches `priority + 0.5`. The time that takes is cut by a margin far above the
     /// floating-point error of the sum (about 10^-15 of its terms' size), so that the
     /// priority computed at any whole second within it is exactly `priority`.
     pub fn steady_for(&self, f: &Factors, waited: Dur, priority: u64) -> Option<Dur> {
-        if self.fairshare != 0 {
+        if self.fairshare != 0 || self.expansion != 0 {
             return Some(Dur(0));
         }
         if self.age == 0 || self.max_age.0 == 0 || waited >= self.max_age {
@@ -154,6 +170,16 @@ impl PriorityWeights {
         }
         Some(Dur(secs.min(u64::MAX as f64 / 2.0) as u64))
     }
+}
+
+/// The expansion factor of a job eligible for `waited` with time limit `limit` (0: none,
+/// and no factor): see the module's documentation.
+pub fn expansion_factor(waited: Dur, limit: Dur) -> f64 {
+    if limit.0 == 0 {
+        return 0.0;
+    }
+    let ratio = 1.0 + waited.0 as f64 / limit.0 as f64;
+    (ratio.log2() / EXPANSION_DOUBLINGS).min(1.0)
 }
 
 /// `x.round()` (halves away from zero) without the C library call that compiles to on
@@ -200,6 +226,7 @@ mod tests {
                 job_size,
                 partition,
                 qos,
+                expansion: 0,
                 max_age: Dur(max_age),
                 favor_small: false,
                 size_basis: SizeBasis::Resources,
@@ -210,6 +237,7 @@ mod tests {
                 job_size: size,
                 partition: part,
                 qos: q,
+                expansion: 0.0,
                 nice,
             };
             let p = w.priority(&at(waited));
@@ -285,6 +313,35 @@ mod tests {
             ..base
         };
         assert_eq!(w.priority(&very_nice), 1, "priority never reaches 0 (held)");
+    }
+
+    #[test]
+    fn expansion_grows_an_eighth_per_doubling_of_wait_plus_limit_over_limit() {
+        let f = expansion_factor;
+        let hour = Dur::hours(1);
+        assert_eq!(f(Dur(0), hour), 0.0);
+        assert_eq!(f(hour, hour), 1.0 / 8.0);
+        assert_eq!(f(Dur::hours(3), hour), 2.0 / 8.0);
+        assert_eq!(f(Dur::hours(255), hour), 1.0);
+        assert_eq!(f(Dur::days(365), hour), 1.0, "capped");
+        assert_eq!(f(Dur::days(365), Dur(0)), 0.0, "no time limit, no factor");
+        // A day-long job that waited an hour is far behind an hour-long one that did.
+        assert!(f(hour, Dur::days(1)) < f(hour, hour) / 10.0);
+        let w = PriorityWeights {
+            expansion: 8000,
+            fairshare: 0,
+            ..Default::default()
+        };
+        let waited = Factors {
+            expansion: f(hour, hour),
+            ..Default::default()
+        };
+        assert_eq!(w.priority(&waited), 1000);
+        assert_eq!(
+            w.steady_for(&waited, hour, 1000),
+            Some(Dur(0)),
+            "moves every second"
+        );
     }
 
     #[test]

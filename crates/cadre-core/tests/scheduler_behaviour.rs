@@ -810,6 +810,48 @@ fn age_counts_from_eligibility_and_puts_the_longer_eligible_job_first() {
     assert_eq!(started(&sim.pass(400)), [3]);
 }
 
+/// Small work first, then one 8-GPU node that job 1 holds for 10 hours. Job 2 (an hour)
+/// waits from 0; job 3 (half an hour, less work) arrives a minute before job 1 ends.
+fn expansion_setup(expansion: u32) -> Sim {
+    let mut sim = Sim::new(
+        Cluster::flat_gpu(1, 8),
+        weights(|w| {
+            w.age = 5000;
+            w.job_size = 5000;
+            w.expansion = expansion;
+        }),
+    );
+    sim.submit(1, job(1, 8, 10 * 3600), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(2, job(1, 8, 3600), 0);
+    sim.submit(3, job(1, 8, 1800), 10 * 3600 - 60);
+    sim.end(1, JobState::Completed, 10 * 3600);
+    sim
+}
+
+/// The expansion factor puts a short job that has waited ten times its length before a
+/// shorter one that has just arrived; without it, the smaller work goes first.
+#[test]
+fn expansion_puts_the_job_that_waited_longest_against_its_limit_first() {
+    let mut sim = expansion_setup(0);
+    assert_eq!(started(&sim.pass(10 * 3600)), [3]);
+    let mut sim = expansion_setup(8000);
+    // Job 2 waited 10 hours against an hour: (10 + 1) / 1 = 11, log2(11) / 8 of the
+    // weight; job 3 a minute against half an hour.
+    let at = Time(10 * 3600);
+    let factor = |sim: &Sim, id| sim.s.factors(JobId(id), at).expect("pending").expansion;
+    assert!((factor(&sim, 2) - 11f64.log2() / 8.0).abs() < 1e-12);
+    assert!((factor(&sim, 3) - (1860f64 / 1800.0).log2() / 8.0).abs() < 1e-12);
+    assert_eq!(started(&sim.pass(10 * 3600)), [2]);
+    let explained = sim.s.explain(JobId(3), at, false).expect("pending");
+    assert_eq!(
+        explained.factors.expect("factors").expansion,
+        factor(&sim, 3)
+    );
+    assert_eq!(Policy::default().priority.expansion, 0);
+    assert_eq!(Policy::slurm().priority.expansion, 0);
+}
+
 #[test]
 fn qos_factor_orders_jobs_by_qos_priority() {
     let mut p = weights(|w| w.qos = 2000);

@@ -659,6 +659,9 @@ pub struct PriorityView {
     /// The partition's factor (its priority job factor over the highest one).
     pub partition_factor: f64,
     pub qos: f64,
+    /// cadre's expansion factor (how long the job waited against its time limit).
+    #[serde(default)]
+    pub expansion: f64,
     pub nice: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayIndex>,
@@ -673,6 +676,8 @@ pub struct PriorityWeightsView {
     pub job_size: u32,
     pub partition: u32,
     pub qos: u32,
+    #[serde(default)]
+    pub expansion: u32,
 }
 
 /// `GET /priorities`: the weights, and every pending job's factors in id order.

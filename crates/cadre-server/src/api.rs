@@ -732,6 +732,7 @@ async fn explain(
                     ("job_size".into(), f.job_size),
                     ("partition".into(), f.partition),
                     ("qos".into(), f.qos),
+                    ("expansion".into(), f.expansion),
                     ("nice".into(), f64::from(f.nice)),
                 ]
             });
@@ -1396,6 +1397,7 @@ async fn priorities(
                 job_size: w.job_size,
                 partition: w.partition,
                 qos: w.qos,
+                expansion: w.expansion,
             };
             let cluster = e.sched().cluster();
             let mut jobs: Vec<PriorityView> = e
@@ -1419,6 +1421,7 @@ async fn priorities(
                         job_size: f.job_size,
                         partition_factor: f.partition,
                         qos: f.qos,
+                        expansion: f.expansion,
                         nice: f.nice,
                         array: j.spec.array,
                     })

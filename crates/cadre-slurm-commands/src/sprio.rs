@@ -5,7 +5,9 @@
 //! with a column only for the factors whose weight is not zero, as Slurm does; `-n` the
 //! normalised factors in [0, 1]; `-w` the weights alone; `-l` adds the user and the nice
 //! value. cadre has no site factor, association factor or TRES factors: SITE is 0 and the
-//! others are left out. `-o` takes sprio's `%` fields.
+//! others are left out. It has one factor Slurm has not, expansion (how long a job waited
+//! against its time limit): `%X` weighted, `%x` normalised, a column of the default format
+//! when its weight is not zero. `-o` takes sprio's `%` fields.
 
 use super::format::{Layout, parse_percent};
 use super::query::{self, JobRef, Opt};
@@ -56,6 +58,8 @@ pub(crate) enum Field {
     PartitionPrioNorm,
     Qos,
     QosNorm,
+    Expansion,
+    ExpansionNorm,
     Nice,
     Tres,
     TresNorm,
@@ -83,6 +87,8 @@ fn letter(c: char) -> Option<Field> {
         'p' => PartitionPrioNorm,
         'Q' => Qos,
         'q' => QosNorm,
+        'X' => Expansion,
+        'x' => ExpansionNorm,
         'N' => Nice,
         'T' => Tres,
         't' => TresNorm,
@@ -104,6 +110,7 @@ fn header(f: Field) -> &'static str {
         FairShare | FairShareNorm => "FAIRSHARE",
         JobSize | JobSizeNorm => "JOBSIZE",
         Qos | QosNorm => "QOS",
+        Expansion | ExpansionNorm => "EXPANSION",
         Nice => "NICE",
         Tres | TresNorm => "TRES",
         Cluster => "CLUSTER",
@@ -123,6 +130,7 @@ pub(crate) fn default_format(w: &PriorityWeightsView, long: bool, norm: bool) ->
         (w.job_size, 'J', 'j'),
         (w.partition, 'P', 'p'),
         (w.qos, 'Q', 'q'),
+        (w.expansion, 'X', 'x'),
     ] {
         if weight > 0 {
             f.push_str(&format!(
@@ -160,6 +168,8 @@ pub(crate) fn value(j: &PriorityView, w: &PriorityWeightsView, f: Field) -> Stri
         PartitionPrioNorm => norm(j.partition_factor),
         Qos => weighted(w.qos, j.qos),
         QosNorm => norm(j.qos),
+        Expansion => weighted(w.expansion, j.expansion),
+        ExpansionNorm => norm(j.expansion),
         Nice => j.nice.to_string(),
         Cluster => "cadre".into(),
     }
@@ -175,6 +185,7 @@ fn weight_value(w: &PriorityWeightsView, f: Field) -> String {
         JobSize | JobSizeNorm => w.job_size.to_string(),
         PartitionPrio | PartitionPrioNorm => w.partition.to_string(),
         Qos | QosNorm => w.qos.to_string(),
+        Expansion | ExpansionNorm => w.expansion.to_string(),
         _ => String::new(),
     }
 }
@@ -292,6 +303,7 @@ mod tests {
                 job_size: 1000,
                 partition: 10_000,
                 qos: 0,
+                expansion: 0,
             },
             jobs: vec![PriorityView {
                 id: JobId(65539),
@@ -303,6 +315,7 @@ mod tests {
                 job_size: 1.0,
                 partition_factor: 1.0,
                 qos: 0.0,
+                expansion: 0.0,
                 nice: 0,
                 array: None,
             }],
@@ -314,6 +327,28 @@ mod tests {
         let (layout, bad) = parse_percent(&default_format(&l.weights, long, norm), letter);
         assert!(bad.is_empty());
         framed(render(&layout, &l, true, weights))
+    }
+
+    #[test]
+    fn expansion_has_a_column_once_weighed() {
+        let mut l = list();
+        let format = |l: &PriorityList| default_format(&l.weights, false, false);
+        assert!(
+            !format(&l).contains('X'),
+            "no column at weight 0, as Slurm's factors"
+        );
+        l.weights.expansion = 4000;
+        l.jobs[0].expansion = 0.25;
+        let (layout, bad) = parse_percent(&format(&l), letter);
+        assert!(bad.is_empty());
+        let lines = render(&layout, &l, true, false);
+        assert!(lines[0].trim_end().ends_with("EXPANSION"), "{lines:?}");
+        assert!(lines[1].trim_end().ends_with(" 1000"), "{lines:?}");
+        let (norm, _) = parse_percent("%i %x", letter);
+        assert_eq!(render(&norm, &l, false, false), ["65539 0.2500000"]);
+        let (weights, _) = parse_percent("%i %X", letter);
+        let w = render(&weights, &l, false, true);
+        assert!(w.last().unwrap().ends_with("4000"), "{w:?}");
     }
 
     #[test]

@@ -604,6 +604,21 @@ fn priorities_kept_between_passes_are_the_reference_s() {
     }
 }
 
+/// The expansion factor, which moves every pending job's priority at every pass, weighed
+/// in the default policy, without fair-share, and under strict order.
+#[test]
+fn expansion_decides_as_the_reference() {
+    let mut default = Policy::default();
+    default.priority.expansion = 10_000;
+    let mut no_fairshare = default.clone();
+    no_fairshare.priority.fairshare = 0;
+    let mut fifo = Policy::fifo();
+    fifo.priority.expansion = 10_000;
+    for (seed, policy) in (1..).zip([default, no_fairshare, fifo]) {
+        compare(policy, seed, 300);
+    }
+}
+
 /// Jobs that wait on a begin time, on other jobs or on a hold, whose nice value or time
 /// limit changes (past a partition's limit), and that are requeued: what makes a job
 /// eligible or changes its priority between passes, which the order kept between passes

@@ -501,9 +501,12 @@ pub struct Scheduler {
 }
 
 /// Whether a scheduler under `policy` keeps the order of the eligible jobs between passes
-/// ([`KeptOrder`]; the reference scheduler does not).
+/// ([`KeptOrder`]; the reference scheduler does not): not when fair-share or expansion is
+/// weighed, which move every job's priority at every pass, so that every job would be
+/// assessed again anyway and keeping the order would only add its upkeep.
 fn keeps_order(policy: &Policy) -> bool {
-    policy.strict_order && policy.priority.fairshare == 0
+    let w = &policy.priority;
+    policy.strict_order && w.fairshare == 0 && w.expansion == 0
 }
 
 impl Scheduler {

@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
 use crate::policy::BackfillMode;
-use crate::priority::{Factors, MAX_PRIORITY};
+use crate::priority::{Factors, MAX_PRIORITY, expansion_factor};
 use crate::quota::QuotaBlock;
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
@@ -1506,6 +1506,9 @@ impl Scheduler {
         }
         if counts(w.qos) {
             factors.qos = row.qos_factor;
+        }
+        if counts(w.expansion) {
+            factors.expansion = expansion_factor(now.since(since), row.time_limit);
         }
         factors
     }
