@@ -471,6 +471,15 @@ mod tests {
     }
 
     #[test]
+    fn expansion_is_read_from_the_priority_section_and_off_by_default() {
+        let p = Policy::from_toml("version = 1\n[priority]\nexpansion = 10000\n", "t.toml");
+        assert_eq!(p.unwrap().priority.expansion, 10_000);
+        assert_eq!(Policy::default().priority.expansion, 0);
+        let err = Policy::from_toml("version = 1\n[priority]\nexpansion = -1\n", "t.toml");
+        assert!(err.unwrap_err().to_string().contains("expansion"));
+    }
+
+    #[test]
     fn unknown_keys_and_versions_are_refused_with_their_place() {
         let err =
             Policy::from_toml("version = 1\n[backfill]\nbf_interval = 3\n", "p.toml").unwrap_err();

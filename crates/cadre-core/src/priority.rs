@@ -11,7 +11,8 @@
 //! - QOS: the QOS's priority over the highest of all QOS;
 //! - expansion (cadre's, not Slurm's): how long the job has waited against its time limit,
 //!   the expansion factor `(wait + limit) / limit` on a log scale, 1/8 per doubling, 1 from
-//!   256 (Moab's `XFACTOR` weighs the same ratio); 0 for a job without a time limit.
+//!   256 (Moab's `XFACTOR` weighs the same ratio); a job without a time limit counts
+//!   `max_age` as its limit, as the work basis of the job-size factor does.
 //!
 //! Only configured (non-zero) weights count, as in Slurm.
 
@@ -172,8 +173,8 @@ impl PriorityWeights {
     }
 }
 
-/// The expansion factor of a job eligible for `waited` with time limit `limit` (0: none,
-/// and no factor): see the module's documentation.
+/// The expansion factor of a job eligible for `waited` with time limit `limit` (0, which the
+/// pass never passes, gives 0): see the module's documentation.
 pub fn expansion_factor(waited: Dur, limit: Dur) -> f64 {
     if limit.0 == 0 {
         return 0.0;
@@ -324,7 +325,7 @@ mod tests {
         assert_eq!(f(Dur::hours(3), hour), 2.0 / 8.0);
         assert_eq!(f(Dur::hours(255), hour), 1.0);
         assert_eq!(f(Dur::days(365), hour), 1.0, "capped");
-        assert_eq!(f(Dur::days(365), Dur(0)), 0.0, "no time limit, no factor");
+        assert_eq!(f(Dur::days(365), Dur(0)), 0.0, "a limit of 0 is no ratio");
         // A day-long job that waited an hour is far behind an hour-long one that did.
         assert!(f(hour, Dur::days(1)) < f(hour, hour) / 10.0);
         let w = PriorityWeights {

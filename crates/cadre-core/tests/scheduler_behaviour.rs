@@ -848,6 +848,13 @@ fn expansion_puts_the_job_that_waited_longest_against_its_limit_first() {
         explained.factors.expect("factors").expansion,
         factor(&sim, 3)
     );
+    // A job without a time limit counts `max_age` (14 days): after 14 days, an eighth.
+    sim.submit(4, job(1, 8, 0), 10 * 3600);
+    let f = sim
+        .s
+        .factors(JobId(4), Time(10 * 3600 + 14 * DAY))
+        .expect("pending");
+    assert!((f.expansion - 1.0 / 8.0).abs() < 1e-12, "{f:?}");
     assert_eq!(Policy::default().priority.expansion, 0);
     assert_eq!(Policy::slurm().priority.expansion, 0);
 }

@@ -614,9 +614,18 @@ fn expansion_decides_as_the_reference() {
     no_fairshare.priority.fairshare = 0;
     let mut fifo = Policy::fifo();
     fifo.priority.expansion = 10_000;
-    for (seed, policy) in (1..).zip([default, no_fairshare, fifo]) {
+    for (seed, policy) in (1..).zip([default, no_fairshare.clone(), fifo]) {
         compare(policy, seed, 300);
     }
+    // Holds, begin times, limits changed (past a partition's) and requeues, which reset a
+    // job's eligibility or change its limit.
+    let extras = Extras {
+        lifecycle: true,
+        ..Extras::default()
+    };
+    let limited = "name = \"half\"\nmax_time = \"1:00:00\"\n";
+    let cluster = CLUSTER.replace("name = \"half\"\n", limited);
+    run(&cluster, no_fairshare, 4, 300, extras);
 }
 
 /// Jobs that wait on a begin time, on other jobs or on a hold, whose nice value or time

@@ -1347,8 +1347,8 @@ impl Scheduler {
     }
 
     /// Whether the order of the eligible jobs is kept between passes ([`KeptOrder`]): under
-    /// strict order when fair-share is not weighed (it moves every priority at every
-    /// pass), but in the reference scheduler.
+    /// strict order when neither fair-share nor expansion is weighed (either moves every
+    /// priority at every pass), but in the reference scheduler.
     pub(super) fn keeps_order(&self) -> bool {
         super::keeps_order(&self.policy) && !self.reference
     }
@@ -1508,7 +1508,12 @@ impl Scheduler {
             factors.qos = row.qos_factor;
         }
         if counts(w.expansion) {
-            factors.expansion = expansion_factor(now.since(since), row.time_limit);
+            // A job without a time limit counts `max_age`, as the work basis of its size.
+            let limit = match row.time_limit {
+                Dur(0) => w.max_age,
+                limit => limit,
+            };
+            factors.expansion = expansion_factor(now.since(since), limit);
         }
         factors
     }

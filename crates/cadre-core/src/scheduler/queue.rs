@@ -168,8 +168,8 @@ impl Row {
 /// pass that computed it, for a job eligible since `since`, until `until`, while the row is
 /// not made again. Every other input of the priority is the row's own or fixed for the
 /// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
-/// reads a priority that holds instead of computing it: under a policy that does not weigh
-/// fair-share, a job's priority changes only as its age adds a whole unit (under `fifo`'s
+/// reads a priority that holds instead of computing it: under a policy that weighs neither
+/// fair-share nor expansion, a job's priority changes only as its age adds a whole unit (under `fifo`'s
 /// weights about every 8.8 hours, under the default's other weights about every 4 minutes),
 /// while passes come seconds apart, and computing every pending job's priority was most
 /// of a first-come-first-served pass on a deep queue.
