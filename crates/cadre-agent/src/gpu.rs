@@ -265,7 +265,7 @@ fn page_retirement(device: &Device) -> Result<PageRetirement, NvmlError> {
 /// An XID is an event: NVML tells it once, to an event set registered before it happens.
 /// A thread ([`XidLog::watch`]) waits on such a set for the agent's life and records what
 /// comes; the health checks read the record. The thread ends once every clone of the log
-/// is dropped (it looks between waits, every [`XID_WAIT`]).
+/// is dropped (it looks between waits, every `XID_WAIT`).
 #[derive(Clone, Debug, Default)]
 pub struct XidLog(Arc<Mutex<BTreeMap<String, Vec<u64>>>>);
 

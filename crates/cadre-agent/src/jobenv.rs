@@ -92,7 +92,7 @@ pub struct JobLaunch {
     /// The tasks' output goes to pipes the agent relays back to `srun`, not to files.
     pub relay: bool,
     /// Bind mounts of the tasks that have no program of their own (the job's hosts file
-    /// over `/etc/hosts`, see [`crate::workload::node_hosts_file`]); only where the agent
+    /// over `/etc/hosts`, see [`crate::workload::node_hosts_text`]); only where the agent
     /// can mount ([`crate::mountns::TaskMounts::can_bind`]).
     pub binds: Vec<(crate::rundir::BindSource, PathBuf)>,
     /// Variables set last, over everything (`CADRE_HOSTS_FILE`).

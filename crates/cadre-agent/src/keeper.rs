@@ -6,7 +6,7 @@
 //! upgrade gone wrong) must not cost its running jobs: its next life re-adopts them
 //! ([`crate::service`]). But a process's exit status goes only to its parent, and the
 //! parent of a dead agent's children is init. So the child the agent forks for a task
-//! forks once more ([`KeeperPlan::split`]): the grandchild goes on to become the task and
+//! forks once more (`KeeperPlan::split`): the grandchild goes on to become the task and
 //! exec its program; the child (the keeper) stays behind as its parent, waits for it,
 //! writes how it ended into the task's status file in the agent's state directory, and
 //! exits the same way (with its exit code, or by its signal), so that an agent that is

@@ -6,7 +6,7 @@
 //! child process opens its output files as the job's user, after giving up root, as it
 //! always did; then it opens the same path once more for reading, still as the user,
 //! checks that it is the very file it writes (same device and inode, a regular file) and
-//! passes that descriptor to the agent over a socket pair ([`pass_reader`], between fork
+//! passes that descriptor to the agent over a socket pair (`pass_reader`, between fork
 //! and exec) before it closes its own copy. So the agent reads only what the user could
 //! read, and only the file the task writes: a path swapped for a link in between, a
 //! device, a pipe or an output the user cannot read give no descriptor, and the rank's

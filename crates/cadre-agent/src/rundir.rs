@@ -23,7 +23,7 @@
 //! `/proc/self/fd/N` in the task's mount namespace, so the mount is of the file the agent
 //! made (reopened by path in the task's new mount namespace, whose tree is the node's
 //! copy, without following a link at its end, and compared with the agent's descriptor by
-//! device and inode: [`crate::mountns::bind_made`]). A leftover of an earlier life of the run is removed whole first (`remove_dir_all`
+//! device and inode: `mountns::bind_made`). A leftover of an earlier life of the run is removed whole first (`remove_dir_all`
 //! does not follow symbolic links). The files are the user's to read (and to change: they
 //! are their job's own), other users cannot read them.
 

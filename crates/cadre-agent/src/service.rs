@@ -39,7 +39,7 @@
 //! up to [`AgentConfig::flush_timeout`] for the controller to acknowledge the last events,
 //! closes the connection and returns.
 //!
-//! A restarted agent adopts the runs its previous life wrote down ([`record`], tasks
+//! A restarted agent adopts the runs its previous life wrote down (`record`, tasks
 //! kept by their keepers: [`crate::keeper`]). Not here: TLS, health checks, log shipping.
 
 mod lease;

@@ -132,7 +132,7 @@ pub enum WorkloadError {
         allowed: Vec<String>,
     },
     /// A volume's `mountPath` is no directory on the node the agent mounts over (it makes
-    /// none where a user says; see [`node_mount_point`]).
+    /// none where a user says; see `node_mount_point`).
     #[error(
         "task group {group} mounts volume `{volume}` at {path}, which is not a directory on node {node} that cadre mounts over: a volume goes over a directory that exists, owned by root as is every directory above it (each searchable by all and writable by root alone, or sticky), outside /proc, /sys, /dev (but /dev/shm) and the job's own /etc/hosts, /etc/mpi and /etc/volcano"
     )]

@@ -253,7 +253,7 @@ impl Connection {
     /// controllers, a standby's `not_leader` is followed to the leader, and a request the
     /// leader refused as `unavailable` (stopping, its store lost) or did not answer (it went
     /// away) is sent again to the next one, for up to
-    /// [`FAILOVER_WAIT`]: reads and `POST`s (which carry an idempotency key, so that the
+    /// `FAILOVER_WAIT`: reads and `POST`s (which carry an idempotency key, so that the
     /// controller runs a retried submission once); other writes only when refused.
     pub async fn send_raw(
         &mut self,

@@ -108,6 +108,9 @@
 //! the MPI Operator's hostfile and variables; the Training Operator's `MASTER_ADDR`,
 //! `MASTER_PORT`, `WORLD_SIZE`, `RANK` and `PET_*`; Volcano's `VC_*`/`VK_*` and host files;
 //! `JOB_COMPLETION_INDEX`.
+//!
+//! [`translate`]: mod@translate
+//! [`submission`]: mod@submission
 
 pub mod config;
 pub mod contract;

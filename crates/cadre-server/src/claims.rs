@@ -93,8 +93,8 @@ fn owner_of(manifest: &str) -> Option<String> {
 }
 
 /// Prepares a submitted job's workload (read once from its run spec): records what it
-/// mounts ([`record_mounts`]) and puts in the values of the Secrets it uses
-/// ([`attach_secrets`]). Any [`CLAIMS_ANNOTATION`] or [`HOST_PATHS_ANNOTATION`] the
+/// mounts (`record_mounts`) and puts in the values of the Secrets it uses
+/// (`attach_secrets`). Any [`CLAIMS_ANNOTATION`] or [`HOST_PATHS_ANNOTATION`] the
 /// submitter gave is removed first; a run spec that carries no translation mounts and uses
 /// nothing.
 pub fn prepare_workload(

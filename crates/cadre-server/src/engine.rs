@@ -4,7 +4,7 @@
 //!
 //! **Given** commands from the API and the agents' connections, on one channel. **Decided**
 //! here: which commands make a batch (those waiting when the thread wakes, up to
-//! [`MAX_BATCH`]), when a scheduling pass is due (something changed and the last pass is
+//! `MAX_BATCH`), when a scheduling pass is due (something changed and the last pass is
 //! at least its own duration ago, or the interval has passed), and the time each batch
 //! happens at. Everything else is the controller's.
 //! **Must hold**: the controller's effects are carried out in the order it asks them; a

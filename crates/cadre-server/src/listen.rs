@@ -18,8 +18,8 @@
 //!   its peer's certificate says (verified against the cluster's CA by rustls) goes with
 //!   each of its requests as a [`Transport`].
 //!
-//! Each connection's watch is an explicit [`Phase`] with one transition function,
-//! [`Phase::on`]; its deadline is a pure function of the phase and the limits.
+//! Each connection's watch is an explicit `Phase` with one transition function,
+//! `Phase::on`; its deadline is a pure function of the phase and the limits.
 
 use crate::auth::Peer;
 use axum::Router;

@@ -1,6 +1,6 @@
 //! Slurm's commands, as the `cadre` binary answers them: invoked as `sbatch`, `srun`,
 //! `salloc`, `scontrol`, `squeue`, `sinfo`, `sacct`, `scancel`, `sshare` or `sprio`
-//! (argv[0]'s file name; `cadre install-aliases DIR` makes the links), the binary hands the
+//! (`argv[0]`'s file name; `cadre install-aliases DIR` makes the links), the binary hands the
 //! command line to [`run_as_named`], which takes their options and prints their formats,
 //! talking to cadre's controller (`cadre-client`). Errors are printed as Slurm prints them,
 //! with Slurm's exit codes (`cadre_proto::exit`; the controller's refusals by their reason,
@@ -20,6 +20,8 @@
 //! compared with is Slurm 22.05.
 //!
 //! Not here: the `cadre` binary's own commands, and anything the controller runs.
+//!
+//! [`format`]: mod@format
 
 pub mod format;
 pub mod query;

@@ -21,6 +21,9 @@
 //! Behaviour is re-derived from Slurm's documentation and from running Slurm 22.05; where
 //! current Slurm differs (TRES strings `gres/gpu:2`, `scontrol show hostnames` reading
 //! `SLURM_JOB_NODELIST`), cadre follows current Slurm.
+//!
+//! [`array`]: mod@array
+//! [`env`]: mod@env
 
 pub mod array;
 pub mod convert;

@@ -9,7 +9,7 @@
 //! tasks. Jobs that were running go back to the
 //! queue (or end NODE_FAIL, by their requeue policy) when the cluster next comes up.
 //!
-//! Files in the data directory (mode 0700, files 0600: see [`crate::paths`]): `cadre.pid`
+//! Files in the data directory (mode 0700, files 0600: see [`cadre_cli::paths`]): `cadre.pid`
 //! (the controller's process id), `cadre.db` (SQLite, unless `--database` names another
 //! store), `agent.key` (the agents' shared key), `cadre.log` (with `--detach`), and
 //! `agents/<node>.{pid,log}`. In the run directory (mode 0755): `cadre.sock` and the agents'
@@ -294,7 +294,7 @@ impl Layout {
         Layout { dir, run }
     }
 
-    /// The directories, created where missing and checked (see [`crate::paths`]).
+    /// The directories, created where missing and checked (see [`cadre_cli::paths`]).
     fn new(data: Option<PathBuf>, run: Option<PathBuf>) -> Result<Layout> {
         let Layout { dir, run } = Layout::of(data, run);
         cadre_cli::paths::ensure_private_dir(&dir)?;

@@ -22,6 +22,8 @@
 //! `spec.queue`, Kubeflow's `schedulingPolicy.queue`) goes to the queue of that name,
 //! from a queue object or the policy file. `get queues` lists every queue with its use;
 //! `delete` removes a queue object; `describe` ends with the workload's events.
+//!
+//! [`cadre_k8s::submission`]: mod@cadre_k8s::submission
 
 use anyhow::{Context, Result, bail};
 use cadre_cli::ConnectArgs;

@@ -2,15 +2,15 @@
 //! the other in one run, each measured from its own records.
 //!
 //! The reference is the Slurm that `shared/slurm/start-slurm.sh N G C` runs on this machine
-//! (its commands by full path, [`reference`]); cadre runs the same nodes (`cadre up
+//! (its commands by full path, `reference`); cadre runs the same nodes (`cadre up
 //! --cluster`, nodes named as Slurm's, emulated GPUs) with its commands as `sbatch`,
-//! `squeue` and `scancel` links. The workloads ([`workloads`]):
+//! `squeue` and `scancel` links. The workloads (`workloads`):
 //!
 //! - `submit`: `sbatch --wrap true` from 8 concurrent shells (the same command line on
 //!   both), and for cadre the same job through the API from 8 clients;
 //! - `latency`: single-GPU jobs one after another on the idle cluster, from just before
 //!   `sbatch` to the job's first instruction (it writes `date +%s%N`);
-//! - `replay`: a window of the Philly trace, compressed, jobs as `sleep` ([`replay`]);
+//! - `replay`: a window of the Philly trace, compressed, jobs as `sleep` (`replay`);
 //! - `scale`: a backlog of pending jobs that every scheduling pass must consider (they ask
 //!   for the first node, which a long job holds whole, and rank ahead of the probes by age
 //!   and size), stepped up until a probe job that fits elsewhere takes more than 1 s from

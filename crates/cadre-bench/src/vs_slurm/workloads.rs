@@ -184,7 +184,7 @@ pub fn latency(sys: &System, sizes: &Sizes) -> Result<LatencyFigures> {
     })
 }
 
-/// The replay's window of the Philly trace, compressed (see [`replay`]).
+/// The replay's window of the Philly trace, compressed (see [`replay()`]).
 pub fn replay_plan(
     trace_path: &Path,
     sizes: &Sizes,

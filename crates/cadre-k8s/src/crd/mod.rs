@@ -13,6 +13,8 @@
 //! `pkg/apis/trainer/v1alpha1/trainingruntime_types.go`; volcano-sh/apis
 //! `pkg/apis/{batch/v1alpha1/job.go,scheduling/v1beta1/types.go}`; kubernetes-sigs/kueue
 //! `apis/kueue/v1beta2`; kubernetes-sigs/jobset `api/jobset/v1alpha2/jobset_types.go`.
+//!
+//! [`crate::translate`]: mod@crate::translate
 
 pub mod jobset;
 pub mod kubeflow;

@@ -15,6 +15,8 @@
 //! controller, which passes it to the `srun` that asked for the step through the [`IoHub`]
 //! without going through the engine thread. It is not kept anywhere: output produced while
 //! nobody listens (the controller restarting, `srun` gone) is lost, the step's end is not.
+//!
+//! [`IoHub`]: crate::engine::IoHub
 
 use super::run::{RunTrack, severity};
 use super::{Comm, Controller};
