@@ -623,9 +623,7 @@ fn expansion_decides_as_the_reference() {
         lifecycle: true,
         ..Extras::default()
     };
-    let limited = "name = \"half\"\nmax_time = \"1:00:00\"\n";
-    let cluster = CLUSTER.replace("name = \"half\"\n", limited);
-    run(&cluster, no_fairshare, 4, 300, extras);
+    run(&half_limited_to_an_hour(), no_fairshare, 4, 300, extras);
 }
 
 /// Jobs that wait on a begin time, on other jobs or on a hold, whose nice value or time
@@ -654,15 +652,15 @@ fn jobs_waiting_on_time_others_and_holds_decide_as_the_reference() {
             arrays: seed % 2 == 0,
             ..Extras::default()
         };
-        let limited = "name = \"half\"\nmax_time = \"1:00:00\"\n";
-        run(
-            &CLUSTER.replace("name = \"half\"\n", limited),
-            policy,
-            seed,
-            300,
-            extras,
-        );
+        run(&half_limited_to_an_hour(), policy, seed, 300, extras);
     }
+}
+
+/// [`CLUSTER`] with a one-hour limit on partition `half`, which the `lifecycle` workloads'
+/// limit changes go past.
+fn half_limited_to_an_hour() -> String {
+    let limited = "name = \"half\"\nmax_time = \"1:00:00\"\n";
+    CLUSTER.replace("name = \"half\"\n", limited)
 }
 
 /// A pass at an earlier time than the last (the controller passes the wall clock, which

@@ -1508,12 +1508,7 @@ impl Scheduler {
             factors.qos = row.qos_factor;
         }
         if counts(w.expansion) {
-            // A job without a time limit counts `max_age`, as the work basis of its size.
-            let limit = match row.time_limit {
-                Dur(0) => w.max_age,
-                limit => limit,
-            };
-            factors.expansion = expansion_factor(now.since(since), limit);
+            factors.expansion = expansion_factor(now.since(since), row.limit_or(w.max_age));
         }
         factors
     }

@@ -144,15 +144,19 @@ impl Row {
         match basis {
             SizeBasis::Resources => amount / total,
             SizeBasis::Work => {
-                let limit = if self.time_limit.0 == 0 {
-                    max_age.0
-                } else {
-                    self.time_limit.0
-                };
-                let work = amount * limit as f64;
+                let work = amount * self.limit_or(max_age).0 as f64;
                 let most = total * max_age.0.max(1) as f64;
                 (work.max(1.0).ln() / most.max(2.0).ln()).clamp(0.0, 1.0)
             }
+        }
+    }
+
+    /// The job's time limit, or `max_age` for a job without one (how long the priority's
+    /// job-size work basis and expansion factor take it to run).
+    pub(super) fn limit_or(&self, max_age: Dur) -> Dur {
+        match self.time_limit {
+            Dur(0) => max_age,
+            limit => limit,
         }
     }
 
@@ -169,10 +173,10 @@ impl Row {
 /// not made again. Every other input of the priority is the row's own or fixed for the
 /// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
 /// reads a priority that holds instead of computing it: under a policy that weighs neither
-/// fair-share nor expansion, a job's priority changes only as its age adds a whole unit (under `fifo`'s
-/// weights about every 8.8 hours, under the default's other weights about every 4 minutes),
-/// while passes come seconds apart, and computing every pending job's priority was most
-/// of a first-come-first-served pass on a deep queue.
+/// fair-share nor expansion, a job's priority changes only as its age adds a whole unit
+/// (under `fifo`'s weights about every 8.8 hours, under the default's other weights about
+/// every 4 minutes), while passes come seconds apart, and computing every pending job's
+/// priority was most of a first-come-first-served pass on a deep queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct PriorityMemo {
     since: Time,
