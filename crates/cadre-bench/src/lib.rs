@@ -3,6 +3,8 @@
 //! - [`scheduler`]: full scheduling passes on a large cluster with a deep queue;
 //! - [`openb`]: GPU allocation rate on the Alibaba openb trace (the FGD paper's packing
 //!   protocol);
+//! - [`policy`]: a scheduling policy against the `slurm` preset on every load of
+//!   docs/simulator.md's table, and the figures it loses;
 //! - [`api`]: the controller measured from outside: durable submissions per second through
 //!   the API, and submit-to-first-instruction latency on an idle cluster;
 //! - [`agents`]: many simulated agents speaking the real protocol over TLS to one
@@ -19,6 +21,7 @@ pub mod agents;
 pub mod api;
 pub mod failover;
 pub mod openb;
+pub mod policy;
 pub mod scheduler;
 pub mod vs_slurm;
 
@@ -33,6 +36,9 @@ pub enum BenchCommand {
     Scheduler(scheduler::SchedulerBenchArgs),
     /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
     Openb(openb::OpenbBenchArgs),
+    /// A scheduling policy against the `slurm` preset (or another) on the 25 loads of
+    /// docs/simulator.md's table: each figure over the reference's, and the figures lost.
+    Policy(policy::PolicyBenchArgs),
     /// Durable submissions per second through the API from concurrent clients, and the
     /// controller's memory with the queue they leave.
     Submit(api::SubmitBenchArgs),
@@ -57,6 +63,7 @@ pub fn run(command: &BenchCommand) -> Result<ExitCode> {
     match command {
         BenchCommand::Scheduler(args) => scheduler::run_scheduler(args),
         BenchCommand::Openb(args) => openb::run_openb(args),
+        BenchCommand::Policy(args) => policy::run_policy(args),
         BenchCommand::Submit(args) => api::run_submit(args),
         BenchCommand::Launch(args) => api::run_launch(args),
         BenchCommand::Agents(args) => agents::run_agents(args),

@@ -66,7 +66,8 @@ enum RuleArg {
     Fragmentation,
     /// The fragmentation preference, profile = the whole pod list (as FGD's artefact).
     FragmentationKnown,
-    /// cadre's default placement (best fit).
+    /// Best fit: the node with the least room left (the `slurm` preset's placement; cadre's
+    /// default policy places by fragmentation).
     BestFit,
     /// A node drawn at random among those that fit.
     Random,

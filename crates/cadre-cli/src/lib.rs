@@ -4,6 +4,7 @@
 //! - [`ConnectArgs`]: how a command names the controller (`--server`, `--token`,
 //!   `--data-dir` and their `CADRE_*` variables), made into a `cadre_client::Client`;
 //! - [`PolicyArgs`]: how a command names a scheduling policy (a file, or a preset);
+//!   [`named_policy`]: one named in a list (`cadre sim --compare`, `cadre bench policy`);
 //! - [`error_chain`]: an error and its causes on one line, as the commands print them;
 //! - [`paths`]: the checks a daemon (`cadre up`, `cadre server`, a benchmark's controller)
 //!   makes on its data and run directories before it uses them.
@@ -79,6 +80,27 @@ impl PolicyArgs {
             }),
         }
     }
+}
+
+/// A policy named as `cadre sim --compare` and the benchmarks name them: a preset's name
+/// (`cadre`, `slurm`, `fifo`) or a policy file's path; with the name reports show (the
+/// preset's, or the file's stem).
+pub fn named_policy(spec: &str) -> Result<(String, Policy)> {
+    if let Some(p) = Policy::preset(spec) {
+        return Ok((spec.to_string(), p));
+    }
+    let path = std::path::Path::new(spec);
+    if !path.exists() {
+        anyhow::bail!("policy `{spec}` is neither a preset (cadre, slurm, fifo) nor a file");
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read policy file {spec}"))?;
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(spec)
+        .to_string();
+    Ok((name, Policy::from_toml(&text, spec)?))
 }
 
 /// The error and its causes on one line, each cause only where the message before it does

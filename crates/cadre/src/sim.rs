@@ -11,7 +11,7 @@ use cadre_sim::report::Report;
 use cadre_sim::trace::{self, DEFAULT_TIME_LIMIT_FACTOR, ImportOptions, TraceFormat, TraceJob};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -72,25 +72,6 @@ pub struct SimArgs {
     /// Print the report(s) as JSON instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-/// A policy by preset name or file path, with the name reports show.
-fn load_policy(spec: &str) -> Result<(String, Policy)> {
-    if let Some(p) = Policy::preset(spec) {
-        return Ok((spec.to_string(), p));
-    }
-    let path = Path::new(spec);
-    if !path.exists() {
-        bail!("policy `{spec}` is neither a preset (cadre, slurm, fifo) nor a file");
-    }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read policy file {spec}"))?;
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or(spec)
-        .to_string();
-    Ok((name, Policy::from_toml(&text, spec)?))
 }
 
 fn parse_window(text: &str) -> Result<(Time, Time)> {
@@ -174,11 +155,11 @@ pub fn run(args: &SimArgs) -> Result<ExitCode> {
     };
     let jobs = load_jobs(args, &opts, cluster.total_gpus())?;
     let policies: Vec<(String, Policy)> = if args.compare.is_empty() {
-        vec![load_policy(&args.policy)?]
+        vec![cadre_cli::named_policy(&args.policy)?]
     } else {
         args.compare
             .iter()
-            .map(|p| load_policy(p.trim()))
+            .map(|p| cadre_cli::named_policy(p.trim()))
             .collect::<Result<_>>()?
     };
     let options = SimOptions {

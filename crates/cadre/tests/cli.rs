@@ -166,6 +166,135 @@ fn bad_usage_exits_2() {
 }
 
 #[test]
+fn bench_policy_compares_a_policy_file_with_the_slurm_preset_on_the_tiresias_loads() {
+    // A Tiresias trace of its own (8-GPU gangs and narrow jobs arriving behind them), so
+    // that the test needs nothing from beside the repository.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::create_dir(dir.path().join("tiresias")).expect("the trace's directory");
+    let mut trace =
+        String::from("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n");
+    for i in 0..24u32 {
+        let gpus = [8, 1, 4, 2][i as usize % 4];
+        trace += &format!(
+            "{i},{gpus},{},100,vgg16,{},20\n",
+            i * 20,
+            100 + (i * 37) % 90
+        );
+    }
+    let trace_file = dir.path().join("tiresias/60_job.csv");
+    std::fs::write(&trace_file, trace).expect("the trace");
+    let policy = dir.path().join("largest.toml");
+    std::fs::write(&policy, "version = 1\n[priority]\nfavor_small = false\n").expect("a policy");
+    let traces = dir.path().to_str().expect("a UTF-8 path");
+    let policies = format!("cadre,{}", policy.display());
+    let args = ["bench", "policy", "--traces", traces, "--loads", "tiresias"];
+    let json = |threads: &str| -> serde_json::Value {
+        let more = ["--policy", &policies, "--json", "--threads", threads];
+        let out = cadre(&[&args[..], &more[..]].concat(), None);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let mut report: serde_json::Value =
+            serde_json::from_str(&stdout(&out)).expect("one JSON object");
+        report.as_object_mut().expect("an object").remove("wall_s");
+        report
+    };
+    let report = json("1");
+    // Replays are deterministic: any number of threads gives the same report.
+    assert_eq!(json("3"), report);
+    assert_eq!(report["reference"], "slurm");
+    let loads = report["loads"].as_array().expect("loads");
+    let names: Vec<&str> = loads.iter().map(|l| l["load"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tiresias-4x4", "tiresias-2x8", "tiresias-1x8"]);
+    // The 4 x 4 load's figures are `cadre sim`'s on the same trace and cluster, policy by
+    // policy.
+    let trace_arg = trace_file.to_str().expect("a UTF-8 path");
+    let compare = format!("slurm,{policies}");
+    let sim = cadre(
+        &[
+            "sim",
+            "--trace",
+            trace_arg,
+            "--nodes",
+            "4",
+            "--gpus-per-node",
+            "4",
+            "--compare",
+            &compare,
+            "--json",
+        ],
+        None,
+    );
+    assert!(sim.status.success(), "{}", stderr(&sim));
+    let sims: Vec<serde_json::Value> = stdout(&sim)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a report per line"))
+        .collect();
+    let figures = |f: &serde_json::Value| -> Vec<f64> {
+        [
+            "gpu_utilization",
+            "mean_wait_s",
+            "p95_wait_s",
+            "max_wait_s",
+            "mean_bounded_slowdown",
+        ]
+        .iter()
+        .map(|k| f[*k].as_f64().expect("a figure"))
+        .collect()
+    };
+    let four = &loads[0];
+    assert_eq!(figures(&four["reference"]), figures(&sims[0]));
+    for (p, sim) in four["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .zip(&sims[1..])
+    {
+        assert_eq!(p["policy"], sim["policy"]);
+        assert_eq!(figures(&p["figures"]), figures(sim), "{}", p["policy"]);
+    }
+    // A loss is a figure worse than the preset's (utilization lower, the others higher),
+    // and a total is the sum over the loads.
+    let totals = report["totals"].as_array().expect("totals");
+    for (i, total) in totals.iter().enumerate() {
+        let mut lost = 0;
+        for load in loads {
+            let (mine, theirs) = (
+                figures(&load["policies"][i]["figures"]),
+                figures(&load["reference"]),
+            );
+            let worse = (mine[0] < theirs[0]) as u64
+                + (1..5).filter(|&k| mine[k] > theirs[k]).count() as u64;
+            assert_eq!(load["policies"][i]["losses"], worse, "{load}");
+            lost += worse;
+        }
+        assert_eq!(total["losses"], lost, "{total}");
+    }
+    assert_eq!(totals[1]["policy"], "largest");
+    assert_ne!(
+        figures(&four["policies"][0]["figures"]),
+        figures(&four["policies"][1]["figures"])
+    );
+    // The table says the same in words.
+    let out = cadre(&args, None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("| tiresias-1x8 | cadre |"), "{text}");
+    assert!(text.contains("figures lost of 15 over 3 loads"), "{text}");
+    // A load that does not exist is refused with the names there are; no thread is no run.
+    let out = cadre(
+        &["bench", "policy", "--traces", traces, "--loads", "alibaba"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no load is named `alibaba`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cadre(&[&args[..], &["--threads", "0"]].concat(), None);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
 fn bench_scheduler_prints_its_figures_as_json() {
     let trace = repo().join("../shared/traces/philly/philly.csv");
     if !trace.exists() {
