@@ -139,6 +139,11 @@ impl Load {
         Cluster::flat_gpu(self.nodes, self.gpus_per_node)
     }
 
+    /// The GPUs of [`Load::cluster`], without making it.
+    fn gpus(&self) -> u64 {
+        u64::from(self.nodes) * u64::from(self.gpus_per_node)
+    }
+
     /// The load's jobs, with limits of twice their run times, as `cadre sim` makes them.
     fn jobs(&self, traces: &Path) -> Result<Vec<TraceJob>> {
         let opts = ImportOptions {
@@ -157,8 +162,7 @@ impl Load {
                 })?
             }
             Source::Synthetic(count, load, seed) => {
-                let gpus = self.cluster().total_gpus();
-                cadre_sim::synthetic::generate(*count, gpus, *load, *seed, &opts)
+                cadre_sim::synthetic::generate(*count, self.gpus(), *load, *seed, &opts)
             }
         })
     }
@@ -306,13 +310,13 @@ pub fn run_policy(args: &PolicyBenchArgs) -> Result<ExitCode> {
         .collect();
     // The longest first (the most jobs per GPU), so that no long replay starts last on an
     // otherwise idle machine.
-    let cost = |l: usize| jobs(l).len() as f64 / loads[l].cluster().total_gpus().max(1) as f64;
+    let cost = |l: usize| jobs(l).len() as f64 / loads[l].gpus().max(1) as f64;
     tasks.sort_by(|a, b| cost(b.0).total_cmp(&cost(a.0)));
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let bar = crate::agents::progress(tasks.len() as u64, "replays");
-    // One replay: its report, or an error naming it (a panic too).
-    let one = |(l, p): (usize, usize)| -> Result<Report> {
+    // One replay: the figures of its report, or an error naming it (a panic too).
+    let one = |(l, p): (usize, usize)| -> Result<Figures> {
         let load = &loads[l];
         let what = || format!("load {}, policy {}", load.name, names[p]);
         let replayed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -325,11 +329,11 @@ pub fn run_policy(args: &PolicyBenchArgs) -> Result<ExitCode> {
             )
         }));
         match replayed {
-            Ok(report) => report.with_context(what),
+            Ok(report) => Ok(Figures::of(&report.with_context(what)?)),
             Err(_) => bail!("{}: the replay panicked", what()),
         }
     };
-    let finished: Vec<Result<Vec<(usize, usize, Report)>>> = std::thread::scope(|scope| {
+    let finished: Vec<Result<Vec<(usize, usize, Figures)>>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.min(tasks.len()))
             .map(|_| {
                 scope.spawn(|| {
@@ -339,13 +343,13 @@ pub fn run_policy(args: &PolicyBenchArgs) -> Result<ExitCode> {
                             break;
                         };
                         match one(task) {
-                            Ok(report) => {
+                            Ok(figures) => {
                                 bar.inc(1);
                                 bar.set_message(format!(
                                     "{} {}",
                                     loads[task.0].name, names[task.1]
                                 ));
-                                done.push((task.0, task.1, report));
+                                done.push((task.0, task.1, figures));
                             }
                             Err(e) => {
                                 stop.store(true, Ordering::Relaxed);
@@ -366,21 +370,19 @@ pub fn run_policy(args: &PolicyBenchArgs) -> Result<ExitCode> {
             .collect()
     });
     bar.finish_and_clear();
-    let mut reports: Vec<Vec<Option<Report>>> = vec![vec![None; all.len()]; loads.len()];
+    let mut measured: Vec<Vec<Option<Figures>>> = vec![vec![None; all.len()]; loads.len()];
     for worker in finished {
-        for (l, p, report) in worker? {
-            reports[l][p] = Some(report);
+        for (l, p, figures) in worker? {
+            measured[l][p] = Some(figures);
         }
     }
     let mut rows = Vec::with_capacity(loads.len());
-    for (l, (load, reports)) in loads.iter().zip(reports).enumerate() {
-        let figures: Vec<Figures> = reports
-            .iter()
+    for (l, (load, measured)) in loads.iter().zip(measured).enumerate() {
+        let figures: Vec<Figures> = measured
+            .into_iter()
             .enumerate()
-            .map(|(p, r)| {
-                r.as_ref()
-                    .map(Figures::of)
-                    .with_context(|| format!("load {}, policy {}: no report", load.name, names[p]))
+            .map(|(p, f)| {
+                f.with_context(|| format!("load {}, policy {}: no report", load.name, names[p]))
             })
             .collect::<Result<_>>()?;
         let policies = figures[1..]
