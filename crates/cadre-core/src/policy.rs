@@ -102,6 +102,7 @@ impl Policy {
                 max_age: Dur::days(365),
                 favor_small: false,
                 size_basis: crate::priority::SizeBasis::Resources,
+                largest_first_within: Dur(0),
             },
             backfill: BackfillSettings {
                 enabled: false,
@@ -131,6 +132,7 @@ impl Policy {
                 max_age: Dur::days(7),
                 favor_small: false,
                 size_basis: crate::priority::SizeBasis::Resources,
+                largest_first_within: Dur(0),
             },
             backfill: BackfillSettings {
                 enabled: true,

@@ -67,7 +67,8 @@ fn with<F: FnOnce(&mut JobSpec)>(mut spec: JobSpec, f: F) -> JobSpec {
 }
 
 /// cadre's defaults with every priority weight zero: jobs go in submit order, so a test
-/// about something else is not disturbed by fair-share or size.
+/// about something else is not disturbed by fair-share or size (nor, once a test weighs
+/// job size, by the backlog's depth turning the size order round).
 fn plain() -> Policy {
     Policy {
         priority: PriorityWeights {
@@ -76,6 +77,7 @@ fn plain() -> Policy {
             job_size: 0,
             partition: 0,
             qos: 0,
+            largest_first_within: Dur(0),
             ..PriorityWeights::default()
         },
         ..Policy::default()
@@ -857,6 +859,113 @@ fn expansion_puts_the_job_that_waited_longest_against_its_limit_first() {
     assert!((f.expansion - 1.0 / 8.0).abs() < 1e-12, "{f:?}");
     assert_eq!(Policy::default().priority.expansion, 0);
     assert_eq!(Policy::slurm().priority.expansion, 0);
+}
+
+/// Default weights but fair-share (one account here), with `largest_first_within` at
+/// `within`, on 2 nodes of 8 GPUs: job 1 holds both for an hour; then a 1-GPU job of an
+/// hour (2) and a 2-node gang (3) with a limit of `gang_limit` wait.
+fn depth_setup(within: Dur, gang_limit: u64) -> Sim {
+    let mut p = Policy::default();
+    p.priority.fairshare = 0;
+    p.priority.largest_first_within = within;
+    p.fairshare.calc_period = Dur(0);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    sim.submit(1, job(2, 8, 3600), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(2, job(1, 1, 3600), 10);
+    sim.submit(3, job(2, 8, gang_limit), 20);
+    sim
+}
+
+/// While the queued and running work would drain within `largest_first_within`, the larger
+/// job goes first; in a deeper backlog (or with the rule off) small work does, and explain
+/// says which.
+#[test]
+fn a_shallow_backlog_goes_largest_first_and_a_deep_one_small_work_first() {
+    let (hour, day) = (3600, DAY);
+    let order = |within: Dur, gang_limit: u64| {
+        let mut sim = depth_setup(within, gang_limit);
+        sim.pass(30);
+        let flag = |sim: &Sim, id| {
+            let x = sim.s.explain(JobId(id), Time(30), false).expect("pending");
+            x.largest_first
+        };
+        let flags = (flag(&sim, 2), flag(&sim, 3));
+        sim.end(1, JobState::Completed, hour);
+        (summary(&sim.pass(hour)), flags)
+    };
+    // The gang's day on both nodes, the hour left of job 1 and job 2's hour: 1 day and
+    // 1 hour and 1/16 of one, within 2 days.
+    assert_eq!(
+        order(Dur::days(2), day),
+        (
+            vec!["start 3".to_string(), "reserve 2 @90000".to_string()],
+            (true, true)
+        )
+    );
+    // Three days of gang: deeper than 2 days; the gang gets the reservation.
+    assert_eq!(
+        order(Dur::days(2), 3 * day),
+        (
+            vec!["start 2".to_string(), "reserve 3 @7200".to_string()],
+            (false, false)
+        )
+    );
+    // Off: small work first however shallow.
+    assert_eq!(
+        order(Dur(0), day),
+        (
+            vec!["start 2".to_string(), "reserve 3 @7200".to_string()],
+            (false, false)
+        )
+    );
+    // The factor shown is the one the pass used: the job's GPUs over the cluster's.
+    let mut sim = depth_setup(Dur::days(2), day);
+    sim.pass(30);
+    let size = |sim: &Sim, id| {
+        sim.s
+            .factors(JobId(id), Time(30))
+            .expect("pending")
+            .job_size
+    };
+    assert_eq!((size(&sim, 2), size(&sim, 3)), (1.0 / 16.0, 1.0));
+    assert_eq!(
+        Policy::default().priority.largest_first_within,
+        Dur::days(2)
+    );
+    assert_eq!(Policy::slurm().priority.largest_first_within, Dur(0));
+    assert_eq!(Policy::fifo().priority.largest_first_within, Dur(0));
+}
+
+/// A pending job without a time limit leaves the backlog's end unknown (never shallow); a
+/// held job is not counted, until it is released.
+#[test]
+fn an_unlimited_job_keeps_the_backlog_deep_and_a_held_one_is_not_counted() {
+    let deep = |sim: &Sim| {
+        !sim.s
+            .explain(JobId(3), Time(40), false)
+            .expect("pending")
+            .largest_first
+    };
+    let mut sim = depth_setup(Dur::days(2), DAY);
+    sim.submit(4, job(1, 1, 0), 25);
+    sim.pass(40);
+    assert!(deep(&sim), "a job without a limit");
+    let mut sim = depth_setup(Dur::days(2), DAY);
+    sim.submit(4, job(2, 8, 30 * DAY), 25);
+    sim.event(
+        Event::Hold {
+            id: JobId(4),
+            admin: false,
+        },
+        25,
+    );
+    sim.pass(40);
+    assert!(!deep(&sim), "held: not counted");
+    sim.event(Event::Release { id: JobId(4) }, 40);
+    sim.pass(40);
+    assert!(deep(&sim), "released: 30 days of both nodes");
+    sim.s.check_invariants().expect("invariants");
 }
 
 #[test]

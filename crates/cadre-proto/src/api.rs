@@ -297,6 +297,10 @@ pub struct ExplainView {
     /// would end the backlog last (the policy's `drain_longest_first`), not for its wait.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ends_backlog: bool,
+    /// Its `job_size` factor favours larger jobs: its partition's backlog drains within the
+    /// policy's `largest_first_within`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub largest_first: bool,
     /// For each node of the job's partition that cannot take it now, why not.
     pub nodes: Vec<(String, String)>,
     /// What the reason means in this job's case, when its name alone does not say: the

@@ -745,6 +745,7 @@ async fn explain(
                 expected_start: x.expected_start.map(|t| t.0),
                 starving_since: x.starving_since.map(|t| t.0),
                 ends_backlog: x.ends_backlog,
+                largest_first: x.largest_first,
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
                 detail: e.sched().reason_detail(JobId(id)),
             })
@@ -759,6 +760,7 @@ async fn explain(
         expected_start: None,
         starving_since: None,
         ends_backlog: false,
+        largest_first: false,
         nodes: Vec::new(),
         detail: None,
     })))

@@ -380,6 +380,12 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         for (name, value) in &x.factors {
             println!("  {name:<10} {value:.4}");
         }
+        if x.largest_first {
+            println!(
+                "job_size favours larger jobs now: its partition's backlog (queued and \
+                 running work by time limits) drains within the policy's largest_first_within"
+            );
+        }
         if x.ends_backlog {
             println!(
                 "first in its partition, with a reservation of its own: work has stopped \

@@ -37,6 +37,10 @@ pub struct Explanation {
     /// The job carries that mark because work has stopped arriving at its partition and
     /// it would end the backlog last (the policy's `drain_longest_first`), not for its wait.
     pub ends_backlog: bool,
+    /// Its job-size factor favours larger jobs: the last pass found its partition's backlog
+    /// within the policy's `largest_first_within`.
+    #[serde(default)]
+    pub largest_first: bool,
     /// Per node of the job's partition, why it cannot take the job now (only nodes that
     /// cannot; with `nodes = false`, empty).
     pub nodes: Vec<NodeWhyNot>,
@@ -83,6 +87,8 @@ impl Scheduler {
             expected_start: self.expected_start(id),
             starving_since,
             ends_backlog,
+            largest_first: job.state == JobState::Pending
+                && self.largest_first.get(usize::from(job.partition.0)) == Some(&true),
             nodes: per_node,
         })
     }

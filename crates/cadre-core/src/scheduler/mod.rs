@@ -78,6 +78,7 @@
 //! - the counts are exact after the replacement ([`QuotaBook::check_counts`]), and the
 //!   limits are an invariant again once no gang is counted above them.
 
+mod backlog;
 mod classes;
 #[cfg(test)]
 mod equivalence;
@@ -471,6 +472,11 @@ pub struct Scheduler {
     class_fits: ClassFits,
     /// What would be free were every up node idle; rebuilt after node state changes.
     idle_free: Option<FreeSummary>,
+    /// The running jobs' remaining work by time limits, per partition.
+    running_work: backlog::RunningWork,
+    /// Per partition, whether the last pass found its backlog within the policy's
+    /// `largest_first_within` (its job-size factor then favours larger jobs).
+    largest_first: Vec<bool>,
     /// Shapes known never to fit the up nodes, and shapes already checked, since the nodes
     /// last changed state.
     never_fits: HashMap<u32, PlacementFailure>,
@@ -498,6 +504,11 @@ pub struct Scheduler {
     /// The work submitted to each partition, averaged over a day (for
     /// `drain_longest_first`).
     arrivals: tail::Arrivals,
+}
+
+/// The GPU thousandths a running job holds, over its nodes.
+fn held_gpu_milli(per_node: &[(NodeId, Amounts)]) -> u64 {
+    per_node.iter().map(|(_, a)| a.gpu_milli).sum()
 }
 
 /// Whether a scheduler under `policy` keeps the order of the eligible jobs between passes
@@ -599,6 +610,8 @@ impl Scheduler {
             classes,
             class_fits: ClassFits::default(),
             idle_free: None,
+            running_work: backlog::RunningWork::default(),
+            largest_first: Vec::new(),
             never_fits: HashMap::new(),
             checked_shapes: BTreeSet::new(),
             head_blocked: false,
@@ -783,6 +796,9 @@ impl Scheduler {
                     job.end_time = Some(end);
                     self.releases.remove(id, was, &job.per_node);
                     self.releases.add(id, end, &job.per_node);
+                    let gpus = held_gpu_milli(&job.per_node);
+                    self.running_work.count(job.partition, gpus, was, false);
+                    self.running_work.count(job.partition, gpus, end, true);
                 }
                 Ok(Vec::new())
             }
@@ -1376,6 +1392,9 @@ impl Scheduler {
         self.singletons.remove(&job.spec.user, &job.spec.name);
         let preemptor = job.preempted_by.take();
         self.releases.remove(id, job.limit_end(), &job.per_node);
+        let gpus = held_gpu_milli(&job.per_node);
+        self.running_work
+            .count(job.partition, gpus, job.limit_end(), false);
         job.per_node.clear();
         job.stopping = None;
         self.stopping.remove(&id);
@@ -1551,6 +1570,9 @@ impl Scheduler {
         self.usage
             .start(&mut self.fairshare, job.assoc, job.billing_rate, now);
         self.releases.add(id, job.limit_end(), &per_node);
+        let gpus = held_gpu_milli(&per_node);
+        self.running_work
+            .count(job.partition, gpus, job.limit_end(), true);
         job.per_node = per_node;
         job.victims_held.clear();
         job.allocation = Some(alloc);
@@ -1737,6 +1759,16 @@ impl Scheduler {
         if releases != self.releases {
             return Err("the release lists differ from the active jobs' allocations".into());
         }
+        let mut running_work = backlog::RunningWork::default();
+        for id in &self.active {
+            let job = &self.jobs[id];
+            let gpus = held_gpu_milli(&job.per_node);
+            running_work.count(job.partition, gpus, job.limit_end(), true);
+        }
+        if !running_work.same_as(&self.running_work) {
+            return Err("the running work per partition differs from the active jobs'".into());
+        }
+        self.queue.check_work()?;
         let stopping: BTreeSet<JobId> = self
             .active
             .iter()

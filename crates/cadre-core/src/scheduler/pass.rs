@@ -5,14 +5,14 @@ use super::free::FreeSummary;
 #[cfg(doc)]
 use super::kept::KeptOrder;
 use super::queue::{PendingTable, PriorityMemo, Row};
-use super::{Decision, Hold, Job, PendingReason, Scheduler, tail};
+use super::{Decision, Hold, Job, PendingReason, Scheduler, backlog, tail};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
 use crate::cluster::{Cluster, NodeId, PartitionId};
 use crate::job::{Dependency, DependencyKind, JobId, JobSpec, JobState};
 use crate::placement;
 use crate::policy::BackfillMode;
-use crate::priority::{Factors, MAX_PRIORITY, expansion_factor};
+use crate::priority::{Factors, MAX_PRIORITY, SizeBasis, expansion_factor};
 use crate::quota::QuotaBlock;
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
@@ -1171,6 +1171,7 @@ impl Scheduler {
         }
         let mut queue = std::mem::take(&mut self.queue);
         queue.refresh(&self.jobs, &self.pending);
+        self.largest_first = self.shallow_partitions(&queue, now);
         let mut keys = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
         let mut starving = Vec::new();
@@ -1301,6 +1302,25 @@ impl Scheduler {
             false => 0,
         };
         Order::new(keys, candidates, heap_for, starving, unusual)
+    }
+
+    /// Per partition, whether its backlog drains within the policy's `largest_first_within`
+    /// (see [`super::backlog`]); none unless the policy sets it, weighs job size and does
+    /// not keep strict order.
+    fn shallow_partitions(&mut self, queue: &PendingTable, now: Time) -> Vec<bool> {
+        let w = &self.policy.priority;
+        if !w.size_may_flip() || self.policy.strict_order {
+            return Vec::new();
+        }
+        let horizon = w.largest_first_within;
+        let up = (self.idle_free).get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+        (0..self.cluster.partitions.len())
+            .map(|i| {
+                let id = PartitionId(u16::try_from(i).expect("at most 2^16 partitions"));
+                let capacity = up.total(id).gpu_milli;
+                backlog::drains_within(queue.work(), &self.running_work, id, capacity, now, horizon)
+            })
+            .collect()
     }
 
     /// The partitions where work has stopped arriving (see [`super::tail`]), each with the
@@ -1492,12 +1512,18 @@ impl Scheduler {
             factors.fairshare = self.fairshare_factors.get(row.assoc).unwrap_or(1.0);
         }
         if counts(w.job_size) {
-            factors.job_size = w.job_size_factor(row.size_share(
-                w.size_basis,
-                w.max_age,
-                self.cluster_gpus,
-                self.cluster_cpus,
-            ));
+            let (cluster_gpus, cluster_cpus) = (self.cluster_gpus, self.cluster_cpus);
+            factors.job_size = match self.largest_first.get(usize::from(row.partition.0)) {
+                Some(true) => {
+                    row.size_share(SizeBasis::Resources, w.max_age, cluster_gpus, cluster_cpus)
+                }
+                _ => w.job_size_factor(row.size_share(
+                    w.size_basis,
+                    w.max_age,
+                    cluster_gpus,
+                    cluster_cpus,
+                )),
+            };
         }
         if counts(w.partition) {
             let part = self.cluster.partition(row.partition);

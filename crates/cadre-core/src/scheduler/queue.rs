@@ -25,6 +25,7 @@
 //! [`Scheduler::check_invariants`](super::Scheduler::check_invariants)) compares every
 //! untouched row with the row made afresh from its job.
 
+use super::backlog::PendingWork;
 use super::{Hold, Job, PendingReason};
 use crate::cluster::PartitionId;
 use crate::fairshare::AssocIx;
@@ -233,6 +234,16 @@ pub(super) struct PendingTable {
     /// the queue or taken out as they left it since the last refresh (which need no making
     /// again), so that [`PendingTable::refresh`] names every row that changed.
     moved: Option<IdLog>,
+    /// The rows' work by time limits per partition (held jobs left out), for
+    /// `largest_first_within`.
+    work: PendingWork,
+}
+
+/// Counts a row's job in (`add`) or out of `work`, unless it is held.
+fn count(work: &mut PendingWork, row: &Row, add: bool) {
+    if row.hold.is_none() {
+        work.count(row.partition, row.want_gpu_milli, row.time_limit, add);
+    }
 }
 
 /// Jobs noted, some perhaps more than once. Between passes (scheduling may be paused for
@@ -278,7 +289,11 @@ impl PendingTable {
 
     /// Adds the row of a job entering the queue, made from the job as it enters.
     pub(super) fn insert(&mut self, id: JobId, job: &Job) {
-        self.rows.insert(id, Row::of(job));
+        let row = Row::of(job);
+        count(&mut self.work, &row, true);
+        if let Some(was) = self.rows.insert(id, row) {
+            count(&mut self.work, &was, false);
+        }
         if let Some(moved) = &mut self.moved {
             moved.push(id);
         }
@@ -289,7 +304,26 @@ impl PendingTable {
         if let Some(moved) = &mut self.moved {
             moved.push(id);
         }
-        self.rows.swap_remove(&id)
+        let row = self.rows.swap_remove(&id)?;
+        count(&mut self.work, &row, false);
+        Some(row)
+    }
+
+    /// The rows' work by time limits per partition (held jobs left out).
+    pub(super) fn work(&self) -> &PendingWork {
+        &self.work
+    }
+
+    /// Whether [`PendingTable::work`] is the rows' work.
+    pub(super) fn check_work(&self) -> Result<(), String> {
+        let mut work = PendingWork::default();
+        for row in self.rows.values() {
+            count(&mut work, row, true);
+        }
+        match work.same_as(&self.work) {
+            true => Ok(()),
+            false => Err("the pending work per partition differs from the queue's rows".into()),
+        }
     }
 
     /// Notes that any pending job may have changed.
@@ -326,17 +360,23 @@ impl PendingTable {
                 .iter()
                 .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
+            self.work.clear();
+            for row in self.rows.values() {
+                count(&mut self.work, row, true);
+            }
             return None;
         }
         let mut touched = self.touched.take();
         for &id in &touched {
-            match pending.get(&id).and_then(|id| fresh(id, self.rows.get(id))) {
+            let was = match pending.get(&id).and_then(|id| fresh(id, self.rows.get(id))) {
                 Some(row) => {
-                    self.rows.insert(id, row);
+                    count(&mut self.work, &row, true);
+                    self.rows.insert(id, row)
                 }
-                None => {
-                    self.rows.swap_remove(&id);
-                }
+                None => self.rows.swap_remove(&id),
+            };
+            if let Some(was) = was {
+                count(&mut self.work, &was, false);
             }
         }
         if let Some(moved) = moved {
