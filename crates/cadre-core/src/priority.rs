@@ -43,16 +43,17 @@ pub struct PriorityWeights {
     /// What "size" means for the job-size factor.
     pub size_basis: SizeBasis,
     /// While a partition's backlog is this shallow or less, its job-size factor favours
-    /// larger jobs, by their GPUs over the cluster's (Slurm's job size), whatever
-    /// `favor_small` and `size_basis` say. The backlog is the partition's outstanding work
-    /// by time limits, the pending jobs' GPUs times their limits (held jobs left out) and
-    /// the running jobs' GPUs times what is left of theirs, over the GPUs of its up nodes:
-    /// how long its GPUs would take to run what is queued and running were every job to
-    /// use its whole limit. Small work first gives the shortest waits in a backlog of days;
-    /// in a short one every job starts soon anyway, and largest first packs the gangs
-    /// and ends the backlog soonest (docs/simulator.md, experiment 13). A job without a
-    /// time limit, pending or running, leaves its partition's backlog unknown: never
-    /// shallow. cadre's default 2 days; 0 turns it off (the `slurm` and `fifo` presets).
+    /// larger jobs, by their GPUs over the cluster's (cores for CPU-only jobs: Slurm's job
+    /// size), whatever `favor_small` and `size_basis` say. The backlog is the partition's
+    /// outstanding work by time limits, the pending jobs' GPUs times their limits (held
+    /// jobs left out) and the running jobs' GPUs times what is left of theirs (nothing,
+    /// past it), over the GPUs of its up nodes, each partition reckoned alone: how long
+    /// its GPUs would take to run what is queued and running were every job to use its
+    /// whole limit. Small work first gives the shortest waits in a backlog of days; in a
+    /// short one every job starts soon anyway, and largest first packs the gangs and ends
+    /// the backlog soonest (docs/simulator.md, experiment 13). A job without a time
+    /// limit, pending or running, leaves its partition's backlog unknown: never shallow.
+    /// cadre's default 4 hours; 0 turns it off (the `slurm` and `fifo` presets).
     #[serde(with = "crate::time::secs")]
     pub largest_first_within: Dur,
 }
@@ -93,7 +94,7 @@ impl Default for PriorityWeights {
             max_age: Dur::days(14),
             favor_small: true,
             size_basis: SizeBasis::Work,
-            largest_first_within: Dur::days(2),
+            largest_first_within: Dur::hours(4),
         }
     }
 }
@@ -132,10 +133,11 @@ impl PriorityWeights {
         if self.favor_small { 1.0 - s } else { s }
     }
 
-    /// Whether the job-size factor may change between passes while a job waits: with
-    /// `largest_first_within`, it follows how deep its partition's backlog is.
+    /// Whether `largest_first_within` can change a job-size factor: it is set, job size is
+    /// weighed, and the factor does not favour the larger jobs by their GPUs already.
     pub fn size_may_flip(&self) -> bool {
-        self.job_size != 0 && self.largest_first_within.0 != 0
+        let already = !self.favor_small && self.size_basis == SizeBasis::Resources;
+        self.job_size != 0 && self.largest_first_within.0 != 0 && !already
     }
 
     /// The priority of a job with these factors.
@@ -158,16 +160,17 @@ impl PriorityWeights {
     /// How long the priority of a job eligible for `waited`, with factors `f` and so
     /// priority `priority`, stays the same while the job waits and nothing else changes:
     /// every factor but age is then fixed, but fair-share, which moves with everyone's
-    /// usage, expansion, which grows faster the shorter the job, and the job size under
-    /// `largest_first_within`, which follows the backlog (zero when any is weighed), and age only grows, by `age / max_age` a second until it reaches its cap.
-    /// `None`: for as long as nothing else changes.
+    /// usage, and expansion, which grows faster the shorter the job (zero when either is
+    /// weighed), and age only grows, by `age / max_age` a second until it reaches its cap.
+    /// `None`: for as long as nothing else changes. (A pass computes every priority again
+    /// when `largest_first_within` has turned a partition's job-size factor round.)
     ///
     /// The priority is the sum rounded, and the sum only grows: it stays the same until the
     /// sum reaches `priority + 0.5`. The time that takes is cut by a margin far above the
     /// floating-point error of the sum (about 10^-15 of its terms' size), so that the
     /// priority computed at any whole second within it is exactly `priority`.
     pub fn steady_for(&self, f: &Factors, waited: Dur, priority: u64) -> Option<Dur> {
-        if self.fairshare != 0 || self.expansion != 0 || self.size_may_flip() {
+        if self.fairshare != 0 || self.expansion != 0 {
             return Some(Dur(0));
         }
         if self.age == 0 || self.max_age.0 == 0 || waited >= self.max_age {

@@ -931,7 +931,7 @@ fn a_shallow_backlog_goes_largest_first_and_a_deep_one_small_work_first() {
     assert_eq!((size(&sim, 2), size(&sim, 3)), (1.0 / 16.0, 1.0));
     assert_eq!(
         Policy::default().priority.largest_first_within,
-        Dur::days(2)
+        Dur::hours(4)
     );
     assert_eq!(Policy::slurm().priority.largest_first_within, Dur(0));
     assert_eq!(Policy::fifo().priority.largest_first_within, Dur(0));
@@ -965,6 +965,48 @@ fn an_unlimited_job_keeps_the_backlog_deep_and_a_held_one_is_not_counted() {
     sim.event(Event::Release { id: JobId(4) }, 40);
     sim.pass(40);
     assert!(deep(&sim), "released: 30 days of both nodes");
+    sim.s.check_invariants().expect("invariants");
+}
+
+/// The running jobs' work counts by what is left of their limits; when the depth turns a
+/// partition's size factor round, every priority is computed again (this policy weighs no
+/// fair-share, so a priority is otherwise kept while only age moves it).
+#[test]
+fn running_work_sets_the_depth_and_a_flip_computes_every_priority_again() {
+    let mut sim = depth_setup(Dur::days(2), DAY);
+    let agrees = |sim: &Sim, id: u64, at: u64| {
+        let x = sim.s.explain(JobId(id), Time(at), false).expect("pending");
+        let weights = &Policy::default().priority;
+        let mut w = weights.clone();
+        w.fairshare = 0;
+        (
+            x.largest_first,
+            x.priority == w.priority(&x.factors.expect("factors")),
+        )
+    };
+    sim.pass(30);
+    assert_eq!(agrees(&sim, 3, 30), (true, true));
+    // Job 1's limit raised to 3 days on both nodes: deeper than 2 days.
+    sim.event(
+        Event::SetTimeLimit {
+            id: JobId(1),
+            limit: Dur(3 * DAY),
+        },
+        40,
+    );
+    sim.pass(40);
+    assert_eq!(agrees(&sim, 3, 40), (false, true));
+    assert_eq!(agrees(&sim, 2, 40), (false, true));
+    // Cut back below its run time: nothing left of it, shallow again.
+    sim.event(
+        Event::SetTimeLimit {
+            id: JobId(1),
+            limit: Dur(10),
+        },
+        50,
+    );
+    sim.pass(50);
+    assert_eq!(agrees(&sim, 3, 50), (true, true));
     sim.s.check_invariants().expect("invariants");
 }
 

@@ -183,8 +183,10 @@ fn bench_policy_compares_a_policy_file_with_the_slurm_preset_on_the_tiresias_loa
     }
     let trace_file = dir.path().join("tiresias/60_job.csv");
     std::fs::write(&trace_file, trace).expect("the trace");
-    let policy = dir.path().join("largest.toml");
-    std::fs::write(&policy, "version = 1\n[priority]\nfavor_small = false\n").expect("a policy");
+    // Small work first however shallow the backlog: the default before experiment 13.
+    let policy = dir.path().join("small.toml");
+    let text = "version = 1\n[priority]\nlargest_first_within = 0\n";
+    std::fs::write(&policy, text).expect("a policy");
     let traces = dir.path().to_str().expect("a UTF-8 path");
     let policies = format!("cadre,{}", policy.display());
     let args = ["bench", "policy", "--traces", traces, "--loads", "tiresias"];
@@ -268,7 +270,7 @@ fn bench_policy_compares_a_policy_file_with_the_slurm_preset_on_the_tiresias_loa
         }
         assert_eq!(total["losses"], lost, "{total}");
     }
-    assert_eq!(totals[1]["policy"], "largest");
+    assert_eq!(totals[1]["policy"], "small");
     assert_ne!(
         figures(&four["policies"][0]["figures"]),
         figures(&four["policies"][1]["figures"])

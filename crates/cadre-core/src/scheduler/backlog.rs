@@ -7,11 +7,14 @@
 //! Both sums are kept up to date as jobs enter and leave the queue, start and end, so that
 //! a pass reads them in time proportional to the partitions, not to the jobs. Work is in
 //! GPU thousandths times seconds, exact (a sum does not depend on the order of its terms,
-//! and taking a job out undoes adding it). Jobs without GPUs are left out; a job without a
-//! time limit, pending or running, leaves its partition's backlog unknown.
+//! and taking a job out undoes adding it). Jobs that want or hold no GPUs are left out; a
+//! job without a time limit, pending or running, leaves its partition's backlog unknown. A
+//! job counts in its own partition only: partitions that share nodes are each reckoned as
+//! if alone.
 
 use crate::cluster::PartitionId;
 use crate::time::{Dur, Time};
+use std::collections::BTreeMap;
 
 /// The pending jobs' work per partition (held jobs are not counted by the caller).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,12 +35,16 @@ pub(super) struct RunningWork {
     parts: Vec<Running>,
 }
 
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Running {
     /// The jobs' GPU thousandths times their ends (seconds since the epoch), and their GPU
-    /// thousandths: what is left of their work at `now` is `ends - now * gpus`.
+    /// thousandths: what is left of their work at `now` is `ends - now * gpus`, plus what
+    /// the jobs past their ends took off it.
     ends: u128,
     gpus: u128,
+    /// Their GPU thousandths by end, to find those past their ends (few: a job is ended at
+    /// its limit).
+    by_end: BTreeMap<Time, u128>,
     /// Jobs without a time limit.
     unlimited: u64,
 }
@@ -81,9 +88,7 @@ impl PendingWork {
 
     /// Whether it counts the same jobs as `other` (trailing empty partitions aside).
     pub(super) fn same_as(&self, other: &PendingWork) -> bool {
-        let n = self.parts.len().max(other.parts.len());
-        let at = |v: &Vec<Pending>, i: usize| v.get(i).copied().unwrap_or_default();
-        (0..n).all(|i| at(&self.parts, i) == at(&other.parts, i))
+        same_parts(&self.parts, &other.parts)
     }
 }
 
@@ -102,26 +107,38 @@ impl RunningWork {
             (false, true) => {
                 e.ends += gpus * u128::from(end.0);
                 e.gpus += gpus;
+                *e.by_end.entry(end).or_default() += gpus;
             }
             (false, false) => {
                 take(&mut e.ends, gpus * u128::from(end.0));
                 take(&mut e.gpus, gpus);
+                if let Some(at) = e.by_end.get_mut(&end) {
+                    take(at, gpus);
+                    if *at == 0 {
+                        e.by_end.remove(&end);
+                    }
+                }
             }
         }
     }
 
     /// Whether it counts the same jobs as `other` (trailing empty partitions aside).
     pub(super) fn same_as(&self, other: &RunningWork) -> bool {
-        let n = self.parts.len().max(other.parts.len());
-        let at = |v: &Vec<Running>, i: usize| v.get(i).copied().unwrap_or_default();
-        (0..n).all(|i| at(&self.parts, i) == at(&other.parts, i))
+        same_parts(&self.parts, &other.parts)
     }
+}
+
+/// Whether two lists of partitions hold the same, trailing empty partitions aside.
+fn same_parts<T: Default + PartialEq>(a: &[T], b: &[T]) -> bool {
+    let empty = T::default();
+    let n = a.len().max(b.len());
+    (0..n).all(|i| a.get(i).unwrap_or(&empty) == b.get(i).unwrap_or(&empty))
 }
 
 /// Whether partition `p`'s backlog, `pending` and `running` as of `now`, would drain within
 /// `horizon` on `capacity` GPU thousandths: never when it has no GPUs or a job without a
-/// time limit. A running job past its limit and not yet ended (for the moment its end
-/// takes) takes its overrun off the others' work, never the sum below zero.
+/// time limit. A running job past its limit (not yet ended: stopping, or its limit cut
+/// below its run time) has nothing left.
 pub(super) fn drains_within(
     pending: &PendingWork,
     running: &RunningWork,
@@ -132,11 +149,16 @@ pub(super) fn drains_within(
 ) -> bool {
     let i = usize::from(p.0);
     let pend = pending.parts.get(i).copied().unwrap_or_default();
-    let run = running.parts.get(i).copied().unwrap_or_default();
+    let empty = Running::default();
+    let run = running.parts.get(i).unwrap_or(&empty);
     if capacity == 0 || pend.unlimited > 0 || run.unlimited > 0 {
         return false;
     }
-    let left = run.ends.saturating_sub(u128::from(now.0) * run.gpus);
+    // `ends - now * gpus` counts a job past its end below zero: its overrun is added back.
+    let overrun: u128 = (run.by_end.range(..now))
+        .map(|(end, gpus)| gpus * u128::from(now.0 - end.0))
+        .sum();
+    let left = (run.ends + overrun).saturating_sub(u128::from(now.0) * run.gpus);
     let work = pend.work.saturating_add(left);
     work <= u128::from(capacity) * u128::from(horizon.0)
 }
@@ -218,10 +240,10 @@ mod tests {
     }
 
     #[test]
-    fn a_running_job_past_its_limit_leaves_no_negative_work() {
+    fn a_running_job_past_its_limit_has_nothing_left_and_takes_nothing_off_the_others() {
         let mut running = RunningWork::default();
-        running.count(P, 8000, Time(100), true);
         let pending = PendingWork::default();
+        running.count(P, 8000, Time(100), true);
         assert!(drains_within(
             &pending,
             &running,
@@ -230,5 +252,17 @@ mod tests {
             Time(500),
             Dur(0)
         ));
+        // Another job has 10 hours left on the other 8 of 16 GPUs: 5 hours of the
+        // partition, whatever the first job's overrun (6 hours here).
+        let now = Time(100 + 6 * 3600);
+        running.count(P, 8000, now + Dur::hours(10), true);
+        let within =
+            |r: &RunningWork, h: u64| drains_within(&pending, r, P, 16_000, now, Dur::hours(h));
+        assert!(within(&running, 5) && !within(&running, 4));
+        running.count(P, 8000, Time(100), false);
+        assert!(within(&running, 5) && !within(&running, 4));
+        let mut alone = RunningWork::default();
+        alone.count(P, 8000, now + Dur::hours(10), true);
+        assert!(alone.same_as(&running), "counted out entirely");
     }
 }

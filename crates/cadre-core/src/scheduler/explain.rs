@@ -87,8 +87,7 @@ impl Scheduler {
             expected_start: self.expected_start(id),
             starving_since,
             ends_backlog,
-            largest_first: job.state == JobState::Pending
-                && self.largest_first.get(usize::from(job.partition.0)) == Some(&true),
+            largest_first: job.state == JobState::Pending && self.largest_first_in(job.partition),
             nodes: per_node,
         })
     }

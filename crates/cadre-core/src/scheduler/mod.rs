@@ -477,6 +477,9 @@ pub struct Scheduler {
     /// Per partition, whether the last pass found its backlog within the policy's
     /// `largest_first_within` (its job-size factor then favours larger jobs).
     largest_first: Vec<bool>,
+    /// The last pass changed a partition's `largest_first`: every priority it remembered
+    /// was computed with another job-size factor.
+    largest_first_moved: bool,
     /// Shapes known never to fit the up nodes, and shapes already checked, since the nodes
     /// last changed state.
     never_fits: HashMap<u32, PlacementFailure>,
@@ -612,6 +615,7 @@ impl Scheduler {
             idle_free: None,
             running_work: backlog::RunningWork::default(),
             largest_first: Vec::new(),
+            largest_first_moved: false,
             never_fits: HashMap::new(),
             checked_shapes: BTreeSet::new(),
             head_blocked: false,
@@ -641,6 +645,12 @@ impl Scheduler {
 
     /// A job's multifactor priority: a pending job's as the last pass computed it (0 before
     /// its first pass), an active job's as it was when it started.
+    /// Whether the last pass found partition `p`'s backlog within the policy's
+    /// `largest_first_within`, so that its job-size factor favours larger jobs.
+    fn largest_first_in(&self, p: PartitionId) -> bool {
+        self.largest_first.get(usize::from(p.0)) == Some(&true)
+    }
+
     pub fn priority(&self, job: &Job) -> u64 {
         match self.queue.row(job.id) {
             Some(row) if job.state == JobState::Pending => row.priority,

@@ -1171,7 +1171,9 @@ impl Scheduler {
         }
         let mut queue = std::mem::take(&mut self.queue);
         queue.refresh(&self.jobs, &self.pending);
-        self.largest_first = self.shallow_partitions(&queue, now);
+        let largest_first = self.shallow_partitions(&queue, now);
+        self.largest_first_moved = largest_first != self.largest_first;
+        self.largest_first = largest_first;
         let mut keys = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
         let mut starving = Vec::new();
@@ -1449,7 +1451,7 @@ impl Scheduler {
         let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
         let since = row.eligible_since.unwrap_or(now);
-        if !row.memo.holds(since, now) {
+        if self.largest_first_moved || !row.memo.holds(since, now) {
             let w = &self.policy.priority;
             let factors = self.job_factors(row, since, now, true);
             row.priority = w.priority(&factors);
@@ -1513,11 +1515,9 @@ impl Scheduler {
         }
         if counts(w.job_size) {
             let (cluster_gpus, cluster_cpus) = (self.cluster_gpus, self.cluster_cpus);
-            factors.job_size = match self.largest_first.get(usize::from(row.partition.0)) {
-                Some(true) => {
-                    row.size_share(SizeBasis::Resources, w.max_age, cluster_gpus, cluster_cpus)
-                }
-                _ => w.job_size_factor(row.size_share(
+            factors.job_size = match self.largest_first_in(row.partition) {
+                true => row.size_share(SizeBasis::Resources, w.max_age, cluster_gpus, cluster_cpus),
+                false => w.job_size_factor(row.size_share(
                     w.size_basis,
                     w.max_age,
                     cluster_gpus,
