@@ -351,6 +351,12 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
                     id,
                     limit: Dur(60 + rng.below(7200)),
                 },
+                // A running job's limit moved, perhaps below its run time (it then runs
+                // past it here, as a job does while it stops).
+                (JobState::Running, 0) => Event::SetTimeLimit {
+                    id,
+                    limit: Dur(60 + rng.below(7200)),
+                },
                 (JobState::Running, _) => Event::Requeue { id },
                 _ => continue,
             };
