@@ -12,6 +12,7 @@
 //! job counts in its own partition only: partitions that share nodes are each reckoned as
 //! if alone.
 
+use super::tail::work;
 use crate::cluster::PartitionId;
 use crate::time::{Dur, Time};
 use std::collections::BTreeMap;
@@ -76,14 +77,9 @@ impl PendingWork {
         match (limit, add) {
             (Dur(0), true) => e.unlimited += 1,
             (Dur(0), false) => e.unlimited = e.unlimited.saturating_sub(1),
-            (limit, true) => e.work += u128::from(gpu_milli) * u128::from(limit.0),
-            (limit, false) => take(&mut e.work, u128::from(gpu_milli) * u128::from(limit.0)),
+            (limit, true) => e.work += work(gpu_milli, limit),
+            (limit, false) => take(&mut e.work, work(gpu_milli, limit)),
         }
-    }
-
-    /// Forgets every job.
-    pub(super) fn clear(&mut self) {
-        self.parts.clear();
     }
 
     /// Whether it counts the same jobs as `other` (trailing empty partitions aside).

@@ -643,14 +643,14 @@ impl Scheduler {
         self.jobs.get(&id)
     }
 
-    /// A job's multifactor priority: a pending job's as the last pass computed it (0 before
-    /// its first pass), an active job's as it was when it started.
     /// Whether the last pass found partition `p`'s backlog within the policy's
     /// `largest_first_within`, so that its job-size factor favours larger jobs.
     fn largest_first_in(&self, p: PartitionId) -> bool {
         self.largest_first.get(usize::from(p.0)) == Some(&true)
     }
 
+    /// A job's multifactor priority: a pending job's as the last pass computed it (0 before
+    /// its first pass), an active job's as it was when it started.
     pub fn priority(&self, job: &Job) -> u64 {
         match self.queue.row(job.id) {
             Some(row) if job.state == JobState::Pending => row.priority,
@@ -1762,18 +1762,15 @@ impl Scheduler {
         }
         self.classes.check(&self.cluster)?;
         let mut releases = NodeReleases::new(self.cluster.nodes.len());
-        for id in &self.active {
-            let job = &self.jobs[id];
-            releases.add(*id, job.limit_end(), &job.per_node);
-        }
-        if releases != self.releases {
-            return Err("the release lists differ from the active jobs' allocations".into());
-        }
         let mut running_work = backlog::RunningWork::default();
         for id in &self.active {
             let job = &self.jobs[id];
+            releases.add(*id, job.limit_end(), &job.per_node);
             let gpus = held_gpu_milli(&job.per_node);
             running_work.count(job.partition, gpus, job.limit_end(), true);
+        }
+        if releases != self.releases {
+            return Err("the release lists differ from the active jobs' allocations".into());
         }
         if !running_work.same_as(&self.running_work) {
             return Err("the running work per partition differs from the active jobs'".into());

@@ -1514,15 +1514,18 @@ impl Scheduler {
             factors.fairshare = self.fairshare_factors.get(row.assoc).unwrap_or(1.0);
         }
         if counts(w.job_size) {
-            let (cluster_gpus, cluster_cpus) = (self.cluster_gpus, self.cluster_cpus);
-            factors.job_size = match self.largest_first_in(row.partition) {
-                true => row.size_share(SizeBasis::Resources, w.max_age, cluster_gpus, cluster_cpus),
-                false => w.job_size_factor(row.size_share(
-                    w.size_basis,
-                    w.max_age,
-                    cluster_gpus,
-                    cluster_cpus,
-                )),
+            // In a shallow backlog, larger jobs first by their GPUs (Slurm's job size).
+            let largest_first = self.largest_first_in(row.partition);
+            let basis = if largest_first {
+                SizeBasis::Resources
+            } else {
+                w.size_basis
+            };
+            let share = row.size_share(basis, w.max_age, self.cluster_gpus, self.cluster_cpus);
+            factors.job_size = if largest_first {
+                share
+            } else {
+                w.job_size_factor(share)
             };
         }
         if counts(w.partition) {

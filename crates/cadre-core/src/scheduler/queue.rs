@@ -246,6 +246,15 @@ fn count(work: &mut PendingWork, row: &Row, add: bool) {
     }
 }
 
+/// The work of `rows`, counted afresh.
+fn work_of<'a>(rows: impl Iterator<Item = &'a Row>) -> PendingWork {
+    let mut work = PendingWork::default();
+    for row in rows {
+        count(&mut work, row, true);
+    }
+    work
+}
+
 /// Jobs noted, some perhaps more than once. Between passes (scheduling may be paused for
 /// long) the list stays within about twice the jobs it names.
 #[derive(Clone, Debug, Default)]
@@ -316,11 +325,7 @@ impl PendingTable {
 
     /// Whether [`PendingTable::work`] is the rows' work.
     pub(super) fn check_work(&self) -> Result<(), String> {
-        let mut work = PendingWork::default();
-        for row in self.rows.values() {
-            count(&mut work, row, true);
-        }
-        match work.same_as(&self.work) {
+        match work_of(self.rows.values()).same_as(&self.work) {
             true => Ok(()),
             false => Err("the pending work per partition differs from the queue's rows".into()),
         }
@@ -360,10 +365,7 @@ impl PendingTable {
                 .iter()
                 .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
-            self.work.clear();
-            for row in self.rows.values() {
-                count(&mut self.work, row, true);
-            }
+            self.work = work_of(self.rows.values());
             return None;
         }
         let mut touched = self.touched.take();
