@@ -1010,6 +1010,84 @@ fn running_work_sets_the_depth_and_a_flip_computes_every_priority_again() {
     sim.s.check_invariants().expect("invariants");
 }
 
+/// Two partitions on their own nodes (`a`: n1-n2, `b`: n3-n4, 8 GPUs each).
+const TWO_PARTS: &str = r#"
+version = 1
+name = "parts"
+
+[[shape]]
+name = "g8"
+cores = 64
+memory = "1T"
+numa = 2
+gpus = 8
+nics = 4
+gpu_model = "h100"
+gpu_memory = "80G"
+
+[[nodes]]
+names = "n[1-4]"
+shape = "g8"
+
+[[partition]]
+name = "a"
+nodes = "n[1-2]"
+default = true
+
+[[partition]]
+name = "b"
+nodes = "n[3-4]"
+"#;
+
+/// Each partition's depth is its own: in `a` the waiting gang's day keeps the backlog
+/// within 2 days and it goes first; in `b` the same queue with a 3-day gang is deep and
+/// the 1-GPU job goes first, in the same pass. Neither partition's work counts in the
+/// other's, and the job-size factor shown is the one the pass used in each.
+#[test]
+fn each_partition_is_shallow_or_deep_by_its_own_backlog() {
+    let mut p = Policy::default();
+    p.priority.fairshare = 0;
+    p.priority.largest_first_within = Dur::days(2);
+    p.fairshare.calc_period = Dur(0);
+    // A reservation for each blocked job, so that one partition's cannot hide the other's.
+    p.backfill.reservation_depth = 4;
+    let mut sim = Sim::new(load(TWO_PARTS), p);
+    let on_b = |s: JobSpec| with(s, |s| s.partition = Some("b".into()));
+    sim.submit(1, job(2, 8, 3600), 0);
+    sim.submit(11, on_b(job(2, 8, 3600)), 0);
+    assert_eq!(started(&sim.pass(0)), [1, 11]);
+    sim.submit(2, job(1, 1, 3600), 10);
+    sim.submit(3, job(2, 8, DAY), 20);
+    sim.submit(12, on_b(job(1, 1, 3600)), 10);
+    sim.submit(13, on_b(job(2, 8, 3 * DAY)), 20);
+    sim.pass(30);
+    let view = |sim: &Sim, id: u64| {
+        let x = sim.s.explain(JobId(id), Time(30), false).expect("pending");
+        (x.largest_first, x.factors.expect("factors").job_size)
+    };
+    // The cluster's 32 GPUs: the gang's 16 are half of them, shown as is in `a`; in `b`
+    // the factor favours small work (the 1-GPU hour above the gang's 3 days).
+    assert_eq!(view(&sim, 3), (true, 0.5));
+    assert_eq!(view(&sim, 2), (true, 1.0 / 32.0));
+    let (b_gang, b_small) = (view(&sim, 13), view(&sim, 12));
+    assert!(!b_gang.0 && !b_small.0, "{b_gang:?} {b_small:?}");
+    assert!(b_small.1 > b_gang.1, "{b_small:?} {b_gang:?}");
+    sim.end(1, JobState::Completed, 3600);
+    sim.end(11, JobState::Completed, 3600);
+    let mut decided = summary(&sim.pass(3600));
+    decided.sort();
+    assert_eq!(
+        decided,
+        [
+            "reserve 13 @7200",
+            "reserve 2 @90000",
+            "start 12",
+            "start 3"
+        ]
+    );
+    sim.s.check_invariants().expect("invariants");
+}
+
 #[test]
 fn qos_factor_orders_jobs_by_qos_priority() {
     let mut p = weights(|w| w.qos = 2000);
