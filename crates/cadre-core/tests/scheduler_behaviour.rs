@@ -709,6 +709,36 @@ fn while_work_arrives_or_the_rest_is_longer_the_order_stays_small_work_first() {
     );
 }
 
+/// What the running jobs have left counts in the rest of the backlog. Two 8-GPU nodes:
+/// job 9 holds one until day 5, job 1 the other with a limit of `left` past day 5; jobs 2
+/// (10 hours), 3 and 4 (an hour each) wait. At day 5 the rest of job 2's backlog is 2 hours
+/// of pending work plus `left` on one node, over two nodes.
+#[test]
+fn the_running_jobs_remaining_work_counts_in_the_rest_of_the_backlog() {
+    let first = |left: Option<u64>| {
+        let mut p = weights(|w| w.job_size = 1000);
+        p.backfill.starvation_wait = Dur(0);
+        let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+        sim.submit(1, job(1, 8, left.map_or(0, |l| 5 * DAY + l)), 0);
+        sim.submit(9, job(1, 8, 5 * DAY), 0);
+        let mut both = started(&sim.pass(0));
+        both.sort_unstable();
+        assert_eq!(both, [1, 9]);
+        sim.submit(2, job(1, 8, 10 * 3600), 0);
+        sim.submit(3, job(1, 8, 3600), 0);
+        sim.submit(4, job(1, 8, 3600), 0);
+        sim.end(9, JobState::Completed, 5 * DAY);
+        started(&sim.pass(5 * DAY))
+    };
+    // An hour left: the rest is (2 + 1) x 8 GPU-hours over 16 GPUs, 1.5 hours: job 2 ends
+    // the backlog and goes first.
+    assert_eq!(first(Some(3600)), [2]);
+    // 20 hours left: (2 + 20) x 8 over 16, 11 hours, longer than job 2: small work first.
+    assert_eq!(first(Some(20 * 3600)), [3]);
+    // No limit: the backlog's end is unknown, no job is put first.
+    assert_eq!(first(None), [3]);
+}
+
 #[test]
 fn fifo_starts_nothing_behind_a_blocked_job() {
     let mut sim = backfill_setup(Policy::fifo());
@@ -1040,7 +1070,7 @@ nodes = "n[3-4]"
 "#;
 
 /// Each partition's depth is its own: in `a` the waiting gang's day keeps the backlog
-/// within 2 days and it goes first; in `b` the same queue with a 3-day gang is deep and
+/// within 2 days and it goes first; in `b` the same queue with a 4-day gang is deep and
 /// the 1-GPU job goes first, in the same pass. Neither partition's work counts in the
 /// other's, and the job-size factor shown is the one the pass used in each.
 #[test]
@@ -1059,14 +1089,15 @@ fn each_partition_is_shallow_or_deep_by_its_own_backlog() {
     sim.submit(2, job(1, 1, 3600), 10);
     sim.submit(3, job(2, 8, DAY), 20);
     sim.submit(12, on_b(job(1, 1, 3600)), 10);
-    sim.submit(13, on_b(job(2, 8, 3 * DAY)), 20);
+    sim.submit(13, on_b(job(2, 8, 4 * DAY)), 20);
     sim.pass(30);
     let view = |sim: &Sim, id: u64| {
         let x = sim.s.explain(JobId(id), Time(30), false).expect("pending");
         (x.largest_first, x.factors.expect("factors").job_size)
     };
     // The cluster's 32 GPUs: the gang's 16 are half of them, shown as is in `a`; in `b`
-    // the factor favours small work (the 1-GPU hour above the gang's 3 days).
+    // the factor favours small work (the 1-GPU hour above the gang's 4 days). Counted
+    // together, the two would be 2.5 days deep, over both partitions' GPUs.
     assert_eq!(view(&sim, 3), (true, 0.5));
     assert_eq!(view(&sim, 2), (true, 1.0 / 32.0));
     let (b_gang, b_small) = (view(&sim, 13), view(&sim, 12));

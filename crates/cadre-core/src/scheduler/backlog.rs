@@ -131,10 +131,25 @@ fn same_parts<T: Default + PartialEq>(a: &[T], b: &[T]) -> bool {
     (0..n).all(|i| a.get(i).unwrap_or(&empty) == b.get(i).unwrap_or(&empty))
 }
 
+/// The running jobs' remaining work in partition `p` at `now`, by their time limits: none
+/// when one of them has no limit (the backlog's end is then unknown). A running job past its
+/// limit (not yet ended: stopping, or its limit cut below its run time) has nothing left.
+pub(super) fn running_left(running: &RunningWork, p: PartitionId, now: Time) -> Option<u128> {
+    let empty = Running::default();
+    let run = running.parts.get(usize::from(p.0)).unwrap_or(&empty);
+    if run.unlimited > 0 {
+        return None;
+    }
+    // `ends - now * gpus` counts a job past its end below zero: its overrun is added back.
+    let overrun: u128 = (run.by_end.range(..now))
+        .map(|(end, gpus)| gpus * u128::from(now.0 - end.0))
+        .sum();
+    Some((run.ends + overrun).saturating_sub(u128::from(now.0) * run.gpus))
+}
+
 /// Whether partition `p`'s backlog, `pending` and `running` as of `now`, would drain within
 /// `horizon` on `capacity` GPU thousandths: never when it has no GPUs or a job without a
-/// time limit. A running job past its limit (not yet ended: stopping, or its limit cut
-/// below its run time) has nothing left.
+/// time limit (see [`running_left`]).
 pub(super) fn drains_within(
     pending: &PendingWork,
     running: &RunningWork,
@@ -143,20 +158,16 @@ pub(super) fn drains_within(
     now: Time,
     horizon: Dur,
 ) -> bool {
-    let i = usize::from(p.0);
-    let pend = pending.parts.get(i).copied().unwrap_or_default();
-    let empty = Running::default();
-    let run = running.parts.get(i).unwrap_or(&empty);
-    if capacity == 0 || pend.unlimited > 0 || run.unlimited > 0 {
-        return false;
-    }
-    // `ends - now * gpus` counts a job past its end below zero: its overrun is added back.
-    let overrun: u128 = (run.by_end.range(..now))
-        .map(|(end, gpus)| gpus * u128::from(now.0 - end.0))
-        .sum();
-    let left = (run.ends + overrun).saturating_sub(u128::from(now.0) * run.gpus);
-    let work = pend.work.saturating_add(left);
-    work <= u128::from(capacity) * u128::from(horizon.0)
+    let pend = pending
+        .parts
+        .get(usize::from(p.0))
+        .copied()
+        .unwrap_or_default();
+    let left = match running_left(running, p, now) {
+        Some(left) if capacity > 0 && pend.unlimited == 0 => left,
+        _ => return false,
+    };
+    pend.work.saturating_add(left) <= u128::from(capacity) * u128::from(horizon.0)
 }
 
 #[cfg(test)]

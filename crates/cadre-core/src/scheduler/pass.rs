@@ -1353,17 +1353,8 @@ impl Scheduler {
                 quiet.insert(id, tail::Quiet::new(capacity - rate));
             }
         }
-        if quiet.is_empty() {
-            return quiet;
-        }
-        for id in &self.active {
-            let Some(job) = self.jobs.get(id) else {
-                continue;
-            };
-            if let (Some(q), Some(end)) = (quiet.get_mut(&job.partition), job.end_time) {
-                let remaining = tail::work(job.want.gpu_milli, end.since(now));
-                q.running = q.running.saturating_add(remaining);
-            }
+        for (&id, q) in &mut quiet {
+            q.running = backlog::running_left(&self.running_work, id, now).unwrap_or(u128::MAX);
         }
         quiet
     }

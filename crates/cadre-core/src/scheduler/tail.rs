@@ -12,10 +12,12 @@
 //! of several such jobs, the one with the longest limit.
 //! Longest-first at the end of a schedule is the classic rule for finishing it soonest.
 //!
-//! Work is GPUs times time limit, in GPU thousandths times seconds; CPU-only jobs, jobs
-//! without a time limit and partitions without GPUs are left alone (and a running job
-//! without a limit keeps its partition's backlog from ever looking drained). Capacity is
-//! the partition's up nodes'; partitions that share nodes are each reckoned as if alone.
+//! Work is GPUs times time limit, in GPU thousandths times seconds: a pending job's GPUs
+//! are those it asks for, a running job's those it holds (an exclusive job holds every GPU
+//! of its nodes, CPU-only or not). Pending CPU-only jobs, pending jobs without a time limit
+//! and partitions without GPUs are left alone, and a running job without a limit keeps its
+//! partition's backlog from ever looking drained. Capacity is the partition's up nodes';
+//! partitions that share nodes are each reckoned as if alone.
 //!
 //! The rate is an exponential average of the work submitted over [`RATE_WINDOW`], its time
 //! limits counted at the share of them that the jobs that ended by themselves ran (users
@@ -101,8 +103,10 @@ pub(super) fn work(gpu_milli: u64, limit: Dur) -> u128 {
 pub(super) struct Quiet {
     /// The capacity the arrivals leave for the backlog, per second.
     pub(super) spare: f64,
-    /// The running jobs' remaining work by their time limits (a job without one counts
-    /// as running for ever: the backlog's end is then unknown, and no job is marked).
+    /// The running jobs' remaining work by their time limits, the GPUs they hold times
+    /// what is left (read from the sums the scheduler keeps, `backlog::running_left`); a
+    /// job without a limit runs for ever: `u128::MAX`, the backlog's end is then unknown,
+    /// and no job is marked.
     pub(super) running: u128,
     /// The eligible pending jobs' work.
     pub(super) pending: u128,
@@ -158,8 +162,9 @@ mod tests {
         assert!(q.ends_backlog(long, Dur::hours(4)));
         assert!(!q.ends_backlog(work(1000, Dur::hours(1)), Dur::hours(1)));
         assert!(!q.ends_backlog(0, Dur::hours(4)), "no GPUs, or no limit");
+        // What `quiet_partitions` counts for a running job without a limit.
         let forever = Quiet {
-            running: work(8000, Dur(u64::MAX)),
+            running: u128::MAX,
             ..q
         };
         assert!(
