@@ -103,25 +103,28 @@ fn preempting() -> Policy {
     p
 }
 
+/// A cluster description named `$name` of 8-GPU nodes `$nodes` (64 cores, 1 TiB, 2 NUMA
+/// domains, 4 NICs, H100s of 80 GB), followed by `$rest` (its partitions, switches).
+macro_rules! g8_cluster {
+    ($name:literal, $nodes:literal, $rest:literal) => {
+        concat!(
+            "version = 1\nname = \"",
+            $name,
+            "\"\n\n[[shape]]\nname = \"g8\"\ncores = 64\nmemory = \"1T\"\nnuma = 2\n",
+            "gpus = 8\nnics = 4\ngpu_model = \"h100\"\ngpu_memory = \"80G\"\n\n",
+            "[[nodes]]\nnames = \"",
+            $nodes,
+            "\"\nshape = \"g8\"\n",
+            $rest
+        )
+    };
+}
+
 /// Two partitions over the same two 8-GPU nodes: `hi` (tier 2) and `lo` (tier 1, default).
-const TWO_TIERS: &str = r#"
-version = 1
-name = "tiers"
-
-[[shape]]
-name = "g8"
-cores = 64
-memory = "1T"
-numa = 2
-gpus = 8
-nics = 4
-gpu_model = "h100"
-gpu_memory = "80G"
-
-[[nodes]]
-names = "n[1-2]"
-shape = "g8"
-
+const TWO_TIERS: &str = g8_cluster!(
+    "tiers",
+    "n[1-2]",
+    r#"
 [[partition]]
 name = "lo"
 nodes = "ALL"
@@ -134,28 +137,15 @@ name = "hi"
 nodes = "ALL"
 priority_tier = 2
 priority_job_factor = 1
-"#;
+"#
+);
 
 /// Four 8-GPU nodes under two leaf switches (n1, n2 | n3, n4); partition `short` has a
 /// 1-hour time limit.
-const TWO_LEAVES: &str = r#"
-version = 1
-name = "leaves"
-
-[[shape]]
-name = "g8"
-cores = 64
-memory = "1T"
-numa = 2
-gpus = 8
-nics = 4
-gpu_model = "h100"
-gpu_memory = "80G"
-
-[[nodes]]
-names = "n[1-4]"
-shape = "g8"
-
+const TWO_LEAVES: &str = g8_cluster!(
+    "leaves",
+    "n[1-4]",
+    r#"
 [[partition]]
 name = "gpu"
 nodes = "ALL"
@@ -177,7 +167,8 @@ nodes = "n[3-4]"
 [[switch]]
 name = "spine"
 switches = "leaf[1-2]"
-"#;
+"#
+);
 
 fn load(toml: &str) -> Cluster {
     cadre_core::config::load_cluster(toml, "test.toml").expect("test cluster parses")
@@ -1041,24 +1032,10 @@ fn running_work_sets_the_depth_and_a_flip_computes_every_priority_again() {
 }
 
 /// Two partitions on their own nodes (`a`: n1-n2, `b`: n3-n4, 8 GPUs each).
-const TWO_PARTS: &str = r#"
-version = 1
-name = "parts"
-
-[[shape]]
-name = "g8"
-cores = 64
-memory = "1T"
-numa = 2
-gpus = 8
-nics = 4
-gpu_model = "h100"
-gpu_memory = "80G"
-
-[[nodes]]
-names = "n[1-4]"
-shape = "g8"
-
+const TWO_PARTS: &str = g8_cluster!(
+    "parts",
+    "n[1-4]",
+    r#"
 [[partition]]
 name = "a"
 nodes = "n[1-2]"
@@ -1067,7 +1044,8 @@ default = true
 [[partition]]
 name = "b"
 nodes = "n[3-4]"
-"#;
+"#
+);
 
 /// Each partition's depth is its own: in `a` the waiting gang's day keeps the backlog
 /// within 2 days and it goes first; in `b` the same queue with a 4-day gang is deep and
