@@ -1038,7 +1038,10 @@ fn container_runtime() -> Option<String> {
 /// An Indexed Job of 3 ranks in the test image (busybox): each rank checks its contract
 /// and the container it is in, resolves rank 0's name and sends it a line over TCP (on a
 /// port off the range of `PRELUDE`'s: the tests run at once, in clusters whose first job
-/// ids are the same).
+/// ids are the same). Each rank has a port of its own: two ranks sending to one port could
+/// both land in the first listener's backlog, which takes one line and drops the other
+/// (its sender, already written, does not retry), and the second listener would wait
+/// for ever.
 fn indexed_job_in_image() -> String {
     let script = r#"
 set -eu
@@ -1050,10 +1053,10 @@ p=$((32000 + SLURM_JOB_ID % 1000 * 4))
 echo "rank $i in $(pwd) as $(id -u) path $PATH"
 grep -q "cidx-0.cidx" /etc/hosts || { echo "no job names in /etc/hosts"; exit 1; }
 if [ "$i" = 0 ]; then
-  for k in 1 2; do nc -l -p "$p"; echo; done > /tmp/heard
+  for k in 1 2; do nc -l -p "$((p + k))"; echo; done > /tmp/heard
   echo "rank 0 heard" $(sort /tmp/heard | grep .)
 else
-  until echo "from-$i" | nc -w 2 cidx-0.cidx "$p"; do sleep 0.1; done
+  until echo "from-$i" | nc -w 2 cidx-0.cidx "$((p + i))"; do sleep 0.1; done
   echo "rank $i reached cidx-0.cidx"
 fi
 "#;
