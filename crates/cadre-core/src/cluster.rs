@@ -448,6 +448,12 @@ impl Cluster {
             .map(|i| PartitionId(i as u16))
     }
 
+    /// The ids of the partitions, in order.
+    pub fn partition_ids(&self) -> impl Iterator<Item = PartitionId> + '_ {
+        (0..self.partitions.len())
+            .map(|i| PartitionId(u16::try_from(i).expect("at most 2^16 partitions")))
+    }
+
     pub fn partition(&self, id: PartitionId) -> &Partition {
         &self.partitions[id.0 as usize]
     }

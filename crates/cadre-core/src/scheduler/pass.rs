@@ -1316,9 +1316,8 @@ impl Scheduler {
         }
         let horizon = w.largest_first_within;
         let up = (self.idle_free).get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
-        (0..self.cluster.partitions.len())
-            .map(|i| {
-                let id = PartitionId(u16::try_from(i).expect("at most 2^16 partitions"));
+        (self.cluster.partition_ids())
+            .map(|id| {
                 let capacity = up.total(id).gpu_milli;
                 backlog::drains_within(queue.work(), &self.running_work, id, capacity, now, horizon)
             })
@@ -1336,8 +1335,7 @@ impl Scheduler {
         let mut up: Option<FreeSummary> = None;
         // No partition has more GPUs than the cluster: most passes stop at this bound.
         let cluster = (self.cluster_gpus * u64::from(MILLI_PER_GPU)) as f64;
-        for i in 0..self.cluster.partitions.len() {
-            let id = PartitionId(u16::try_from(i).expect("at most 2^16 partitions"));
+        for id in self.cluster.partition_ids() {
             let Some(rate) = self.arrivals.rate(id, now) else {
                 return quiet;
             };
