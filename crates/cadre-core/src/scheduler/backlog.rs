@@ -147,27 +147,32 @@ pub(super) fn running_left(running: &RunningWork, p: PartitionId, now: Time) -> 
     Some((run.ends + overrun).saturating_sub(u128::from(now.0) * run.gpus))
 }
 
-/// Whether partition `p`'s backlog, `pending` and `running` as of `now`, would drain within
-/// `horizon` on `capacity` GPU thousandths: never when it has no GPUs or a job without a
-/// time limit (see [`running_left`]).
-pub(super) fn drains_within(
-    pending: &PendingWork,
-    running: &RunningWork,
-    p: PartitionId,
-    capacity: u64,
-    now: Time,
-    horizon: Dur,
-) -> bool {
+/// The pending work of partition `p` in `pending`: none when one of its jobs has no time
+/// limit.
+pub(super) fn pending_work(pending: &PendingWork, p: PartitionId) -> Option<u128> {
     let pend = pending
         .parts
         .get(usize::from(p.0))
         .copied()
         .unwrap_or_default();
-    let left = match running_left(running, p, now) {
-        Some(left) if capacity > 0 && pend.unlimited == 0 => left,
-        _ => return false,
-    };
-    pend.work.saturating_add(left) <= u128::from(capacity) * u128::from(horizon.0)
+    (pend.unlimited == 0).then_some(pend.work)
+}
+
+/// Whether a backlog of `pending` work and `running` work left (none: unknown, see
+/// [`running_left`]) would drain within `horizon` on `capacity` GPU thousandths: never
+/// when it has no GPUs or is unknown.
+pub(super) fn drains_within(
+    pending: Option<u128>,
+    running: Option<u128>,
+    capacity: u64,
+    horizon: Dur,
+) -> bool {
+    match (pending, running) {
+        (Some(pend), Some(left)) if capacity > 0 => {
+            pend.saturating_add(left) <= u128::from(capacity) * u128::from(horizon.0)
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +182,20 @@ mod tests {
     const P: PartitionId = PartitionId(0);
     const Q: PartitionId = PartitionId(1);
 
+    /// Whether partition `p`'s backlog, `pending` and `running` as of `now`, drains within
+    /// `horizon` on `capacity`, as the pass reads it from the kept sums.
+    fn drains(
+        pending: &PendingWork,
+        running: &RunningWork,
+        p: PartitionId,
+        capacity: u64,
+        now: Time,
+        horizon: Dur,
+    ) -> bool {
+        let left = running_left(running, p, now);
+        drains_within(pending_work(pending, p), left, capacity, horizon)
+    }
+
     #[test]
     fn a_backlog_drains_within_its_work_over_the_capacity() {
         let mut pending = PendingWork::default();
@@ -185,10 +204,10 @@ mod tests {
         running.count(P, 4000, Time(3600 + 36_000), true);
         pending.count(P, 8000, Dur::hours(5), true);
         let now = Time(3600);
-        let within = |h: u64| drains_within(&pending, &running, P, 8000, now, Dur::hours(h));
+        let within = |h: u64| drains(&pending, &running, P, 8000, now, Dur::hours(h));
         assert!(within(10) && !within(9), "exactly 10 hours");
         // Later, the running job has less left.
-        assert!(drains_within(
+        assert!(drains(
             &pending,
             &running,
             P,
@@ -197,9 +216,9 @@ mod tests {
             Dur::hours(9)
         ));
         // Another partition is unaffected, and empty: within any horizon.
-        assert!(drains_within(&pending, &running, Q, 8000, now, Dur(1)));
+        assert!(drains(&pending, &running, Q, 8000, now, Dur(1)));
         assert!(
-            !drains_within(&pending, &running, Q, 0, now, Dur::hours(1)),
+            !drains(&pending, &running, Q, 0, now, Dur::hours(1)),
             "no GPUs"
         );
     }
@@ -224,7 +243,7 @@ mod tests {
         let mut pending = PendingWork::default();
         let mut running = RunningWork::default();
         let within_a_year = |pending: &PendingWork, running: &RunningWork| {
-            drains_within(pending, running, P, 8000, Time(0), Dur::days(365))
+            drains(pending, running, P, 8000, Time(0), Dur::days(365))
         };
         pending.count(P, 1000, Dur(0), true);
         assert!(!within_a_year(&pending, &running), "pending");
@@ -232,7 +251,7 @@ mod tests {
         running.count(P, 1000, Time::NEVER, true);
         assert!(!within_a_year(&pending, &running), "running");
         running.count(P, 1000, Time::NEVER, false);
-        assert!(drains_within(&pending, &running, P, 8000, Time(0), Dur(0)));
+        assert!(drains(&pending, &running, P, 8000, Time(0), Dur(0)));
     }
 
     #[test]
@@ -240,20 +259,12 @@ mod tests {
         let mut running = RunningWork::default();
         let pending = PendingWork::default();
         running.count(P, 8000, Time(100), true);
-        assert!(drains_within(
-            &pending,
-            &running,
-            P,
-            8000,
-            Time(500),
-            Dur(0)
-        ));
+        assert!(drains(&pending, &running, P, 8000, Time(500), Dur(0)));
         // Another job has 10 hours left on the other 8 of 16 GPUs: 5 hours of the
         // partition, whatever the first job's overrun (6 hours here).
         let now = Time(100 + 6 * 3600);
         running.count(P, 8000, now + Dur::hours(10), true);
-        let within =
-            |r: &RunningWork, h: u64| drains_within(&pending, r, P, 16_000, now, Dur::hours(h));
+        let within = |r: &RunningWork, h: u64| drains(&pending, r, P, 16_000, now, Dur::hours(h));
         assert!(within(&running, 5) && !within(&running, 4));
         running.count(P, 8000, Time(100), false);
         assert!(within(&running, 5) && !within(&running, 4));

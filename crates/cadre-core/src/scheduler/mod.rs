@@ -501,8 +501,9 @@ pub struct Scheduler {
     cluster_cpus: u64,
     /// Decide without the shortcuts that only save work (placement scanning every node of
     /// the partition and scoring each afresh, the victim summary, the backfill profile
-    /// gathered from the running jobs): the straightforward scheduler the tests compare the
-    /// fast one with.
+    /// gathered from the running jobs, the backlog's work added up from the jobs instead of
+    /// read from the sums kept as they come and go): the straightforward scheduler the
+    /// tests compare the fast one with.
     reference: bool,
     /// The work submitted to each partition, averaged over a day (for
     /// `drain_longest_first`).

@@ -5,7 +5,7 @@ use super::free::FreeSummary;
 #[cfg(doc)]
 use super::kept::KeptOrder;
 use super::queue::{PendingTable, PriorityMemo, Row};
-use super::{Decision, Hold, Job, PendingReason, Scheduler, backlog, tail};
+use super::{Decision, Hold, Job, PendingReason, Scheduler, backlog, held_gpu_milli, tail};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
 use crate::cluster::{Cluster, NodeId, PartitionId};
@@ -1316,12 +1316,49 @@ impl Scheduler {
         }
         let horizon = w.largest_first_within;
         let up = (self.idle_free).get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+        let capacity: Vec<u64> = (self.cluster.partition_ids())
+            .map(|id| up.total(id).gpu_milli)
+            .collect();
         (self.cluster.partition_ids())
-            .map(|id| {
-                let capacity = up.total(id).gpu_milli;
-                backlog::drains_within(queue.work(), &self.running_work, id, capacity, now, horizon)
+            .zip(capacity)
+            .map(|(id, capacity)| {
+                let (pending, running) = (self.pending_work(queue, id), self.running_left(id, now));
+                backlog::drains_within(pending, running, capacity, horizon)
             })
             .collect()
+    }
+
+    /// Partition `p`'s pending work by time limits, held jobs left out (`None`: a job
+    /// without a limit), read from the sum the queue keeps; the reference scheduler adds it
+    /// up afresh from the rows, so that the equivalence tests check the kept sum.
+    fn pending_work(&self, queue: &PendingTable, p: PartitionId) -> Option<u128> {
+        if !self.reference {
+            return backlog::pending_work(queue.work(), p);
+        }
+        (queue.rows().map(|(_, row)| row))
+            .filter(|row| row.partition == p && row.hold.is_none() && row.want_gpu_milli > 0)
+            .try_fold(0u128, |sum, row| {
+                let limit = row.time_limit;
+                (limit.0 > 0).then(|| sum + tail::work(row.want_gpu_milli, limit))
+            })
+    }
+
+    /// The running jobs' remaining work in partition `p` at `now`, the GPUs they hold times
+    /// what is left of their time limits (`None`: a job without a limit), read from the sums
+    /// kept as jobs start and end (`backlog::running_left`); the reference scheduler adds it
+    /// up afresh from the active jobs, so that the equivalence tests check the kept sums.
+    fn running_left(&self, p: PartitionId, now: Time) -> Option<u128> {
+        if !self.reference {
+            return backlog::running_left(&self.running_work, p, now);
+        }
+        (self.active.iter().map(|id| &self.jobs[id]))
+            .filter(|job| job.partition == p)
+            .map(|job| (held_gpu_milli(&job.per_node), job.limit_end()))
+            .filter(|&(gpus, _)| gpus > 0)
+            .try_fold(0u128, |sum, (gpus, end)| {
+                let left = end.0.saturating_sub(now.0);
+                (end != Time::NEVER).then(|| sum + u128::from(gpus) * u128::from(left))
+            })
     }
 
     /// The partitions where work has stopped arriving (see [`super::tail`]), each with the
@@ -1352,7 +1389,7 @@ impl Scheduler {
             }
         }
         for (&id, q) in &mut quiet {
-            q.running = backlog::running_left(&self.running_work, id, now).unwrap_or(u128::MAX);
+            q.running = self.running_left(id, now).unwrap_or(u128::MAX);
         }
         quiet
     }
