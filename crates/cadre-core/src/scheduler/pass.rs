@@ -1328,9 +1328,10 @@ impl Scheduler {
             .collect()
     }
 
-    /// Partition `p`'s pending work by time limits, held jobs left out (`None`: a job
-    /// without a limit), read from the sum the queue keeps; the reference scheduler adds it
-    /// up afresh from the rows, so that the equivalence tests check the kept sum.
+    /// Partition `p`'s pending work by time limits, the GPUs its jobs ask for times their
+    /// limits, held jobs and jobs without GPUs left out (`None`: a job without a limit),
+    /// read from the sum the queue keeps; the reference scheduler adds it up afresh from
+    /// the rows, so that the equivalence tests check the kept sum's arithmetic.
     fn pending_work(&self, queue: &PendingTable, p: PartitionId) -> Option<u128> {
         if !self.reference {
             return backlog::pending_work(queue.work(), p);

@@ -104,9 +104,9 @@ pub(super) struct Quiet {
     /// The capacity the arrivals leave for the backlog, per second.
     pub(super) spare: f64,
     /// The running jobs' remaining work by their time limits, the GPUs they hold times
-    /// what is left (the pass's `running_left`: the kept sums, `backlog::running_left`); a
-    /// job without a limit runs for ever: `u128::MAX`, the backlog's end is then unknown,
-    /// and no job is marked.
+    /// what is left (the pass's `running_left`: the kept sums, `backlog::running_left`, or
+    /// in the reference scheduler the active jobs added up afresh); a job without a limit
+    /// runs for ever: `u128::MAX`, the backlog's end is then unknown, and no job is marked.
     pub(super) running: u128,
     /// The eligible pending jobs' work.
     pub(super) pending: u128,
