@@ -12,6 +12,10 @@
 //! figures exactly, on any number of threads; they run on as many as the machine has cores
 //! (`--threads`), the longest first, and each trace is read once. The default against the
 //! preset takes about two minutes on two cores, most of it the Philly trace at 32 x 8.
+//!
+//! `--held-out` replays 29 other loads instead, which no policy was tuned on: the Pollux
+//! workloads on 12 x 4 and 24 x 4, synthetic seeds 12 to 21 (as above), and the Tiresias
+//! trace on 3 x 4, 6 x 4 and 3 x 8 (under a minute).
 
 use anyhow::{Context, Result, bail};
 use cadre_core::cluster::Cluster;
@@ -42,6 +46,11 @@ pub struct PolicyBenchArgs {
     /// `tiresias`).
     #[arg(long, value_delimiter = ',')]
     loads: Vec<String>,
+    /// Replay the 29 held-out loads instead of the table's 25: the Pollux workloads on
+    /// 12 x 4 and 24 x 4, synthetic seeds 12 to 21, the Tiresias trace on 3 x 4, 6 x 4 and
+    /// 3 x 8 (no policy was tuned on them).
+    #[arg(long)]
+    held_out: bool,
     /// Replays run at once [default: the machine's cores].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
@@ -70,21 +79,36 @@ struct Load {
 
 /// The 25 loads of docs/simulator.md's table, in its order.
 fn loads() -> Vec<Load> {
-    let load = |name: String, source: Source, nodes, gpus_per_node| Load {
-        name,
-        source,
-        nodes,
-        gpus_per_node,
-    };
     let mut out = Vec::new();
     for nodes in [32, 48, 64, 128] {
         let source = Source::Trace("philly/philly.csv", TraceFormat::Philly);
-        out.push(load(format!("philly-{nodes}x8"), source, nodes, 8));
+        out.push(Load::flat(format!("philly-{nodes}x8"), source, nodes, 8));
     }
-    for seed in [7, 1, 2, 3, 11, 4, 5, 6, 8, 9] {
+    out.extend(synthetic([7, 1, 2, 3, 11, 4, 5, 6, 8, 9]));
+    out.extend(pollux(16, ""));
+    out.extend(tiresias([(4, 4), (2, 8), (1, 8)]));
+    out
+}
+
+/// The 29 held-out loads (`--held-out`): the same families on other clusters and seeds.
+fn held_out_loads() -> Vec<Load> {
+    let mut out = pollux(12, "-12x4");
+    out.extend(pollux(24, "-24x4"));
+    out.extend(synthetic(12..=21));
+    out.extend(tiresias([(3, 4), (6, 4), (3, 8)]));
+    out
+}
+
+/// 20,000 synthetic jobs at load 1.2 on 64 x 8, one load per seed.
+fn synthetic(seeds: impl IntoIterator<Item = u64>) -> impl Iterator<Item = Load> {
+    seeds.into_iter().map(|seed| {
         let source = Source::Synthetic(20_000, 1.2, seed);
-        out.push(load(format!("synthetic-seed{seed}"), source, 64, 8));
-    }
+        Load::flat(format!("synthetic-seed{seed}"), source, 64, 8)
+    })
+}
+
+/// The eight Pollux workloads on `nodes` x 4, named `pollux-N` and `suffix`.
+fn pollux(nodes: u32, suffix: &str) -> Vec<Load> {
     const POLLUX: [&str; 8] = [
         "pollux-workloads/workloads/workload-1.csv",
         "pollux-workloads/workloads/workload-2.csv",
@@ -95,20 +119,20 @@ fn loads() -> Vec<Load> {
         "pollux-workloads/workloads/workload-7.csv",
         "pollux-workloads/workloads/workload-8.csv",
     ];
-    for (i, path) in POLLUX.into_iter().enumerate() {
-        let source = Source::Trace(path, TraceFormat::Pollux);
-        out.push(load(format!("pollux-{}", i + 1), source, 16, 4));
-    }
-    for (nodes, gpus) in [(4, 4), (2, 8), (1, 8)] {
+    (POLLUX.into_iter().enumerate())
+        .map(|(i, path)| {
+            let source = Source::Trace(path, TraceFormat::Pollux);
+            Load::flat(format!("pollux-{}{suffix}", i + 1), source, nodes, 4)
+        })
+        .collect()
+}
+
+/// The 60-job Tiresias trace on each cluster of `shapes` (nodes, GPUs per node).
+fn tiresias(shapes: [(u32, u32); 3]) -> impl Iterator<Item = Load> {
+    shapes.into_iter().map(|(nodes, gpus)| {
         let source = Source::Trace("tiresias/60_job.csv", TraceFormat::Tiresias);
-        out.push(load(
-            format!("tiresias-{nodes}x{gpus}"),
-            source,
-            nodes,
-            gpus,
-        ));
-    }
-    out
+        Load::flat(format!("tiresias-{nodes}x{gpus}"), source, nodes, gpus)
+    })
 }
 
 /// The loads `wanted` names (all of them if none), in the table's order: each name is a
@@ -135,6 +159,15 @@ fn select(all: Vec<Load>, wanted: &[String]) -> Result<Vec<Load>> {
 }
 
 impl Load {
+    fn flat(name: String, source: Source, nodes: u32, gpus_per_node: u32) -> Load {
+        Load {
+            name,
+            source,
+            nodes,
+            gpus_per_node,
+        }
+    }
+
     fn cluster(&self) -> Cluster {
         Cluster::flat_gpu(self.nodes, self.gpus_per_node)
     }
@@ -278,7 +311,11 @@ pub fn run_policy(args: &PolicyBenchArgs) -> Result<ExitCode> {
         }
         policies.push((name, policy));
     }
-    let loads = select(loads(), &args.loads)?;
+    let set = match args.held_out {
+        true => held_out_loads(),
+        false => loads(),
+    };
+    let loads = select(set, &args.loads)?;
     let threads = match args.threads {
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -553,6 +590,29 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn the_held_out_loads_are_29_others_and_select_by_family() {
+        let held = held_out_loads();
+        assert_eq!(held.len(), 29);
+        let tuned = loads();
+        for l in &held {
+            assert!(!tuned.iter().any(|t| t.name == l.name), "{} twice", l.name);
+            assert!(!tuned.contains(l), "{} is a tuned load", l.name);
+            assert_eq!(held.iter().filter(|o| o.name == l.name).count(), 1);
+        }
+        let p = held.iter().find(|l| l.name == "pollux-3-24x4").unwrap();
+        assert_eq!((p.nodes, p.gpus_per_node), (24, 4));
+        let t = held.iter().find(|l| l.name == "tiresias-6x4").unwrap();
+        assert_eq!((t.nodes, t.gpus_per_node), (6, 4));
+        let s = select(held.clone(), &["synthetic".to_string()]).unwrap();
+        let seeds: Vec<&Source> = s.iter().map(|l| &l.source).collect();
+        let expected: Vec<Source> = (12..=21)
+            .map(|s| Source::Synthetic(20_000, 1.2, s))
+            .collect();
+        assert_eq!(seeds, expected.iter().collect::<Vec<_>>());
+        assert_eq!(select(held, &["pollux".to_string()]).unwrap().len(), 16);
     }
 
     #[test]
