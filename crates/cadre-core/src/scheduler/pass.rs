@@ -1315,17 +1315,16 @@ impl Scheduler {
             return Vec::new();
         }
         let horizon = w.largest_first_within;
-        let up = (self.idle_free).get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
-        let capacity: Vec<u64> = (self.cluster.partition_ids())
-            .map(|id| up.total(id).gpu_milli)
-            .collect();
-        (self.cluster.partition_ids())
-            .zip(capacity)
-            .map(|(id, capacity)| {
+        // Taken out while the partitions are read, which borrow the scheduler, and put back.
+        let up = (self.idle_free.take()).unwrap_or_else(|| FreeSummary::idle_up(&self.cluster));
+        let shallow = (self.cluster.partition_ids())
+            .map(|id| {
                 let (pending, running) = (self.pending_work(queue, id), self.running_left(id, now));
-                backlog::drains_within(pending, running, capacity, horizon)
+                backlog::drains_within(pending, running, up.total(id).gpu_milli, horizon)
             })
-            .collect()
+            .collect();
+        self.idle_free = Some(up);
+        shallow
     }
 
     /// Partition `p`'s pending work by time limits, the GPUs its jobs ask for times their
