@@ -13,10 +13,11 @@
 //! (`--threads`), the longest first, and each trace is read once. The default against the
 //! preset takes about two minutes on two cores, most of it the Philly trace at 32 x 8.
 //!
-//! `--held-out` replays 29 other loads instead, none used to choose a setting before
-//! docs/simulator.md's experiment 15: the Pollux workloads on 12 x 4 and 24 x 4, synthetic
-//! seeds 12 to 21 (as above), and the Tiresias trace on 3 x 4, 6 x 4 and 3 x 8 (under a
-//! minute).
+//! `--held-out` replays 45 other loads instead, none used to choose a setting: the Pollux
+//! workloads on 12 x 4 and 24 x 4, synthetic seeds 12 to 21 (as above), and the Tiresias
+//! trace on 3 x 4, 6 x 4 and 3 x 8 (held out since docs/simulator.md's experiment 15), and
+//! the Pollux workloads at twice the load (`workloads-2.0`, 320 jobs each) on 16 x 4 and
+//! 32 x 4 (since experiment 16); under a minute.
 
 use anyhow::{Context, Result, bail};
 use cadre_core::cluster::Cluster;
@@ -44,12 +45,14 @@ pub struct PolicyBenchArgs {
     traces: PathBuf,
     /// Only these loads, comma-separated: a load's name (the table's first column) or a
     /// family's, the part before the first `-` (`philly`, `synthetic`, `pollux`,
-    /// `tiresias`; with `--held-out`, of the held-out loads, which have no `philly`).
+    /// `tiresias`; with `--held-out`, of the held-out loads, which have no `philly` and
+    /// add `pollux2x`).
     #[arg(long, value_delimiter = ',')]
     loads: Vec<String>,
-    /// Replay the 29 held-out loads instead of the table's 25: the Pollux workloads on
+    /// Replay the 45 held-out loads instead of the table's 25: the Pollux workloads on
     /// 12 x 4 and 24 x 4, synthetic seeds 12 to 21, the Tiresias trace on 3 x 4, 6 x 4 and
-    /// 3 x 8 (none used to choose a setting before docs/simulator.md's experiment 15).
+    /// 3 x 8, and the Pollux workloads at twice the load (`pollux2x`) on 16 x 4 and 32 x 4
+    /// (none used to choose a setting; see docs/simulator.md, experiments 15 and 16).
     #[arg(long)]
     held_out: bool,
     /// Replays run at once [default: the machine's cores].
@@ -64,7 +67,7 @@ pub struct PolicyBenchArgs {
 #[derive(Clone, Debug, PartialEq)]
 enum Source {
     /// A trace file under `--traces`, in a format.
-    Trace(&'static str, TraceFormat),
+    Trace(String, TraceFormat),
     /// Synthetic jobs: count, load, seed.
     Synthetic(usize, f64, u64),
 }
@@ -82,19 +85,22 @@ struct Load {
 fn loads() -> Vec<Load> {
     let mut out = Vec::new();
     for nodes in [32, 48, 64, 128] {
-        let source = Source::Trace("philly/philly.csv", TraceFormat::Philly);
+        let source = Source::Trace("philly/philly.csv".into(), TraceFormat::Philly);
         out.push(Load::flat(format!("philly-{nodes}x8"), source, nodes, 8));
     }
     out.extend(synthetic([7, 1, 2, 3, 11, 4, 5, 6, 8, 9]));
-    out.extend(pollux(16, ""));
+    out.extend(pollux("workloads", "pollux", 16, ""));
     out.extend(tiresias([(4, 4), (2, 8), (1, 8)]));
     out
 }
 
-/// The 29 held-out loads (`--held-out`): the same families on other clusters and seeds.
+/// The 45 held-out loads (`--held-out`): the same families on other clusters and seeds,
+/// and the Pollux workloads at twice the load.
 fn held_out_loads() -> Vec<Load> {
-    let mut out = pollux(12, "-12x4");
-    out.extend(pollux(24, "-24x4"));
+    let mut out = pollux("workloads", "pollux", 12, "-12x4");
+    out.extend(pollux("workloads", "pollux", 24, "-24x4"));
+    out.extend(pollux("workloads-2.0", "pollux2x", 16, "-16x4"));
+    out.extend(pollux("workloads-2.0", "pollux2x", 32, "-32x4"));
     out.extend(synthetic(12..=21));
     out.extend(tiresias([(3, 4), (6, 4), (3, 8)]));
     out
@@ -108,22 +114,14 @@ fn synthetic(seeds: impl IntoIterator<Item = u64>) -> impl Iterator<Item = Load>
     })
 }
 
-/// The eight Pollux workloads on `nodes` x 4, named `pollux-N` and `suffix`.
-fn pollux(nodes: u32, suffix: &str) -> Vec<Load> {
-    const POLLUX: [&str; 8] = [
-        "pollux-workloads/workloads/workload-1.csv",
-        "pollux-workloads/workloads/workload-2.csv",
-        "pollux-workloads/workloads/workload-3.csv",
-        "pollux-workloads/workloads/workload-4.csv",
-        "pollux-workloads/workloads/workload-5.csv",
-        "pollux-workloads/workloads/workload-6.csv",
-        "pollux-workloads/workloads/workload-7.csv",
-        "pollux-workloads/workloads/workload-8.csv",
-    ];
-    (POLLUX.into_iter().enumerate())
-        .map(|(i, path)| {
+/// The eight Pollux workloads of `set` (`workloads`, 160 jobs each, or `workloads-2.0`,
+/// 320 jobs each: twice the load) on `nodes` x 4, named `family-N` and `suffix`.
+fn pollux(set: &str, family: &str, nodes: u32, suffix: &str) -> Vec<Load> {
+    (1..=8)
+        .map(|i| {
+            let path = format!("pollux-workloads/{set}/workload-{i}.csv");
             let source = Source::Trace(path, TraceFormat::Pollux);
-            Load::flat(format!("pollux-{}{suffix}", i + 1), source, nodes, 4)
+            Load::flat(format!("{family}-{i}{suffix}"), source, nodes, 4)
         })
         .collect()
 }
@@ -131,7 +129,7 @@ fn pollux(nodes: u32, suffix: &str) -> Vec<Load> {
 /// The 60-job Tiresias trace on each cluster of `shapes` (nodes, GPUs per node).
 fn tiresias(shapes: [(u32, u32); 3]) -> impl Iterator<Item = Load> {
     shapes.into_iter().map(|(nodes, gpus)| {
-        let source = Source::Trace("tiresias/60_job.csv", TraceFormat::Tiresias);
+        let source = Source::Trace("tiresias/60_job.csv".into(), TraceFormat::Tiresias);
         Load::flat(format!("tiresias-{nodes}x{gpus}"), source, nodes, gpus)
     })
 }
@@ -594,9 +592,9 @@ mod tests {
     }
 
     #[test]
-    fn the_held_out_loads_are_29_others_and_select_by_family() {
+    fn the_held_out_loads_are_45_others_and_select_by_family() {
         let held = held_out_loads();
-        assert_eq!(held.len(), 29);
+        assert_eq!(held.len(), 45);
         let tuned = loads();
         // What a replay depends on, the name aside.
         let what = |l: &Load| (l.source.clone(), l.nodes, l.gpus_per_node);
@@ -621,7 +619,16 @@ mod tests {
             .map(|s| Source::Synthetic(20_000, 1.2, s))
             .collect();
         assert_eq!(seeds, expected.iter().collect::<Vec<_>>());
-        assert_eq!(select(held, &["pollux".to_string()]).unwrap().len(), 16);
+        assert_eq!(
+            select(held.clone(), &["pollux".to_string()]).unwrap().len(),
+            16
+        );
+        let twice = select(held, &["pollux2x".to_string()]).unwrap();
+        assert_eq!(twice.len(), 16);
+        let p = twice.iter().find(|l| l.name == "pollux2x-5-32x4").unwrap();
+        let file = "pollux-workloads/workloads-2.0/workload-5.csv".to_string();
+        assert_eq!(p.source, Source::Trace(file, TraceFormat::Pollux));
+        assert_eq!((p.nodes, p.gpus_per_node), (32, 4));
     }
 
     #[test]
