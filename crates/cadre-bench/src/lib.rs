@@ -37,7 +37,7 @@ pub enum BenchCommand {
     /// GPU allocation rate on the Alibaba openb trace (the FGD paper's packing protocol).
     Openb(openb::OpenbBenchArgs),
     /// A scheduling policy against the `slurm` preset (or another) on the 25 loads of
-    /// docs/simulator.md's table (or 29 held-out ones): each figure over the reference's,
+    /// docs/simulator.md's table (or 45 held-out ones): each figure over the reference's,
     /// and the figures lost.
     Policy(policy::PolicyBenchArgs),
     /// Durable submissions per second through the API from concurrent clients, and the

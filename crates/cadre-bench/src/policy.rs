@@ -629,6 +629,10 @@ mod tests {
         let file = "pollux-workloads/workloads-2.0/workload-5.csv".to_string();
         assert_eq!(p.source, Source::Trace(file, TraceFormat::Pollux));
         assert_eq!((p.nodes, p.gpus_per_node), (32, 4));
+        let q = twice.iter().find(|l| l.name == "pollux2x-2-16x4").unwrap();
+        let file = "pollux-workloads/workloads-2.0/workload-2.csv".to_string();
+        assert_eq!(q.source, Source::Trace(file, TraceFormat::Pollux));
+        assert_eq!((q.nodes, q.gpus_per_node), (16, 4));
     }
 
     #[test]
