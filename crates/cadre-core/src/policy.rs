@@ -14,6 +14,10 @@ use std::collections::BTreeMap;
 /// The version of the policy format this build reads.
 pub const POLICY_VERSION: u32 = 1;
 
+/// The largest `[priority] largest_first_gaps_percent` a policy may set: a hundred times
+/// the gaps (above that, any gap at all would order a partition largest first).
+pub const MAX_GAPS_PERCENT: u32 = 10_000;
+
 /// Errors reading a policy document.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -103,6 +107,7 @@ impl Policy {
                 favor_small: false,
                 size_basis: crate::priority::SizeBasis::Resources,
                 largest_first_within: Dur(0),
+                largest_first_gaps_percent: 0,
             },
             backfill: BackfillSettings {
                 enabled: false,
@@ -133,6 +138,7 @@ impl Policy {
                 favor_small: false,
                 size_basis: crate::priority::SizeBasis::Resources,
                 largest_first_within: Dur(0),
+                largest_first_gaps_percent: 0,
             },
             backfill: BackfillSettings {
                 enabled: true,
@@ -223,6 +229,12 @@ impl Policy {
             if !classes.insert(c.name.as_str()) {
                 return Err(format!("priority class `{}` is defined twice", c.name));
             }
+        }
+        let gaps = self.priority.largest_first_gaps_percent;
+        if gaps > MAX_GAPS_PERCENT {
+            return Err(format!(
+                "priority.largest_first_gaps_percent must be at most {MAX_GAPS_PERCENT}, not {gaps}"
+            ));
         }
         if self.backfill.enabled && self.backfill.max_job_test == 0 {
             return Err("backfill.max_job_test must be at least 1".into());
@@ -479,6 +491,21 @@ mod tests {
         assert_eq!(Policy::default().priority.expansion, 0);
         let err = Policy::from_toml("version = 1\n[priority]\nexpansion = -1\n", "t.toml");
         assert!(err.unwrap_err().to_string().contains("expansion"));
+    }
+
+    #[test]
+    fn the_gaps_percent_is_read_and_bounded() {
+        let text = "version = 1\n[priority]\nlargest_first_gaps_percent = 200\n";
+        let p = Policy::from_toml(text, "t.toml").unwrap();
+        assert_eq!(p.priority.largest_first_gaps_percent, 200);
+        let text = "version = 1\n[priority]\nlargest_first_gaps_percent = 10001\n";
+        assert_eq!(
+            Policy::from_toml(text, "t.toml").unwrap_err().to_string(),
+            "policy t.toml: priority.largest_first_gaps_percent must be at most 10000, not 10001"
+        );
+        let text = "version = 1\n[priority]\nlargest_first_gaps_percent = -5\n";
+        let msg = Policy::from_toml(text, "t.toml").unwrap_err().to_string();
+        assert!(msg.contains("largest_first_gaps_percent"), "{msg}");
     }
 
     #[test]

@@ -56,6 +56,18 @@ pub struct PriorityWeights {
     /// cadre's default 4 hours; 0 turns it off (the `slurm` and `fifo` presets).
     #[serde(with = "crate::time::secs")]
     pub largest_first_within: Dur,
+    /// A partition's job-size factor also favours larger jobs while the small work left
+    /// could not fill around its gangs: while the pending work (GPUs times limits) of the
+    /// jobs whose GPUs divide the partition's is at most this percentage of the gaps the
+    /// other pending jobs would leave. A job of `w` GPUs on a partition of `C` runs
+    /// `C / w` (rounded down) side by side with jobs like it and leaves `C mod w` GPUs idle
+    /// among them: its gap is its share of those, for its time limit. Late in a burst,
+    /// small work first leaves the gangs that cannot run two at a time for the end, with
+    /// GPUs idle beside them; starting them while small jobs remain fills those GPUs
+    /// (docs/simulator.md, experiment 17). Held jobs, jobs without a limit and jobs wider
+    /// than the partition's up nodes are not counted. cadre's default 50; 0 turns it off
+    /// (the `slurm` and `fifo` presets).
+    pub largest_first_gaps_percent: u32,
 }
 
 /// What the job-size factor measures.
@@ -95,6 +107,7 @@ impl Default for PriorityWeights {
             favor_small: true,
             size_basis: SizeBasis::Work,
             largest_first_within: Dur::hours(4),
+            largest_first_gaps_percent: 50,
         }
     }
 }
@@ -133,11 +146,13 @@ impl PriorityWeights {
         if self.favor_small { 1.0 - s } else { s }
     }
 
-    /// Whether `largest_first_within` can change a job-size factor: it is set, job size is
-    /// weighed, and the factor does not favour the larger jobs by their GPUs already.
+    /// Whether `largest_first_within` or `largest_first_gaps_percent` can change a job-size
+    /// factor: one is set, job size is weighed, and the factor does not favour the larger
+    /// jobs by their GPUs already.
     pub fn size_may_flip(&self) -> bool {
         let already = !self.favor_small && self.size_basis == SizeBasis::Resources;
-        self.job_size != 0 && self.largest_first_within.0 != 0 && !already
+        let set = self.largest_first_within.0 != 0 || self.largest_first_gaps_percent != 0;
+        self.job_size != 0 && set && !already
     }
 
     /// The priority of a job with these factors.
@@ -255,6 +270,7 @@ mod tests {
                 favor_small: false,
                 size_basis: SizeBasis::Resources,
                 largest_first_within: Dur(0),
+                largest_first_gaps_percent: 0,
             };
             let at = |waited: u64| Factors {
                 age: w.age_factor(Dur(waited)),

@@ -958,6 +958,52 @@ fn a_shallow_backlog_goes_largest_first_and_a_deep_one_small_work_first() {
     assert_eq!(Policy::fifo().priority.largest_first_within, Dur(0));
 }
 
+/// On 2 nodes of 8 GPUs, with the policy's `largest_first_within` at `within` and its
+/// `largest_first_gaps_percent` at `percent`: job 1 holds both nodes for an hour; then an
+/// 8-GPU job of an hour (2, 8 GPU-hours of small work: 8 divides 16) and a 12-GPU gang of 4
+/// hours (3, which leaves 4 GPUs idle beside it for 4 hours: 16 GPU-hours of gaps) wait.
+fn gaps_setup(within: Dur, percent: u32) -> Sim {
+    let mut p = Policy::default();
+    p.priority.fairshare = 0;
+    p.priority.largest_first_within = within;
+    p.priority.largest_first_gaps_percent = percent;
+    p.fairshare.calc_period = Dur(0);
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    sim.submit(1, job(2, 8, 3600), 0);
+    assert_eq!(started(&sim.pass(0)), [1]);
+    sim.submit(2, job(1, 8, 3600), 10);
+    sim.submit(3, job(3, 4, 4 * 3600), 20);
+    sim
+}
+
+/// While the small work queued is at most `largest_first_gaps_percent` of the gaps the
+/// gangs would leave, the gang goes first and the small job fills beside it later; with
+/// more small work than that (or the rule off) small work goes first; explain says which.
+#[test]
+fn a_gang_whose_gaps_the_small_work_cannot_fill_goes_first() {
+    let hour = 3600;
+    let order = |percent: u32| {
+        let mut sim = gaps_setup(Dur(0), percent);
+        sim.pass(30);
+        let x = sim.s.explain(JobId(3), Time(30), false).expect("pending");
+        let flags = (x.largest_first, x.largest_first_for_gaps);
+        sim.end(1, JobState::Completed, hour);
+        (started(&sim.pass(hour)), flags)
+    };
+    // 8 GPU-hours of small work, exactly half the 16 of gaps.
+    assert_eq!(order(50), (vec![3], (true, true)));
+    assert_eq!(order(49), (vec![2], (false, false)));
+    assert_eq!(order(0), (vec![2], (false, false)));
+    // A shallow backlog says so, not the gaps: its 4.5 hours drain within a day.
+    let mut sim = gaps_setup(Dur::days(1), 50);
+    sim.pass(30);
+    let x = sim.s.explain(JobId(3), Time(30), false).expect("pending");
+    assert_eq!((x.largest_first, x.largest_first_for_gaps), (true, false));
+    assert_eq!(Policy::default().priority.largest_first_gaps_percent, 50);
+    assert_eq!(Policy::slurm().priority.largest_first_gaps_percent, 0);
+    assert_eq!(Policy::fifo().priority.largest_first_gaps_percent, 0);
+}
+
 /// A pending job without a time limit leaves the backlog's end unknown (never shallow); a
 /// held job is not counted, until it is released.
 #[test]

@@ -298,9 +298,13 @@ pub struct ExplainView {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ends_backlog: bool,
     /// Its `job_size` factor favours larger jobs: its partition's backlog drains within the
-    /// policy's `largest_first_within`.
+    /// policy's `largest_first_within`, or the small work left could not fill the gaps its
+    /// gangs would leave (`largest_first_gaps_percent`; then `largest_first_for_gaps` too).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub largest_first: bool,
+    /// Its `job_size` factor favours larger jobs for the gaps, not for a shallow backlog.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub largest_first_for_gaps: bool,
     /// For each node of the job's partition that cannot take it now, why not.
     pub nodes: Vec<(String, String)>,
     /// What the reason means in this job's case, when its name alone does not say: the

@@ -746,6 +746,7 @@ async fn explain(
                 starving_since: x.starving_since.map(|t| t.0),
                 ends_backlog: x.ends_backlog,
                 largest_first: x.largest_first,
+                largest_first_for_gaps: x.largest_first_for_gaps,
                 nodes: x.nodes.into_iter().map(|n| (n.node, n.why)).collect(),
                 detail: e.sched().reason_detail(JobId(id)),
             })
@@ -761,6 +762,7 @@ async fn explain(
         starving_since: None,
         ends_backlog: false,
         largest_first: false,
+        largest_first_for_gaps: false,
         nodes: Vec::new(),
         detail: None,
     })))

@@ -380,7 +380,13 @@ pub fn explain(conn: &ConnectArgs, id: u64, json: bool) -> Result<ExitCode> {
         for (name, value) in &x.factors {
             println!("  {name:<10} {value:.4}");
         }
-        if x.largest_first {
+        if x.largest_first_for_gaps {
+            println!(
+                "job_size favours larger jobs now: the small jobs queued in its partition \
+                 could not fill the GPUs its gangs would leave idle (the policy's \
+                 largest_first_gaps_percent)"
+            );
+        } else if x.largest_first {
             println!(
                 "job_size favours larger jobs now: its partition's backlog (queued and \
                  running work by time limits) drains within the policy's largest_first_within"

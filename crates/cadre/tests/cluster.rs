@@ -363,6 +363,31 @@ fn gang_larger_than_the_cluster_stays_pending_and_never_starts() {
     assert_eq!(job["start_time"], Value::Null);
 }
 
+/// A 3-GPU job for two days waits on a node of 4 GPUs, with no small work queued to fill
+/// the GPU it would leave idle: `cadre explain` says its partition goes largest first for
+/// the gaps (the default `largest_first_gaps_percent`), in text and in JSON.
+#[test]
+fn explain_says_when_larger_jobs_go_first_for_the_gaps() {
+    let c = up(1, 4, &[]);
+    let blocker = c.submit(&["--gpus-per-task", "4", "-t", "10", "--", "sleep", "60"]);
+    c.wait_for_state(blocker, "RUNNING");
+    let wide = c.submit(&["--gpus-per-task", "3", "-t", "2880", "--", "true"]);
+    let explained = || -> Value {
+        serde_json::from_str(&c.ok(&["explain", &wide.to_string(), "--json"])).expect("JSON")
+    };
+    wait_until("a pass weighs the wide job's gaps", || {
+        explained()["largest_first_for_gaps"] == true
+    });
+    assert_eq!(explained()["largest_first"], true);
+    let said = c.ok(&["explain", &wide.to_string()]);
+    assert!(
+        said.contains("could not fill") && said.contains("largest_first_gaps_percent"),
+        "{said}"
+    );
+    c.ok(&["cancel", &blocker.to_string()]);
+    assert_eq!(c.wait(wide), "COMPLETED");
+}
+
 /// Regression: a job submitted with `--hold` was stored with no hold in its status, so a
 /// controller restarted after a crash released it, and it ran.
 #[test]

@@ -11,11 +11,26 @@
 //! job without a time limit, pending or running, leaves its partition's backlog unknown. A
 //! job counts in its own partition only: partitions that share nodes are each reckoned as
 //! if alone.
+//!
+//! The pending work is also kept by the width of the jobs (the GPU thousandths each asks
+//! for), for the policy's `[priority] largest_first_gaps_percent` ([`gaps_unfilled`]): a
+//! queue holds a handful of distinct widths, so a pass weighs the gaps in time
+//! proportional to them.
 
 use super::tail::work;
 use crate::cluster::PartitionId;
 use crate::time::{Dur, Time};
 use std::collections::BTreeMap;
+
+/// Why a partition's job-size factor favours larger jobs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LargestFirst {
+    /// Its backlog drains within the policy's `largest_first_within`.
+    Shallow,
+    /// The small work left could not fill around its gangs (the policy's
+    /// `largest_first_gaps_percent`).
+    Gaps,
+}
 
 /// The pending jobs' work per partition (held jobs are not counted by the caller).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -23,11 +38,14 @@ pub(super) struct PendingWork {
     parts: Vec<Pending>,
 }
 
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Pending {
     work: u128,
     /// Jobs without a time limit.
     unlimited: u64,
+    /// The work of the jobs with a limit by the GPU thousandths each asks for (a queue
+    /// holds a handful of distinct widths), for `largest_first_gaps_percent`.
+    by_width: BTreeMap<u64, u128>,
 }
 
 /// The running jobs' remaining work per partition.
@@ -77,8 +95,19 @@ impl PendingWork {
         match (limit, add) {
             (Dur(0), true) => e.unlimited += 1,
             (Dur(0), false) => e.unlimited = e.unlimited.saturating_sub(1),
-            (limit, true) => e.work += work(gpu_milli, limit),
-            (limit, false) => take(&mut e.work, work(gpu_milli, limit)),
+            (limit, true) => {
+                e.work += work(gpu_milli, limit);
+                *e.by_width.entry(gpu_milli).or_default() += work(gpu_milli, limit);
+            }
+            (limit, false) => {
+                take(&mut e.work, work(gpu_milli, limit));
+                if let Some(w) = e.by_width.get_mut(&gpu_milli) {
+                    take(w, work(gpu_milli, limit));
+                    if *w == 0 {
+                        e.by_width.remove(&gpu_milli);
+                    }
+                }
+            }
         }
     }
 
@@ -150,12 +179,57 @@ pub(super) fn running_left(running: &RunningWork, p: PartitionId, now: Time) -> 
 /// The pending work of partition `p` in `pending`: none when one of its jobs has no time
 /// limit.
 pub(super) fn pending_work(pending: &PendingWork, p: PartitionId) -> Option<u128> {
-    let pend = pending
-        .parts
-        .get(usize::from(p.0))
-        .copied()
-        .unwrap_or_default();
-    (pend.unlimited == 0).then_some(pend.work)
+    let pend = pending.parts.get(usize::from(p.0));
+    match pend {
+        Some(pend) => (pend.unlimited == 0).then_some(pend.work),
+        None => Some(0),
+    }
+}
+
+/// The pending work of partition `p` in `pending` by the GPU thousandths its jobs ask for,
+/// narrowest first (jobs without a time limit left out).
+pub(super) fn pending_by_width(
+    pending: &PendingWork,
+    p: PartitionId,
+) -> impl Iterator<Item = (u64, u128)> + '_ {
+    let pend = pending.parts.get(usize::from(p.0));
+    pend.into_iter()
+        .flat_map(|pend| pend.by_width.iter().map(|(&w, &work)| (w, work)))
+}
+
+/// Whether the small work left could not fill around the gangs: whether the pending work
+/// of the jobs whose width divides `capacity` (GPU thousandths) is at most `percent` of
+/// the gaps the others would leave (see `largest_first_gaps_percent`), from the pending
+/// work by width (`widths`, narrowest first). A job of width `w` runs `capacity / w` side
+/// by side with jobs like it, leaving `capacity mod w` idle among them; its gap is its
+/// share of those for its limit: the jobs' limits, their work over `w`, times
+/// `(capacity mod w) / (capacity / w)`, in whole GPU thousandths times seconds (rounded
+/// down, once per width). Jobs wider than `capacity`, which cannot start, are left out;
+/// never with no gaps.
+pub(super) fn gaps_unfilled(
+    widths: impl IntoIterator<Item = (u64, u128)>,
+    capacity: u64,
+    percent: u32,
+) -> bool {
+    if percent == 0 {
+        return false;
+    }
+    let (mut fill, mut gaps) = (0u128, 0u128);
+    for (w, work) in widths {
+        if w == 0 || w > capacity {
+            continue;
+        }
+        let (side, idle) = (capacity / w, capacity % w);
+        match idle {
+            0 => fill = fill.saturating_add(work),
+            // Every job's work is its width times its limit: `work / w` is exact.
+            _ => {
+                let gap = (work / u128::from(w)).saturating_mul(u128::from(idle));
+                gaps = gaps.saturating_add(gap / u128::from(side));
+            }
+        }
+    }
+    gaps > 0 && fill.saturating_mul(100) <= gaps.saturating_mul(u128::from(percent))
 }
 
 /// Whether a backlog of `pending` work and `running` work left (none: unknown, see
@@ -181,6 +255,7 @@ mod tests {
 
     const P: PartitionId = PartitionId(0);
     const Q: PartitionId = PartitionId(1);
+    const MAX: u32 = crate::policy::MAX_GAPS_PERCENT;
 
     /// Whether partition `p`'s backlog, `pending` and `running` as of `now`, drains within
     /// `horizon` on `capacity`, as the pass reads it from the kept sums.
@@ -221,6 +296,50 @@ mod tests {
             !drains(&pending, &running, Q, 0, now, Dur::hours(1)),
             "no GPUs"
         );
+    }
+
+    /// Whether partition `p`'s small work could not fill its gaps on `capacity`, as the
+    /// pass reads it from the kept sums.
+    fn unfilled(pending: &PendingWork, p: PartitionId, capacity: u64, percent: u32) -> bool {
+        gaps_unfilled(pending_by_width(pending, p), capacity, percent)
+    }
+
+    #[test]
+    fn the_gaps_are_weighed_against_the_small_work_that_could_fill_them() {
+        let mut pending = PendingWork::default();
+        // 16 GPUs. A 12-GPU gang for an hour leaves 4 idle: 4 GPU-hours of gaps.
+        pending.count(P, 12_000, Dur::hours(1), true);
+        assert!(unfilled(&pending, P, 16_000, 50), "no small work at all");
+        // 2 GPU-hours of single GPUs: exactly half the gaps.
+        pending.count(P, 1000, Dur::hours(2), true);
+        assert!(unfilled(&pending, P, 16_000, 50));
+        assert!(!unfilled(&pending, P, 16_000, 49));
+        // Another GPU-hour: more than half.
+        pending.count(P, 1000, Dur::hours(1), true);
+        assert!(!unfilled(&pending, P, 16_000, 50));
+        assert!(unfilled(&pending, P, 16_000, 75));
+        // 6 GPUs run two side by side and leave 4 idle among them, 2 each: a 6-GPU job for
+        // 3 hours adds 6 GPU-hours of gaps (10 in all, 3 of small work).
+        pending.count(P, 6000, Dur::hours(3), true);
+        assert!(unfilled(&pending, P, 16_000, 30));
+        assert!(!unfilled(&pending, P, 16_000, 29));
+        // Off, and never in another partition (no gaps there), nor wider than the GPUs up.
+        assert!(!unfilled(&pending, P, 16_000, 0));
+        assert!(!unfilled(&pending, Q, 16_000, MAX));
+        let mut wide = PendingWork::default();
+        wide.count(P, 24_000, Dur::hours(1), true);
+        assert!(!unfilled(&wide, P, 16_000, MAX), "cannot start: no gap");
+        // Jobs without a limit have no known work: not counted.
+        let mut unlimited = PendingWork::default();
+        unlimited.count(P, 12_000, Dur(0), true);
+        assert!(!unfilled(&unlimited, P, 16_000, MAX));
+        // Taken out, the gang's gaps are gone; so is its entry.
+        pending.count(P, 12_000, Dur::hours(1), false);
+        pending.count(P, 6000, Dur::hours(3), false);
+        assert!(!unfilled(&pending, P, 16_000, MAX));
+        pending.count(P, 1000, Dur::hours(2), false);
+        pending.count(P, 1000, Dur::hours(1), false);
+        assert!(pending.same_as(&PendingWork::default()));
     }
 
     #[test]

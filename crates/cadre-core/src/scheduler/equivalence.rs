@@ -182,6 +182,9 @@ struct Extras {
     /// of `drain_longest_first` is known, and low at this workload's load: the job a
     /// partition's backlog waits on is marked whenever there is one (the run asserts it is).
     rate_known: bool,
+    /// The run asserts that `largest_first_gaps_percent` turned some partition's job-size
+    /// factor round (for a policy that sets it high).
+    gaps: bool,
 }
 
 /// Adds to a job of [`run`]'s `lifecycle` workloads (`earlier` jobs were submitted before).
@@ -220,6 +223,7 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
         arrays,
         lifecycle: changes,
         rate_known,
+        gaps,
     } = extras;
     let cluster: Cluster = load_cluster(text, "equivalence").unwrap();
     let mut fast = Scheduler::new(cluster.clone(), policy.clone()).unwrap();
@@ -246,6 +250,7 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
     };
     let mut now = Time(0);
     let mut drained = false;
+    let mut gapped = false;
     if rate_known {
         let up = Event::NodeAvail {
             node: NodeId(0),
@@ -400,10 +405,15 @@ fn run(text: &str, policy: Policy, seed: u64, passes: u32, extras: Extras) {
         );
         // Under the default 28-day guard, only the drain marks a job in these hours.
         drained |= fast.jobs.values().any(|j| j.starving_since.is_some());
+        gapped |= (fast.largest_first).contains(&Some(super::backlog::LargestFirst::Gaps));
     }
     assert!(
         !rate_known || drained,
         "no job was marked as ending a backlog"
+    );
+    assert!(
+        !gaps || gapped,
+        "no partition went largest first for its gaps"
     );
 }
 
@@ -576,6 +586,25 @@ fn draining_longest_first_decides_as_the_reference() {
             ..Extras::default()
         };
         run(CLUSTER, Policy::default(), seed, 300, extras);
+    }
+}
+
+/// Largest first for the gaps alone (`largest_first_within` off), set high enough to turn
+/// the order round now and then in this workload, whose gangs of 3 and 5 nodes and elastic
+/// jobs of 6, 10, 14 or 18 GPUs leave gaps: the pass reads the pending work by width from
+/// the sums the queue keeps, the reference adds it up from the rows.
+#[test]
+fn largest_first_for_the_gaps_decides_as_the_reference() {
+    for (seed, percent) in [(1, 1000), (2, 200), (3, 1000)] {
+        let mut policy = Policy::default();
+        policy.priority.largest_first_within = Dur(0);
+        policy.priority.largest_first_gaps_percent = percent;
+        let extras = Extras {
+            gaps: true,
+            lifecycle: seed == 3,
+            ..Extras::default()
+        };
+        run(CLUSTER, policy, seed, 300, extras);
     }
 }
 

@@ -5,6 +5,7 @@
 //! tasks cannot use each node of its partition now, the priority factors, and the start
 //! time backfill planned for it.
 
+use super::backlog::LargestFirst;
 use super::{PendingReason, Scheduler};
 use crate::job::{JobId, JobState};
 use crate::placement;
@@ -38,9 +39,15 @@ pub struct Explanation {
     /// it would end the backlog last (the policy's `drain_longest_first`), not for its wait.
     pub ends_backlog: bool,
     /// Its job-size factor favours larger jobs: the last pass found its partition's backlog
-    /// within the policy's `largest_first_within`.
+    /// within the policy's `largest_first_within`, or too little small work left to fill
+    /// the gaps its gangs would leave (`largest_first_gaps_percent`: then
+    /// `largest_first_for_gaps` too).
     #[serde(default)]
     pub largest_first: bool,
+    /// Its job-size factor favours larger jobs for the gaps (`largest_first_gaps_percent`),
+    /// not for a shallow backlog.
+    #[serde(default)]
+    pub largest_first_for_gaps: bool,
     /// Per node of the job's partition, why it cannot take the job now (only nodes that
     /// cannot; with `nodes = false`, empty).
     pub nodes: Vec<NodeWhyNot>,
@@ -72,6 +79,9 @@ impl Scheduler {
         let backfill = &self.policy.backfill;
         let ends_backlog =
             starving_since.is_some_and(|since| !backfill.starving_after(now.since(since)));
+        let largest_first = (job.state == JobState::Pending)
+            .then(|| self.largest_first_in(job.partition))
+            .flatten();
         Some(Explanation {
             job: id,
             state: job.state,
@@ -87,7 +97,8 @@ impl Scheduler {
             expected_start: self.expected_start(id),
             starving_since,
             ends_backlog,
-            largest_first: job.state == JobState::Pending && self.largest_first_in(job.partition),
+            largest_first: largest_first.is_some(),
+            largest_first_for_gaps: largest_first == Some(LargestFirst::Gaps),
             nodes: per_node,
         })
     }

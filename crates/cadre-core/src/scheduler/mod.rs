@@ -474,9 +474,10 @@ pub struct Scheduler {
     idle_free: Option<FreeSummary>,
     /// The running jobs' remaining work by time limits, per partition.
     running_work: backlog::RunningWork,
-    /// Per partition, whether the last pass found its backlog within the policy's
-    /// `largest_first_within` (its job-size factor then favours larger jobs).
-    largest_first: Vec<bool>,
+    /// Per partition, whether and why the last pass found that its job-size factor
+    /// favours larger jobs (its backlog within the policy's `largest_first_within`, or too
+    /// little small work left to fill the gaps, `largest_first_gaps_percent`).
+    largest_first: Vec<Option<backlog::LargestFirst>>,
     /// The last pass changed a partition's `largest_first`: every priority it remembered
     /// was computed with another job-size factor.
     largest_first_moved: bool,
@@ -644,10 +645,10 @@ impl Scheduler {
         self.jobs.get(&id)
     }
 
-    /// Whether the last pass found partition `p`'s backlog within the policy's
-    /// `largest_first_within`, so that its job-size factor favours larger jobs.
-    fn largest_first_in(&self, p: PartitionId) -> bool {
-        self.largest_first.get(usize::from(p.0)) == Some(&true)
+    /// Whether and why the last pass found that partition `p`'s job-size factor favours
+    /// larger jobs (`largest_first_within`, `largest_first_gaps_percent`).
+    fn largest_first_in(&self, p: PartitionId) -> Option<backlog::LargestFirst> {
+        self.largest_first.get(usize::from(p.0)).copied().flatten()
     }
 
     /// A job's multifactor priority: a pending job's as the last pass computed it (0 before

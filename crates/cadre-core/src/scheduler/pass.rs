@@ -1172,7 +1172,11 @@ impl Scheduler {
         let mut queue = std::mem::take(&mut self.queue);
         queue.refresh(&self.jobs, &self.pending);
         let largest_first = self.shallow_partitions(&queue, now);
-        self.largest_first_moved = largest_first != self.largest_first;
+        // Moved when a partition's factor turns round, not when only the reason changes.
+        let flipped = |v: &[Option<backlog::LargestFirst>]| -> Vec<bool> {
+            v.iter().map(Option::is_some).collect()
+        };
+        self.largest_first_moved = flipped(&largest_first) != flipped(&self.largest_first);
         self.largest_first = largest_first;
         let mut keys = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
@@ -1306,25 +1310,64 @@ impl Scheduler {
         Order::new(keys, candidates, heap_for, starving, unusual)
     }
 
-    /// Per partition, whether its backlog drains within the policy's `largest_first_within`
-    /// (see [`super::backlog`]); none unless the policy sets it, weighs job size and does
-    /// not keep strict order.
-    fn shallow_partitions(&mut self, queue: &PendingTable, now: Time) -> Vec<bool> {
+    /// Per partition, whether its job-size factor favours larger jobs, and why: its backlog
+    /// drains within the policy's `largest_first_within`, or the small work left could not
+    /// fill the gaps its gangs would leave, `largest_first_gaps_percent` (see
+    /// [`super::backlog`]); none unless the policy sets one, weighs job size and does not
+    /// keep strict order.
+    fn shallow_partitions(
+        &mut self,
+        queue: &PendingTable,
+        now: Time,
+    ) -> Vec<Option<backlog::LargestFirst>> {
         let w = &self.policy.priority;
         if !w.size_may_flip() || self.policy.strict_order {
             return Vec::new();
         }
-        let horizon = w.largest_first_within;
+        let (horizon, percent) = (w.largest_first_within, w.largest_first_gaps_percent);
         // Taken out while the partitions are read, which borrow the scheduler, and put back.
         let up = (self.idle_free.take()).unwrap_or_else(|| FreeSummary::idle_up(&self.cluster));
         let shallow = (self.cluster.partition_ids())
             .map(|id| {
+                let capacity = up.total(id).gpu_milli;
                 let (pending, running) = (self.pending_work(queue, id), self.running_left(id, now));
-                backlog::drains_within(pending, running, up.total(id).gpu_milli, horizon)
+                if horizon.0 != 0 && backlog::drains_within(pending, running, capacity, horizon) {
+                    Some(backlog::LargestFirst::Shallow)
+                } else if percent != 0 && self.gaps_unfilled(queue, id, capacity, percent) {
+                    Some(backlog::LargestFirst::Gaps)
+                } else {
+                    None
+                }
             })
             .collect();
         self.idle_free = Some(up);
         shallow
+    }
+
+    /// Whether the small work pending in partition `p` could not fill the gaps its other
+    /// pending jobs would leave on `capacity` GPU thousandths (`backlog::gaps_unfilled`),
+    /// read from the pending work by width that the queue keeps; the reference scheduler
+    /// adds it up afresh from the rows, so that the equivalence tests check the kept sums.
+    fn gaps_unfilled(
+        &self,
+        queue: &PendingTable,
+        p: PartitionId,
+        capacity: u64,
+        percent: u32,
+    ) -> bool {
+        if !self.reference {
+            let widths = backlog::pending_by_width(queue.work(), p);
+            return backlog::gaps_unfilled(widths, capacity, percent);
+        }
+        let mut widths: BTreeMap<u64, u128> = BTreeMap::new();
+        for (_, row) in queue.rows() {
+            let counted = row.partition == p && row.hold.is_none() && row.want_gpu_milli > 0;
+            if counted && row.time_limit.0 > 0 {
+                *widths.entry(row.want_gpu_milli).or_default() +=
+                    tail::work(row.want_gpu_milli, row.time_limit);
+            }
+        }
+        backlog::gaps_unfilled(widths, capacity, percent)
     }
 
     /// Partition `p`'s pending work by time limits, the GPUs its jobs ask for times their
@@ -1541,7 +1584,7 @@ impl Scheduler {
         }
         if counts(w.job_size) {
             // In a shallow backlog, larger jobs first by their GPUs (Slurm's job size).
-            let largest_first = self.largest_first_in(row.partition);
+            let largest_first = self.largest_first_in(row.partition).is_some();
             let basis = if largest_first {
                 SizeBasis::Resources
             } else {
