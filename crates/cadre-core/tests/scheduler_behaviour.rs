@@ -886,15 +886,26 @@ fn expansion_puts_the_job_that_waited_longest_against_its_limit_first() {
 /// `within`, on 2 nodes of 8 GPUs: job 1 holds both for an hour; then a 1-GPU job of an
 /// hour (2) and a 2-node gang (3) with a limit of `gang_limit` wait.
 fn depth_setup(within: Dur, gang_limit: u64) -> Sim {
+    behind_job_1(size_policy(within), job(1, 1, 3600), job(2, 8, gang_limit))
+}
+
+/// Default weights but fair-share, with `largest_first_within` at `within`.
+fn size_policy(within: Dur) -> Policy {
     let mut p = Policy::default();
     p.priority.fairshare = 0;
     p.priority.largest_first_within = within;
     p.fairshare.calc_period = Dur(0);
-    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
+    p
+}
+
+/// On 2 nodes of 8 GPUs under `policy`: job 1 holds both for an hour; then jobs 2 and 3
+/// wait.
+fn behind_job_1(policy: Policy, two: JobSpec, three: JobSpec) -> Sim {
+    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), policy);
     sim.submit(1, job(2, 8, 3600), 0);
     assert_eq!(started(&sim.pass(0)), [1]);
-    sim.submit(2, job(1, 1, 3600), 10);
-    sim.submit(3, job(2, 8, gang_limit), 20);
+    sim.submit(2, two, 10);
+    sim.submit(3, three, 20);
     sim
 }
 
@@ -963,17 +974,9 @@ fn a_shallow_backlog_goes_largest_first_and_a_deep_one_small_work_first() {
 /// 8-GPU job of an hour (2, 8 GPU-hours of small work: 8 divides 16) and a 12-GPU gang of 4
 /// hours (3, which leaves 4 GPUs idle beside it for 4 hours: 16 GPU-hours of gaps) wait.
 fn gaps_setup(within: Dur, percent: u32) -> Sim {
-    let mut p = Policy::default();
-    p.priority.fairshare = 0;
-    p.priority.largest_first_within = within;
+    let mut p = size_policy(within);
     p.priority.largest_first_gaps_percent = percent;
-    p.fairshare.calc_period = Dur(0);
-    let mut sim = Sim::new(Cluster::flat_gpu(2, 8), p);
-    sim.submit(1, job(2, 8, 3600), 0);
-    assert_eq!(started(&sim.pass(0)), [1]);
-    sim.submit(2, job(1, 8, 3600), 10);
-    sim.submit(3, job(3, 4, 4 * 3600), 20);
-    sim
+    behind_job_1(p, job(1, 8, 3600), job(3, 4, 4 * 3600))
 }
 
 /// While the small work queued is at most `largest_first_gaps_percent` of the gaps the
