@@ -13,7 +13,8 @@
 //! (`--threads`), the longest first, and each trace is read once. The default against the
 //! preset takes about two minutes on two cores, most of it the Philly trace at 32 x 8.
 //!
-//! `--held-out` replays 45 other loads instead, none used to choose a setting: the Pollux
+//! `--held-out` replays 45 other loads instead, held out from tuning until experiment 17
+//! chose its setting on them together with the table (no setting before): the Pollux
 //! workloads on 12 x 4 and 24 x 4, synthetic seeds 12 to 21 (as above), and the Tiresias
 //! trace on 3 x 4, 6 x 4 and 3 x 8 (held out since docs/simulator.md's experiment 15), and
 //! the Pollux workloads at twice the load (`workloads-2.0`, 320 jobs each) on 16 x 4 and
@@ -52,7 +53,8 @@ pub struct PolicyBenchArgs {
     /// Replay the 45 held-out loads instead of the table's 25: the Pollux workloads on
     /// 12 x 4 and 24 x 4, synthetic seeds 12 to 21, the Tiresias trace on 3 x 4, 6 x 4 and
     /// 3 x 8, and the Pollux workloads at twice the load (`pollux2x`) on 16 x 4 and 32 x 4
-    /// (none used to choose a setting; see docs/simulator.md, experiments 15 and 16).
+    /// (no setting was chosen on them until experiment 17 chose one on them and the table
+    /// together; see docs/simulator.md, experiments 15 to 17).
     #[arg(long)]
     held_out: bool,
     /// Replays run at once [default: the machine's cores].

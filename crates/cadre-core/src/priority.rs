@@ -58,7 +58,8 @@ pub struct PriorityWeights {
     pub largest_first_within: Dur,
     /// A partition's job-size factor also favours larger jobs while the small work left
     /// could not fill around its gangs: while the pending work (GPUs times limits) of the
-    /// jobs whose GPUs divide the partition's is at most this percentage of the gaps the
+    /// jobs that leave no gap, those whose GPUs divide the partition's (small or not), is
+    /// at most this percentage of the gaps the
     /// other pending jobs would leave. A job of `w` GPUs on a partition of `C` runs
     /// `C / w` (rounded down) side by side with jobs like it and leaves `C mod w` GPUs idle
     /// among them: its gap is its share of those, for its time limit. Late in a burst,

@@ -591,7 +591,8 @@ fn draining_longest_first_decides_as_the_reference() {
 
 /// Largest first for the gaps alone (`largest_first_within` off), set high enough to turn
 /// the order round now and then in this workload, whose gangs of 3 and 5 nodes and elastic
-/// jobs of 6, 10, 14 or 18 GPUs leave gaps: the pass reads the pending work by width from
+/// jobs of 6, 10, 12, 14, 18 or 20 GPUs, among others, leave gaps (GPU shares leave none):
+/// the pass reads the pending work by width from
 /// the sums the queue keeps, the reference adds it up from the rows.
 #[test]
 fn largest_first_for_the_gaps_decides_as_the_reference() {
