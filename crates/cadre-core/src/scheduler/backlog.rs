@@ -96,13 +96,15 @@ impl PendingWork {
             (Dur(0), true) => e.unlimited += 1,
             (Dur(0), false) => e.unlimited = e.unlimited.saturating_sub(1),
             (limit, true) => {
-                e.work += work(gpu_milli, limit);
-                *e.by_width.entry(gpu_milli).or_default() += work(gpu_milli, limit);
+                let term = work(gpu_milli, limit);
+                e.work += term;
+                *e.by_width.entry(gpu_milli).or_default() += term;
             }
             (limit, false) => {
-                take(&mut e.work, work(gpu_milli, limit));
+                let term = work(gpu_milli, limit);
+                take(&mut e.work, term);
                 if let Some(w) = e.by_width.get_mut(&gpu_milli) {
-                    take(w, work(gpu_milli, limit));
+                    take(w, term);
                     if *w == 0 {
                         e.by_width.remove(&gpu_milli);
                     }

@@ -744,6 +744,13 @@ fn note_keys(
     }
 }
 
+/// The rows whose jobs count in partition `p`'s pending work (held jobs and jobs without
+/// GPUs left out), for the reference scheduler's walks.
+fn pending_rows(queue: &PendingTable, p: PartitionId) -> impl Iterator<Item = &Row> {
+    (queue.rows().map(|(_, row)| row))
+        .filter(move |row| row.partition == p && row.hold.is_none() && row.want_gpu_milli > 0)
+}
+
 fn job_elastic(job: &Job) -> bool {
     job.min_want != job.want
 }
@@ -1173,10 +1180,9 @@ impl Scheduler {
         queue.refresh(&self.jobs, &self.pending);
         let largest_first = self.shallow_partitions(&queue, now);
         // Moved when a partition's factor turns round, not when only the reason changes.
-        let flipped = |v: &[Option<backlog::LargestFirst>]| -> Vec<bool> {
-            v.iter().map(Option::is_some).collect()
-        };
-        self.largest_first_moved = flipped(&largest_first) != flipped(&self.largest_first);
+        let flipped = (largest_first.iter().map(Option::is_some))
+            .ne(self.largest_first.iter().map(Option::is_some));
+        self.largest_first_moved = flipped;
         self.largest_first = largest_first;
         let mut keys = Vec::with_capacity(self.pending.len());
         let mut changed = Vec::new();
@@ -1330,8 +1336,12 @@ impl Scheduler {
         let shallow = (self.cluster.partition_ids())
             .map(|id| {
                 let capacity = up.total(id).gpu_milli;
-                let (pending, running) = (self.pending_work(queue, id), self.running_left(id, now));
-                if horizon.0 != 0 && backlog::drains_within(pending, running, capacity, horizon) {
+                let shallow = horizon.0 != 0 && {
+                    let (pending, running) =
+                        (self.pending_work(queue, id), self.running_left(id, now));
+                    backlog::drains_within(pending, running, capacity, horizon)
+                };
+                if shallow {
                     Some(backlog::LargestFirst::Shallow)
                 } else if percent != 0 && self.gaps_unfilled(queue, id, capacity, percent) {
                     Some(backlog::LargestFirst::Gaps)
@@ -1360,12 +1370,9 @@ impl Scheduler {
             return backlog::gaps_unfilled(widths, capacity, percent);
         }
         let mut widths: BTreeMap<u64, u128> = BTreeMap::new();
-        for (_, row) in queue.rows() {
-            let counted = row.partition == p && row.hold.is_none() && row.want_gpu_milli > 0;
-            if counted && row.time_limit.0 > 0 {
-                *widths.entry(row.want_gpu_milli).or_default() +=
-                    tail::work(row.want_gpu_milli, row.time_limit);
-            }
+        for row in pending_rows(queue, p).filter(|row| row.time_limit.0 > 0) {
+            *widths.entry(row.want_gpu_milli).or_default() +=
+                tail::work(row.want_gpu_milli, row.time_limit);
         }
         backlog::gaps_unfilled(widths, capacity, percent)
     }
@@ -1378,12 +1385,10 @@ impl Scheduler {
         if !self.reference {
             return backlog::pending_work(queue.work(), p);
         }
-        (queue.rows().map(|(_, row)| row))
-            .filter(|row| row.partition == p && row.hold.is_none() && row.want_gpu_milli > 0)
-            .try_fold(0u128, |sum, row| {
-                let limit = row.time_limit;
-                (limit.0 > 0).then(|| sum + tail::work(row.want_gpu_milli, limit))
-            })
+        pending_rows(queue, p).try_fold(0u128, |sum, row| {
+            let limit = row.time_limit;
+            (limit.0 > 0).then(|| sum + tail::work(row.want_gpu_milli, limit))
+        })
     }
 
     /// The running jobs' remaining work in partition `p` at `now`, the GPUs they hold times
