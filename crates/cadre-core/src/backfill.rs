@@ -335,7 +335,8 @@ impl Profile {
             base += self.base[n.0 as usize];
             series.extend_from_slice(self.releases(n.0 as usize));
         }
-        series.sort_by_key(|&(t, _)| t);
+        // Releases at the same time are summed together: their order among them is free.
+        series.sort_unstable_by_key(|&(t, _)| t);
         (base, series)
     }
 

@@ -298,12 +298,49 @@ enum View {
     IdleAll,
 }
 
+/// A job's groups in the order placement takes them: the largest tasks first.
+fn processing_order(job: &JobSpec) -> Vec<GroupReq<'_>> {
+    let mut groups: Vec<GroupReq<'_>> = job
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| GroupReq {
+            index: i as u16,
+            group: g,
+            res: &g.per_task,
+            share: g.per_task.gpu_share_milli,
+        })
+        .collect();
+    groups.sort_by_key(|g| {
+        let r = g.res;
+        (
+            std::cmp::Reverse((r.gpus, g.share.unwrap_or(0), r.cpus, r.mem_mib)),
+            g.index,
+        )
+    });
+    groups
+}
+
+/// What placement resolves of a job's task groups on the cluster's node shapes (per NUMA
+/// domain, the GPUs of each group's model; the positions of its named resources): the same
+/// for every job whose groups ask for the same, on the same shapes. A caller placing many
+/// such jobs makes it once and passes it ([`OneNode::new`]); making it for each job was a
+/// twelfth of a pass on a busy cluster.
+#[derive(Debug)]
+pub struct JobLayout(Layout);
+
+impl JobLayout {
+    pub fn new(cluster: &Cluster, job: &JobSpec) -> JobLayout {
+        JobLayout(Layout::new(&cluster.shapes, &processing_order(job)))
+    }
+}
+
 /// Everything a call resolves once.
 struct Ctx<'a> {
     cluster: &'a Cluster,
     job: &'a JobSpec,
     groups: Vec<GroupReq<'a>>,
-    layout: Layout,
+    layout: Cow<'a, Layout>,
     /// The eligible nodes, ascending, without duplicates: the caller's list when it is so
     /// already (a partition's nodes are), so that a call on a large cluster copies nothing.
     eligible: Cow<'a, [NodeId]>,
@@ -323,26 +360,29 @@ impl<'a> Ctx<'a> {
         eligible: &'a [NodeId],
         ascending: bool,
     ) -> Result<Ctx<'a>, PlacementFailure> {
+        Ctx::with_layout(cluster, job, eligible, ascending, None)
+    }
+
+    /// [`Ctx::new`], with the job's layout when the caller made it already.
+    fn with_layout(
+        cluster: &'a Cluster,
+        job: &'a JobSpec,
+        eligible: &'a [NodeId],
+        ascending: bool,
+        layout: Option<&'a JobLayout>,
+    ) -> Result<Ctx<'a>, PlacementFailure> {
         validate(job)?;
-        let mut groups: Vec<GroupReq<'a>> = job
-            .groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| GroupReq {
-                index: i as u16,
-                group: g,
-                res: &g.per_task,
-                share: g.per_task.gpu_share_milli,
-            })
-            .collect();
-        groups.sort_by_key(|g| {
-            let r = g.res;
-            (
-                std::cmp::Reverse((r.gpus, g.share.unwrap_or(0), r.cpus, r.mem_mib)),
-                g.index,
-            )
-        });
-        let layout = Layout::new(&cluster.shapes, &groups);
+        let groups = processing_order(job);
+        let layout = match layout {
+            Some(JobLayout(made)) => {
+                debug_assert!(
+                    *made == Layout::new(&cluster.shapes, &groups),
+                    "the layout given is another job's"
+                );
+                Cow::Borrowed(made)
+            }
+            None => Cow::Owned(Layout::new(&cluster.shapes, &groups)),
+        };
         let in_range = |n: &NodeId| (n.0 as usize) < cluster.nodes.len();
         debug_assert!(!ascending || eligible.windows(2).all(|w| w[0] < w[1]));
         let ready = (ascending || eligible.windows(2).all(|w| w[0] < w[1]))
@@ -1039,16 +1079,19 @@ impl<'a> OneNode<'a> {
             && job.topology.span != NetworkSpan::OneBlock
     }
 
-    /// `None` for a job that is not of that kind, or that no cluster could hold.
+    /// `None` for a job that is not of that kind, or that no cluster could hold. `layout`:
+    /// the job's, when the caller made it already ([`JobLayout::new`] for this job, or one
+    /// whose groups ask for the same).
     pub fn new(
         cluster: &'a Cluster,
         job: &'a JobSpec,
         profile: Option<&'a WorkloadProfile>,
+        layout: Option<&'a JobLayout>,
     ) -> Option<OneNode<'a>> {
         if !OneNode::suits(job) {
             return None;
         }
-        let ctx = Ctx::new(cluster, job, &[], true).ok()?;
+        let ctx = Ctx::with_layout(cluster, job, &[], true, layout).ok()?;
         Some(OneNode {
             frag: profile.and_then(|p| Frag::of(p, cluster)),
             ctx,
@@ -1113,24 +1156,62 @@ impl<'a> OneNode<'a> {
 /// nodes of higher ids); `None` when no node holds the whole job (the job then needs
 /// several nodes, or does not fit now).
 pub fn one_node_choice(fits: &[(NodeId, u32, NodeFit)]) -> Option<NodeId> {
-    // Idle nodes that take a task, under each leaf.
-    let slots = fits.iter().map(|f| f.2.leaf_key as usize + 1).max()?;
-    let mut leaf_idle = vec![0u32; slots];
-    for (_, weight, fit) in fits {
+    let mut choice = OneNodeChoice::default();
+    for (node, weight, fit) in fits {
+        choice.add(*node, *weight, fit);
+    }
+    choice.node()
+}
+
+/// [`one_node_choice`] fed one node at a time, in any order, without a list of them all:
+/// a caller that reads the nodes' fits from what it remembers chooses as it reads.
+///
+/// The best fit is the least head (how well the node alone fits the job, in its
+/// [`NodeFit`]), then the fewest idle nodes that take a task under its leaf, then the
+/// lowest id. Those idle counts are known only once every node is in, so the nodes tied on
+/// the least head are kept until then: on a busy cluster a few of them, where a list of
+/// every fit held as many as the cluster has node states.
+#[derive(Debug, Default)]
+pub struct OneNodeChoice {
+    /// Idle nodes that take a task, under each leaf.
+    leaf_idle: Vec<u32>,
+    /// The least head seen, and the nodes that have it, with their leaves.
+    best: Option<select::FitHead>,
+    tied: Vec<(u32, NodeId)>,
+}
+
+impl OneNodeChoice {
+    /// Counts `node`, standing for `weight` nodes, with what it offers.
+    pub fn add(&mut self, node: NodeId, weight: u32, fit: &NodeFit) {
+        let leaf = fit.leaf_key as usize;
         if fit.idle && fit.cap > 0 {
-            leaf_idle[fit.leaf_key as usize] += weight;
+            if self.leaf_idle.len() <= leaf {
+                self.leaf_idle.resize(leaf + 1, 0);
+            }
+            self.leaf_idle[leaf] += weight;
+        }
+        let Some(head) = fit.head else {
+            return;
+        };
+        match self.best.map(|best| head.cmp(&best)) {
+            Some(std::cmp::Ordering::Greater) => {}
+            Some(std::cmp::Ordering::Equal) => self.tied.push((fit.leaf_key, node)),
+            Some(std::cmp::Ordering::Less) | None => {
+                self.best = Some(head);
+                self.tied.clear();
+                self.tied.push((fit.leaf_key, node));
+            }
         }
     }
-    fits.iter()
-        .filter_map(|(node, _, fit)| {
-            let h = fit.head?;
-            Some((
-                (h.0, h.1, h.2, h.3, leaf_idle[fit.leaf_key as usize], *node),
-                *node,
-            ))
-        })
-        .min()
-        .map(|(_, node)| node)
+
+    /// The node chosen among those added; `None` when none holds the whole job.
+    pub fn node(&self) -> Option<NodeId> {
+        let idle = |leaf: u32| self.leaf_idle.get(leaf as usize).copied().unwrap_or(0);
+        (self.tied.iter())
+            .map(|&(leaf, node)| (idle(leaf), node))
+            .min()
+            .map(|(_, node)| node)
+    }
 }
 
 fn place_inner(

@@ -1387,16 +1387,14 @@ impl QuotaBook {
         if let Some(qi) = q {
             let qs = &mut self.queues[qi];
             qs.usage.add(&w);
-            qs.users.entry(user.to_string()).or_default().add(&w);
+            with_entry(&mut qs.users, user, |u| u.add(&w));
         }
-        let au = self.account_usage.entry(account.to_string()).or_default();
-        au.total.add(&w);
-        au.users.entry(user.to_string()).or_default().add(&w);
+        with_entry(&mut self.account_usage, account, |au| {
+            au.total.add(&w);
+            with_entry(&mut au.users, user, |u| u.add(&w));
+        });
         if let Some(ns) = namespace {
-            self.namespace_usage
-                .entry(ns.to_string())
-                .or_default()
-                .add(&w);
+            with_entry(&mut self.namespace_usage, ns, |u| u.add(&w));
         }
         *self
             .ledger
@@ -1936,6 +1934,19 @@ impl QuotaBook {
             ));
         }
         Ok(())
+    }
+}
+
+/// Applies `f` to the value of `key` in `map`, made when missing: a start makes no string
+/// of a name counted already (most starts).
+fn with_entry<V: Default, R>(
+    map: &mut BTreeMap<String, V>,
+    key: &str,
+    f: impl FnOnce(&mut V) -> R,
+) -> R {
+    match map.get_mut(key) {
+        Some(v) => f(v),
+        None => f(map.entry(key.to_string()).or_default()),
     }
 }
 

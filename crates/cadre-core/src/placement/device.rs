@@ -19,14 +19,14 @@ use fixedbitset::FixedBitSet;
 const UNLIMITED: u32 = u32::MAX;
 
 /// The cores of a NUMA domain: a range when contiguous (counted with one popcount).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum CoreSet {
     Range(usize, usize),
     List(Vec<u32>),
 }
 
 /// One NUMA domain of a shape, as placement walks it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct DomainLayout {
     cores: CoreSet,
     /// NIC positions local to the domain.
@@ -34,7 +34,7 @@ struct DomainLayout {
 }
 
 /// How one task group sees one shape.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct GroupOnShape {
     /// The shape has GPUs of the group's model (when it asks for one) and every named
     /// resource the group asks for.
@@ -47,7 +47,7 @@ struct GroupOnShape {
     all_gpus: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct ShapeLayout {
     domains: Vec<DomainLayout>,
     groups: Vec<GroupOnShape>,
@@ -55,9 +55,10 @@ struct ShapeLayout {
     cores_covered: bool,
 }
 
-/// Per-call index of the shapes for the job's groups: built once per call, so that the per
-/// node work is counting bits and never allocating.
-#[derive(Clone, Debug)]
+/// Index of the shapes for the job's groups: built once per call (or once for every job of
+/// the same groups, see [`super::JobLayout`]), so that the per node work is counting bits
+/// and never allocating.
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Layout {
     shapes: Vec<ShapeLayout>,
 }

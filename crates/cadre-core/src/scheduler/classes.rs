@@ -26,10 +26,10 @@
 //! cluster.
 
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
-use crate::placement::NodeFit;
+use crate::placement::{JobLayout, NodeFit};
 use foldhash::fast::FixedState;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What never changes while a node is up, but by an administrator's hand: interned per
 /// node so that a usage change hashes no strings.
@@ -336,14 +336,22 @@ impl NodeClasses {
 
 /// What the classes' nodes offer the jobs of each shape that go on one node
 /// ([`crate::placement::OneNode`]), by shape and class id, each with the stamp of the class it was
-/// found for. Forgotten as every pass begins: the fits include the workload profile's
-/// fragmentation preference, which changes only between passes (as jobs are submitted).
-/// Not part of the scheduler's value: clones start empty.
+/// found for; and the shape's [`JobLayout`]. Forgotten as every pass begins: the fits include
+/// the workload profile's fragmentation preference, which changes only between passes (as
+/// jobs are submitted). Not part of the scheduler's value: clones start empty.
 #[derive(Default)]
 pub(super) struct ClassFits(Mutex<FitsByShape>);
 
-/// Per shape, per class id: the class's stamp and what it offers.
-pub(super) type FitsByShape = HashMap<u32, Vec<Option<(u64, NodeFit)>>>;
+/// Per shape, what is remembered of it.
+pub(super) type FitsByShape = HashMap<u32, ShapeFits>;
+
+#[derive(Default)]
+pub(super) struct ShapeFits {
+    /// Per class id: the class's stamp and what it offers.
+    pub(super) classes: Vec<Option<(u64, NodeFit)>>,
+    /// Made at the shape's first one-node placement in the pass.
+    pub(super) layout: Option<Arc<JobLayout>>,
+}
 
 impl ClassFits {
     pub(super) fn lock(&self) -> MutexGuard<'_, FitsByShape> {

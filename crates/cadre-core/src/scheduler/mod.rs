@@ -97,7 +97,7 @@ pub use reason::PendingReason;
 use classes::{ClassFits, NodeClasses};
 use free::{FreeSummary, UsageRates};
 use kept::KeptOrder;
-use queue::PendingTable;
+use queue::{PendingTable, SizeScale};
 
 use crate::alloc::Allocation;
 use crate::backfill::{NodeReleases, Reservation};
@@ -113,6 +113,7 @@ use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Something that happened, told to the scheduler with the time it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -498,8 +499,7 @@ pub struct Scheduler {
     max_qos_priority: u32,
     /// Whether any queue or account limit is configured (otherwise quota checks are skipped).
     quota_enforced: bool,
-    cluster_gpus: u64,
-    cluster_cpus: u64,
+    size_scale: SizeScale,
     /// Decide without the shortcuts that only save work (placement scanning every node of
     /// the partition and scoring each afresh, the victim summary, the backfill profile
     /// gathered from the running jobs, the backlog's work added up from the jobs instead of
@@ -582,6 +582,7 @@ impl Scheduler {
             .iter()
             .map(|n| u64::from(cluster.shapes[n.shape.0 as usize].cores))
             .sum();
+        let size_scale = SizeScale::new(cluster_gpus, cluster_cpus, policy.priority.max_age);
         let free = FreeSummary::new(&cluster);
         let classes = NodeClasses::new(&cluster);
         let releases = NodeReleases::new(cluster.nodes.len());
@@ -626,8 +627,7 @@ impl Scheduler {
             max_partition_factor,
             max_qos_priority,
             quota_enforced,
-            cluster_gpus,
-            cluster_cpus,
+            size_scale,
             reference: false,
             arrivals: tail::Arrivals::default(),
         })
@@ -1885,9 +1885,10 @@ impl Scheduler {
         shape: u32,
     ) -> Result<Allocation, PlacementFailure> {
         if !self.reference && placement::OneNode::suits(spec) {
-            if let Some(node) = self.one_node_choice(spec, part, shape) {
+            let layout = self.shape_layout(spec, shape);
+            if let Some(node) = self.one_node_choice(spec, part, shape, &layout) {
                 // The devices do not depend on the profile.
-                let placed = placement::OneNode::new(&self.cluster, spec, None)
+                let placed = placement::OneNode::new(&self.cluster, spec, None, Some(&layout))
                     .and_then(|one| one.allocation(node));
                 debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
                 if let Some(alloc) = placed {
@@ -1900,12 +1901,18 @@ impl Scheduler {
 
     /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one
     /// node can hold it.
-    fn one_node_choice(&self, spec: &JobSpec, part: PartitionId, shape: u32) -> Option<NodeId> {
+    fn one_node_choice(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        shape: u32,
+        layout: &placement::JobLayout,
+    ) -> Option<NodeId> {
         let mut fits = self.class_fits.lock();
-        let known = fits.entry(shape).or_default();
+        let known = &mut fits.entry(shape).or_default().classes;
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut out = Vec::with_capacity(known.len());
+        let mut choice = placement::OneNodeChoice::default();
         for (node, weight, class, stamp) in
             self.classes.firsts(&self.cluster, part, least_whole(spec))
         {
@@ -1917,16 +1924,30 @@ impl Scheduler {
                 Some((s, fit)) if s == stamp => fit,
                 _ => {
                     if probe.is_none() {
-                        probe = placement::OneNode::new(&self.cluster, spec, self.profile_placed());
+                        probe = placement::OneNode::new(
+                            &self.cluster,
+                            spec,
+                            self.profile_placed(),
+                            Some(layout),
+                        );
                     }
                     let fit = probe.as_ref()?.fit(node);
                     known[slot] = Some((stamp, fit));
                     fit
                 }
             };
-            out.push((node, weight, fit));
+            choice.add(node, weight, &fit);
         }
-        placement::one_node_choice(&out)
+        choice.node()
+    }
+
+    /// The layout of the jobs of `shape`, of which `spec` is one (made once a pass).
+    fn shape_layout(&self, spec: &JobSpec, shape: u32) -> Arc<placement::JobLayout> {
+        let mut fits = self.class_fits.lock();
+        let layout = &mut fits.entry(shape).or_default().layout;
+        let made =
+            layout.get_or_insert_with(|| placement::JobLayout::new(&self.cluster, spec).into());
+        Arc::clone(made)
     }
 }
 

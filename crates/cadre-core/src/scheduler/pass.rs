@@ -1419,7 +1419,7 @@ impl Scheduler {
         }
         let mut up: Option<FreeSummary> = None;
         // No partition has more GPUs than the cluster: most passes stop at this bound.
-        let cluster = (self.cluster_gpus * u64::from(MILLI_PER_GPU)) as f64;
+        let cluster = (self.size_scale.gpus * u64::from(MILLI_PER_GPU)) as f64;
         for id in self.cluster.partition_ids() {
             let Some(rate) = self.arrivals.rate(id, now) else {
                 return quiet;
@@ -1595,7 +1595,7 @@ impl Scheduler {
             } else {
                 w.size_basis
             };
-            let share = row.size_share(basis, w.max_age, self.cluster_gpus, self.cluster_cpus);
+            let share = row.size_share(basis, &self.size_scale);
             factors.job_size = if largest_first {
                 share
             } else {

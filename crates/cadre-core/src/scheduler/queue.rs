@@ -73,6 +73,44 @@ pub(super) struct Row {
     pub(super) eligible_since: Option<Time>,
     pub(super) starving_since: Option<Time>,
     pub(super) reason: PendingReason,
+    /// The logarithm of the job's work by its own limit ([`work_ln`] of its GPUs, or cores
+    /// when it asks for no GPU), for the job-size factor's work basis, which every pass
+    /// would otherwise compute for every pending job; 0 for a job without a limit.
+    pub(super) work_ln: f64,
+}
+
+/// A job's GPUs from its thousandths.
+fn gpus(milli: u64) -> f64 {
+    milli as f64 / f64::from(MILLI_PER_GPU)
+}
+
+/// The logarithm of `amount` held for `limit` (at least 1): the job-size factor's work.
+fn work_ln(amount: f64, limit: Dur) -> f64 {
+    (amount * limit.0 as f64).max(1.0).ln()
+}
+
+/// What the job-size factor divides a job's size by: the cluster's GPUs and cores, and for
+/// its work basis the logarithm of the most work on each (all of them for `max_age`).
+/// Made once, as a scheduler's nodes and priority weights stay as they were made.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SizeScale {
+    pub(super) gpus: u64,
+    cpus: u64,
+    max_age: Dur,
+    /// On GPUs, then on cores.
+    most_ln: [f64; 2],
+}
+
+impl SizeScale {
+    pub(super) fn new(gpus: u64, cpus: u64, max_age: Dur) -> SizeScale {
+        let most_ln = |total: u64| (total as f64 * max_age.0.max(1) as f64).max(2.0).ln();
+        SizeScale {
+            gpus,
+            cpus,
+            max_age,
+            most_ln: [most_ln(gpus), most_ln(cpus)],
+        }
+    }
 }
 
 impl Row {
@@ -121,33 +159,38 @@ impl Row {
             eligible_since: job.eligible_since,
             starving_since: job.starving_since,
             reason: job.reason.clone(),
+            work_ln: match job.spec.time_limit {
+                Dur(0) => 0.0,
+                limit if job.want.gpu_milli > 0 => work_ln(gpus(job.want.gpu_milli), limit),
+                limit => work_ln(job.want.cpus as f64, limit),
+            },
         }
     }
 
     /// The job's GPUs (or cores, for CPU-only jobs) over the cluster's: the job-size share.
-    pub(super) fn size_share(
-        &self,
-        basis: SizeBasis,
-        max_age: Dur,
-        cluster_gpus: u64,
-        cluster_cpus: u64,
-    ) -> f64 {
-        let (amount, total) = if self.want_gpu_milli > 0 && cluster_gpus > 0 {
+    pub(super) fn size_share(&self, basis: SizeBasis, scale: &SizeScale) -> f64 {
+        let on_gpus = self.want_gpu_milli > 0 && scale.gpus > 0;
+        let (amount, total, most_ln) = if on_gpus {
             (
-                self.want_gpu_milli as f64 / f64::from(MILLI_PER_GPU),
-                cluster_gpus as f64,
+                gpus(self.want_gpu_milli),
+                scale.gpus as f64,
+                scale.most_ln[0],
             )
-        } else if cluster_cpus > 0 {
-            (self.want_cpus as f64, cluster_cpus as f64)
+        } else if scale.cpus > 0 {
+            (self.want_cpus as f64, scale.cpus as f64, scale.most_ln[1])
         } else {
             return 0.0;
         };
         match basis {
             SizeBasis::Resources => amount / total,
             SizeBasis::Work => {
-                let work = amount * self.limit_or(max_age).0 as f64;
-                let most = total * max_age.0.max(1) as f64;
-                (work.max(1.0).ln() / most.max(2.0).ln()).clamp(0.0, 1.0)
+                // The row's own, when it was made on the same amount and limit.
+                let kept = self.time_limit.0 != 0 && on_gpus == (self.want_gpu_milli > 0);
+                let work_ln = match kept {
+                    true => self.work_ln,
+                    false => work_ln(amount, self.limit_or(scale.max_age)),
+                };
+                (work_ln / most_ln).clamp(0.0, 1.0)
             }
         }
     }

@@ -430,7 +430,7 @@ proptest! {
         );
         for profile in [&profile, &WorkloadProfile::default()] {
             // The probe holds the profile's memo until it is dropped, before placing.
-            let choice = OneNode::new(&c, &j, Some(profile)).and_then(|probe| {
+            let choice = OneNode::new(&c, &j, Some(profile), None).and_then(|probe| {
                 let fits: Vec<_> = all.iter().map(|&n| (n, 1, probe.fit(n))).collect();
                 one_node_choice(&fits)
             });
@@ -442,7 +442,9 @@ proptest! {
             match choice {
                 Some(n) => {
                     prop_assert_eq!(used, BTreeSet::from([n]), "{:?}", placed);
-                    let one = OneNode::new(&c, &j, None).expect("the job is of the kind");
+                    // With the layout made apart, as a caller that keeps it does.
+                    let layout = JobLayout::new(&c, &j);
+                    let one = OneNode::new(&c, &j, None, Some(&layout)).expect("the job is of the kind");
                     prop_assert_eq!(one.allocation(n), placed.ok());
                 }
                 None => prop_assert!(used.len() != 1, "placed on one node: {:?}", placed),
