@@ -29,7 +29,7 @@ use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::placement::{JobLayout, NodeFit};
 use foldhash::fast::FixedState;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// What never changes while a node is up, but by an administrator's hand: interned per
 /// node so that a usage change hashes no strings.
@@ -350,7 +350,7 @@ pub(super) struct ShapeFits {
     /// Per class id: the class's stamp and what it offers.
     pub(super) classes: Vec<Option<(u64, NodeFit)>>,
     /// Made at the shape's first one-node placement in the pass.
-    pub(super) layout: Option<Arc<JobLayout>>,
+    pub(super) layout: Option<JobLayout>,
 }
 
 impl ClassFits {

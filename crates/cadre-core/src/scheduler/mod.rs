@@ -94,7 +94,7 @@ mod tail;
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
 
-use classes::{ClassFits, NodeClasses};
+use classes::{ClassFits, NodeClasses, ShapeFits};
 use free::{FreeSummary, UsageRates};
 use kept::KeptOrder;
 use queue::{PendingTable, SizeScale};
@@ -106,14 +106,13 @@ use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareT
 use crate::job::{
     IllegalTransition, JobId, JobSpec, JobState, Lifecycle, RequeuePolicy, TaskGroup, TopologyReq,
 };
-use crate::placement::{self, PlacementFailure, WorkloadProfile};
+use crate::placement::{self, JobLayout, NodeFit, PlacementFailure, WorkloadProfile};
 use crate::policy::{FairShareMode, PlacementRule, Policy, PreemptMode, PriorityClassConfig};
 use crate::quota::{QueueIx, QuotaBook, QuotaConfig};
 use crate::resources::{Amounts, MILLI_PER_GPU};
 use crate::time::{Dur, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 /// Something that happened, told to the scheduler with the time it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1885,10 +1884,13 @@ impl Scheduler {
         shape: u32,
     ) -> Result<Allocation, PlacementFailure> {
         if !self.reference && placement::OneNode::suits(spec) {
-            let layout = self.shape_layout(spec, shape);
-            if let Some(node) = self.one_node_choice(spec, part, shape, &layout) {
+            // Held while the job is placed: one lookup finds the shape's fits and layout.
+            let mut fits = self.class_fits.lock();
+            let ShapeFits { classes, layout } = fits.entry(shape).or_default();
+            let layout = layout.get_or_insert_with(|| JobLayout::new(&self.cluster, spec));
+            if let Some(node) = self.one_node_choice(spec, part, classes, layout) {
                 // The devices do not depend on the profile.
-                let placed = placement::OneNode::new(&self.cluster, spec, None, Some(&layout))
+                let placed = placement::OneNode::new(&self.cluster, spec, None, Some(layout))
                     .and_then(|one| one.allocation(node));
                 debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
                 if let Some(alloc) = placed {
@@ -1900,16 +1902,14 @@ impl Scheduler {
     }
 
     /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one
-    /// node can hold it.
+    /// node can hold it; `known`: what each class offers the job's shape, as far as known.
     fn one_node_choice(
         &self,
         spec: &JobSpec,
         part: PartitionId,
-        shape: u32,
-        layout: &placement::JobLayout,
+        known: &mut Vec<Option<(u64, NodeFit)>>,
+        layout: &JobLayout,
     ) -> Option<NodeId> {
-        let mut fits = self.class_fits.lock();
-        let known = &mut fits.entry(shape).or_default().classes;
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
         let mut choice = placement::OneNodeChoice::default();
@@ -1939,15 +1939,6 @@ impl Scheduler {
             choice.add(node, weight, &fit);
         }
         choice.node()
-    }
-
-    /// The layout of the jobs of `shape`, of which `spec` is one (made once a pass).
-    fn shape_layout(&self, spec: &JobSpec, shape: u32) -> Arc<placement::JobLayout> {
-        let mut fits = self.class_fits.lock();
-        let layout = &mut fits.entry(shape).or_default().layout;
-        let made =
-            layout.get_or_insert_with(|| placement::JobLayout::new(&self.cluster, spec).into());
-        Arc::clone(made)
     }
 }
 
