@@ -1178,7 +1178,7 @@ impl Scheduler {
         }
         let mut queue = std::mem::take(&mut self.queue);
         queue.refresh(&self.jobs, &self.pending);
-        let largest_first = self.shallow_partitions(&queue, now);
+        let largest_first = self.largest_first_partitions(&queue, now);
         // Moved when a partition's factor turns round, not when only the reason changes.
         let flipped = (largest_first.iter().map(Option::is_some))
             .ne(self.largest_first.iter().map(Option::is_some));
@@ -1321,7 +1321,7 @@ impl Scheduler {
     /// fill the gaps its gangs would leave, `largest_first_gaps_percent` (see
     /// [`super::backlog`]); none unless the policy sets one, weighs job size and does not
     /// keep strict order.
-    fn shallow_partitions(
+    fn largest_first_partitions(
         &mut self,
         queue: &PendingTable,
         now: Time,
@@ -1333,7 +1333,7 @@ impl Scheduler {
         let (horizon, percent) = (w.largest_first_within, w.largest_first_gaps_percent);
         // Taken out while the partitions are read, which borrow the scheduler, and put back.
         let up = (self.idle_free.take()).unwrap_or_else(|| FreeSummary::idle_up(&self.cluster));
-        let shallow = (self.cluster.partition_ids())
+        let partitions = (self.cluster.partition_ids())
             .map(|id| {
                 let capacity = up.total(id).gpu_milli;
                 let shallow = horizon.0 != 0 && {
@@ -1351,7 +1351,7 @@ impl Scheduler {
             })
             .collect();
         self.idle_free = Some(up);
-        shallow
+        partitions
     }
 
     /// Whether the small work pending in partition `p` could not fill the gaps its other
