@@ -704,6 +704,24 @@ fn update_sorted<V, T>(
     }
 }
 
+/// `reasons` by id, a job's reasons in the order they came (a stable sort). The sort is an
+/// unstable one of each reason's id and place packed in a `u128`, the reasons then gathered
+/// in that order: a stable sort of the reasons themselves, 32 bytes each, was 7% of the
+/// pass's instructions at 12,500 nodes with 100,000 pending, most of it in the passes that
+/// change most of the queue's reasons at once.
+fn by_id(mut reasons: Vec<(JobId, PendingReason)>) -> Vec<(JobId, PendingReason)> {
+    let mut places: Vec<u128> = (reasons.iter().enumerate())
+        .map(|(i, r)| (u128::from(r.0.0) << 64) | i as u128)
+        .collect();
+    places.sort_unstable();
+    (places.into_iter())
+        .map(|p| {
+            let r = &mut reasons[p as u64 as usize];
+            (r.0, std::mem::replace(&mut r.1, PendingReason::None))
+        })
+        .collect()
+}
+
 /// Whether the jobs of shape `shape` are held back for want of room in the rest of the
 /// pass, whatever their time limit.
 fn failed_placing(failed: &[Option<Failed>], shape: u32) -> bool {
@@ -1146,8 +1164,8 @@ impl Scheduler {
 
     /// Sets the pending reasons decided in a pass (a job may be named more than once: the
     /// last reason holds), in the job table and in the pending table.
-    fn write_reasons(&mut self, mut reasons: Vec<(JobId, PendingReason)>) {
-        reasons.sort_by_key(|r| r.0);
+    fn write_reasons(&mut self, reasons: Vec<(JobId, PendingReason)>) {
+        let reasons = by_id(reasons);
         let keeping = self.keeps_order();
         for (id, reason) in &reasons {
             if let Some(row) = self.queue.row_mut(*id) {
@@ -1918,7 +1936,34 @@ mod tests {
         }
     }
 
+    /// Ids use all 64 bits of the packed sort key.
+    #[test]
+    fn reasons_by_id_read_the_whole_id() {
+        let ids = [u64::MAX, 0, u64::MAX, 1 << 63];
+        let reasons = [
+            PendingReason::Priority,
+            PendingReason::Resources,
+            PendingReason::Dependency,
+            PendingReason::BeginTime,
+        ];
+        let got = by_id(ids.into_iter().map(JobId).zip(reasons.clone()).collect());
+        let want = [(0, 1), (1 << 63, 3), (u64::MAX, 0), (u64::MAX, 2)]
+            .map(|(id, r)| (JobId(id), reasons[r].clone()));
+        assert_eq!(got, want);
+    }
+
     proptest! {
+        /// Reasons come by id as a stable sort gives them: a job's last reason last.
+        #[test]
+        fn reasons_by_id_sort_stably(named in proptest::collection::vec((0u64..16, 0usize..3), 0..300)) {
+            let kinds = [PendingReason::Priority, PendingReason::Resources, PendingReason::None];
+            let reasons: Vec<(JobId, PendingReason)> =
+                named.into_iter().map(|(id, k)| (JobId(id), kinds[k].clone())).collect();
+            let mut want = reasons.clone();
+            want.sort_by_key(|r| r.0);
+            prop_assert_eq!(by_id(reasons), want);
+        }
+
         /// Sorting the packed keys orders the candidates as sorting their keys does.
         #[test]
         fn packed_keys_sort_as_the_keys(keys in proptest::collection::vec(arb_key(), 0..200)) {
