@@ -80,7 +80,8 @@ impl Allocation {
 
     /// Amounts held on each node, in node order.
     pub fn amounts_by_node(&self) -> Vec<(NodeId, Amounts)> {
-        let mut out: Vec<(NodeId, Amounts)> = Vec::new();
+        // At most a node per task.
+        let mut out: Vec<(NodeId, Amounts)> = Vec::with_capacity(self.tasks.len());
         let mut tasks: Vec<&TaskAlloc> = self.tasks.iter().collect();
         tasks.sort_by_key(|t| t.node);
         for t in tasks {

@@ -184,7 +184,7 @@ impl Profile {
         let up = |i: usize| cluster.nodes[i].avail == NodeAvail::Up;
         let mut release_at = Vec::with_capacity(n + 1);
         release_at.push(0u32);
-        let mut release_list = Vec::new();
+        let mut release_list = Vec::with_capacity(releases.lists.iter().map(Vec::len).sum());
         for (i, list) in releases.lists.iter().enumerate() {
             if up(i) {
                 // Those due by now are released now, in job order (as `Profile::new`
@@ -298,6 +298,7 @@ impl Profile {
 
     /// Whether a job ending by `end` may use `node` as freely as if nothing were held:
     /// no hold on it starts before `end`.
+    #[inline]
     pub fn untouched_until(&self, node: NodeId, end: Time) -> bool {
         self.first_hold[node.0 as usize] >= end
     }
@@ -315,7 +316,7 @@ impl Profile {
     }
 
     /// When holds on `nodes` end, sorted and deduplicated: start times to try besides the
-    /// releases of [`Profile::release_series`].
+    /// releases of [`Profile::releases_on`].
     pub fn hold_ends(&self, nodes: &[NodeId]) -> Vec<Time> {
         let mut ends: Vec<Time> = nodes
             .iter()
@@ -326,18 +327,21 @@ impl Profile {
         ends
     }
 
-    /// The free total of `nodes` now, and every later release on them sorted by time: the
-    /// cumulative sum up to `t` bounds from above what is free on them at `t`.
-    pub fn release_series(&self, nodes: &[NodeId]) -> (Amounts, Vec<(Time, Amounts)>) {
+    /// The free total of `nodes` now, and every later release on them, in no order (a
+    /// caller that reads a few of them in time order need not sort them all): the sum of
+    /// those up to `t` bounds from above what is free on them at `t`.
+    pub fn releases_on(&self, nodes: &[NodeId]) -> (Amounts, Vec<(Time, Amounts)>) {
         let mut base = Amounts::ZERO;
-        let mut series = Vec::new();
+        let count = nodes
+            .iter()
+            .map(|n| self.releases(n.0 as usize).len())
+            .sum();
+        let mut releases = Vec::with_capacity(count);
         for &n in nodes {
             base += self.base[n.0 as usize];
-            series.extend_from_slice(self.releases(n.0 as usize));
+            releases.extend_from_slice(self.releases(n.0 as usize));
         }
-        // Releases at the same time are summed together: their order among them is free.
-        series.sort_unstable_by_key(|&(t, _)| t);
-        (base, series)
+        (base, releases)
     }
 
     /// Total free on `nodes` at time `t`, ignoring holds: an upper bound used to skip

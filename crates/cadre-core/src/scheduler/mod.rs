@@ -100,7 +100,7 @@ use kept::KeptOrder;
 use queue::{PendingTable, SizeScale};
 
 use crate::alloc::Allocation;
-use crate::backfill::{NodeReleases, Reservation};
+use crate::backfill::{NodeReleases, Profile, Reservation};
 use crate::cluster::{BookingError, Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareAlgorithm, FairShareFactors, FairShareTree, Shares};
 use crate::job::{
@@ -1832,9 +1832,10 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::place`] on the nodes of partition `part` (those `keep` keeps, when
-    /// given), looking only at the first few nodes of each class of equal nodes
-    /// ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task of whole
+    /// [`Scheduler::place`] on the nodes of partition `part` (when `untouched` gives a
+    /// profile and an end, only the nodes whose holds there begin at that end or later: see
+    /// [`Profile::untouched_until`]), looking only at the first few nodes of each class of
+    /// equal nodes ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task of whole
     /// GPUs needs, as many as the job has tasks: the other nodes take none of its tasks now,
     /// or would lose to an equal node of a lower id, so the answer is the same, for a
     /// fraction of the work on a large cluster.
@@ -1842,13 +1843,25 @@ impl Scheduler {
         &self,
         spec: &JobSpec,
         part: PartitionId,
-        keep: Option<&dyn Fn(NodeId) -> bool>,
+        untouched: Option<(&Profile, Time)>,
     ) -> Result<Allocation, PlacementFailure> {
         let all = &self.cluster.partition(part).nodes;
-        let nodes: std::borrow::Cow<[NodeId]> = match keep {
+        let keep = untouched.map(|(p, end)| move |n| p.untouched_until(n, end));
+        // A large partition's nodes are read here at every such placement: the filter is
+        // not a call through a pointer per node.
+        let nodes: std::borrow::Cow<[NodeId]> = match &keep {
             None => all.into(),
-            Some(keep) => all.iter().copied().filter(|&n| keep(n)).collect(),
+            Some(keep) => {
+                let mut kept = Vec::with_capacity(all.len());
+                for &n in all.iter() {
+                    if keep(n) {
+                        kept.push(n);
+                    }
+                }
+                kept.into()
+            }
         };
+        let keep = keep.as_ref().map(|k| k as &dyn Fn(NodeId) -> bool);
         if self.reference {
             return self.place(spec, &nodes);
         }
@@ -1912,7 +1925,7 @@ impl Scheduler {
     ) -> Option<NodeId> {
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut choice = placement::OneNodeChoice::default();
+        let mut choice = placement::OneNodeChoice::for_cluster(&self.cluster);
         for (node, weight, class, stamp) in
             self.classes.firsts(&self.cluster, part, least_whole(spec))
         {
