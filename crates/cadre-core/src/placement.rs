@@ -582,7 +582,8 @@ impl<'a> Ctx<'a> {
 
     /// Picks the devices of a plan's tasks.
     fn allocation(&self, cands: &[Cand], plan: &Plan) -> Option<Allocation> {
-        let mut order: Vec<usize> = plan.entries.iter().map(|e| e.0).collect();
+        // The nodes used: one or a few, at every start.
+        let mut order: smallvec::SmallVec<[usize; 4]> = plan.entries.iter().map(|e| e.0).collect();
         order.sort_unstable();
         order.dedup();
         let mut tasks = Vec::with_capacity(plan.entries.iter().map(|e| e.2 as usize).sum());
@@ -1181,16 +1182,6 @@ pub struct OneNodeChoice {
 }
 
 impl OneNodeChoice {
-    /// A choice among `cluster`'s nodes, its counts sized for every leaf switch at once (one
-    /// is made per placement: growing them as nodes came was 0.4% of a busy pass).
-    pub fn for_cluster(cluster: &Cluster) -> OneNodeChoice {
-        OneNodeChoice {
-            leaf_idle: vec![0; cluster.switches.len() + 2],
-            best: None,
-            tied: Vec::with_capacity(4),
-        }
-    }
-
     /// Counts `node`, standing for `weight` nodes, with what it offers.
     pub fn add(&mut self, node: NodeId, weight: u32, fit: &NodeFit) {
         let leaf = fit.leaf_key as usize;

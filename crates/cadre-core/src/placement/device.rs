@@ -14,6 +14,7 @@ use crate::cluster::{NodeId, NodeShape, NodeUsage};
 use crate::job::NumaPolicy;
 use crate::resources::MILLI_PER_GPU;
 use fixedbitset::FixedBitSet;
+use smallvec::SmallVec;
 
 /// Tasks of a group that need none of a resource are not limited by it.
 const UNLIMITED: u32 = u32::MAX;
@@ -457,7 +458,9 @@ impl Work {
             }
         }
         let nd = sl.domains.len();
-        let frees: Vec<DomainFree> = (0..nd)
+        // Per NUMA domain (a node has a few): on the stack, as a task is placed at every
+        // start.
+        let frees: SmallVec<[DomainFree; 8]> = (0..nd)
             .map(|d| layout.domain_free(sl, gs, d, self.view(), g))
             .collect();
         // The best shared GPU of a domain: the one with the least free that still takes the
@@ -484,7 +487,7 @@ impl Work {
             (gpu_left, frees[d].cores - r.cpus, d)
         });
         let mut gpus: Vec<u32> = Vec::with_capacity(r.gpus as usize);
-        let order: Vec<usize> = match home {
+        let order: SmallVec<[usize; 8]> = match home {
             Some(d) => {
                 if g.share.is_some() {
                     gpus.extend(best_shared(self, d).map(|(_, p)| p));
@@ -503,7 +506,7 @@ impl Work {
             }
             None if numa == NumaPolicy::Strict => return None,
             None => {
-                let mut used_domains: Vec<usize> = Vec::new();
+                let mut used_domains: SmallVec<[usize; 8]> = SmallVec::new();
                 if g.share.is_some() {
                     let (_, p, d) = (0..nd)
                         .filter_map(|d| best_shared(self, d).map(|(f, p)| (f, p, d)))
@@ -511,7 +514,7 @@ impl Work {
                     gpus.push(p);
                     used_domains.push(d);
                 } else if r.gpus > 0 {
-                    let mut by_free: Vec<usize> = (0..nd).collect();
+                    let mut by_free: SmallVec<[usize; 8]> = (0..nd).collect();
                     by_free.sort_by_key(|&d| (std::cmp::Reverse(frees[d].whole_gpus), d));
                     for d in by_free {
                         if gpus.len() == r.gpus as usize {
@@ -535,7 +538,8 @@ impl Work {
                     }
                 }
                 let mut order = used_domains.clone();
-                let mut rest: Vec<usize> = (0..nd).filter(|d| !used_domains.contains(d)).collect();
+                let mut rest: SmallVec<[usize; 8]> =
+                    (0..nd).filter(|d| !used_domains.contains(d)).collect();
                 rest.sort_by_key(|&d| (std::cmp::Reverse(frees[d].cores), d));
                 order.extend(rest);
                 order

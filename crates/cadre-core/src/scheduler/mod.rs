@@ -1925,7 +1925,7 @@ impl Scheduler {
     ) -> Option<NodeId> {
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut choice = placement::OneNodeChoice::for_cluster(&self.cluster);
+        let mut choice = placement::OneNodeChoice::default();
         for (node, weight, class, stamp) in
             self.classes.firsts(&self.cluster, part, least_whole(spec))
         {
