@@ -28,7 +28,9 @@
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::placement::{JobLayout, NodeFit};
 use foldhash::fast::FixedState;
+use hashbrown::HashTable;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
 /// What never changes while a node is up, but by an administrator's hand: interned per
@@ -42,8 +44,8 @@ struct StaticKey {
     labels: Vec<(String, String)>,
 }
 
-/// A node as placement sees it, but for its id.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A node as placement sees it, but for its id: a class's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct ClassKey {
     kind: u32,
     avail: NodeAvail,
@@ -54,6 +56,54 @@ struct ClassKey {
     nics: Vec<usize>,
     mem_mib: u64,
     named: Vec<u64>,
+}
+
+/// A [`ClassKey`] read in place: a node's, which every start and end looks up for each of
+/// its nodes (making the key cost four vectors each time), or a class's. Classes are found
+/// by its hash.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct KeyView<'a> {
+    kind: u32,
+    avail: NodeAvail,
+    idle: bool,
+    exclusive: bool,
+    cores: &'a [usize],
+    gpu_milli: &'a [u32],
+    nics: &'a [usize],
+    mem_mib: u64,
+    named: &'a [u64],
+}
+
+impl ClassKey {
+    fn view(&self) -> KeyView<'_> {
+        KeyView {
+            kind: self.kind,
+            avail: self.avail,
+            idle: self.idle,
+            exclusive: self.exclusive,
+            cores: &self.cores,
+            gpu_milli: &self.gpu_milli,
+            nics: &self.nics,
+            mem_mib: self.mem_mib,
+            named: &self.named,
+        }
+    }
+}
+
+impl KeyView<'_> {
+    fn owned(&self) -> ClassKey {
+        ClassKey {
+            kind: self.kind,
+            avail: self.avail,
+            idle: self.idle,
+            exclusive: self.exclusive,
+            cores: self.cores.to_vec(),
+            gpu_milli: self.gpu_milli.to_vec(),
+            nics: self.nics.to_vec(),
+            mem_mib: self.mem_mib,
+            named: self.named.to_vec(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -71,10 +121,13 @@ struct Class {
 pub(super) struct NodeClasses {
     kinds: HashMap<StaticKey, u32, FixedState>,
     kind_of: Vec<u32>,
-    /// Hashed with foldhash (fixed seed): every start and end looks its nodes' keys up.
-    by_key: HashMap<ClassKey, u32, FixedState>,
+    /// The ids of the classes with members, by the hashes of their keys (foldhash, fixed
+    /// seed: `hasher`): every start and end looks its nodes' states up.
+    by_key: HashTable<u32>,
+    hasher: FixedState,
     /// Indexed by class id; a class without members is free for reuse.
     classes: Vec<Class>,
+    /// Per class id, its key while it has members.
     keys: Vec<Option<ClassKey>>,
     unused: Vec<u32>,
     /// The ids of the classes with members, by their nodes' whole GPUs free: on a busy
@@ -132,27 +185,41 @@ impl NodeClasses {
         self.kind_of[n.0 as usize] = *self.kinds.entry(key).or_insert(next);
     }
 
-    fn key(&self, cluster: &Cluster, n: NodeId) -> ClassKey {
+    /// Node `n`'s state, read in place.
+    fn view<'a>(&self, cluster: &'a Cluster, n: NodeId) -> KeyView<'a> {
         let node = cluster.node(n);
         let u = &node.usage;
-        ClassKey {
+        KeyView {
             kind: self.kind_of[n.0 as usize],
             avail: node.avail,
             idle: u.jobs.is_empty(),
             exclusive: u.exclusive.is_some(),
-            cores: u.cores.as_slice().to_vec(),
-            gpu_milli: u.gpu_milli.clone(),
-            nics: u.nics.as_slice().to_vec(),
+            cores: u.cores.as_slice(),
+            gpu_milli: &u.gpu_milli,
+            nics: u.nics.as_slice(),
             mem_mib: u.mem_mib,
-            named: u.named.clone(),
+            named: &u.named,
         }
+    }
+
+    /// The class with state `view` (whose hash is `hash`), if there is one.
+    fn find(&self, view: &KeyView<'_>, hash: u64) -> Option<u32> {
+        let keys = &self.keys;
+        (self.by_key)
+            .find(hash, |&id| {
+                keys[id as usize]
+                    .as_ref()
+                    .is_some_and(|k| k.view() == *view)
+            })
+            .copied()
     }
 
     /// Puts a node that is in no class into the class of its state.
     fn place(&mut self, cluster: &Cluster, n: NodeId) {
-        let key = self.key(cluster, n);
-        let id = match self.by_key.get(&key) {
-            Some(&id) => id,
+        let view = self.view(cluster, n);
+        let hash = self.hasher.hash_one(&view);
+        let id = match self.find(&view, hash) {
+            Some(id) => id,
             None => {
                 let id = match self.unused.pop() {
                     Some(id) => id,
@@ -172,8 +239,12 @@ impl NodeClasses {
                     self.by_whole.resize_with(bucket + 1, BTreeSet::new);
                 }
                 self.by_whole[bucket].insert(id);
-                self.keys[id as usize] = Some(key.clone());
-                self.by_key.insert(key, id);
+                self.keys[id as usize] = Some(view.owned());
+                let (keys, hasher) = (&self.keys, &self.hasher);
+                self.by_key.insert_unique(hash, id, |&id| {
+                    let key = keys[id as usize].as_ref();
+                    hasher.hash_one(key.expect("a listed class has its key").view())
+                });
                 id
             }
         };
@@ -194,7 +265,10 @@ impl NodeClasses {
             }
             if class.members.is_empty() {
                 if let Some(key) = self.keys[old as usize].take() {
-                    self.by_key.remove(&key);
+                    let hash = self.hasher.hash_one(key.view());
+                    if let Ok(listed) = self.by_key.find_entry(hash, |&id| id == old) {
+                        listed.remove();
+                    }
                 }
                 self.by_whole[class.whole_gpus as usize].remove(&old);
                 self.unused.push(old);
@@ -295,9 +369,10 @@ impl NodeClasses {
             if !self.classes[ours].members.contains(&n) {
                 return Err(format!("node {n:?} is missing from its class"));
             }
-            let key = self.key(cluster, n);
-            if self.keys[ours].as_ref() != Some(&key)
-                || self.by_key.get(&key) != Some(&(ours as u32))
+            let view = self.view(cluster, n);
+            let hash = self.hasher.hash_one(&view);
+            if self.keys[ours].as_ref().map(ClassKey::view).as_ref() != Some(&view)
+                || self.find(&view, hash) != Some(ours as u32)
             {
                 return Err(format!("node {n:?} is in the class of another state"));
             }
@@ -322,6 +397,13 @@ impl NodeClasses {
                     "class {id} is listed under other whole GPUs than its own"
                 ));
             }
+        }
+        let keyed = self.keys.iter().filter(|k| k.is_some()).count();
+        if self.by_key.len() != keyed {
+            return Err(format!(
+                "{} classes are found by their keys, {keyed} have keys",
+                self.by_key.len()
+            ));
         }
         let members: usize = self.classes.iter().map(|c| c.members.len()).sum();
         if members != cluster.nodes.len() {
