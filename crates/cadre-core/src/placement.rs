@@ -1182,6 +1182,14 @@ pub struct OneNodeChoice {
 }
 
 impl OneNodeChoice {
+    /// Forgets every node added, keeping the room it took (a caller choosing again and
+    /// again makes one choice and clears it each time).
+    pub fn clear(&mut self) {
+        self.leaf_idle.fill(0);
+        self.best = None;
+        self.tied.clear();
+    }
+
     /// Counts `node`, standing for `weight` nodes, with what it offers.
     pub fn add(&mut self, node: NodeId, weight: u32, fit: &NodeFit) {
         let leaf = fit.leaf_key as usize;

@@ -26,7 +26,7 @@
 //! cluster.
 
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
-use crate::placement::{JobLayout, NodeFit};
+use crate::placement::{JobLayout, NodeFit, OneNodeChoice};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use std::collections::{BTreeSet, HashMap};
@@ -422,10 +422,16 @@ impl NodeClasses {
 /// the workload profile's fragmentation preference, which changes only between passes (as
 /// jobs are submitted). Not part of the scheduler's value: clones start empty.
 #[derive(Default)]
-pub(super) struct ClassFits(Mutex<FitsByShape>);
+pub(super) struct ClassFits(Mutex<Fits>);
 
-/// Per shape, what is remembered of it.
-pub(super) type FitsByShape = HashMap<u32, ShapeFits>;
+#[derive(Default)]
+pub(super) struct Fits {
+    /// Per shape, what is remembered of it.
+    pub(super) by_shape: HashMap<u32, ShapeFits>,
+    /// Where a one-node placement chooses its node, cleared for each: made afresh, its
+    /// counts were allocated again at every start.
+    pub(super) choice: OneNodeChoice,
+}
 
 #[derive(Default)]
 pub(super) struct ShapeFits {
@@ -436,13 +442,15 @@ pub(super) struct ShapeFits {
 }
 
 impl ClassFits {
-    pub(super) fn lock(&self) -> MutexGuard<'_, FitsByShape> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Fits> {
         // A panic elsewhere while it was held leaves only fits, each complete.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn forget(&mut self) {
-        self.0.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+        (self.0.get_mut().unwrap_or_else(|e| e.into_inner()))
+            .by_shape
+            .clear();
     }
 }
 

@@ -94,7 +94,7 @@ mod tail;
 pub use explain::{Explanation, NodeWhyNot};
 pub use reason::PendingReason;
 
-use classes::{ClassFits, NodeClasses, ShapeFits};
+use classes::{ClassFits, Fits, NodeClasses, ShapeFits};
 use free::{FreeSummary, UsageRates};
 use kept::KeptOrder;
 use queue::{PendingTable, SizeScale};
@@ -1899,9 +1899,10 @@ impl Scheduler {
         if !self.reference && placement::OneNode::suits(spec) {
             // Held while the job is placed: one lookup finds the shape's fits and layout.
             let mut fits = self.class_fits.lock();
-            let ShapeFits { classes, layout } = fits.entry(shape).or_default();
+            let Fits { by_shape, choice } = &mut *fits;
+            let ShapeFits { classes, layout } = by_shape.entry(shape).or_default();
             let layout = layout.get_or_insert_with(|| JobLayout::new(&self.cluster, spec));
-            if let Some(node) = self.one_node_choice(spec, part, classes, layout) {
+            if let Some(node) = self.one_node_choice(spec, part, classes, layout, choice) {
                 // The devices do not depend on the profile.
                 let placed = placement::OneNode::new(&self.cluster, spec, None, Some(layout))
                     .and_then(|one| one.allocation(node));
@@ -1922,10 +1923,11 @@ impl Scheduler {
         part: PartitionId,
         known: &mut Vec<Option<(u64, NodeFit)>>,
         layout: &JobLayout,
+        choice: &mut placement::OneNodeChoice,
     ) -> Option<NodeId> {
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
-        let mut choice = placement::OneNodeChoice::default();
+        choice.clear();
         for (node, weight, class, stamp) in
             self.classes.firsts(&self.cluster, part, least_whole(spec))
         {

@@ -428,10 +428,21 @@ proptest! {
         let profile = WorkloadProfile::from_tasks(
             background.iter().chain([&j]).flat_map(|b| b.groups.iter().map(|g| &g.per_task)),
         );
+        // One choice cleared and fed again for each profile, as the scheduler reuses one.
+        let mut reused = OneNodeChoice::default();
         for profile in [&profile, &WorkloadProfile::default()] {
             // The probe holds the profile's memo until it is dropped, before placing.
             let choice = OneNode::new(&c, &j, Some(profile), None).and_then(|probe| {
                 let fits: Vec<_> = all.iter().map(|&n| (n, 1, probe.fit(n))).collect();
+                // Fed other weights first: nothing of it may count once cleared.
+                for (n, _, fit) in &fits {
+                    reused.add(*n, n.0 * 7 + 1, fit);
+                }
+                reused.clear();
+                for (n, weight, fit) in fits.iter().rev() {
+                    reused.add(*n, *weight, fit);
+                }
+                assert_eq!(reused.node(), one_node_choice(&fits), "fed in another order");
                 one_node_choice(&fits)
             });
             let placed = place_with_profile(&c, &j, &all, profile);
