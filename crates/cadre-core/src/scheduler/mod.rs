@@ -1902,10 +1902,11 @@ impl Scheduler {
             let Fits { by_shape, choice } = &mut *fits;
             let ShapeFits { classes, layout } = by_shape.entry(shape).or_default();
             let layout = layout.get_or_insert_with(|| JobLayout::new(&self.cluster, spec));
-            if let Some(node) = self.one_node_choice(spec, part, classes, layout, choice) {
-                // The devices do not depend on the profile.
+            if let Some((node, fit)) = self.one_node_choice(spec, part, classes, layout, choice) {
+                // The devices do not depend on the profile. The fit is the node's class's,
+                // remembered under the class's stamp: the node's now.
                 let placed = placement::OneNode::new(&self.cluster, spec, None, Some(layout))
-                    .and_then(|one| one.allocation(node));
+                    .and_then(|one| one.allocation_fitting(node, &fit));
                 debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
                 if let Some(alloc) = placed {
                     return Ok(alloc);
@@ -1916,7 +1917,8 @@ impl Scheduler {
     }
 
     /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one
-    /// node can hold it; `known`: what each class offers the job's shape, as far as known.
+    /// node can hold it, with what it offers the job; `known`: what each class offers the
+    /// job's shape, as far as known.
     fn one_node_choice(
         &self,
         spec: &JobSpec,
@@ -1924,7 +1926,7 @@ impl Scheduler {
         known: &mut Vec<Option<(u64, NodeFit)>>,
         layout: &JobLayout,
         choice: &mut placement::OneNodeChoice,
-    ) -> Option<NodeId> {
+    ) -> Option<(NodeId, NodeFit)> {
         // Made at the first class whose fit is not known: it holds the profile's memo.
         let mut probe = None;
         choice.clear();
@@ -1953,7 +1955,7 @@ impl Scheduler {
             };
             choice.add(node, weight, &fit);
         }
-        choice.node()
+        choice.chosen()
     }
 }
 

@@ -443,6 +443,10 @@ proptest! {
                     reused.add(*n, *weight, fit);
                 }
                 assert_eq!(reused.node(), one_node_choice(&fits), "fed in another order");
+                // The chosen node's own fit comes with it.
+                if let Some((n, fit)) = reused.chosen() {
+                    assert_eq!(fit, probe.fit(n));
+                }
                 one_node_choice(&fits)
             });
             let placed = place_with_profile(&c, &j, &all, profile);
