@@ -101,7 +101,7 @@ mod select;
 mod tests;
 
 use crate::alloc::Allocation;
-use crate::cluster::{Cluster, NodeAvail, NodeId};
+use crate::cluster::{Cluster, NodeAvail, NodeId, NodeShape, NodeUsage};
 use crate::job::{JobId, JobSpec, NetworkSpan, NumaPolicy, TaskGroup};
 use crate::resources::{Amounts, MILLI_PER_GPU, TaskResources};
 use device::{Layout, Shortage, UsageRef, Work};
@@ -582,6 +582,16 @@ impl<'a> Ctx<'a> {
 
     /// Picks the devices of a plan's tasks.
     fn allocation(&self, cands: &[Cand], plan: &Plan) -> Option<Allocation> {
+        self.allocation_in(cands, plan, &mut DeviceScratch::default())
+    }
+
+    /// [`Ctx::allocation`], its working copies of the nodes' usage made in `scratch`.
+    fn allocation_in(
+        &self,
+        cands: &[Cand],
+        plan: &Plan,
+        scratch: &mut DeviceScratch,
+    ) -> Option<Allocation> {
         // The nodes used: one or a few, at every start.
         let mut order: smallvec::SmallVec<[usize; 4]> = plan.entries.iter().map(|e| e.0).collect();
         order.sort_unstable();
@@ -591,7 +601,7 @@ impl<'a> Ctx<'a> {
             let node = cands[i].node;
             let sid = self.shape_id(node);
             let shape = &self.cluster.shapes[sid];
-            let mut work = Work::new(shape, Some(&self.cluster.node(node).usage));
+            let work = scratch.work(shape, &self.cluster.node(node).usage);
             for &(_, g, n) in plan.entries.iter().filter(|e| e.0 == i) {
                 for _ in 0..n {
                     let t = work.assign(
@@ -1142,20 +1152,43 @@ impl<'a> OneNode<'a> {
     /// every task there, its devices picked as [`place`] picks them. `None` when the node
     /// cannot hold the whole job now.
     pub fn allocation(&self, node: NodeId) -> Option<Allocation> {
-        self.allocation_fitting(node, &self.fit(node))
+        self.allocation_fitting(node, &self.fit(node), &mut DeviceScratch::default())
     }
 
     /// [`OneNode::allocation`] on a node whose fit the caller knows already: what
     /// [`OneNode::fit`] gives for it now (as [`OneNodeChoice::chosen`] gives the chosen
     /// node's, when the fits it was fed are the nodes' now). Working the fit out again was
-    /// 1.4% of a busy pass.
-    pub fn allocation_fitting(&self, node: NodeId, fit: &NodeFit) -> Option<Allocation> {
+    /// 1.4% of a busy pass. The devices are picked in `scratch`.
+    pub fn allocation_fitting(
+        &self,
+        node: NodeId,
+        fit: &NodeFit,
+        scratch: &mut DeviceScratch,
+    ) -> Option<Allocation> {
         fit.head?;
         let cand = self.ctx.cand(node, fit.idle, View::Now, 1);
         let plan = Plan {
             entries: vec![(0, 0, self.count)],
         };
-        self.ctx.allocation(&[cand], &plan)
+        self.ctx.allocation_in(&[cand], &plan, scratch)
+    }
+}
+
+/// Room for the working copy of a node's usage that devices are picked in, kept by a
+/// caller that places job after job (one-node jobs at every start of a busy pass), so that
+/// each placement copies the usage into it instead of allocating a copy.
+#[derive(Debug, Default)]
+pub struct DeviceScratch(Option<Work>);
+
+impl DeviceScratch {
+    /// The working copy of a node of `shape` with `usage`.
+    fn work(&mut self, shape: &NodeShape, usage: &NodeUsage) -> &mut Work {
+        let made = self.0.is_some();
+        let work = self.0.get_or_insert_with(|| Work::new(shape, Some(usage)));
+        if made {
+            work.copy_from(usage);
+        }
+        work
     }
 }
 

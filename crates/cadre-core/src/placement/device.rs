@@ -417,6 +417,16 @@ impl Work {
         }
     }
 
+    /// Makes this the working copy of a node with `usage`, as [`Work::new`] would, in the
+    /// room it has already.
+    pub(super) fn copy_from(&mut self, usage: &NodeUsage) {
+        self.cores.clone_from(&usage.cores);
+        self.gpu_milli.clone_from(&usage.gpu_milli);
+        self.nics.clone_from(&usage.nics);
+        self.mem_mib = usage.mem_mib;
+        self.named.clone_from(&usage.named);
+    }
+
     pub(super) fn view(&self) -> UsageRef<'_> {
         UsageRef {
             cores: Some(&self.cores),

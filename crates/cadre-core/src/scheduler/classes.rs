@@ -26,7 +26,7 @@
 //! cluster.
 
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
-use crate::placement::{JobLayout, NodeFit, OneNodeChoice};
+use crate::placement::{DeviceScratch, JobLayout, NodeFit, OneNodeChoice};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use std::collections::{BTreeSet, HashMap};
@@ -431,6 +431,8 @@ pub(super) struct Fits {
     /// Where a one-node placement chooses its node, cleared for each: made afresh, its
     /// counts were allocated again at every start.
     pub(super) choice: OneNodeChoice,
+    /// Where such a placement picks its devices, likewise.
+    pub(super) devices: DeviceScratch,
 }
 
 #[derive(Default)]

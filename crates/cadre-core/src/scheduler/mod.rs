@@ -1899,14 +1899,18 @@ impl Scheduler {
         if !self.reference && placement::OneNode::suits(spec) {
             // Held while the job is placed: one lookup finds the shape's fits and layout.
             let mut fits = self.class_fits.lock();
-            let Fits { by_shape, choice } = &mut *fits;
+            let Fits {
+                by_shape,
+                choice,
+                devices,
+            } = &mut *fits;
             let ShapeFits { classes, layout } = by_shape.entry(shape).or_default();
             let layout = layout.get_or_insert_with(|| JobLayout::new(&self.cluster, spec));
             if let Some((node, fit)) = self.one_node_choice(spec, part, classes, layout, choice) {
                 // The devices do not depend on the profile. The fit is the node's class's,
                 // remembered under the class's stamp: the node's now.
                 let placed = placement::OneNode::new(&self.cluster, spec, None, Some(layout))
-                    .and_then(|one| one.allocation_fitting(node, &fit));
+                    .and_then(|one| one.allocation_fitting(node, &fit, devices));
                 debug_assert!(placed.is_some(), "the chosen node {node:?} holds the job");
                 if let Some(alloc) = placed {
                     return Ok(alloc);

@@ -460,7 +460,13 @@ proptest! {
                     // With the layout made apart, as a caller that keeps it does.
                     let layout = JobLayout::new(&c, &j);
                     let one = OneNode::new(&c, &j, None, Some(&layout)).expect("the job is of the kind");
-                    prop_assert_eq!(one.allocation(n), placed.ok());
+                    prop_assert_eq!(one.allocation(n), placed.clone().ok());
+                    // In room used before for every node, as the scheduler reuses it.
+                    let mut scratch = DeviceScratch::default();
+                    for &m in all.iter().rev() {
+                        let _ = one.allocation_fitting(m, &one.fit(m), &mut scratch);
+                    }
+                    prop_assert_eq!(one.allocation_fitting(n, &one.fit(n), &mut scratch), placed.ok());
                 }
                 None => prop_assert!(used.len() != 1, "placed on one node: {:?}", placed),
             }
