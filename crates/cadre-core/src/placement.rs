@@ -1159,13 +1159,29 @@ impl<'a> OneNode<'a> {
     /// [`OneNode::fit`] gives for it now (as [`OneNodeChoice::chosen`] gives the chosen
     /// node's, when the fits it was fed are the nodes' now). Working the fit out again was
     /// 1.4% of a busy pass. The devices are picked in `scratch`.
-    pub fn allocation_fitting(
+    ///
+    /// What the node refuses outright (not up, held exclusively, lacking a feature the job
+    /// asks for) is looked at again, cheaply, so that a fit remembered wrongly cannot put
+    /// the job there; the devices' own assignment fails where the node lacks room. Debug
+    /// builds check the fit against the node's now.
+    pub(crate) fn allocation_fitting(
         &self,
         node: NodeId,
         fit: &NodeFit,
         scratch: &mut DeviceScratch,
     ) -> Option<Allocation> {
         fit.head?;
+        if self.ctx.refusal_fast(node, View::Now) {
+            return None;
+        }
+        debug_assert!(
+            {
+                let now = self.fit(node);
+                (now.cap, now.idle, now.leaf_key, now.head.is_some())
+                    == (fit.cap, fit.idle, fit.leaf_key, true)
+            },
+            "the fit given is not node {node:?}'s now"
+        );
         let cand = self.ctx.cand(node, fit.idle, View::Now, 1);
         let plan = Plan {
             entries: vec![(0, 0, self.count)],
@@ -1178,7 +1194,7 @@ impl<'a> OneNode<'a> {
 /// caller that places job after job (one-node jobs at every start of a busy pass), so that
 /// each placement copies the usage into it instead of allocating a copy.
 #[derive(Debug, Default)]
-pub struct DeviceScratch(Option<Work>);
+pub(crate) struct DeviceScratch(Option<Work>);
 
 impl DeviceScratch {
     /// The working copy of a node of `shape` with `usage`.

@@ -266,8 +266,11 @@ impl NodeClasses {
             if class.members.is_empty() {
                 if let Some(key) = self.keys[old as usize].take() {
                     let hash = self.hasher.hash_one(key.view());
-                    if let Ok(listed) = self.by_key.find_entry(hash, |&id| id == old) {
-                        listed.remove();
+                    match self.by_key.find_entry(hash, |&id| id == old) {
+                        Ok(listed) => {
+                            listed.remove();
+                        }
+                        Err(_) => debug_assert!(false, "class {old} is not found by its key"),
                     }
                 }
                 self.by_whole[class.whole_gpus as usize].remove(&old);

@@ -1835,10 +1835,10 @@ impl Scheduler {
     /// [`Scheduler::place`] on the nodes of partition `part` (when `untouched` gives a
     /// profile and an end, only the nodes whose holds there begin at that end or later: see
     /// [`Profile::untouched_until`]), looking only at the first few nodes of each class of
-    /// equal nodes ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task of whole
-    /// GPUs needs, as many as the job has tasks: the other nodes take none of its tasks now,
-    /// or would lose to an equal node of a lower id, so the answer is the same, for a
-    /// fraction of the work on a large cluster.
+    /// equal nodes ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task
+    /// of whole GPUs needs, as many as the job has tasks: the other nodes take none of its
+    /// tasks now, or would lose to an equal node of a lower id, so the answer is the same,
+    /// for a fraction of the work on a large cluster.
     pub(crate) fn place_in(
         &self,
         spec: &JobSpec,

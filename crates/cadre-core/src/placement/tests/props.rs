@@ -443,7 +443,7 @@ proptest! {
                     reused.add(*n, *weight, fit);
                 }
                 assert_eq!(reused.node(), one_node_choice(&fits), "fed in another order");
-                // The chosen node's own fit comes with it.
+                // The chosen node comes with the fit it was fed with.
                 if let Some((n, fit)) = reused.chosen() {
                     assert_eq!(fit, probe.fit(n));
                 }
