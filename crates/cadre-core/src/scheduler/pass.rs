@@ -713,8 +713,8 @@ fn write_back(jobs: &mut BTreeMap<JobId, Job>, queue: &PendingTable, ids: Vec<Jo
 
 /// Applies `f` to the entries of `map` named in `items`, which are sorted by id (an id may
 /// come more than once: each is applied in turn): by a search per item when they are few,
-/// otherwise in one sweep over the map in id order, which on a large map costs less than
-/// the searches.
+/// otherwise in one sweep over the map in id order from the first id named, which on a
+/// large map costs less than the searches.
 fn update_sorted<V, T>(
     map: &mut BTreeMap<JobId, V>,
     items: impl IntoIterator<Item = (JobId, T)>,
@@ -730,8 +730,11 @@ fn update_sorted<V, T>(
         }
         return;
     }
+    let Some(&(first, _)) = items.first() else {
+        return;
+    };
     let mut items = items.into_iter().peekable();
-    for (id, v) in map.iter_mut() {
+    for (id, v) in map.range_mut(first..) {
         // Items naming no entry of the map are passed over.
         while items.next_if(|r| r.0 < *id).is_some() {}
         if items.peek().is_none() {
@@ -743,23 +746,58 @@ fn update_sorted<V, T>(
     }
 }
 
-/// `reasons` by id, a job's reasons in the order they came (a stable sort). The sort is an
-/// unstable one of each reason's id and place packed in a `u128`, the reasons then gathered
-/// in that order: a stable sort of the reasons themselves, 32 bytes each, was 7% of the
-/// pass's instructions at 12,500 nodes with 100,000 pending (most of it, by counts of the
-/// reasons per pass, in the few passes that change most of the queue's reasons at once).
+/// `reasons` by id, each job once with the last reason it was given (the one that holds).
+///
+/// Most passes give reasons to a few thousand jobs; some give one to nearly every pending
+/// job (on a full cluster the jobs of every shape turn from `Priority`, held back by a
+/// reservation, to `Resources`, finding no room, and back as room is freed and taken). The
+/// ids named then span little more than their number: each id's last place is marked in a
+/// table as long as that span ([`DENSE_SPAN`] times the reasons at most), read in id order.
+/// Otherwise each reason's id and place, packed in a `u128`, are sorted, and the last of
+/// each id kept. Sorting the reasons themselves (32 bytes each) stably was 7% of a pass's
+/// instructions at 12,500 nodes with 100,000 pending; the packed sort was still 10% of
+/// six passes after the first, three of which gave nearly every job a reason.
 fn by_id(mut reasons: Vec<(JobId, PendingReason)>) -> Vec<(JobId, PendingReason)> {
-    let mut places: Vec<u128> = (reasons.iter().enumerate())
-        .map(|(i, r)| (u128::from(r.0.0) << 64) | i as u128)
+    let (Some(lo), Some(hi)) = (
+        reasons.iter().map(|r| r.0.0).min(),
+        reasons.iter().map(|r| r.0.0).max(),
+    ) else {
+        return reasons;
+    };
+    let n = u32::try_from(reasons.len()).expect("fewer than 2^32 reasons");
+    let take = |reasons: &mut [(JobId, PendingReason)], place: usize| {
+        let r = &mut reasons[place];
+        (r.0, std::mem::replace(&mut r.1, PendingReason::None))
+    };
+    let span = (hi - lo).saturating_add(1);
+    if span <= DENSE_SPAN.saturating_mul(u64::from(n)) {
+        // Each id's last place plus one (0: not named).
+        let mut last = vec![0u32; span as usize];
+        let mut ids = 0;
+        for (r, place) in reasons.iter().zip(1u32..) {
+            let slot = &mut last[(r.0.0 - lo) as usize];
+            ids += usize::from(*slot == 0);
+            *slot = place;
+        }
+        let mut out = Vec::with_capacity(ids);
+        let places = last.into_iter().filter(|&p| p != 0);
+        out.extend(places.map(|p| take(&mut reasons, p as usize - 1)));
+        return out;
+    }
+    let mut places: Vec<u128> = (reasons.iter().zip(0u32..n))
+        .map(|(r, i)| (u128::from(r.0.0) << 64) | u128::from(i))
         .collect();
     places.sort_unstable();
-    (places.into_iter())
-        .map(|p| {
-            let r = &mut reasons[p as u64 as usize];
-            (r.0, std::mem::replace(&mut r.1, PendingReason::None))
-        })
+    let id_of = |p: u128| (p >> 64) as u64;
+    let last = (0..places.len())
+        .filter(|&i| (places.get(i + 1)).is_none_or(|&q| id_of(q) != id_of(places[i])));
+    last.map(|i| take(&mut reasons, places[i] as u64 as usize))
         .collect()
 }
+
+/// How many times the reasons of a pass the span of their ids may be for [`by_id`] to mark
+/// them in a table that long.
+const DENSE_SPAN: u64 = 4;
 
 /// Whether the jobs of shape `shape` are held back for want of room in the rest of the
 /// pass, whatever their time limit.
@@ -1977,7 +2015,8 @@ mod tests {
     }
 
     /// Ids use all 64 bits of the packed sort key: ids that differ only in their high bits
-    /// come before one another against the order they came in.
+    /// come before one another against the order they came in; a job named twice keeps
+    /// its last reason.
     #[test]
     fn reasons_by_id_read_the_whole_id() {
         let ids = [1 << 63, 1 << 32, 0, u64::MAX, 1 << 63];
@@ -1989,28 +2028,32 @@ mod tests {
             PendingReason::JobHeldUser,
         ];
         let got = by_id(ids.into_iter().map(JobId).zip(reasons.clone()).collect());
-        let want = [
-            (0, 2),
-            (1 << 32, 1),
-            (1 << 63, 0),
-            (1 << 63, 4),
-            (u64::MAX, 3),
-        ]
-        .map(|(id, r)| (JobId(id), reasons[r].clone()));
+        let want = [(0, 2), (1 << 32, 1), (1 << 63, 4), (u64::MAX, 3)]
+            .map(|(id, r)| (JobId(id), reasons[r].clone()));
         assert_eq!(got, want);
     }
 
     proptest! {
-        /// Reasons come by id as a stable sort gives them: a job's last reason last.
+        /// Reasons come by id, each job once with its last reason, whether their ids are
+        /// dense enough to be marked in a table or are sorted: as a stable sort gives them,
+        /// the last of each id kept.
         #[test]
-        fn reasons_by_id_sort_stably(
-            named in proptest::collection::vec((prop_oneof![0u64..8, (u64::MAX - 8)..=u64::MAX, (1u64 << 32)..(1 << 32) + 8], 0usize..3), 0..300),
+        fn reasons_by_id_keep_each_jobs_last(
+            named in proptest::collection::vec((prop_oneof![0u64..8, 100u64..140, (u64::MAX - 8)..=u64::MAX, (1u64 << 32)..(1 << 32) + 8], 0usize..3), 0..300),
+            narrow in proptest::bool::ANY,
         ) {
             let kinds = [PendingReason::Priority, PendingReason::Resources, PendingReason::Dependency];
+            // Narrow: ids within 40 of one another, which are marked in a table when there
+            // are at least 10 of them; wide, sorted.
+            let id = |id: u64| if narrow { 1_000 + id % 40 } else { id };
             let reasons: Vec<(JobId, PendingReason)> =
-                named.into_iter().map(|(id, k)| (JobId(id), kinds[k].clone())).collect();
+                named.into_iter().map(|(i, k)| (JobId(id(i)), kinds[k].clone())).collect();
             let mut want = reasons.clone();
             want.sort_by_key(|r| r.0);
+            let want: Vec<_> = (want.iter().enumerate())
+                .filter(|(i, r)| want.get(i + 1).is_none_or(|next| next.0 != r.0))
+                .map(|(_, r)| r.clone())
+                .collect();
             prop_assert_eq!(by_id(reasons), want);
         }
 
