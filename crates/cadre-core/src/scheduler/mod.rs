@@ -1851,15 +1851,7 @@ impl Scheduler {
         // not a call through a pointer per node.
         let nodes: std::borrow::Cow<[NodeId]> = match &keep {
             None => all.into(),
-            Some(keep) => {
-                let mut kept = Vec::with_capacity(all.len());
-                for &n in all.iter() {
-                    if keep(n) {
-                        kept.push(n);
-                    }
-                }
-                kept.into()
-            }
+            Some(keep) => kept_nodes(all, keep).into(),
         };
         let keep = keep.as_ref().map(|k| k as &dyn Fn(NodeId) -> bool);
         if self.reference {
@@ -2003,6 +1995,21 @@ impl Singletons {
             .get(user)
             .is_some_and(|names| names.contains_key(name))
     }
+}
+
+/// The nodes of `all` that `keep` keeps, in their order. Each node is written, and counted
+/// only if kept: no branch on a test that goes either way from one node to the next (a
+/// pass's retries on the nodes its holds leave untouched read a large partition's every
+/// node each time).
+fn kept_nodes(all: &[NodeId], keep: impl Fn(NodeId) -> bool) -> Vec<NodeId> {
+    let mut kept = vec![NodeId(0); all.len()];
+    let mut len = 0;
+    for &n in all {
+        kept[len] = n;
+        len += usize::from(keep(n));
+    }
+    kept.truncate(len);
+    kept
 }
 
 /// The fewest whole GPUs a task of the job asks for (0 when one asks for a share, or none):
@@ -2190,4 +2197,24 @@ fn check_gang(
         return Err(format!("job {id} has a task of a group it does not have"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The nodes kept are those a filter keeps, in the same order.
+        #[test]
+        fn kept_nodes_are_the_filters(
+            all in proptest::collection::vec(0u32..64, 0..100),
+            kept in proptest::collection::vec(proptest::bool::ANY, 64),
+        ) {
+            let all: Vec<NodeId> = all.into_iter().map(NodeId).collect();
+            let keep = |n: NodeId| kept[n.0 as usize];
+            let want: Vec<NodeId> = all.iter().copied().filter(|&n| keep(n)).collect();
+            prop_assert_eq!(kept_nodes(&all, keep), want);
+        }
+    }
 }

@@ -386,6 +386,9 @@ struct Lane {
     /// `keys`).
     head: Option<Packed>,
     dropped: bool,
+    /// The earliest end the lane was thinned at ([`Order::thin_lane`]): no key left in
+    /// `keys` is one a thinning at that end or later would take.
+    thinned: Option<Time>,
 }
 
 impl Lane {
@@ -394,6 +397,7 @@ impl Lane {
             keys,
             head: None,
             dropped: false,
+            thinned: None,
         }
     }
 
@@ -651,11 +655,17 @@ impl Order {
 
     /// Takes out of the lane of the plain jobs of shape `shape` (but its head) those that
     /// would end at or after `end` were they to start at `now`, which wait on `Priority`
-    /// unread: returns the keys of those whose reason before the pass was another.
+    /// unread: returns the keys of those whose reason before the pass was another. A lane
+    /// thinned at an end as early already has none such left but its head: it is not read
+    /// again (the head, when taken, is often the next job of the shape to be thinned for).
     fn thin_lane(&mut self, shape: u32, now: Time, end: Time) -> Vec<Packed> {
         let Some(lane) = self.lane(shape) else {
             return Vec::new();
         };
+        if lane.thinned.is_some_and(|t| end >= t) {
+            return Vec::new();
+        }
+        lane.thinned = Some(end);
         let mut taken = lane
             .keys
             .take_if(|k| tag::end(k.4, now).is_some_and(|e| e >= end));
@@ -2130,7 +2140,10 @@ mod tests {
             taken in 0usize..320,
             code in 0u32..3,
             end in 0u64..40,
+            step in -3i64..3,
         ) {
+            // Thinned twice: at `end`, then at an end near it, before and after.
+            let end2 = end.saturating_add_signed(step);
             let (keys, shuffled) = unique(keys);
             let lane = |id: JobId| (id.0 % 3 != 0).then_some((id.0 % 4) as u32);
             let was = |id: JobId| (id.0 % 5 % 3) as u32;
@@ -2168,6 +2181,13 @@ mod tests {
             let mut want: Vec<JobId> = thinned.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
             want.sort_unstable();
             prop_assert_eq!(got, want);
+            // Thinned again, at `end2`: only what ends late for it and was left.
+            let ends_late2 = |id: JobId| limit(id) == 0 || limit(id) >= end2;
+            let thinned2: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late2(id) && !ends_late(id)).collect();
+            let got = sorted(order.thin_lane(2, Time(0), Time(end2)));
+            let mut want: Vec<JobId> = thinned2.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
             let left1: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(1)).collect();
             let got = sorted(order.drop_lane(1, code));
             let mut want: Vec<JobId> = left1.iter().copied().filter(|&id| code == tag::OTHER || was(id) != code).collect();
@@ -2177,7 +2197,7 @@ mod tests {
             let want: Vec<JobId> = ids[n..]
                 .iter()
                 .copied()
-                .filter(|&id| lane(id) != Some(1) && !thinned.contains(&id))
+                .filter(|&id| lane(id) != Some(1) && !thinned.contains(&id) && !thinned2.contains(&id))
                 .collect();
             prop_assert_eq!(then, want);
         }
