@@ -387,7 +387,8 @@ struct Lane {
     head: Option<Packed>,
     dropped: bool,
     /// The earliest end the lane was thinned at ([`Order::thin_lane`]): no key left in
-    /// `keys` is one a thinning at that end or later would take.
+    /// `keys` is one a thinning at that end or later would take (a lane lives for one
+    /// pass, whose `now` every thinning is given).
     thinned: Option<Time>,
 }
 
@@ -2054,7 +2055,8 @@ mod tests {
         ) {
             let kinds = [PendingReason::Priority, PendingReason::Resources, PendingReason::Dependency];
             // Narrow: ids within 40 of one another, which are marked in a table when there
-            // are at least 10 of them; wide, sorted.
+            // are at least 10 of them; wide: mostly sorted (a few ids from one range are
+            // marked in a table too).
             let id = |id: u64| if narrow { 1_000 + id % 40 } else { id };
             let reasons: Vec<(JobId, PendingReason)> =
                 named.into_iter().map(|(i, k)| (JobId(id(i)), kinds[k].clone())).collect();
