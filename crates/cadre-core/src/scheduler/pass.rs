@@ -2149,7 +2149,11 @@ mod tests {
             let (keys, shuffled) = unique(keys);
             let lane = |id: JobId| (id.0 % 3 != 0).then_some((id.0 % 4) as u32);
             let was = |id: JobId| (id.0 % 5 % 3) as u32;
-            let limit = |id: JobId| id.0 % 37;
+            // One limit in 37 too long for a tag: its end is unknown, and no thinning takes it.
+            let limit = |id: JobId| match id.0 % 37 {
+                36 => 1 << 31,
+                l => l,
+            };
             let candidates: Vec<Candidate> = shuffled
                 .iter()
                 .map(|k| {
@@ -2177,14 +2181,14 @@ mod tests {
             // Lane 2 thinned at `end` (a limit of 0 is no limit: it ends never), but for
             // its next job, which waits in the lanes' heads.
             let left2: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(2)).collect();
-            let ends_late = |id: JobId| limit(id) == 0 || limit(id) >= end;
+            let ends_late = |id: JobId| limit(id) < 1 << 30 && (limit(id) == 0 || limit(id) >= end);
             let thinned: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late(id)).collect();
             let got = sorted(order.thin_lane(2, Time(0), Time(end)));
             let mut want: Vec<JobId> = thinned.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
             want.sort_unstable();
             prop_assert_eq!(got, want);
             // Thinned again, at `end2`: only what ends late for it and was left.
-            let ends_late2 = |id: JobId| limit(id) == 0 || limit(id) >= end2;
+            let ends_late2 = |id: JobId| limit(id) < 1 << 30 && (limit(id) == 0 || limit(id) >= end2);
             let thinned2: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late2(id) && !ends_late(id)).collect();
             let got = sorted(order.thin_lane(2, Time(0), Time(end2)));
             let mut want: Vec<JobId> = thinned2.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
