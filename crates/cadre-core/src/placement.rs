@@ -101,7 +101,7 @@ mod select;
 mod tests;
 
 use crate::alloc::Allocation;
-use crate::cluster::{Cluster, NodeAvail, NodeId, NodeShape, NodeUsage};
+use crate::cluster::{Cluster, NodeAvail, NodeId, NodeUsage};
 use crate::job::{JobId, JobSpec, NetworkSpan, NumaPolicy, TaskGroup};
 use crate::resources::{Amounts, MILLI_PER_GPU, TaskResources};
 use device::{Layout, Shortage, UsageRef, Work};
@@ -601,7 +601,7 @@ impl<'a> Ctx<'a> {
             let node = cands[i].node;
             let sid = self.shape_id(node);
             let shape = &self.cluster.shapes[sid];
-            let work = scratch.work(shape, &self.cluster.node(node).usage);
+            let work = scratch.work(&self.cluster.node(node).usage);
             for &(_, g, n) in plan.entries.iter().filter(|e| e.0 == i) {
                 for _ in 0..n {
                     let t = work.assign(
@@ -1194,17 +1194,13 @@ impl<'a> OneNode<'a> {
 /// caller that places job after job (one-node jobs at every start of a busy pass), so that
 /// each placement copies the usage into it instead of allocating a copy.
 #[derive(Debug, Default)]
-pub(crate) struct DeviceScratch(Option<Work>);
+pub(crate) struct DeviceScratch(Work);
 
 impl DeviceScratch {
-    /// The working copy of a node of `shape` with `usage`.
-    fn work(&mut self, shape: &NodeShape, usage: &NodeUsage) -> &mut Work {
-        let made = self.0.is_some();
-        let work = self.0.get_or_insert_with(|| Work::new(shape, Some(usage)));
-        if made {
-            work.copy_from(usage);
-        }
-        work
+    /// The working copy of a node with `usage`.
+    fn work(&mut self, usage: &NodeUsage) -> &mut Work {
+        self.0.copy_from(usage);
+        &mut self.0
     }
 }
 

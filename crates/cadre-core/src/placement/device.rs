@@ -388,7 +388,7 @@ impl Layout {
 }
 
 /// A working copy of a node's usage that tasks are assigned into.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct Work {
     cores: FixedBitSet,
     gpu_milli: Vec<u32>,
@@ -400,13 +400,11 @@ pub(super) struct Work {
 impl Work {
     pub(super) fn new(shape: &NodeShape, usage: Option<&NodeUsage>) -> Work {
         match usage {
-            Some(u) => Work {
-                cores: u.cores.clone(),
-                gpu_milli: u.gpu_milli.clone(),
-                nics: u.nics.clone(),
-                mem_mib: u.mem_mib,
-                named: u.named.clone(),
-            },
+            Some(u) => {
+                let mut work = Work::default();
+                work.copy_from(u);
+                work
+            }
             None => Work {
                 cores: FixedBitSet::with_capacity(shape.cores as usize),
                 gpu_milli: vec![0; shape.gpus.len()],
@@ -417,8 +415,7 @@ impl Work {
         }
     }
 
-    /// Makes this the working copy of a node with `usage`, as [`Work::new`] would, in the
-    /// room it has already.
+    /// Makes this the working copy of a node with `usage`, in the room it has already.
     pub(super) fn copy_from(&mut self, usage: &NodeUsage) {
         self.cores.clone_from(&usage.cores);
         self.gpu_milli.clone_from(&usage.gpu_milli);
