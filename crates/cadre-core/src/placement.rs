@@ -632,17 +632,27 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// The job placed on what is free now, if it fits.
+    fn place_now(&self, profile: Option<&WorkloadProfile>) -> Option<Allocation> {
+        let (cands, plan) = self.plan(View::Now, profile)?;
+        self.allocation(&cands, &plan)
+    }
+
     /// Classifies a failure to place now.
     fn failure(&self) -> PlacementFailure {
         if self.eligible.is_empty() {
             return PlacementFailure::NoEligibleNodes;
         }
-        let statically_ok: Vec<NodeId> = self
-            .eligible
-            .iter()
-            .copied()
-            .filter(|&n| static_refusal(self.cluster, self.job, n).is_none())
-            .collect();
+        // A job that names no feature or label is refused by no node outright: on a large
+        // partition, the list would be a copy of every eligible node.
+        let statically_ok: Cow<[NodeId]> =
+            if self.job.features.is_empty() && self.job.node_selector.is_empty() {
+                Cow::Borrowed(&self.eligible)
+            } else {
+                let ok = self.eligible.iter().copied();
+                ok.filter(|&n| static_refusal(self.cluster, self.job, n).is_none())
+                    .collect()
+            };
         if statically_ok.is_empty() {
             let what = match static_refusal(self.cluster, self.job, self.eligible[0]) {
                 Some(r @ NodeRefusal::LacksFeature(_)) => format!("the features {}", r_what(&r)),
@@ -1279,6 +1289,19 @@ impl OneNodeChoice {
     }
 }
 
+/// [`place_scanning`] when the caller has no use for why nothing fits: `None` then, without
+/// the work of classifying the failure (on a large partition, a look at every node).
+pub fn place_scanning_quietly(
+    cluster: &Cluster,
+    job: &JobSpec,
+    eligible: &[NodeId],
+    profile: Option<&WorkloadProfile>,
+    scan: Vec<(NodeId, u32)>,
+) -> Option<Allocation> {
+    let ctx = scanning_ctx(cluster, job, eligible, Some(scan), true).ok()?;
+    ctx.place_now(profile)
+}
+
 fn place_inner(
     cluster: &Cluster,
     job: &JobSpec,
@@ -1287,6 +1310,19 @@ fn place_inner(
     scan: Option<Vec<(NodeId, u32)>>,
     ascending: bool,
 ) -> Result<Allocation, PlacementFailure> {
+    let ctx = scanning_ctx(cluster, job, eligible, scan, ascending)?;
+    ctx.place_now(profile).ok_or_else(|| ctx.failure())
+}
+
+/// The placement context of a job on `eligible`, looking for room only on the nodes of
+/// `scan` if given (see [`place_scanning`]).
+fn scanning_ctx<'a>(
+    cluster: &'a Cluster,
+    job: &'a JobSpec,
+    eligible: &'a [NodeId],
+    scan: Option<Vec<(NodeId, u32)>>,
+    ascending: bool,
+) -> Result<Ctx<'a>, PlacementFailure> {
     let mut ctx = Ctx::new(cluster, job, eligible, ascending)?;
     ctx.scan = scan.map(|mut scan| {
         // Both ascending: one merge keeps the eligible ones (all are, when every node is).
@@ -1299,13 +1335,7 @@ fn place_inner(
         }
         scan
     });
-    let placed = ctx
-        .plan(View::Now, profile)
-        .and_then(|(cands, plan)| ctx.allocation(&cands, &plan));
-    match placed {
-        Some(alloc) => Ok(alloc),
-        None => Err(ctx.failure()),
-    }
+    Ok(ctx)
 }
 
 /// The node selection of [`place`] on aggregate free amounts per node (`free`, e.g. what the

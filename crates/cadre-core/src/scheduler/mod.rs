@@ -1832,39 +1832,61 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::place`] on the nodes of partition `part` (when `untouched` gives a
-    /// profile and an end, only the nodes whose holds there begin at that end or later: see
-    /// [`Profile::untouched_until`]), looking only at the first few nodes of each class of
-    /// equal nodes ([`NodeClasses`]) with as many whole GPUs free as the job's smallest task
-    /// of whole GPUs needs, as many as the job has tasks: the other nodes take none of its
-    /// tasks now, or would lose to an equal node of a lower id, so the answer is the same,
-    /// for a fraction of the work on a large cluster.
+    /// [`Scheduler::place`] on the nodes of partition `part`, looking only at the first few
+    /// nodes of each class of equal nodes ([`NodeClasses`]) with as many whole GPUs free as
+    /// the job's smallest task of whole GPUs needs, as many as the job has tasks: the other
+    /// nodes take none of its tasks now, or would lose to an equal node of a lower id, so
+    /// the answer is the same, for a fraction of the work on a large cluster.
     pub(crate) fn place_in(
         &self,
         spec: &JobSpec,
         part: PartitionId,
-        untouched: Option<(&Profile, Time)>,
     ) -> Result<Allocation, PlacementFailure> {
-        let all = &self.cluster.partition(part).nodes;
-        let keep = untouched.map(|(p, end)| move |n| p.untouched_until(n, end));
+        let nodes = &self.cluster.partition(part).nodes;
+        if self.reference {
+            return self.place(spec, nodes);
+        }
+        let scan = self.scan(spec, part, None);
+        placement::place_scanning(&self.cluster, spec, nodes, self.profile_placed(), scan)
+    }
+
+    /// [`Scheduler::place_in`] on only the nodes of partition `part` whose holds in
+    /// `profile` begin at `end` or later ([`Profile::untouched_until`]); `None` if the job
+    /// does not fit there, without the work of saying why.
+    pub(crate) fn place_untouched(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        profile: &Profile,
+        end: Time,
+    ) -> Option<Allocation> {
+        let keep = |n| profile.untouched_until(n, end);
         // A large partition's nodes are read here at every such placement: the filter is
         // not a call through a pointer per node.
-        let nodes: std::borrow::Cow<[NodeId]> = match &keep {
-            None => all.into(),
-            Some(keep) => kept_nodes(all, keep).into(),
-        };
-        let keep = keep.as_ref().map(|k| k as &dyn Fn(NodeId) -> bool);
+        let nodes = kept_nodes(&self.cluster.partition(part).nodes, keep);
         if self.reference {
-            return self.place(spec, &nodes);
+            return self.place(spec, &nodes).ok();
         }
+        let scan = self.scan(spec, part, Some(&keep));
+        let profile = self.profile_placed();
+        placement::place_scanning_quietly(&self.cluster, spec, &nodes, profile, scan)
+    }
+
+    /// The nodes of partition `part` a placement of `spec` scans, each with the number of
+    /// equal nodes it stands for (see [`NodeClasses::representatives`]), among those `keep`
+    /// keeps if given.
+    fn scan(
+        &self,
+        spec: &JobSpec,
+        part: PartitionId,
+        keep: Option<&dyn Fn(NodeId) -> bool>,
+    ) -> Vec<(NodeId, u32)> {
         let tasks = spec
             .groups
             .iter()
             .fold(0u32, |sum, g| sum.saturating_add(g.count));
-        let scan =
-            self.classes
-                .representatives(&self.cluster, part, least_whole(spec), tasks, keep);
-        placement::place_scanning(&self.cluster, spec, &nodes, self.profile_placed(), scan)
+        self.classes
+            .representatives(&self.cluster, part, least_whole(spec), tasks, keep)
     }
 
     /// The workload profile placement prefers by, if the policy places by fragmentation.
@@ -1909,7 +1931,7 @@ impl Scheduler {
                 }
             }
         }
-        self.place_in(spec, part, None)
+        self.place_in(spec, part)
     }
 
     /// The node a job of [`placement::OneNode`]'s kind goes on in partition `part`, if one

@@ -1012,7 +1012,7 @@ impl Scheduler {
                         match capped {
                             // The job's own spec: of the job's shape.
                             None => self.place_shaped(spec, part, key),
-                            Some(_) => self.place_in(spec, part, None),
+                            Some(_) => self.place_in(spec, part),
                         }
                     } else {
                         // Busy only if it could fit were the up nodes idle; otherwise
@@ -1056,8 +1056,7 @@ impl Scheduler {
                         if !p.fits(&per_node, now, end) {
                             // Try once more on the nodes whose holds it would not touch.
                             alloc = self
-                                .place_in(spec, part, Some((p, end)))
-                                .ok()
+                                .place_untouched(spec, part, p, end)
                                 .filter(|a| p.fits(&per_node_amounts(&self.cluster, a), now, end));
                             if let Some(a) = &alloc {
                                 per_node = per_node_amounts(&self.cluster, a);
