@@ -481,12 +481,17 @@ impl<T: Ord + Copy> Keys<T> {
         keys.into_iter().map(|Reverse(k)| k)
     }
 
-    /// Takes out the keys for which `out` holds, in no particular order.
-    fn take_if(&mut self, mut out: impl FnMut(&T) -> bool) -> Vec<T> {
+    /// Takes out the keys for which `out` holds, in no particular order: returns those of
+    /// them for which `tell` holds too.
+    fn take_if(
+        &mut self,
+        mut out: impl FnMut(&T) -> bool,
+        mut tell: impl FnMut(&T) -> bool,
+    ) -> Vec<T> {
         let mut taken = Vec::new();
         let keep = |k: &Reverse<T>| {
             let take = out(&k.0);
-            if take {
+            if take && tell(&k.0) {
                 taken.push(k.0);
             }
             !take
@@ -667,11 +672,10 @@ impl Order {
             return Vec::new();
         }
         lane.thinned = Some(end);
-        let mut taken = lane
-            .keys
-            .take_if(|k| tag::end(k.4, now).is_some_and(|e| e >= end));
-        taken.retain(|k| tag::reason(k.4) != tag::PRIORITY);
-        taken
+        lane.keys.take_if(
+            |k| tag::end(k.4, now).is_some_and(|e| e >= end),
+            |k| tag::reason(k.4) != tag::PRIORITY,
+        )
     }
 
     /// The candidate at `place`, if not taken.
