@@ -158,7 +158,16 @@ impl PriorityWeights {
 
     /// The priority of a job with these factors.
     pub fn priority(&self, f: &Factors) -> u64 {
-        (round(self.sum(f)).max(1.0) as u64).min(MAX_PRIORITY)
+        of_sum(self.sum(f))
+    }
+
+    /// [`PriorityWeights::priority`] and [`PriorityWeights::steady_for`] together, the
+    /// weighted sum computed once (a pass computes both for every pending job whose
+    /// priority does not hold).
+    pub fn priority_steady(&self, f: &Factors, waited: Dur) -> (u64, Option<Dur>) {
+        let sum = self.sum(f);
+        let priority = of_sum(sum);
+        (priority, self.steady_after(sum, f.nice, waited, priority))
     }
 
     /// The weighted sum that [`PriorityWeights::priority`] rounds and clamps.
@@ -175,10 +184,11 @@ impl PriorityWeights {
 
     /// How long the priority of a job eligible for `waited`, with factors `f` and so
     /// priority `priority`, stays the same while the job waits and nothing else changes:
-    /// every factor but age is then fixed, but fair-share, which moves with everyone's
-    /// usage, and expansion, which grows faster the shorter the job (zero when either is
-    /// weighed), and age only grows, by `age / max_age` a second until it reaches its cap.
-    /// `None`: for as long as nothing else changes. (A pass computes every priority again
+    /// every factor but age is then fixed, but expansion, which grows faster the shorter the
+    /// job (zero when it is weighed), and age only grows, by `age / max_age` a second until
+    /// it reaches its cap. `None`: for as long as nothing else changes. The fair-share
+    /// factor counts as fixed: it moves with everyone's usage, but only when the factors
+    /// are computed again, which the caller follows. (A pass computes every priority again
     /// when `largest_first_within` has turned a partition's job-size factor round.)
     ///
     /// The priority is the sum rounded, and the sum only grows: it stays the same until the
@@ -186,7 +196,12 @@ impl PriorityWeights {
     /// floating-point error of the sum (about 10^-15 of its terms' size), so that the
     /// priority computed at any whole second within it is exactly `priority`.
     pub fn steady_for(&self, f: &Factors, waited: Dur, priority: u64) -> Option<Dur> {
-        if self.fairshare != 0 || self.expansion != 0 {
+        self.steady_after(self.sum(f), f.nice, waited, priority)
+    }
+
+    /// [`PriorityWeights::steady_for`] from the factors' weighted sum `sum` and nice value.
+    fn steady_after(&self, sum: f64, nice: i32, waited: Dur, priority: u64) -> Option<Dur> {
+        if self.expansion != 0 {
             return Some(Dur(0));
         }
         if self.age == 0 || self.max_age.0 == 0 || waited >= self.max_age {
@@ -196,13 +211,19 @@ impl PriorityWeights {
             return None;
         }
         let slope = f64::from(self.age) / self.max_age.0 as f64;
-        let size = [self.age, self.job_size, self.partition, self.qos]
-            .into_iter()
-            .map(f64::from)
-            .sum::<f64>()
-            + f64::from(f.nice).abs()
+        let size = [
+            self.age,
+            self.fairshare,
+            self.job_size,
+            self.partition,
+            self.qos,
+        ]
+        .into_iter()
+        .map(f64::from)
+        .sum::<f64>()
+            + f64::from(nice).abs()
             + priority as f64;
-        let room = (priority as f64 + 0.5) - self.sum(f) - size * 1e-12;
+        let room = (priority as f64 + 0.5) - sum - size * 1e-12;
         let secs = room / slope * (1.0 - 1e-9);
         // A NaN (from a NaN factor) holds for no time either.
         if secs.is_nan() || secs < 1.0 {
@@ -210,6 +231,12 @@ impl PriorityWeights {
         }
         Some(Dur(secs.min(u64::MAX as f64 / 2.0) as u64))
     }
+}
+
+/// The priority of a job whose factors' weighted sum is `sum`: rounded, at least 1, at most
+/// [`MAX_PRIORITY`].
+fn of_sum(sum: f64) -> u64 {
+    (round(sum).max(1.0) as u64).min(MAX_PRIORITY)
 }
 
 /// The expansion factor of a job eligible for `waited` with time limit `limit` (0, which the
@@ -246,14 +273,17 @@ mod tests {
 
     proptest! {
         /// A priority said to stay the same for a while is the same at its last second,
-        /// and so, as the priority only grows with age, at every second before.
+        /// and so, as the priority only grows with age, at every second before (the
+        /// fair-share factor fixed, as it is between computations of the factors).
         #[test]
         fn a_steady_priority_is_the_same_to_its_last_second(
             age in prop_oneof![Just(0u32), 1u32..10, 1u32..100_000, Just(u32::MAX)],
+            fairshare in prop_oneof![Just(0u32), 1u32..100_000, Just(u32::MAX)],
             job_size in prop_oneof![Just(0u32), 1u32..100_000, Just(u32::MAX)],
             partition in 0u32..10_000,
             qos in 0u32..10_000,
             max_age in prop_oneof![Just(0u64), 1u64..100, 1u64..40_000_000],
+            share in 0.0f64..=1.0,
             size in 0.0f64..=1.0,
             part in 0.0f64..=1.0,
             q in 0.0f64..=1.0,
@@ -262,7 +292,7 @@ mod tests {
         ) {
             let w = PriorityWeights {
                 age,
-                fairshare: 0,
+                fairshare,
                 job_size,
                 partition,
                 qos,
@@ -275,7 +305,7 @@ mod tests {
             };
             let at = |waited: u64| Factors {
                 age: w.age_factor(Dur(waited)),
-                fairshare: 0.0,
+                fairshare: share,
                 job_size: size,
                 partition: part,
                 qos: q,
@@ -283,7 +313,9 @@ mod tests {
                 nice,
             };
             let p = w.priority(&at(waited));
-            match w.steady_for(&at(waited), Dur(waited), p) {
+            let steady = w.steady_for(&at(waited), Dur(waited), p);
+            prop_assert_eq!(w.priority_steady(&at(waited), Dur(waited)), (p, steady));
+            match steady {
                 Some(Dur(0)) => {}
                 Some(Dur(d)) => {
                     prop_assert_eq!(w.priority(&at(waited + d - 1)), p);

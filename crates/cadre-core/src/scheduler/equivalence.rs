@@ -623,18 +623,26 @@ fn fifo_preset_decides_as_the_reference() {
     }
 }
 
-/// Policies that do not weigh fair-share, whose priorities are read from the last pass
-/// while they hold ([`super::queue::PriorityMemo`]), with an age cap short enough that
-/// priorities change every second or so within the run: the default policy's other
-/// weights, and strict order.
+/// Priorities read from the last pass while they hold ([`super::queue::PriorityMemo`]),
+/// with an age cap short enough that priorities change every second or so within the run:
+/// the default policy, whose fair-share factors are computed again once a calc period
+/// (passes come up to two minutes apart, the default period is five: some passes read the
+/// factors the last one did, some new ones, and one run has a period shorter than most
+/// gaps), its other weights alone, and strict order.
 #[test]
 fn priorities_kept_between_passes_are_the_reference_s() {
-    let mut no_fairshare = Policy::default();
+    let mut default = Policy::default();
+    default.priority.max_age = Dur::hours(2);
+    let mut no_fairshare = default.clone();
     no_fairshare.priority.fairshare = 0;
-    no_fairshare.priority.max_age = Dur::hours(2);
     let mut fifo = Policy::fifo();
     fifo.priority.max_age = Dur::minutes(20);
     for seed in 1..=3 {
+        let mut default = default.clone();
+        if seed == 3 {
+            default.fairshare.calc_period = Dur(30);
+        }
+        compare(default, seed, 300);
         compare(no_fairshare.clone(), seed, 300);
         compare(fifo.clone(), seed, 300);
     }

@@ -446,6 +446,9 @@ pub struct Scheduler {
     active: BTreeSet<JobId>,
     fairshare: FairShareTree,
     fairshare_factors: FairShareFactors,
+    /// Counts the computations of `fairshare_factors` (wrapping): a priority computed with
+    /// the factors of the same count read the same fair-share factor.
+    fairshare_count: u32,
     /// When factors were last computed; `None` forces a recomputation.
     fairshare_computed: Option<Time>,
     quota: QuotaBook,
@@ -600,6 +603,7 @@ impl Scheduler {
             active: BTreeSet::new(),
             fairshare,
             fairshare_factors: FairShareFactors::default(),
+            fairshare_count: 0,
             fairshare_computed: None,
             quota,
             runtime_classes: Vec::new(),
@@ -1673,6 +1677,7 @@ impl Scheduler {
         }
         self.last_decay = Some(now);
         self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
+        self.fairshare_count = self.fairshare_count.wrapping_add(1);
         self.fairshare_computed = Some(now);
     }
 

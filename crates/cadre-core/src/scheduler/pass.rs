@@ -1634,12 +1634,14 @@ impl Scheduler {
         let before = (row.eligible_since, row.starving_since);
         let blocker = self.blocker(id, row, now);
         let since = row.eligible_since.unwrap_or(now);
-        if self.largest_first_moved || !row.memo.holds(since, now) {
-            let w = &self.policy.priority;
+        let w = &self.policy.priority;
+        // The fair-share factors it was computed with, when fair-share is weighed.
+        let fairshare = (w.fairshare != 0).then_some(self.fairshare_count);
+        if self.largest_first_moved || !row.memo.holds(since, now, fairshare) {
             let factors = self.job_factors(row, since, now, true);
-            row.priority = w.priority(&factors);
-            let steady = w.steady_for(&factors, now.since(since), row.priority);
-            row.memo = PriorityMemo::new(since, now, steady);
+            let steady;
+            (row.priority, steady) = w.priority_steady(&factors, now.since(since));
+            row.memo = PriorityMemo::new(since, now, steady, fairshare);
         }
         row.starving_since = None;
         if let Some(reason) = blocker {

@@ -214,18 +214,24 @@ impl Row {
 
 /// How long a row's priority holds as it is ([`PriorityWeights::steady_for`]): from the
 /// pass that computed it, for a job eligible since `since`, until `until`, while the row is
-/// not made again. Every other input of the priority is the row's own or fixed for the
+/// not made again, and, where fair-share is weighed, while the fair-share factors are
+/// those it was computed with (they are computed again once a calc period, five minutes by
+/// default). Every other input of the priority is the row's own or fixed for the
 /// scheduler's life (the weights, the cluster's size, the partitions' factors). A pass
-/// reads a priority that holds instead of computing it: under a policy that weighs neither
-/// fair-share nor expansion, a job's priority changes only as its age adds a whole unit
-/// (under `fifo`'s weights about every 8.8 hours, under the default's other weights about
-/// every 4 minutes), while passes come seconds apart, and computing every pending job's
-/// priority was most of a first-come-first-served pass on a deep queue.
+/// reads a priority that holds instead of computing it: under a policy that does not weigh
+/// expansion, a job's priority changes only as its age adds a whole unit (under `fifo`'s
+/// weights about every 8.8 hours, under the default's about every 4 minutes) or as the
+/// fair-share factors are computed again, while passes come seconds apart, and computing
+/// every pending job's priority was most of a first-come-first-served pass on a deep queue
+/// and a tenth of the default policy's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct PriorityMemo {
     since: Time,
     from: Time,
     until: Time,
+    /// The count of the fair-share factors' computations it was computed with, when
+    /// fair-share is weighed: it holds only with the same factors.
+    fairshare: Option<u32>,
 }
 
 impl PriorityMemo {
@@ -234,21 +240,30 @@ impl PriorityMemo {
         since: Time::NEVER,
         from: Time::NEVER,
         until: Time(0),
+        fairshare: None,
     };
 
     /// A priority computed at `now` for a job eligible since `since`, the same for
-    /// `steady` (`None`: while nothing else changes).
-    pub(super) fn new(since: Time, now: Time, steady: Option<Dur>) -> PriorityMemo {
+    /// `steady` (`None`: while nothing else changes), with the fair-share factors of count
+    /// `fairshare` when fair-share is weighed.
+    pub(super) fn new(
+        since: Time,
+        now: Time,
+        steady: Option<Dur>,
+        fairshare: Option<u32>,
+    ) -> PriorityMemo {
         PriorityMemo {
             since,
             from: now,
             until: steady.map_or(Time::NEVER, |d| now + d),
+            fairshare,
         }
     }
 
-    /// Whether the priority holds at `now` for a job eligible since `since`.
-    pub(super) fn holds(&self, since: Time, now: Time) -> bool {
-        self.since == since && self.from <= now && now < self.until
+    /// Whether the priority holds at `now` for a job eligible since `since`, with the
+    /// fair-share factors of count `fairshare` when fair-share is weighed.
+    pub(super) fn holds(&self, since: Time, now: Time, fairshare: Option<u32>) -> bool {
+        self.since == since && self.from <= now && now < self.until && self.fairshare == fairshare
     }
 
     /// The time the job was eligible since when it was computed.
