@@ -573,20 +573,29 @@ impl Order {
         unusual: Vec<u32>,
     ) -> Order {
         let mut shape_lanes = vec![NO_LANE; shapes];
-        let mut parts: Vec<Vec<Packed>> = vec![Vec::new()];
-        for key in keys {
-            let c = &candidates[key.3 as usize];
-            let lane = match shape_lanes.get_mut(c.shape as usize) {
-                Some(lane) if c.plain => {
-                    if *lane == NO_LANE {
-                        *lane = parts.len() as u32;
-                        parts.push(Default::default());
+        // Each key's lane, and each lane's size: the lanes are made at their size (grown
+        // key by key, the largest were copied over and over).
+        let mut sizes = vec![0usize];
+        let lane_of: Vec<u32> = (keys.iter())
+            .map(|key| {
+                let c = &candidates[key.3 as usize];
+                let lane = match shape_lanes.get_mut(c.shape as usize) {
+                    Some(lane) if c.plain => {
+                        if *lane == NO_LANE {
+                            *lane = sizes.len() as u32;
+                            sizes.push(0);
+                        }
+                        *lane
                     }
-                    *lane as usize
-                }
-                _ => 0,
-            };
-            parts[lane].push(key);
+                    _ => 0,
+                };
+                sizes[lane as usize] += 1;
+                lane
+            })
+            .collect();
+        let mut parts: Vec<Vec<Packed>> = sizes.into_iter().map(Vec::with_capacity).collect();
+        for (key, lane) in keys.into_iter().zip(lane_of) {
+            parts[lane as usize].push(key);
         }
         if parts.len() == 1 {
             // No plain job: one lane, which the pass reads whole.
