@@ -481,13 +481,18 @@ impl<T: Ord + Copy> Keys<T> {
         keys.into_iter().map(|Reverse(k)| k)
     }
 
-    /// Takes out the keys for which `out` holds, in no particular order, giving each to
-    /// `taken`.
-    fn take_if(&mut self, mut out: impl FnMut(&T) -> bool, mut taken: impl FnMut(T)) {
+    /// Takes out the keys for which `out` holds, in no particular order: returns those of
+    /// them for which `tell` holds too.
+    fn take_if(
+        &mut self,
+        mut out: impl FnMut(&T) -> bool,
+        mut tell: impl FnMut(&T) -> bool,
+    ) -> Vec<T> {
+        let mut taken = Vec::new();
         let keep = |k: &Reverse<T>| {
             let take = out(&k.0);
-            if take {
-                taken(k.0);
+            if take && tell(&k.0) {
+                taken.push(k.0);
             }
             !take
         };
@@ -495,6 +500,7 @@ impl<T: Ord + Copy> Keys<T> {
             Keys::Heap(heap, ..) => heap.retain(keep),
             Keys::Sorted(keys) => keys.retain(keep),
         }
+        taken
     }
 }
 
@@ -664,27 +670,21 @@ impl Order {
 
     /// Takes out of the lane of the plain jobs of shape `shape` (but its head) those that
     /// would end at or after `end` were they to start at `now`, which wait on `Priority`
-    /// unread: gives `tell` the keys of those whose reason before the pass was another (on
-    /// a full cluster, a pass may thin tens of thousands: they are not gathered first). A
-    /// lane thinned at an end as early already has none such left but its head: it is not
-    /// read again (the head, when taken, is often the next job of the shape to be thinned
-    /// for).
-    fn thin_lane(&mut self, shape: u32, now: Time, end: Time, mut tell: impl FnMut(Packed)) {
+    /// unread: returns the keys of those whose reason before the pass was another. A lane
+    /// thinned at an end as early already has none such left but its head: it is not read
+    /// again (the head, when taken, is often the next job of the shape to be thinned for).
+    fn thin_lane(&mut self, shape: u32, now: Time, end: Time) -> Vec<Packed> {
         let Some(lane) = self.lane(shape) else {
-            return;
+            return Vec::new();
         };
         if lane.thinned.is_some_and(|t| end >= t) {
-            return;
+            return Vec::new();
         }
         lane.thinned = Some(end);
         lane.keys.take_if(
             |k| tag::end(k.4, now).is_some_and(|e| e >= end),
-            |k| {
-                if tag::reason(k.4) != tag::PRIORITY {
-                    tell(k);
-                }
-            },
-        );
+            |k| tag::reason(k.4) != tag::PRIORITY,
+        )
     }
 
     /// The candidate at `place`, if not taken.
@@ -851,29 +851,16 @@ fn note_keys(
 ) {
     let code = tag::code(reason);
     for k in keys {
-        if let Some(k) = note_by_tag(k, code, reason, reasons) {
-            if let Some(c) = order.take(k.3) {
-                note(reasons, &c, reason.clone());
+        match tag::reason(k.4) {
+            was if was == tag::OTHER || code == tag::OTHER => {
+                if let Some(c) = order.take(k.3) {
+                    note(reasons, &c, reason.clone());
+                }
             }
+            was if was != code => reasons.push((JobId(k.2), reason.clone())),
+            _ => {}
         }
     }
-}
-
-/// [`note_keys`] for one key, as far as its tag tells: notes `reason` (of code `code`) if
-/// the tag tells another reason before the pass; returns the key if only its candidate can
-/// tell (the tag's reason or `reason` is not one a tag holds).
-fn note_by_tag(
-    k: Packed,
-    code: u32,
-    reason: &PendingReason,
-    reasons: &mut Vec<(JobId, PendingReason)>,
-) -> Option<Packed> {
-    match tag::reason(k.4) {
-        was if was == tag::OTHER || code == tag::OTHER => return Some(k),
-        was if was != code => reasons.push((JobId(k.2), reason.clone())),
-        _ => {}
-    }
-    None
 }
 
 /// The rows whose jobs count in partition `p`'s pending work (held jobs and jobs without
@@ -1023,13 +1010,8 @@ impl Scheduler {
                     // So would every plain job of its shape that would end as late: they
                     // are taken out of the order unread.
                     if c.plain {
-                        // Noted as they are taken, but those only their candidates tell.
-                        let (reason, mut others) = (PendingReason::Priority, Vec::new());
-                        let code = tag::code(&reason);
-                        order.thin_lane(c.shape, now, *failed_end, |k| {
-                            others.extend(note_by_tag(k, code, &reason, &mut reasons));
-                        });
-                        note_keys(&mut order, others, &reason, &mut reasons);
+                        let keys = order.thin_lane(c.shape, now, *failed_end);
+                        note_keys(&mut order, keys, &PendingReason::Priority, &mut reasons);
                     }
                     continue;
                 }
@@ -2215,19 +2197,14 @@ mod tests {
             let left2: Vec<JobId> = ids[n..].iter().copied().filter(|&id| lane(id) == Some(2)).collect();
             let ends_late = |id: JobId| limit(id) < 1 << 30 && (limit(id) == 0 || limit(id) >= end);
             let thinned: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late(id)).collect();
-            let thin = |order: &mut Order, end: u64| {
-                let mut told = Vec::new();
-                order.thin_lane(2, Time(0), Time(end), |k| told.push(k));
-                told
-            };
-            let got = sorted(thin(&mut order, end));
+            let got = sorted(order.thin_lane(2, Time(0), Time(end)));
             let mut want: Vec<JobId> = thinned.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
             want.sort_unstable();
             prop_assert_eq!(got, want);
             // Thinned again, at `end2`: only what ends late for it and was left.
             let ends_late2 = |id: JobId| limit(id) < 1 << 30 && (limit(id) == 0 || limit(id) >= end2);
             let thinned2: Vec<JobId> = left2.iter().skip(1).copied().filter(|&id| ends_late2(id) && !ends_late(id)).collect();
-            let got = sorted(thin(&mut order, end2));
+            let got = sorted(order.thin_lane(2, Time(0), Time(end2)));
             let mut want: Vec<JobId> = thinned2.iter().copied().filter(|&id| was(id) != tag::PRIORITY).collect();
             want.sort_unstable();
             prop_assert_eq!(got, want);
