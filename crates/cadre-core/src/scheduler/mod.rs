@@ -1960,22 +1960,23 @@ impl Scheduler {
             if known.len() <= slot {
                 known.resize(slot + 1, None);
             }
-            let fit = match known[slot] {
-                Some((s, fit)) if s == stamp => fit,
-                _ => {
-                    if probe.is_none() {
-                        probe = placement::OneNode::new(
-                            &self.cluster,
-                            spec,
-                            self.profile_placed(),
-                            Some(layout),
-                        );
-                    }
-                    let fit = probe.as_ref()?.fit(node);
-                    known[slot] = Some((stamp, fit));
-                    fit
-                }
-            };
+            // Read in place: a fit is a few words, and every class is read at every start.
+            if let Some((s, fit)) = &known[slot]
+                && *s == stamp
+            {
+                choice.add(node, weight, fit);
+                continue;
+            }
+            if probe.is_none() {
+                probe = placement::OneNode::new(
+                    &self.cluster,
+                    spec,
+                    self.profile_placed(),
+                    Some(layout),
+                );
+            }
+            let fit = probe.as_ref()?.fit(node);
+            known[slot] = Some((stamp, fit));
             choice.add(node, weight, &fit);
         }
         choice.chosen()
