@@ -674,8 +674,9 @@ fn expansion_decides_as_the_reference() {
 /// limit changes (past a partition's limit), and that are requeued: what makes a job
 /// eligible or changes its priority between passes, which the order kept between passes
 /// ([`super::kept::KeptOrder`]) must follow. The two `fifo` runs keep an order; strict
-/// order weighing fair-share keeps none (its priorities all move at every pass: keeping
-/// them was a bug this test found), nor do the default policy and `slurm`.
+/// order weighing fair-share keeps none (its priorities all move whenever the fair-share
+/// factors are computed again: keeping them was a bug this test found), nor do the
+/// default policy and `slurm`.
 #[test]
 fn jobs_waiting_on_time_others_and_holds_decide_as_the_reference() {
     let mut strict_fairshare = Policy::slurm();

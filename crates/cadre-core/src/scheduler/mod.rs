@@ -520,8 +520,9 @@ fn held_gpu_milli(per_node: &[(NodeId, Amounts)]) -> u64 {
 
 /// Whether a scheduler under `policy` keeps the order of the eligible jobs between passes
 /// ([`KeptOrder`]; the reference scheduler does not): not when fair-share or expansion is
-/// weighed, which move every job's priority at every pass, so that every job would be
-/// assessed again anyway and keeping the order would only add its upkeep.
+/// weighed, which move every job's priority at once (expansion at every pass, fair-share
+/// whenever its factors are computed again, once a calc period), while the kept order
+/// looks at a job again only when the job's own time comes.
 fn keeps_order(policy: &Policy) -> bool {
     let w = &policy.priority;
     policy.strict_order && w.fairshare == 0 && w.expansion == 0

@@ -1562,7 +1562,8 @@ impl Scheduler {
 
     /// Whether the order of the eligible jobs is kept between passes ([`KeptOrder`]): under
     /// strict order when neither fair-share nor expansion is weighed (either moves every
-    /// priority at every pass), but in the reference scheduler.
+    /// priority at once: expansion at every pass, fair-share once a calc period), but in
+    /// the reference scheduler.
     pub(super) fn keeps_order(&self) -> bool {
         super::keeps_order(&self.policy) && !self.reference
     }
