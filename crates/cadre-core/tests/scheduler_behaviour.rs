@@ -3227,6 +3227,53 @@ fn saved_fairshare_usage_comes_back_decayed_after_a_restart() {
     );
 }
 
+/// A controller saves the fair-share usage every minute: the save changes nothing the
+/// scheduler decides. The fair-share factors are computed again once a calc period (five
+/// minutes here), not at each save (each used to compute them, and so every pending job's
+/// priority, again).
+#[test]
+fn a_usage_snapshot_changes_no_priority_nor_decision() {
+    let policy = Policy::preset("cadre").unwrap();
+    let mut saving = Sim::new(Cluster::flat_gpu(1, 8), policy.clone());
+    let mut not = Sim::new(Cluster::flat_gpu(1, 8), policy);
+    for sim in [&mut saving, &mut not] {
+        sim.submit(1, job(1, 8, 3600), 0);
+        sim.submit(
+            2,
+            JobSpec::simple("bob", "ml", 1, gpu_task(8), Dur(3600)),
+            0,
+        );
+        sim.submit(3, job(1, 8, 3600), 0);
+    }
+    let mut moved = false;
+    for now in [0, 61, 130, 299, 301, 400, 610] {
+        if now > 0 {
+            let saved = saving.s.usage_snapshot(Time(now - 1));
+            assert_eq!(saved.len(), 1, "alice's running job is charged: {saved:?}");
+        }
+        assert_eq!(saving.pass(now), not.pass(now), "at {now}");
+        let priorities = |sim: &Sim| -> Vec<u64> {
+            (2..=3)
+                .map(|id| sim.s.priority(sim.s.job(JobId(id)).expect("pending")))
+                .collect()
+        };
+        let got = priorities(&saving);
+        assert_eq!(got, priorities(&not), "at {now}");
+        // Bob (job 2) and alice's pending job 3 differ only by their users' usage, which
+        // counts from the first computation of the factors after alice's job started.
+        let (bob, alice) = (got[0], got[1]);
+        if now < 300 {
+            assert_eq!(bob, alice, "at {now}: the factors of the start still hold");
+        } else {
+            moved |= bob > alice;
+        }
+    }
+    assert!(
+        moved,
+        "alice's usage moved her priority once the factors were computed again"
+    );
+}
+
 #[test]
 fn an_arrays_running_tasks_stay_within_its_percent_limit() {
     let mut sim = Sim::new(Cluster::flat_gpu(2, 8), plain());

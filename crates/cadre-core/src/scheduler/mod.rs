@@ -1604,10 +1604,17 @@ impl Scheduler {
     /// The fair-share usage of every user association as of `now`, running jobs charged and
     /// all usage decayed up to `now`, as (user, account, raw usage in billing-unit-seconds):
     /// what a controller saves so that a restart does not forget who used what.
-    pub fn usage_snapshot(&mut self, now: Time) -> Vec<(String, String, f64)> {
-        self.fairshare_computed = None;
-        self.accrue(now);
-        self.fairshare
+    ///
+    /// Worked out on a copy of the usage: taking it leaves the scheduler as it was, so the
+    /// fair-share factors are still computed once a calc period, as the policy says, however
+    /// often a controller saves (it saves every minute, and each save used to compute them
+    /// again, and so every pending job's priority at the next pass).
+    pub fn usage_snapshot(&self, now: Time) -> Vec<(String, String, f64)> {
+        let mut fairshare = self.fairshare.clone();
+        self.usage.clone().charge_all(&mut fairshare, now);
+        let half_life = self.policy.fairshare.half_life;
+        decay_since(&mut fairshare, self.last_decay, now, half_life);
+        fairshare
             .rows(self.fairshare_algorithm())
             .into_iter()
             .filter_map(|r| r.user.map(|u| (u, r.account, r.raw_usage)))
@@ -1665,17 +1672,8 @@ impl Scheduler {
             return;
         }
         self.usage.charge_all(&mut self.fairshare, now);
-        let half_life = self.policy.fairshare.half_life.0 as f64;
-        if let Some(last) = self.last_decay {
-            let elapsed = now.since(last).0 as f64;
-            if elapsed > 0.0 && half_life > 0.0 {
-                let decayed = self.fairshare.decay(elapsed, half_life);
-                debug_assert!(
-                    decayed.is_ok(),
-                    "decay of {elapsed} s by half-life {half_life} s: {decayed:?}"
-                );
-            }
-        }
+        let half_life = self.policy.fairshare.half_life;
+        decay_since(&mut self.fairshare, self.last_decay, now, half_life);
         self.last_decay = Some(now);
         self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
         self.fairshare_count = self.fairshare_count.wrapping_add(1);
@@ -1981,6 +1979,22 @@ impl Scheduler {
             choice.add(node, weight, &fit);
         }
         choice.chosen()
+    }
+}
+
+/// Decays the usage in `fairshare` by `half_life` over the time from the last decay, `last`
+/// (none: nothing to decay), to `now`.
+fn decay_since(fairshare: &mut FairShareTree, last: Option<Time>, now: Time, half_life: Dur) {
+    let half_life = half_life.0 as f64;
+    if let Some(last) = last {
+        let elapsed = now.since(last).0 as f64;
+        if elapsed > 0.0 && half_life > 0.0 {
+            let decayed = fairshare.decay(elapsed, half_life);
+            debug_assert!(
+                decayed.is_ok(),
+                "decay of {elapsed} s by half-life {half_life} s: {decayed:?}"
+            );
+        }
     }
 }
 
