@@ -1051,10 +1051,6 @@ pub fn place_scanning(
     profile: Option<&WorkloadProfile>,
     scan: Vec<(NodeId, u32)>,
 ) -> Result<Allocation, PlacementFailure> {
-    debug_assert!(
-        scan.windows(2).all(|w| w[0].0 < w[1].0),
-        "scan is ascending"
-    );
     place_inner(cluster, job, eligible, profile, Some(scan), true)
 }
 
@@ -1291,8 +1287,9 @@ impl OneNodeChoice {
     }
 }
 
-/// [`place_scanning`] when the caller has no use for why nothing fits: `None` then, without
-/// the work of classifying the failure (on a large partition, a look at every node).
+/// [`place_scanning`] when the caller has no use for why the job is not placed: `None` then
+/// (nothing fits, or the job is invalid), without the work of classifying the failure (on
+/// a large partition, a look at every eligible node).
 pub fn place_scanning_quietly(
     cluster: &Cluster,
     job: &JobSpec,
@@ -1327,6 +1324,10 @@ fn scanning_ctx<'a>(
 ) -> Result<Ctx<'a>, PlacementFailure> {
     let mut ctx = Ctx::new(cluster, job, eligible, ascending)?;
     ctx.scan = scan.map(|mut scan| {
+        debug_assert!(
+            scan.windows(2).all(|w| w[0].0 < w[1].0),
+            "scan is ascending"
+        );
         // Both ascending: one merge keeps the eligible ones (all are, when every node is).
         if ctx.eligible.len() < cluster.nodes.len() {
             let mut rest = ctx.eligible.iter().peekable();

@@ -76,7 +76,7 @@
 //! clock.
 
 use crate::resources::{Amounts, MILLI_PER_GPU};
-use foldhash::fast::FixedState;
+use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -916,10 +916,11 @@ pub struct QuotaBook {
     namespace_usage: BTreeMap<String, Usage>,
     total: Vec4,
     /// Admitted gangs and how many of each: the source of truth for `check_invariants`. In
-    /// a hash table (foldhash, fixed seed), looked up by a borrowed key: a tree ordered by
-    /// the charges compared their strings at every level, and an owned key made two
-    /// strings, at every start and end (together 3% of a busy pass's instructions).
-    ledger: hashbrown::HashMap<Charge, u64, FixedState>,
+    /// a hash table looked up by a borrowed key: a tree ordered by the charges compared
+    /// their strings at every level, and an owned key made two strings, at every start and
+    /// end (together 3% of a busy pass's instructions). Seeded at random: its keys hold
+    /// names users choose, and nothing reads the table in its order but sums.
+    ledger: hashbrown::HashMap<Charge, u64, RandomState>,
 }
 
 fn non_empty(name: &str, what: &'static str) -> Result<(), QuotaError> {
@@ -2825,16 +2826,32 @@ mod tests {
             g in 0u64..4,
         ) {
             use std::hash::BuildHasher;
-            let key = ChargeRef { queue, account: &account, user: &user, namespace: namespace.as_deref(), amounts: gpus(g) };
+            let key = ChargeRef {
+                queue,
+                account: &account,
+                user: &user,
+                namespace: namespace.as_deref(),
+                amounts: gpus(g),
+            };
             let charge = key.owned();
-            let hasher = FixedState::default();
+            let hasher = RandomState::default();
             prop_assert_eq!(hasher.hash_one(&key), hasher.hash_one(&charge));
-            prop_assert!(hashbrown::Equivalent::equivalent(&key, &charge));
+            let same = |c: &Charge| hashbrown::Equivalent::equivalent(&key, c);
+            prop_assert!(same(&charge));
             // One field another: not equivalent (the hash may collide).
-            let moved = Charge { user: other.clone(), ..charge.clone() };
-            prop_assert_eq!(hashbrown::Equivalent::equivalent(&key, &moved), other == user);
-            let moved = Charge { namespace: None, ..charge };
-            prop_assert_eq!(hashbrown::Equivalent::equivalent(&key, &moved), namespace.is_none());
+            let other_queue = queue.map_or(Some(0), |q| (q > 0).then(|| q - 1));
+            let queue_moved = Charge { queue: other_queue, ..charge.clone() };
+            prop_assert!(!same(&queue_moved));
+            let account_moved = Charge { account: other.clone(), ..charge.clone() };
+            prop_assert_eq!(same(&account_moved), other == account);
+            let user_moved = Charge { user: other.clone(), ..charge.clone() };
+            prop_assert_eq!(same(&user_moved), other == user);
+            let ns_moved = Charge { namespace: Some(other.clone()), ..charge.clone() };
+            prop_assert_eq!(same(&ns_moved), namespace == Some(other));
+            let ns_none = Charge { namespace: None, ..charge.clone() };
+            prop_assert_eq!(same(&ns_none), namespace.is_none());
+            let amounts_moved = Charge { amounts: gpus(g + 1), ..charge };
+            prop_assert!(!same(&amounts_moved));
         }
 
         /// check ⇔ the state after admitting satisfies every limit; admit/release keep the

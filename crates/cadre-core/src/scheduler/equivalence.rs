@@ -624,11 +624,13 @@ fn fifo_preset_decides_as_the_reference() {
 }
 
 /// Priorities read from the last pass while they hold ([`super::queue::PriorityMemo`]),
-/// with an age cap short enough that priorities change every second or so within the run:
-/// the default policy, whose fair-share factors are computed again once a calc period
-/// (passes come up to two minutes apart, the default period is five: some passes read the
-/// factors the last one did, some new ones, and one run has a period shorter than most
-/// gaps), its other weights alone, and strict order.
+/// with an age cap short enough that priorities change every second or so within the run
+/// (and hold across passes for the jobs at the cap), or, in one run of the default policy,
+/// its own cap of two weeks, which moves a priority about every four minutes (it holds
+/// across several passes): the default policy, whose fair-share factors are computed
+/// again once a calc period (passes come up to two minutes apart, the default period is
+/// five: some passes read the factors the last one did, some new ones, and one run has a
+/// period shorter than most gaps), its other weights alone, and strict order.
 #[test]
 fn priorities_kept_between_passes_are_the_reference_s() {
     let mut default = Policy::default();
@@ -639,8 +641,10 @@ fn priorities_kept_between_passes_are_the_reference_s() {
     fifo.priority.max_age = Dur::minutes(20);
     for seed in 1..=3 {
         let mut default = default.clone();
-        if seed == 3 {
-            default.fairshare.calc_period = Dur(30);
+        match seed {
+            2 => default.priority.max_age = Policy::default().priority.max_age,
+            3 => default.fairshare.calc_period = Dur(30),
+            _ => {}
         }
         compare(default, seed, 300);
         compare(no_fairshare.clone(), seed, 300);

@@ -6,14 +6,14 @@
 //! queue that was most of the pass's ordering. The rows hold those fields packed together
 //! in one array (with an index by id).
 //!
-//! A pending job's priority is the row's alone: where fair-share is weighed every
-//! priority changes whenever the fair-share factors are computed again (once a calc
-//! period), and writing them back cost as much as reading the jobs (in between, and where
-//! fair-share is not weighed, a row keeps its priority for as long as it holds, see
-//! [`PriorityMemo`]). The job table's [`Job::priority`] is the one the job had when it last left the queue; read
-//! a job's priority with [`Scheduler::priority`](super::Scheduler::priority). The other
-//! values a pass sets (eligibility, starving mark, reason) change seldom: the row holds
-//! them as the job has them, and a pass writes back to the job table only those that
+//! A pending job's priority is the row's alone: where fair-share is weighed most priorities
+//! change whenever the fair-share factors are computed again (once a calc period), and
+//! writing them back cost as much as reading the jobs (in between, and where fair-share is
+//! not weighed, a row keeps its priority for as long as it holds, see [`PriorityMemo`]).
+//! The job table's [`Job::priority`] is the one the job had when it last left the queue;
+//! read a job's priority with [`Scheduler::priority`](super::Scheduler::priority). The
+//! other values a pass sets (eligibility, starving mark, reason) change seldom: the row
+//! holds them as the job has them, and a pass writes back to the job table only those that
 //! changed.
 //!
 //! Apart from the priority and how long it holds, a row is a copy: a job entering the
