@@ -546,7 +546,7 @@ impl<'a> Ctx<'a> {
         {
             return true;
         }
-        if self.job.features.is_empty() && self.job.node_selector.is_empty() {
+        if refuses_none(self.job) {
             return false;
         }
         static_refusal(self.cluster, self.job, node).is_some()
@@ -645,14 +645,13 @@ impl<'a> Ctx<'a> {
         }
         // A job that names no feature or label is refused by no node outright: on a large
         // partition, the list would be a copy of every eligible node.
-        let statically_ok: Cow<[NodeId]> =
-            if self.job.features.is_empty() && self.job.node_selector.is_empty() {
-                Cow::Borrowed(&self.eligible)
-            } else {
-                let ok = self.eligible.iter().copied();
-                ok.filter(|&n| static_refusal(self.cluster, self.job, n).is_none())
-                    .collect()
-            };
+        let statically_ok: Cow<[NodeId]> = if refuses_none(self.job) {
+            Cow::Borrowed(&self.eligible)
+        } else {
+            let ok = self.eligible.iter().copied();
+            ok.filter(|&n| static_refusal(self.cluster, self.job, n).is_none())
+                .collect()
+        };
         if statically_ok.is_empty() {
             let what = match static_refusal(self.cluster, self.job, self.eligible[0]) {
                 Some(r @ NodeRefusal::LacksFeature(_)) => format!("the features {}", r_what(&r)),
@@ -812,6 +811,11 @@ fn r_what(r: &NodeRefusal) -> String {
 }
 
 /// Features and labels: what never changes while the job waits.
+/// Whether [`static_refusal`] refuses `job` on no node: it names no feature and no label.
+fn refuses_none(job: &JobSpec) -> bool {
+    job.features.is_empty() && job.node_selector.is_empty()
+}
+
 fn static_refusal(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<NodeRefusal> {
     let n = cluster.node(node);
     for f in &job.features {
