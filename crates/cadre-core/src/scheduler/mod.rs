@@ -1611,9 +1611,9 @@ impl Scheduler {
     /// again, and so every pending job's priority at the next pass).
     pub fn usage_snapshot(&self, now: Time) -> Vec<(String, String, f64)> {
         let mut fairshare = self.fairshare.clone();
-        self.usage.clone().charge_all(&mut fairshare, now);
         let half_life = self.policy.fairshare.half_life;
-        decay_since(&mut fairshare, self.last_decay, now, half_life);
+        let usage = &mut self.usage.clone();
+        charge_and_decay(usage, &mut fairshare, self.last_decay, now, half_life);
         fairshare
             .rows(self.fairshare_algorithm())
             .into_iter()
@@ -1671,9 +1671,9 @@ impl Scheduler {
         if !due {
             return;
         }
-        self.usage.charge_all(&mut self.fairshare, now);
         let half_life = self.policy.fairshare.half_life;
-        decay_since(&mut self.fairshare, self.last_decay, now, half_life);
+        let last = self.last_decay;
+        charge_and_decay(&mut self.usage, &mut self.fairshare, last, now, half_life);
         self.last_decay = Some(now);
         self.fairshare_factors = self.fairshare.factors(self.fairshare_algorithm());
         self.fairshare_count = self.fairshare_count.wrapping_add(1);
@@ -1982,9 +1982,16 @@ impl Scheduler {
     }
 }
 
-/// Decays the usage in `fairshare` by `half_life` over the time from the last decay, `last`
-/// (none: nothing to decay), to `now`.
-fn decay_since(fairshare: &mut FairShareTree, last: Option<Time>, now: Time, half_life: Dur) {
+/// Charges the running jobs' `usage` to `fairshare` up to `now`, then decays all of it by
+/// `half_life` over the time from the last decay, `last` (none: nothing to decay), to `now`.
+fn charge_and_decay(
+    usage: &mut UsageRates,
+    fairshare: &mut FairShareTree,
+    last: Option<Time>,
+    now: Time,
+    half_life: Dur,
+) {
+    usage.charge_all(fairshare, now);
     let half_life = half_life.0 as f64;
     if let Some(last) = last {
         let elapsed = now.since(last).0 as f64;
