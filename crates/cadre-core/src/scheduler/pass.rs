@@ -5,7 +5,9 @@ use super::free::FreeSummary;
 #[cfg(doc)]
 use super::kept::KeptOrder;
 use super::queue::{PendingTable, PriorityMemo, Row};
-use super::{Decision, Hold, Job, PendingReason, Scheduler, backlog, held_gpu_milli, tail};
+use super::{
+    Decision, Hold, Job, JobTable, PendingReason, Scheduler, backlog, held_gpu_milli, tail,
+};
 use crate::alloc::Allocation;
 use crate::backfill::{EarlyEnd, Profile, Reservation};
 use crate::cluster::{Cluster, NodeId, PartitionId};
@@ -727,7 +729,7 @@ fn note(reasons: &mut Vec<(JobId, PendingReason)>, c: &Candidate, reason: Pendin
 
 /// Writes the rows of the jobs `ids` (sorted) back to the job table ([`Row::write_to`]):
 /// those whose assessment changed a value the table holds too.
-fn write_back(jobs: &mut BTreeMap<JobId, Job>, queue: &PendingTable, ids: Vec<JobId>) {
+fn write_back(jobs: &mut JobTable, queue: &PendingTable, ids: Vec<JobId>) {
     update_sorted(jobs, ids.into_iter().map(|id| (id, ())), |job, ()| {
         if let Some(row) = queue.row(job.id) {
             row.write_to(job);
@@ -1781,7 +1783,9 @@ impl Scheduler {
             .dependencies
             .iter()
             .any(|d| matches!(d, Dependency::Singleton));
-        if singleton && self.singletons.running(&spec.user, &spec.name) {
+        // A job with a singleton dependency started the count when it entered the table.
+        let running = |s: &super::Singletons| s.running(&spec.user, &spec.name);
+        if singleton && self.singletons.as_ref().is_some_and(running) {
             return Some(PendingReason::SingletonDependency);
         }
         None

@@ -26,7 +26,7 @@
 //! untouched row with the row made afresh from its job.
 
 use super::backlog::PendingWork;
-use super::{Hold, Job, PendingReason};
+use super::{Hold, Job, JobTable, PendingReason};
 use crate::cluster::PartitionId;
 use crate::fairshare::AssocIx;
 use crate::job::JobId;
@@ -37,7 +37,7 @@ use crate::resources::MILLI_PER_GPU;
 use crate::time::{Dur, Time};
 use foldhash::fast::FixedState;
 use indexmap::IndexMap;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// What a pass reads of a pending job, and the values it writes, as the job has them.
 #[derive(Clone, Debug, PartialEq)]
@@ -405,7 +405,7 @@ impl PendingTable {
     /// since the last refresh; `None` when every row was made again.
     pub(super) fn refresh(
         &mut self,
-        jobs: &BTreeMap<JobId, Job>,
+        jobs: &JobTable,
         pending: &BTreeSet<JobId>,
     ) -> Option<Vec<JobId>> {
         let moved = self.moved.as_mut().map(IdLog::take);
@@ -484,11 +484,7 @@ impl PendingTable {
     /// Whether every row not touched since it was made equals the row made afresh from its
     /// job (but for the priority and how long it holds, which are the row's), and the table
     /// holds no other job than the pending ones.
-    pub(super) fn check(
-        &self,
-        jobs: &BTreeMap<JobId, Job>,
-        pending: &BTreeSet<JobId>,
-    ) -> Result<(), String> {
+    pub(super) fn check(&self, jobs: &JobTable, pending: &BTreeSet<JobId>) -> Result<(), String> {
         let Some(touched) = self.touched(false) else {
             return Ok(());
         };
