@@ -1864,13 +1864,8 @@ impl Scheduler {
 
     /// [`Scheduler::profile`] gathered from every active job.
     pub(super) fn profile_gathered(&self, now: Time) -> Profile {
-        // One sweep over the job table in id order (the order of `active`), rather than a
-        // search per running job.
-        let mut active = self.active.iter().peekable();
-        let running = self
-            .jobs
-            .iter()
-            .filter(move |(id, _)| active.next_if_eq(id).is_some());
+        // One sweep over the job table, in id order.
+        let running = (self.jobs.iter()).filter(|(id, _)| self.active.contains(*id));
         let ends = running.map(|(_, job)| {
             let limit_end = job.limit_end();
             let end = match job.stopping {

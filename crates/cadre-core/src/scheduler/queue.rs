@@ -26,7 +26,7 @@
 //! untouched row with the row made afresh from its job.
 
 use super::backlog::PendingWork;
-use super::{Hold, Job, JobTable, PendingReason};
+use super::{Hold, IdSet, Job, JobTable, PendingReason};
 use crate::cluster::PartitionId;
 use crate::fairshare::AssocIx;
 use crate::job::JobId;
@@ -403,11 +403,7 @@ impl PendingTable {
     /// Returns the jobs touched, sorted, and with [`PendingTable::keep_changes`] those that
     /// entered or left the queue: every job whose row was made, made again or taken out
     /// since the last refresh; `None` when every row was made again.
-    pub(super) fn refresh(
-        &mut self,
-        jobs: &JobTable,
-        pending: &BTreeSet<JobId>,
-    ) -> Option<Vec<JobId>> {
+    pub(super) fn refresh(&mut self, jobs: &JobTable, pending: &IdSet) -> Option<Vec<JobId>> {
         let moved = self.moved.as_mut().map(IdLog::take);
         let fresh = |id: &JobId, was: Option<&Row>| {
             let mut row = Row::of(jobs.get(id)?);
@@ -419,7 +415,9 @@ impl PendingTable {
         if std::mem::take(&mut self.all) {
             self.touched = IdLog::default();
             let was = std::mem::take(&mut self.rows);
-            self.rows = pending
+            let mut ids: Vec<JobId> = pending.iter().copied().collect();
+            ids.sort_unstable();
+            self.rows = ids
                 .iter()
                 .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
@@ -484,7 +482,7 @@ impl PendingTable {
     /// Whether every row not touched since it was made equals the row made afresh from its
     /// job (but for the priority and how long it holds, which are the row's), and the table
     /// holds no other job than the pending ones.
-    pub(super) fn check(&self, jobs: &JobTable, pending: &BTreeSet<JobId>) -> Result<(), String> {
+    pub(super) fn check(&self, jobs: &JobTable, pending: &IdSet) -> Result<(), String> {
         let Some(touched) = self.touched(false) else {
             return Ok(());
         };
@@ -511,7 +509,8 @@ impl PendingTable {
         }
         if let Some(id) = pending
             .iter()
-            .find(|id| !self.rows.contains_key(*id) && !touched.contains(id))
+            .filter(|id| !self.rows.contains_key(*id) && !touched.contains(id))
+            .min()
         {
             return Err(format!("pending job {id} has no pending row"));
         }
