@@ -531,9 +531,39 @@ fn libraries_in_maps(maps: &str) -> Option<(PathBuf, Vec<PathBuf>)> {
     loader.map(|l| (l, libraries))
 }
 
+/// The pauses between attempts at removing a task's container: a removal can fail while
+/// the runtime is busy (another of its commands holding its locks, the container's exit
+/// still being recorded), and a container left behind keeps its name and its storage.
+const REMOVE_PAUSES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
+
 /// Removes the task's container, killing it if it still runs (`rm --force --time 0
-/// --ignore`); what went wrong, if anything.
+/// --ignore`), tried again after each pause of [`REMOVE_PAUSES`] while it fails; what went
+/// wrong at each attempt, if the last failed too.
 pub fn remove(runtime: &[String], name: &str) -> Result<(), String> {
+    remove_with_pauses(runtime, name, &REMOVE_PAUSES)
+}
+
+fn remove_with_pauses(runtime: &[String], name: &str, pauses: &[Duration]) -> Result<(), String> {
+    let mut failures = Vec::new();
+    let mut pauses = pauses.iter();
+    loop {
+        match remove_once(runtime, name) {
+            Ok(()) if failures.is_empty() => return Ok(()),
+            Ok(()) => {
+                let failed = failures.join("; then ");
+                tracing::info!(container = %name, %failed, "removed the container after failed attempts");
+                return Ok(());
+            }
+            Err(e) => failures.push(e),
+        }
+        match pauses.next() {
+            Some(pause) => std::thread::sleep(*pause),
+            None => return Err(failures.join("; then ")),
+        }
+    }
+}
+
+fn remove_once(runtime: &[String], name: &str) -> Result<(), String> {
     let Some((program, global)) = runtime.split_first() else {
         return Err("no runtime command".into());
     };
@@ -576,6 +606,43 @@ pub fn pid_max() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runtime command that fails its first `fails` calls: a shell script counting its
+    /// calls in a file of `dir` (what it is given after the script, `rm --force ...`, are
+    /// its arguments, unread).
+    fn failing_runtime(dir: &Path, fails: u32) -> Vec<String> {
+        let calls = dir.join("calls");
+        let script = format!(
+            "echo call >> '{0}'; [ $(wc -l < '{0}') -gt {fails} ] || {{ echo busy >&2; exit 1; }}",
+            calls.display()
+        );
+        vec!["sh".into(), "-c".into(), script, "runtime".into()]
+    }
+
+    fn calls(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("calls")).map_or(0, |s| s.lines().count())
+    }
+
+    #[test]
+    fn a_removal_that_fails_is_tried_again() {
+        let pauses = [Duration::from_millis(10), Duration::from_millis(10)];
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = failing_runtime(dir.path(), 2);
+        assert_eq!(remove_with_pauses(&runtime, "c1", &pauses), Ok(()));
+        assert_eq!(calls(dir.path()), 3);
+
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = failing_runtime(dir.path(), 3);
+        let err = remove_with_pauses(&runtime, "c1", &pauses).unwrap_err();
+        assert_eq!(calls(dir.path()), 3, "no more attempts than pauses and one");
+        assert_eq!(err.matches("sh rm c1 failed").count(), 3, "{err}");
+        assert!(err.contains("busy"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = failing_runtime(dir.path(), 0);
+        assert_eq!(remove_with_pauses(&runtime, "c1", &pauses), Ok(()));
+        assert_eq!(calls(dir.path()), 1, "a removal that works is made once");
+    }
 
     #[test]
     fn the_loader_and_libraries_are_read_from_the_maps() {
