@@ -260,6 +260,11 @@ impl JobSpec {
         }
     }
 
+    /// Whether the job waits for no job of its user and name to run (`singleton`).
+    pub fn singleton(&self) -> bool {
+        (self.dependencies.iter()).any(|d| matches!(d, Dependency::Singleton))
+    }
+
     /// Amounts of the whole gang at its full size.
     pub fn amounts(&self) -> Amounts {
         self.groups.iter().fold(Amounts::ZERO, |acc, g| {

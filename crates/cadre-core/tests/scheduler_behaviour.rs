@@ -1849,6 +1849,25 @@ fn a_lowered_quota_keeps_running_gangs_and_holds_new_ones_until_raised() {
     assert_eq!(started(&sim.pass(21)), [2]);
 }
 
+/// Regression: the active jobs are a hashed set, and counting them in the new quotas in
+/// its order marked arbitrary jobs over the quota; they are counted in id order, so the
+/// latest jobs are the ones over it.
+#[test]
+fn a_lowered_quota_counts_the_running_jobs_in_id_order() {
+    let mut policy = plain();
+    policy.quotas = one_queue(32);
+    let mut sim = Sim::new(Cluster::flat_gpu(4, 8), policy);
+    for id in 1..=32 {
+        sim.submit(id, in_q(job(1, 1, 1000)), 0);
+    }
+    assert_eq!(started(&sim.pass(0)).len(), 32);
+    set_quotas(&mut sim, one_queue(16), 10);
+    let over: Vec<u64> = (1..=32)
+        .filter(|&id| sim.s.is_over_quota(JobId(id)))
+        .collect();
+    assert_eq!(over, (17..=32).collect::<Vec<u64>>());
+}
+
 #[test]
 fn a_gang_over_a_lowered_quota_admits_nothing_new_until_it_ends() {
     let mut policy = plain();

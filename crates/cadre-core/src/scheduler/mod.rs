@@ -15,7 +15,9 @@
 //! - quotas are within nominal plus what borrowing allows;
 //! - a job started by backfill never makes a reservation made before it infeasible;
 //! - the same cluster, policy, events and times give the same decisions, bit for bit
-//!   (every collection iterated is ordered; no clock, no randomness).
+//!   (every collection iterated is ordered, but the sets of pending and active ids, which
+//!   are hashed: what is read of them in order reads them sorted ([`Scheduler::active_ids`]),
+//!   and the rest only sums, counts or sorts what it finds; no clock, no randomness).
 //!
 //! How a pass works ([`Scheduler::schedule`]): usage is charged and decayed up to `now`;
 //! pending jobs that are eligible (not held, dependencies met, begin time reached) are
@@ -38,7 +40,7 @@
 //!   running again from its start time (end by its time limit from there), booked on its
 //!   nodes whatever their state (they are typically unknown until their agents reconnect:
 //!   the tasks hold the devices regardless), and counted in quotas, usage rates, singletons
-//!   and the free summary exactly as a start by the pass is. Two adopted jobs naming one
+//!   (once counted) and the free summary exactly as a start by the pass is. Two adopted jobs naming one
 //!   GPU, core or NIC is an error ([`CoreError::Booking`]), never a silent double booking.
 //!   Quotas count an adopted job even above a limit lowered since it started; new jobs are
 //!   held back until usage is within the limits again. A job adopted on a node already down
@@ -1001,15 +1003,19 @@ impl Scheduler {
     /// and counting every start and end would hash and copy names for nothing (it was 4%
     /// of a pass's time at 12,500 nodes).
     fn count_singletons_for(&mut self, spec: &JobSpec) {
-        if self.singletons.is_some()
-            || !spec
-                .dependencies
-                .iter()
-                .any(|d| matches!(d, crate::job::Dependency::Singleton))
-        {
+        if self.singletons.is_some() || !spec.singleton() {
             return;
         }
         self.singletons = Some(self.singletons_counted());
+    }
+
+    /// The active jobs' ids in id order: the set is hashed, and what it counts in (the
+    /// quotas replaced: which jobs are over) or reports (the least id at fault) depends on
+    /// the order.
+    fn active_ids(&self) -> Vec<JobId> {
+        let mut ids: Vec<JobId> = self.active.iter().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The running jobs per user and name, counted from the active jobs.
@@ -1242,7 +1248,7 @@ impl Scheduler {
         let invalid = |what: String| CoreError::InvalidQuotas { what };
         let mut book = QuotaBook::new(&quotas).map_err(|e| invalid(e.to_string()))?;
         let mut over = BTreeSet::new();
-        for id in &self.active {
+        for id in &self.active_ids() {
             let job = self.jobs.get(id).ok_or(CoreError::UnknownJob(*id))?;
             let (queue, _) = queue_of(&book, &job.spec);
             let counted = book.restore_in(
@@ -1570,7 +1576,7 @@ impl Scheduler {
 
     /// Makes a pending job active, holding `alloc` since `start_time`: books the allocation
     /// on the cluster, counts it in its quotas, its association's usage rate (from `now`),
-    /// its singleton name and the free summary, and sets its end by its time limit. The one
+    /// its singleton name (once counted) and the free summary, and sets its end by its time limit. The one
     /// path by which a job becomes active: starts decided by the pass and jobs adopted after
     /// a restart both take it.
     ///
@@ -1753,7 +1759,7 @@ impl Scheduler {
             node.usage.exclusive = None;
             node.avail = NodeAvail::Up;
         }
-        for id in &self.active {
+        for id in &self.active_ids() {
             let job = self
                 .jobs
                 .get(id)
@@ -1802,10 +1808,22 @@ impl Scheduler {
                 ));
             }
         }
-        if (self.singletons.as_ref()).is_some_and(|s| *s != self.singletons_counted()) {
-            return Err("the running jobs counted per user and name (for singleton \
-                 dependencies) are not the active jobs'"
-                .into());
+        match &self.singletons {
+            Some(s) if *s != self.singletons_counted() => {
+                return Err("the running jobs counted per user and name (for singleton \
+                     dependencies) are not the active jobs'"
+                    .into());
+            }
+            Some(_) => {}
+            None => {
+                if let Some(job) = self.jobs.values().find(|j| j.spec.singleton()) {
+                    return Err(format!(
+                        "job {} has a singleton dependency, but the running jobs are not \
+                         counted per user and name",
+                        job.id
+                    ));
+                }
+            }
         }
         if self.over_quota.is_empty() {
             self.quota.check_invariants().map_err(|e| e.to_string())?;

@@ -1779,13 +1779,9 @@ impl Scheduler {
             DepState::Waiting => return Some(PendingReason::Dependency),
             DepState::Never => return Some(PendingReason::DependencyNeverSatisfied),
         }
-        let singleton = spec
-            .dependencies
-            .iter()
-            .any(|d| matches!(d, Dependency::Singleton));
         // A job with a singleton dependency started the count when it entered the table.
         let running = |s: &super::Singletons| s.running(&spec.user, &spec.name);
-        if singleton && self.singletons.as_ref().is_some_and(running) {
+        if spec.singleton() && self.singletons.as_ref().is_some_and(running) {
             return Some(PendingReason::SingletonDependency);
         }
         None
