@@ -536,11 +536,21 @@ fn libraries_in_maps(maps: &str) -> Option<(PathBuf, Vec<PathBuf>)> {
 /// still being recorded), and a container left behind keeps its name and its storage.
 const REMOVE_PAUSES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
 
+/// Why a removal failed.
+enum RemoveFailure {
+    /// The runtime answered with an error: it may be busy, worth trying again.
+    Refused(String),
+    /// The runtime could not be run, or did not answer in time: trying again would wait
+    /// as long for nothing.
+    Failed(String),
+}
+
 /// Removes the task's container, killing it if it still runs (`rm --force --time 0
-/// --ignore`), tried again after each pause of [`REMOVE_PAUSES`] while it fails; what went
-/// wrong at each attempt, if the last failed too.
-pub fn remove(runtime: &[String], name: &str) -> Result<(), String> {
-    remove_with_pauses(runtime, name, &REMOVE_PAUSES)
+/// --ignore`). When the runtime refuses, the removal is tried again after each pause of
+/// [`REMOVE_PAUSES`] if `again`; what went wrong, if the last attempt failed too.
+pub fn remove(runtime: &[String], name: &str, again: bool) -> Result<(), String> {
+    let pauses: &[Duration] = if again { &REMOVE_PAUSES } else { &[] };
+    remove_with_pauses(runtime, name, pauses)
 }
 
 fn remove_with_pauses(runtime: &[String], name: &str, pauses: &[Duration]) -> Result<(), String> {
@@ -550,22 +560,37 @@ fn remove_with_pauses(runtime: &[String], name: &str, pauses: &[Duration]) -> Re
         match remove_once(runtime, name) {
             Ok(()) if failures.is_empty() => return Ok(()),
             Ok(()) => {
-                let failed = failures.join("; then ");
+                let failed = what_failed(&failures);
                 tracing::info!(container = %name, %failed, "removed the container after failed attempts");
                 return Ok(());
             }
-            Err(e) => failures.push(e),
+            Err(RemoveFailure::Refused(e)) => failures.push(e),
+            Err(RemoveFailure::Failed(e)) => {
+                failures.push(e);
+                return Err(what_failed(&failures));
+            }
         }
         match pauses.next() {
             Some(pause) => std::thread::sleep(*pause),
-            None => return Err(failures.join("; then ")),
+            None => return Err(what_failed(&failures)),
         }
     }
 }
 
-fn remove_once(runtime: &[String], name: &str) -> Result<(), String> {
+/// What went wrong at a removal's attempts, in order; said once when they all failed alike.
+fn what_failed(failures: &[String]) -> String {
+    match failures {
+        [first, rest @ ..] if !rest.is_empty() && rest.iter().all(|f| f == first) => {
+            format!("{} attempts failed alike: {first}", failures.len())
+        }
+        _ => failures.join("; then "),
+    }
+}
+
+fn remove_once(runtime: &[String], name: &str) -> Result<(), RemoveFailure> {
+    use RemoveFailure::{Failed, Refused};
     let Some((program, global)) = runtime.split_first() else {
-        return Err("no runtime command".into());
+        return Err(Failed("no runtime command".into()));
     };
     let child = Command::new(program)
         .args(global)
@@ -574,16 +599,18 @@ fn remove_once(runtime: &[String], name: &str) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
+        .map_err(|e| Failed(format!("cannot run {program}: {e}")))?;
     match wait_with_timeout(child, Duration::from_secs(30)) {
         Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(format!(
+        Ok(out) => Err(Refused(format!(
             "{program} rm {name} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(Some(e)) => Err(format!("{program} rm {name}: {e}")),
-        Err(None) => Err(format!("{program} rm {name} did not finish within 30 s")),
+        ))),
+        Err(Some(e)) => Err(Failed(format!("{program} rm {name}: {e}"))),
+        Err(None) => Err(Failed(format!(
+            "{program} rm {name} did not finish within 30 s"
+        ))),
     }
 }
 
@@ -608,15 +635,14 @@ mod tests {
     use super::*;
 
     /// A runtime command that fails its first `fails` calls: a shell script counting its
-    /// calls in a file of `dir` (what it is given after the script, `rm --force ...`, are
-    /// its arguments, unread).
+    /// calls in the file `calls` of `dir`, given as its `$0` (what follows, `rm --force
+    /// ...`, are its arguments, unread).
     fn failing_runtime(dir: &Path, fails: u32) -> Vec<String> {
-        let calls = dir.join("calls");
+        let calls = dir.join("calls").to_string_lossy().into_owned();
         let script = format!(
-            "echo call >> '{0}'; [ $(wc -l < '{0}') -gt {fails} ] || {{ echo busy >&2; exit 1; }}",
-            calls.display()
+            "echo call >> \"$0\"; [ $(wc -l < \"$0\") -gt {fails} ] || {{ echo busy >&2; exit 1; }}"
         );
-        vec!["sh".into(), "-c".into(), script, "runtime".into()]
+        vec!["sh".into(), "-c".into(), script, calls]
     }
 
     fn calls(dir: &Path) -> usize {
@@ -635,8 +661,20 @@ mod tests {
         let runtime = failing_runtime(dir.path(), 3);
         let err = remove_with_pauses(&runtime, "c1", &pauses).unwrap_err();
         assert_eq!(calls(dir.path()), 3, "no more attempts than pauses and one");
-        assert_eq!(err.matches("sh rm c1 failed").count(), 3, "{err}");
-        assert!(err.contains("busy"), "{err}");
+        assert_eq!(
+            err,
+            "3 attempts failed alike: sh rm c1 failed (exit status: 1): busy"
+        );
+        // Without pauses (as when a task is dropped), one attempt.
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = failing_runtime(dir.path(), 1);
+        let err = remove(&runtime, "c1", false).unwrap_err();
+        assert_eq!(calls(dir.path()), 1);
+        assert_eq!(err, "sh rm c1 failed (exit status: 1): busy");
+        // A runtime that cannot be run is not tried again.
+        let missing = ["/nonexistent/runtime".to_string()];
+        let err = remove_with_pauses(&missing, "c1", &pauses).unwrap_err();
+        assert!(err.starts_with("cannot run /nonexistent/runtime"), "{err}");
 
         let dir = tempfile::tempdir().unwrap();
         let runtime = failing_runtime(dir.path(), 0);

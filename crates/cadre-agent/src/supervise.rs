@@ -545,9 +545,11 @@ impl RunningTask {
     }
 
     /// Removes the task's container, if it has one: it may outlive its runtime's `run`.
-    fn remove_container(&self) {
+    /// Tried again while the runtime refuses if `again` (see [`crate::container::remove`]):
+    /// not when the task is dropped, which may be on the agent's async runtime.
+    fn remove_container(&self, again: bool) {
         if let Some((runtime, name)) = &self.container
-            && let Err(e) = crate::container::remove(runtime, name)
+            && let Err(e) = crate::container::remove(runtime, name, again)
         {
             tracing::warn!(job = %self.job, container = %name, error = %e, "cannot remove the task's container");
         }
@@ -727,7 +729,9 @@ impl RunningTask {
         }
     }
 
-    /// Sends what is due, and returns the outcome once the task has ended. Never blocks.
+    /// Sends what is due, and returns the outcome once the task has ended. Never waits for
+    /// the task; once it has ended, removing its container (if it runs in one) waits for
+    /// the runtime (see [`RunningTask::poll_main`]).
     pub fn poll(&mut self) -> Result<Option<TaskOutcome>, LaunchError> {
         if let Some(o) = &self.outcome {
             return Ok(Some(o.clone()));
@@ -792,7 +796,9 @@ impl RunningTask {
     }
 
     /// Sends what is due; once the main process has ended, kills what it left (unless
-    /// leftovers outlive it), reaps it and says how it ended. Never blocks.
+    /// leftovers outlive it), reaps it, removes its container and says how it ended. Never
+    /// waits for the task; the container's removal waits for the runtime, up to 30 s an
+    /// attempt, and 4 s more in pauses while the runtime refuses.
     fn poll_main(&mut self) -> Result<Option<Termination>, LaunchError> {
         let now = Instant::now();
         let mut actions = Vec::new();
@@ -837,7 +843,7 @@ impl RunningTask {
             Proc::Child(c) => Some(c.wait()),
             Proc::Adopted { .. } => None,
         };
-        self.remove_container();
+        self.remove_container(true);
         Ok(Some(match status {
             Some(status) => {
                 let status = status.map_err(|e| self.wait_error(e))?;
@@ -902,7 +908,7 @@ impl Drop for RunningTask {
             if let Proc::Child(c) = &mut self.child {
                 let _ = c.wait();
             }
-            self.remove_container();
+            self.remove_container(false);
             if let Some(cg) = &self.cgroup {
                 cg.remove();
             }
