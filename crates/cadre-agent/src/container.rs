@@ -546,8 +546,8 @@ enum RemoveFailure {
 }
 
 /// Removes the task's container, killing it if it still runs (`rm --force --time 0
-/// --ignore`). When the runtime refuses, the removal is tried again after each pause of
-/// [`REMOVE_PAUSES`] if `again`; what went wrong, if the last attempt failed too.
+/// --ignore`). When the runtime refuses, the removal is tried again after 1 s and after
+/// 3 s more if `again`; what went wrong, if the last attempt failed too.
 pub fn remove(runtime: &[String], name: &str, again: bool) -> Result<(), String> {
     let pauses: &[Duration] = if again { &REMOVE_PAUSES } else { &[] };
     remove_with_pauses(runtime, name, pauses)

@@ -731,7 +731,7 @@ impl RunningTask {
 
     /// Sends what is due, and returns the outcome once the task has ended. Never waits for
     /// the task; once it has ended, removing its container (if it runs in one) waits for
-    /// the runtime (see [`RunningTask::poll_main`]).
+    /// the runtime (up to 30 s an attempt, and 4 s of pauses while it refuses).
     pub fn poll(&mut self) -> Result<Option<TaskOutcome>, LaunchError> {
         if let Some(o) = &self.outcome {
             return Ok(Some(o.clone()));

@@ -16,7 +16,7 @@
 //! - a job started by backfill never makes a reservation made before it infeasible;
 //! - the same cluster, policy, events and times give the same decisions, bit for bit
 //!   (every collection iterated is ordered, but the sets of pending and active ids, which
-//!   are hashed: what is read of them in order reads them sorted ([`Scheduler::active_ids`]),
+//!   are hashed: what is read of them in order reads them sorted (`Scheduler::active_ids`),
 //!   and the rest only sums, counts or sorts what it finds; no clock, no randomness).
 //!
 //! How a pass works ([`Scheduler::schedule`]): usage is charged and decayed up to `now`;
