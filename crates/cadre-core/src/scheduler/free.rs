@@ -1,12 +1,34 @@
 //! Summaries the scheduler keeps up to date between passes: what is free per partition,
 //! and the usage rates of associations with running jobs.
 
-use super::Job;
 use crate::cluster::{Cluster, NodeAvail, NodeId, PartitionId};
 use crate::fairshare::{AssocIx, FairShareTree};
+use crate::job::JobSpec;
 use crate::resources::Amounts;
 use crate::time::Time;
 use std::collections::BTreeMap;
+
+/// What [`FreeSummary::may_fit`] reads of a job: its gang at its smallest, and the whole
+/// GPUs its tasks ask for. Its task groups decide it, so jobs of one shape need alike: the
+/// scheduler keeps one per shape, and a pass need not read a job that cannot fit.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Need {
+    min: Amounts,
+    /// Per task group asking for whole GPUs: the GPUs of a task, and its fewest tasks.
+    gpu_tasks: Vec<(u32, u32)>,
+}
+
+impl Need {
+    pub(super) fn of(spec: &JobSpec) -> Need {
+        Need {
+            min: spec.min_amounts(),
+            gpu_tasks: (spec.groups.iter())
+                .filter(|g| g.per_task.gpus > 0)
+                .map(|g| (g.per_task.gpus, g.min_tasks()))
+                .collect(),
+        }
+    }
+}
 
 /// What is free now, summarised per partition so that most jobs that cannot fit are turned
 /// away without running placement.
@@ -84,23 +106,19 @@ impl FreeSummary {
         self.total[p.0 as usize]
     }
 
-    /// False when the job certainly cannot start now in partition `p`.
-    pub(super) fn may_fit(&self, p: PartitionId, job: &Job) -> bool {
+    /// False when a job of need `need` certainly cannot start now in partition `p`.
+    pub(super) fn may_fit(&self, p: PartitionId, need: &Need) -> bool {
         let p = p.0 as usize;
-        if !job.min_want.fits_in(&self.total[p]) {
+        if !need.min.fits_in(&self.total[p]) {
             return false;
         }
-        job.spec.groups.iter().all(|g| {
-            let per = g.per_task.gpus;
-            if per == 0 {
-                return true;
-            }
+        need.gpu_tasks.iter().all(|&(per, tasks)| {
             let slots: u64 = self.whole_gpus[p]
                 .iter()
                 .enumerate()
                 .map(|(k, &nodes)| u64::from(nodes) * (k as u64 / u64::from(per)))
                 .sum();
-            slots >= u64::from(g.min_tasks())
+            slots >= u64::from(tasks)
         })
     }
 
@@ -176,4 +194,37 @@ fn charge(tree: &mut FairShareTree, assoc: AssocIx, entry: &mut (f64, u32, Time)
         );
     }
     entry.2 = entry.2.max(now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::TaskResources;
+    use crate::time::Dur;
+
+    /// A job of `tasks` tasks of `gpus` GPUs each, at least `min` of them.
+    fn need(tasks: u32, min: u32, gpus: u32) -> Need {
+        let per_task = TaskResources {
+            gpus,
+            ..TaskResources::default()
+        };
+        let mut spec = JobSpec::simple("u", "a", tasks, per_task, Dur(60));
+        spec.groups[0].min_count = Some(min);
+        Need::of(&spec)
+    }
+
+    #[test]
+    fn a_gang_may_fit_at_its_smallest_in_whole_gpus() {
+        let cluster = Cluster::flat_gpu(2, 8);
+        let free = FreeSummary::new(&cluster);
+        let p = PartitionId(0);
+        // Two nodes of 8 free GPUs: two tasks of 8, not three; an elastic gang of four
+        // that may start with two may fit.
+        assert!(free.may_fit(p, &need(2, 2, 8)));
+        assert!(!free.may_fit(p, &need(3, 3, 8)));
+        assert!(free.may_fit(p, &need(4, 2, 8)));
+        // Three tasks of 5 GPUs are 15 of the 16 free, but each node holds one of them.
+        assert!(!free.may_fit(p, &need(3, 3, 5)));
+        assert!(free.may_fit(p, &need(2, 2, 5)));
+    }
 }

@@ -513,6 +513,8 @@ pub struct Scheduler {
     workload: WorkloadProfile,
     /// Interned placement shapes of the jobs submitted.
     shapes: HashMap<ShapeKey, u32>,
+    /// Per interned shape, what may fit reads of its jobs.
+    shape_needs: Vec<free::Need>,
     last_decay: Option<Time>,
     reservations: Vec<Reservation>,
     max_partition_factor: u32,
@@ -632,6 +634,7 @@ impl Scheduler {
             stopping: BTreeSet::new(),
             singletons: None,
             shapes: HashMap::new(),
+            shape_needs: Vec::new(),
             usage: UsageRates::default(),
             workload: WorkloadProfile::default(),
             free,
@@ -1041,10 +1044,14 @@ impl Scheduler {
     /// The interned number of the shape of a job of `spec` in `partition`.
     fn intern_shape(&mut self, partition: PartitionId, spec: &JobSpec) -> u32 {
         let next = self.shapes.len() as u32;
-        *self
+        let shape = *self
             .shapes
             .entry(ShapeKey::of(partition, spec))
-            .or_insert(next)
+            .or_insert(next);
+        if shape == next {
+            self.shape_needs.push(free::Need::of(spec));
+        }
+        shape
     }
 
     /// Checks a new job against the cluster and policy and builds it, pending. Nothing
@@ -1794,6 +1801,12 @@ impl Scheduler {
             }
             if job.state == JobState::Pending && job.allocation.is_some() {
                 return Err(format!("pending job {id} holds an allocation"));
+            }
+            if self.shape_needs.get(job.shape as usize) != Some(&free::Need::of(&job.spec)) {
+                return Err(format!(
+                    "job {id}'s shape {} needs what its spec does not",
+                    job.shape
+                ));
             }
             if (job.queue, job.queue_missing) != queue_of(&self.quota, &job.spec) {
                 return Err(format!(

@@ -1017,42 +1017,44 @@ impl Scheduler {
                     }
                     continue;
                 }
-                _ => {
+                // Whether the job may fit is its shape's ([`Need`]): a job that certainly
+                // does not fit now, most of those read when the cluster is full, is not
+                // read from the job table unless placement must say why.
+                _ if self.free.may_fit(part, &self.shape_needs[key as usize]) => {
                     let job = &self.jobs[&id];
-                    if self.quota_enforced && job_elastic(job) {
-                        capped = self.quota_sized_spec(job);
-                    }
+                    capped = self.capped_spec(job);
                     let spec = capped.as_ref().unwrap_or(&job.spec);
-                    if self.free.may_fit(part, job) {
-                        match capped {
-                            // The job's own spec: of the job's shape.
-                            None => self.place_shaped(spec, part, key),
-                            Some(_) => self.place_in(spec, part),
-                        }
+                    match capped {
+                        // The job's own spec: of the job's shape.
+                        None => self.place_shaped(spec, part, key),
+                        Some(_) => self.place_in(spec, part),
+                    }
+                }
+                _ => {
+                    // Busy only if it could fit were the up nodes idle; otherwise
+                    // placement says why it never fits or which nodes it waits for.
+                    let idle = self
+                        .idle_free
+                        .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
+                    let busy = idle.may_fit(part, &self.shape_needs[key as usize]);
+                    if let Some(never) = self.never_fits.get(&key).filter(|_| busy) {
+                        Err(never.clone())
+                    } else if busy && !self.checked_shapes.insert(key) {
+                        Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
                     } else {
-                        // Busy only if it could fit were the up nodes idle; otherwise
-                        // placement says why it never fits or which nodes it waits for.
-                        let idle = self
-                            .idle_free
-                            .get_or_insert_with(|| FreeSummary::idle_up(&self.cluster));
-                        if !idle.may_fit(part, job) {
-                            self.place(spec, nodes)
-                        } else if let Some(never) = self.never_fits.get(&key) {
-                            Err(never.clone())
-                        } else if self.checked_shapes.insert(key) {
-                            // Totals fit the idle up nodes, but span or NUMA rules may still
-                            // rule the shape out: placement tells, once per shape until nodes
-                            // change.
-                            let placed = self.place(spec, nodes);
-                            if let Err(fail) = &placed {
-                                if fail.is_permanent() {
-                                    self.never_fits.insert(key, fail.clone());
-                                }
-                            }
-                            placed
-                        } else {
-                            Err(placement::PlacementFailure::Busy { nodes: nodes.len() })
+                        // When busy, totals fit the idle up nodes, but span or NUMA rules
+                        // may still rule the shape out: placement tells, once per shape
+                        // until nodes change.
+                        let job = &self.jobs[&id];
+                        capped = self.capped_spec(job);
+                        let placed = self.place(capped.as_ref().unwrap_or(&job.spec), nodes);
+                        if let Err(fail) = &placed
+                            && busy
+                            && fail.is_permanent()
+                        {
+                            self.never_fits.insert(key, fail.clone());
                         }
+                        placed
                     }
                 }
             };
@@ -1225,6 +1227,16 @@ impl Scheduler {
     /// the largest size it does (later groups shrink first, each to no less than its
     /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
     /// each group's largest admitted count is found by bisection.
+    /// The spec to place a job by: its own (`None`), or, for an elastic gang whose full
+    /// size is above its quota, the largest size its quota allows.
+    fn capped_spec(&self, job: &Job) -> Option<JobSpec> {
+        if self.quota_enforced && job_elastic(job) {
+            self.quota_sized_spec(job)
+        } else {
+            None
+        }
+    }
+
     fn quota_sized_spec(&self, job: &Job) -> Option<JobSpec> {
         let admits = |spec: &JobSpec| {
             self.quota
