@@ -1791,6 +1791,9 @@ impl Scheduler {
                 ));
             }
         }
+        if self.shape_needs.len() != self.shapes.len() {
+            return Err("a shape's need is missing, or one too many is kept".into());
+        }
         for (id, job) in &self.jobs {
             let listed_pending = self.pending.contains(id);
             if listed_pending != (job.state == JobState::Pending) {
@@ -1801,6 +1804,9 @@ impl Scheduler {
             }
             if job.state == JobState::Pending && job.allocation.is_some() {
                 return Err(format!("pending job {id} holds an allocation"));
+            }
+            if self.shapes.get(&ShapeKey::of(job.partition, &job.spec)) != Some(&job.shape) {
+                return Err(format!("job {id}'s shape {} is not its spec's", job.shape));
             }
             if self.shape_needs.get(job.shape as usize) != Some(&free::Need::of(&job.spec)) {
                 return Err(format!(

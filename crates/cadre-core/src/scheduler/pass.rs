@@ -1223,10 +1223,6 @@ impl Scheduler {
         Some((array, running >= max))
     }
 
-    /// For an elastic gang whose full size its quota does not admit, the spec cut down to
-    /// the largest size it does (later groups shrink first, each to no less than its
-    /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
-    /// each group's largest admitted count is found by bisection.
     /// The spec to place a job by: its own (`None`), or, for an elastic gang whose full
     /// size is above its quota, the largest size its quota allows.
     fn capped_spec(&self, job: &Job) -> Option<JobSpec> {
@@ -1237,6 +1233,10 @@ impl Scheduler {
         }
     }
 
+    /// For an elastic gang whose full size its quota does not admit, the spec cut down to
+    /// the largest size it does (later groups shrink first, each to no less than its
+    /// minimum); `None` when the full size is admitted. Quota use only grows with size, so
+    /// each group's largest admitted count is found by bisection.
     fn quota_sized_spec(&self, job: &Job) -> Option<JobSpec> {
         let admits = |spec: &JobSpec| {
             self.quota
