@@ -810,12 +810,12 @@ fn r_what(r: &NodeRefusal) -> String {
     }
 }
 
-/// Features and labels: what never changes while the job waits.
 /// Whether [`static_refusal`] refuses `job` on no node: it names no feature and no label.
 fn refuses_none(job: &JobSpec) -> bool {
     job.features.is_empty() && job.node_selector.is_empty()
 }
 
+/// Features and labels: what never changes while the job waits.
 fn static_refusal(cluster: &Cluster, job: &JobSpec, node: NodeId) -> Option<NodeRefusal> {
     let n = cluster.node(node);
     for f in &job.features {

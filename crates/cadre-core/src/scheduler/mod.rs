@@ -16,8 +16,8 @@
 //! - a job started by backfill never makes a reservation made before it infeasible;
 //! - the same cluster, policy, events and times give the same decisions, bit for bit
 //!   (every collection iterated is ordered, but the sets of pending and active ids, which
-//!   are hashed: what is read of them in order reads them sorted (`Scheduler::active_ids`),
-//!   and the rest only sums, counts or sorts what it finds; no clock, no randomness).
+//!   are hashed: what is read of them in order reads them sorted (`in_id_order`), and the
+//!   rest only sums, counts or sorts what it finds; no clock, no randomness).
 //!
 //! How a pass works ([`Scheduler::schedule`]): usage is charged and decayed up to `now`;
 //! pending jobs that are eligible (not held, dependencies met, begin time reached) are
@@ -40,8 +40,9 @@
 //!   running again from its start time (end by its time limit from there), booked on its
 //!   nodes whatever their state (they are typically unknown until their agents reconnect:
 //!   the tasks hold the devices regardless), and counted in quotas, usage rates, singletons
-//!   (once counted) and the free summary exactly as a start by the pass is. Two adopted jobs naming one
-//!   GPU, core or NIC is an error ([`CoreError::Booking`]), never a silent double booking.
+//!   (once counted) and the free summary exactly as a start by the pass is. Two adopted
+//!   jobs naming one GPU, core or NIC is an error ([`CoreError::Booking`]), never a silent
+//!   double booking.
 //!   Quotas count an adopted job even above a limit lowered since it started; new jobs are
 //!   held back until usage is within the limits again. A job adopted on a node already down
 //!   is stopped at once, as [`Event::NodeAvail`] `Down` would have. A stop in flight before
@@ -444,6 +445,14 @@ pub(super) type JobTable = BTreeMap<JobId, Box<Job>>;
 /// at 12,500 nodes). What reads them in id order sorts them, or sweeps the job table. Job
 /// ids are the scheduler's own, not names users choose, so a fixed seed keeps runs alike.
 pub(super) type IdSet = hashbrown::HashSet<JobId, foldhash::fast::FixedState>;
+
+/// The ids of `set` in id order, for what depends on the order: which running jobs come out
+/// over a quota replaced, the least id at fault, the pending rows made again.
+fn in_id_order(set: &IdSet) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = set.iter().copied().collect();
+    ids.sort_unstable();
+    ids
+}
 
 /// The scheduler's whole state.
 #[derive(Clone, Debug)]
@@ -1012,15 +1021,6 @@ impl Scheduler {
         self.singletons = Some(self.singletons_counted());
     }
 
-    /// The active jobs' ids in id order: the set is hashed, and what it counts in (the
-    /// quotas replaced: which jobs are over) or reports (the least id at fault) depends on
-    /// the order.
-    fn active_ids(&self) -> Vec<JobId> {
-        let mut ids: Vec<JobId> = self.active.iter().copied().collect();
-        ids.sort_unstable();
-        ids
-    }
-
     /// The running jobs per user and name, counted from the active jobs.
     fn singletons_counted(&self) -> Singletons {
         let mut counted = Singletons::default();
@@ -1255,7 +1255,7 @@ impl Scheduler {
         let invalid = |what: String| CoreError::InvalidQuotas { what };
         let mut book = QuotaBook::new(&quotas).map_err(|e| invalid(e.to_string()))?;
         let mut over = BTreeSet::new();
-        for id in &self.active_ids() {
+        for id in &in_id_order(&self.active) {
             let job = self.jobs.get(id).ok_or(CoreError::UnknownJob(*id))?;
             let (queue, _) = queue_of(&book, &job.spec);
             let counted = book.restore_in(
@@ -1583,9 +1583,9 @@ impl Scheduler {
 
     /// Makes a pending job active, holding `alloc` since `start_time`: books the allocation
     /// on the cluster, counts it in its quotas, its association's usage rate (from `now`),
-    /// its singleton name (once counted) and the free summary, and sets its end by its time limit. The one
-    /// path by which a job becomes active: starts decided by the pass and jobs adopted after
-    /// a restart both take it.
+    /// its singleton name (once counted) and the free summary, and sets its end by its time
+    /// limit. The one path by which a job becomes active: starts decided by the pass and
+    /// jobs adopted after a restart both take it.
     ///
     /// All or nothing: on error nothing has changed. A double booking is an error either
     /// way. Quotas count the job even above a limit (a pass never starts one so; an adopted
@@ -1766,7 +1766,7 @@ impl Scheduler {
             node.usage.exclusive = None;
             node.avail = NodeAvail::Up;
         }
-        for id in &self.active_ids() {
+        for id in &in_id_order(&self.active) {
             let job = self
                 .jobs
                 .get(id)

@@ -415,9 +415,7 @@ impl PendingTable {
         if std::mem::take(&mut self.all) {
             self.touched = IdLog::default();
             let was = std::mem::take(&mut self.rows);
-            let mut ids: Vec<JobId> = pending.iter().copied().collect();
-            ids.sort_unstable();
-            self.rows = ids
+            self.rows = super::in_id_order(pending)
                 .iter()
                 .filter_map(|id| Some((*id, fresh(id, was.get(id))?)))
                 .collect();
